@@ -1,0 +1,106 @@
+// GPT model implementation (see gpt_model.h).
+#include "gpt_model.h"
+
+#include <cmath>
+
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/init.h>
+#include <torch/torch.h>
+
+namespace deepspeed::examples {
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& cfg) : n_head_(cfg.n_head) {
+  TORCH_CHECK(cfg.n_embd % cfg.n_head == 0, "n_embd (", cfg.n_embd,
+              ") must be divisible by n_head (", cfg.n_head, ")");
+  c_attn = register_module("c_attn", torch::nn::Linear(cfg.n_embd, 3 * cfg.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(cfg.n_embd, cfg.n_embd));
+  // Not a registered buffer: it is derived, so it is neither broadcast nor checkpointed.
+  causal_mask_ = torch::ones({cfg.block_size, cfg.block_size}, torch::kBool).triu(1);
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head_;
+  auto qkv = c_attn(x).split(C, /*dim=*/2);
+  auto q = qkv[0].view({B, T, n_head_, hd}).transpose(1, 2);  // [B, nh, T, hd]
+  auto k = qkv[1].view({B, T, n_head_, hd}).transpose(1, 2);
+  auto v = qkv[2].view({B, T, n_head_, hd}).transpose(1, 2);
+  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  att = att.masked_fill(causal_mask_.slice(0, 0, T).slice(1, 0, T),
+                        -std::numeric_limits<float>::infinity());
+  att = torch::softmax(att, -1);
+  auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
+  return c_proj(y);
+}
+
+MlpImpl::MlpImpl(const GptConfig& cfg) {
+  c_fc = register_module("c_fc", torch::nn::Linear(cfg.n_embd, 4 * cfg.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(4 * cfg.n_embd, cfg.n_embd));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return c_proj(torch::gelu(c_fc(x), "tanh"));
+}
+
+BlockImpl::BlockImpl(const GptConfig& cfg) {
+  ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
+  attn = register_module("attn", CausalSelfAttention(cfg));
+  ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
+  mlp = register_module("mlp", Mlp(cfg));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  auto y = x + attn(ln_1(x));
+  return y + mlp(ln_2(y));
+}
+
+GptImpl::GptImpl(const GptConfig& cfg) : cfg_(cfg) {
+  wte = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(cfg.block_size, cfg.n_embd));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(Block(cfg));
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
+
+  torch::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    auto ends_with = [&](const std::string& s) {
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || ends_with("ln_f.weight")) {
+      p.fill_(1.0);
+    } else if (ends_with(".bias")) {
+      p.zero_();
+    } else if (ends_with("c_proj.weight")) {
+      p.normal_(0.0, residual_std);
+    } else {
+      p.normal_(0.0, 0.02);
+    }
+  }
+}
+
+torch::Tensor GptImpl::logits(const torch::Tensor& idx) {
+  const int64_t T = idx.size(1);
+  TORCH_CHECK(T <= cfg_.block_size, "sequence length ", T, " exceeds block_size ",
+              cfg_.block_size);
+  auto pos = torch::arange(T, idx.options().dtype(torch::kLong));
+  auto x = wte(idx) + wpe(pos);
+  for (const auto& block : *h) x = block->as<Block>()->forward(x);
+  x = ln_f(x);
+  // Tied embeddings: the output projection is the token embedding matrix.
+  return torch::matmul(x, wte->weight.t());
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& idx, const torch::Tensor& targets) {
+  auto lg = logits(idx);
+  return torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+}
+
+int64_t GptImpl::num_parameters() {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace deepspeed::examples

@@ -1,0 +1,80 @@
+// A GPT-2-style decoder: pre-LayerNorm blocks, causal self-attention written out, GELU(tanh)
+// MLP of 4x width, tied input/output embeddings, no dropout. Parameter names follow GPT-2's
+// (wte, wpe, h.N.ln_1, h.N.attn.c_attn, ...), so checkpoints read naturally in Python.
+#pragma once
+
+#include <cstdint>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+namespace deepspeed::examples {
+
+struct GptConfig {
+  int64_t vocab_size = 50257;
+  int64_t block_size = 128;  // maximum sequence length
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;
+};
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const GptConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+
+ private:
+  int64_t n_head_;
+  torch::Tensor causal_mask_;  // [block, block] true above the diagonal (future positions)
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const GptConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const GptConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+class GptImpl : public torch::nn::Module {
+ public:
+  /// Initializes weights GPT-2's way from the current torch generator state: N(0, 0.02), the
+  /// residual projections N(0, 0.02/sqrt(2*n_layer)), zero biases, LayerNorm 1/0.
+  explicit GptImpl(const GptConfig& cfg);
+
+  /// idx: [B, T] int64 token ids -> logits [B, T, vocab].
+  torch::Tensor logits(const torch::Tensor& idx);
+  /// Mean cross-entropy of predicting `targets` ([B, T]) from `idx`.
+  torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets);
+
+  const GptConfig& config() const { return cfg_; }
+  int64_t num_parameters();
+
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::ModuleList h{nullptr};
+  torch::nn::LayerNorm ln_f{nullptr};
+
+ private:
+  GptConfig cfg_;
+};
+TORCH_MODULE(Gpt);
+
+}  // namespace deepspeed::examples

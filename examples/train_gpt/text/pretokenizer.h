@@ -1,0 +1,22 @@
+// GPT-2's pre-tokenizer: splits text into the "words" that byte-level BPE then encodes one by
+// one. Owns the splitting rules only (no vocabulary).
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+namespace deepspeed::examples {
+
+// Returns the end (exclusive byte offset) of the word that starts at `pos` (< text.size()).
+// Equivalent to one match of GPT-2's pattern, scanned by hand over UTF-8 code points:
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// Every code point is a letter, a number, a space or "other", so the words tile the text with
+// no gaps: concatenating them gives the input back. Bytes that are not valid UTF-8 count as
+// "other" one byte at a time (see unicode_classes.h).
+size_t gpt2_word_end(std::string_view text, size_t pos);
+
+// All words of `text`, as views into it.
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
+
+}  // namespace deepspeed::examples

@@ -1,0 +1,223 @@
+// DeepSpeedConfig: ds_config.json parsed into typed sections with DeepSpeed's key names and
+// defaults (DeepSpeed 0.19.6). Field names repeat the JSON keys verbatim so DeepSpeed's docs read
+// true. Parsing checks types and cross-field rules; check_supported() refuses, by name, features
+// this build does not implement yet. See docs/config.md for the full key table.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "deepspeed/errors.h"
+
+namespace deepspeed {
+
+using json = nlohmann::json;
+
+/// The batch triad after inference (§ train_batch_size = micro * accumulation * dp world size).
+struct BatchConfig {
+  int64_t train_batch_size = 0;                // samples per optimizer step, all ranks together
+  int64_t train_micro_batch_size_per_gpu = 0;  // samples per forward on one rank
+  int64_t gradient_accumulation_steps = 0;     // micro-batches per optimizer step
+  int64_t dp_world_size = 1;                   // data-parallel ranks the triad was resolved for
+};
+
+/// `optimizer`: {type, params}. `params` are kept as JSON and checked by the optimizer factory,
+/// which knows each optimizer's keyword arguments (DeepSpeed forwards them as kwargs).
+struct OptimizerConfig {
+  bool present = false;
+  std::string type;          // as written; matched case-insensitively for DeepSpeed names
+  json params = json::object();
+  bool legacy_fusion = false;
+};
+
+/// `scheduler`: {type, params}; params checked by the scheduler factory.
+struct SchedulerConfig {
+  bool present = false;
+  std::string type;
+  json params = json::object();
+};
+
+/// `fp16` (precision_config.py). loss_scale 0 means dynamic scaling.
+struct Fp16Config {
+  bool enabled = false;
+  bool auto_cast = false;
+  double loss_scale = 0.0;
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+  bool fp16_master_weights_and_grads = false;
+};
+
+/// `bf16` (alias `bfloat16`).
+struct Bf16Config {
+  bool enabled = false;
+  bool immediate_grad_update = false;
+  bool check_grad_overflow = true;  // was false before DeepSpeed 0.19.4
+  bool bf16_master_weights_and_grads = false;
+  bool bf16_optimizer_states = false;
+};
+
+/// `zero_optimization.offload_optimizer`.
+struct OffloadOptimizerConfig {
+  std::string device = "none";  // none | cpu | nvme
+  std::string nvme_path;
+  int64_t buffer_count = 4;
+  bool pin_memory = true;
+  bool pipeline_read = false;
+  bool pipeline_write = false;
+  bool fast_init = false;
+  double ratio = 1.0;
+  bool super_offload = false;
+  double cpuadam_cores_perc = 0.8;
+};
+
+/// `zero_optimization.offload_param` (stage 3 only).
+struct OffloadParamConfig {
+  std::string device = "none";
+  std::string nvme_path;
+  int64_t buffer_count = 5;
+  int64_t buffer_size = 100000000;
+  int64_t max_in_cpu = 1000000000;
+  bool pin_memory = true;
+};
+
+/// `zero_optimization` (zero/config.py). Sizes are in elements, not bytes.
+struct ZeroConfig {
+  int64_t stage = 0;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500000000;
+  bool use_multi_rank_bucket_allreduce = true;
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500000000;
+  std::optional<bool> overlap_comm;  // unset => true for stage 3, false otherwise
+  bool load_from_fp32_weights = true;
+  bool elastic_checkpoint = false;
+  std::optional<OffloadParamConfig> offload_param;
+  std::optional<OffloadOptimizerConfig> offload_optimizer;
+  int64_t sub_group_size = 1000000000;
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_model_persistence_threshold = INT64_MAX;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  int64_t stage3_module_granularity_threshold = 0;
+  bool stage3_use_all_reduce_for_fetch_params = false;
+  bool stage3_allgather_sequential = false;
+  bool ignore_unused_parameters = true;
+  bool round_robin_gradients = false;
+  int64_t zero_hpz_partition_size = 1;
+  bool zero_quantized_weights = false;
+  bool zero_quantized_nontrainable_weights = false;
+  bool zero_quantized_gradients = false;
+  int64_t mics_shard_size = -1;
+  bool mics_hierarchical_params_gather = false;
+  bool memory_efficient_linear = true;
+  bool override_module_apply = true;
+  bool pipeline_loading_checkpoint = false;
+  bool log_trace_cache_warnings = false;
+  bool enable_sanity_checks = false;
+
+  bool overlap_comm_enabled() const { return overlap_comm.value_or(stage == 3); }
+};
+
+/// `tensorboard` / `csv_monitor`.
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;
+  std::string job_name = "DeepSpeedJobName";
+};
+
+/// `wandb`.
+struct WandbConfig {
+  bool enabled = false;
+  std::string group, team;
+  std::string project = "deepspeed";
+};
+
+/// `comms_logger`.
+struct CommsLoggerConfig {
+  bool enabled = false;
+  bool verbose = false;
+  bool prof_all = true;
+  std::vector<std::string> prof_ops;
+  bool debug = false;
+};
+
+/// `timers.throughput`.
+struct ThroughputTimerConfig {
+  bool enabled = true;
+  bool synchronized = true;
+};
+
+/// `checkpoint` (legacy dict section: unknown keys warn).
+struct CheckpointConfig {
+  std::string tag_validation = "WARN";  // IGNORE | WARN | FAIL
+  bool load_universal = false;
+  bool use_node_local_storage = false;
+  bool parallel_write_pipeline_stage = false;  // checkpoint.parallel_write.pipeline_stage
+};
+
+/// Everything in ds_config.json. `raw` is the user's JSON verbatim (saved into checkpoints as
+/// `ds_config`, as DeepSpeed does).
+struct DeepSpeedConfig {
+  json raw = json::object();
+  std::string source = "ds_config";  // file path, or "ds_config" for JSON text/objects
+
+  BatchConfig batch;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+
+  double gradient_clipping = 1.0;        // global L2 norm; 0 disables (was 0.0 before 0.19.4)
+  std::optional<int64_t> steps_per_print;  // None: no progress lines (was 10 before 0.15.2)
+  bool wall_clock_breakdown = false;
+  bool memory_breakdown = false;
+  bool dump_state = false;
+  std::string log_level;
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  std::string gradient_allreduce_op = "mean";  // mean | sum (lower-cased)
+  std::optional<std::string> communication_data_type;  // fp32 | fp16 | bf16
+  bool managed_gradient_accumulation = true;
+  bool zero_allow_untested_optimizer = false;
+  bool zero_force_ds_cpu_optimizer = true;
+  bool dataloader_drop_last = false;
+  bool sparse_gradients = false;
+  std::optional<int64_t> seed;  // seeds torch's generator in initialize() when given
+
+  Fp16Config fp16;
+  Bf16Config bf16;
+  ZeroConfig zero_optimization;
+  MonitorConfig tensorboard;
+  MonitorConfig csv_monitor;
+  WandbConfig wandb;
+  CommsLoggerConfig comms_logger;
+  ThroughputTimerConfig timers_throughput;
+  CheckpointConfig checkpoint;
+
+  /// Warnings found while parsing (unknown top-level keys, deprecated keys, ...), in order.
+  std::vector<std::string> warnings;
+
+  /// Parses `config`: a path to a JSON file, JSON text, or URL-safe base64 of JSON.
+  /// `dp_world_size` resolves the batch triad. Throws ConfigError naming the key path and value.
+  static DeepSpeedConfig from_string(const std::string& config, int64_t dp_world_size);
+  /// Parses an already-loaded JSON object; `source` names it in error messages.
+  static DeepSpeedConfig from_json(const json& config, int64_t dp_world_size,
+                                   const std::string& source = "ds_config");
+
+  /// Throws NotSupportedError naming the first key whose feature this build lacks
+  /// ("zero_optimization.stage 3 is not supported yet").
+  void check_supported() const;
+
+  /// The resolved configuration: every section with defaults applied and the triad filled in.
+  json resolved() const;
+};
+
+}  // namespace deepspeed

@@ -1,0 +1,167 @@
+// Engine: DeepSpeed's training engine for any torch::nn::Module. forward / backward / step with
+// DeepSpeed's semantics: the loss is divided by gradient_accumulation_steps; gradients are
+// averaged across ranks by bucketed all-reduce launched from gradient hooks (overlapping the rest
+// of backward) on the accumulation boundary only; then clipping by global norm, the optimizer,
+// and the LR schedule. See docs/engine.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "deepspeed/comm.h"
+#include "deepspeed/config.h"
+#include "deepspeed/lr_schedules.h"
+
+namespace deepspeed {
+
+namespace runtime {
+class GradReducer;
+class Timers;
+}  // namespace runtime
+
+/// Per-rank memory figures, in bytes (CPU: resident set of this process).
+struct MemoryStats {
+  int64_t rss_bytes = 0;       // current resident set size
+  int64_t peak_rss_bytes = 0;  // high-water mark of the resident set
+  int64_t device_allocated_bytes = 0;      // CUDA caching allocator, 0 on CPU
+  int64_t device_max_allocated_bytes = 0;  // its peak
+};
+
+/// Makes an LR scheduler for the optimizer the engine uses (DeepSpeed's callable form).
+using LRSchedulerFactory =
+    std::function<std::unique_ptr<optim::LRScheduler>(torch::optim::Optimizer&)>;
+
+class Engine {
+ public:
+  /// Prefer deepspeed::initialize(). `optimizer` overrides the config's `optimizer` section,
+  /// `lr_scheduler` its `scheduler` section (as in DeepSpeed).
+  Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config,
+         std::unique_ptr<torch::optim::Optimizer> optimizer = nullptr,
+         LRSchedulerFactory lr_scheduler = nullptr);
+  virtual ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Runs `fn` (the model's forward) with the engine's forward timers and phase.
+  template <typename Fn>
+  auto forward_with(Fn&& fn) -> decltype(fn()) {
+    forward_begin();
+    auto out = fn();
+    forward_end();
+    return out;
+  }
+
+  /// Backpropagates `loss` (a scalar with a grad_fn) divided by gradient_accumulation_steps.
+  /// On the accumulation boundary the gradients are all-reduced while backward runs and are
+  /// averaged across ranks when this returns. Returns loss / gradient_accumulation_steps.
+  /// Throws UsageError without an optimizer or for a non-scalar loss.
+  at::Tensor backward(const at::Tensor& loss);
+
+  /// Call after every micro-batch. On the accumulation boundary: clip, optimizer step,
+  /// zero_grad, LR schedule step, progress print, global_steps += 1.
+  void step();
+
+  /// True when the next step() updates the weights.
+  bool is_gradient_accumulation_boundary() const;
+  /// Overrides the boundary for the next backward/step (DeepSpeed's
+  /// set_gradient_accumulation_boundary); std::nullopt restores the managed rule.
+  void set_gradient_accumulation_boundary(std::optional<bool> is_boundary);
+
+  /// Sets every parameter's .grad to undefined (DeepSpeed's default: set to None).
+  void zero_grad();
+  void train(bool on = true) { module_->train(on); }
+  void eval() { module_->eval(); }
+
+  std::vector<double> get_lr() const;
+  /// Unscaled, pre-clip global gradient L2 norm of the last optimizer step (nullopt before).
+  std::optional<double> get_global_grad_norm() const { return global_grad_norm_; }
+  int64_t global_steps() const { return global_steps_; }
+  int64_t global_samples() const { return global_samples_; }
+  int64_t micro_steps() const { return micro_steps_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  int global_rank() const { return comm::get_rank(); }
+  int local_rank() const { return comm::get_local_rank(); }
+  int world_size() const { return comm::get_world_size(); }
+  int64_t dp_world_size() const { return config_.batch.dp_world_size; }
+  int64_t train_batch_size() const { return config_.batch.train_batch_size; }
+  int64_t train_micro_batch_size_per_gpu() const {
+    return config_.batch.train_micro_batch_size_per_gpu;
+  }
+  int64_t gradient_accumulation_steps() const { return config_.batch.gradient_accumulation_steps; }
+  int zero_optimization_stage() const { return static_cast<int>(config_.zero_optimization.stage); }
+  double gradient_clipping() const { return config_.gradient_clipping; }
+  const DeepSpeedConfig& config() const { return config_; }
+
+  torch::nn::Module& module() { return *module_; }
+  torch::optim::Optimizer* optimizer() { return optimizer_.get(); }
+  optim::LRScheduler* lr_scheduler() { return lr_scheduler_.get(); }
+  MemoryStats memory_stats() const;
+
+  /// Elapsed milliseconds of the named wall-clock timers over the last optimizer step
+  /// (fwd, bwd, bwd_inner, bwd_allreduce, step), as logged with wall_clock_breakdown.
+  std::vector<std::pair<std::string, double>> get_wall_clock_timers() const;
+
+ protected:
+  void forward_begin();
+  void forward_end();
+
+ private:
+  void broadcast_parameters();
+  void build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
+                       LRSchedulerFactory lr_scheduler);
+  double clip_gradients();
+  void print_progress();
+  void log_timers(bool boundary);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  DeepSpeedConfig config_;
+  std::vector<at::Tensor> trainable_params_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LRScheduler> lr_scheduler_;
+  std::unique_ptr<runtime::GradReducer> reducer_;
+  std::unique_ptr<runtime::Timers> timers_;
+
+  int64_t global_steps_ = 0;
+  int64_t global_samples_ = 0;
+  int64_t micro_steps_ = 0;
+  int64_t skipped_steps_ = 0;
+  std::optional<bool> boundary_override_;
+  std::optional<double> global_grad_norm_;
+  std::map<std::string, double> last_step_timers_;
+  std::chrono::steady_clock::time_point throughput_start_;
+  int64_t throughput_samples_ = 0;
+};
+
+/// Engine for a concrete module type: forward(args...) calls the module's own forward.
+template <typename Module>
+class ModuleEngine : public Engine {
+ public:
+  ModuleEngine(std::shared_ptr<Module> module, DeepSpeedConfig config,
+               std::unique_ptr<torch::optim::Optimizer> optimizer, LRSchedulerFactory lr_scheduler)
+      : Engine(module, std::move(config), std::move(optimizer), std::move(lr_scheduler)),
+        typed_module_(std::move(module)) {}
+
+  template <typename... Args>
+  auto forward(Args&&... args) {
+    return forward_with([&] { return typed_module_->forward(std::forward<Args>(args)...); });
+  }
+  template <typename... Args>
+  auto operator()(Args&&... args) {
+    return forward(std::forward<Args>(args)...);
+  }
+  Module& typed_module() { return *typed_module_; }
+
+ private:
+  std::shared_ptr<Module> typed_module_;
+};
+
+}  // namespace deepspeed

@@ -1,0 +1,243 @@
+// Communicator: rendezvous from the environment, Gloo process group, and the cross-rank record
+// of collectives that turns a hang into a report. See docs/comm.md.
+#include "comm/communicator.h"
+
+#include <cctype>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef DS_WITH_NCCL
+#include <torch/cuda.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "util/check.h"
+#include "util/env.h"
+
+namespace deepspeed::comm::detail {
+namespace {
+
+constexpr const char* kRecordKeyPrefix = "deepspeed/last_collective/";
+
+int env_int_or(const char* name, int fallback) {
+  auto v = env::get_int(name);
+  return v ? static_cast<int>(*v) : fallback;
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+}  // namespace
+
+std::string CollectiveRecord::describe() const {
+  std::ostringstream os;
+  os << "#" << seq << " " << name << " (" << numel << " x " << dtype << ", phase "
+     << phase_name(phase) << ")";
+  return os.str();
+}
+
+std::string CollectiveRecord::encode() const {
+  std::ostringstream os;
+  os << seq << '|' << name << '|' << numel << '|' << dtype << '|' << static_cast<int>(phase);
+  return os.str();
+}
+
+CollectiveRecord CollectiveRecord::decode(const std::string& text) {
+  CollectiveRecord r;
+  std::istringstream is(text);
+  std::string field;
+  std::vector<std::string> f;
+  while (std::getline(is, field, '|')) f.push_back(field);
+  if (f.size() == 5) {
+    r.seq = std::stoll(f[0]);
+    r.name = f[1];
+    r.numel = std::stoll(f[2]);
+    r.dtype = f[3];
+    r.phase = static_cast<Phase>(std::stoi(f[4]));
+  }
+  return r;
+}
+
+Communicator& Communicator::instance() {
+  static Communicator c;
+  return c;
+}
+
+void Communicator::init(const InitOptions& o) {
+  if (initialized_) return;
+  rank_ = o.rank >= 0 ? o.rank : env_int_or("RANK", 0);
+  world_size_ = o.world_size >= 0 ? o.world_size : env_int_or("WORLD_SIZE", 1);
+  local_rank_ = env_int_or("LOCAL_RANK", rank_);
+  local_world_size_ = env_int_or("LOCAL_WORLD_SIZE", env_int_or("LOCAL_SIZE", world_size_));
+  DS_CHECK(world_size_ >= 1, CommError, "WORLD_SIZE=", world_size_, " must be >= 1");
+  DS_CHECK(rank_ >= 0 && rank_ < world_size_, CommError, "RANK=", rank_,
+           " is outside [0, WORLD_SIZE=", world_size_, ")");
+  if (o.timeout.count() > 0) {
+    timeout_ = o.timeout;
+  } else if (auto minutes = env::get_double("DEEPSPEED_TIMEOUT")) {
+    timeout_ = std::chrono::milliseconds(static_cast<int64_t>(*minutes * 60000.0));
+  }
+
+  std::string addr = !o.master_addr.empty() ? o.master_addr
+                                            : env::get("MASTER_ADDR").value_or("127.0.0.1");
+  int port = o.master_port >= 0 ? o.master_port : env_int_or("MASTER_PORT", 29500);
+  if (world_size_ == 1) {
+    store_ = c10::make_intrusive<c10d::HashStore>();
+  } else {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(port);
+    so.isServer = rank_ == 0;
+    so.numWorkers = static_cast<size_t>(world_size_);
+    so.waitWorkers = true;
+    so.timeout = timeout_;
+    try {
+      store_ = c10::make_intrusive<c10d::TCPStore>(addr, so);
+    } catch (const std::exception& e) {
+      throw CommError(detail_str(rank_, world_size_) + "rendezvous at MASTER_ADDR=" + addr +
+                      " MASTER_PORT=" + std::to_string(port) + " failed: " + e.what() +
+                      (rank_ == 0 ? " (is the port already in use? pick another --master_port)"
+                                  : " (is rank 0 running and the address reachable?)"));
+    }
+  }
+
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout_);
+  if (auto ifname = env::get("GLOO_SOCKET_IFNAME")) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*ifname));
+  } else if (world_size_ == 1 || is_loopback(addr)) {
+    // Single machine: keep Gloo on loopback instead of whatever the hostname resolves to.
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  opts->threads = 2;
+  try {
+    gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, opts);
+  } catch (const std::exception& e) {
+    throw CommError(detail_str(rank_, world_size_) + "creating the Gloo process group failed: " +
+                    e.what());
+  }
+#ifdef DS_WITH_NCCL
+  if (torch::cuda::is_available()) {
+    // NCCL gets its own key space in the shared store, beside Gloo's.
+    auto nccl_store = c10::make_intrusive<c10d::PrefixStore>("nccl", store_);
+    auto nopts = c10d::ProcessGroupNCCL::Options::create();
+    nopts->timeout = timeout_;
+    try {
+      nccl_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(nccl_store, rank_, world_size_, nopts);
+    } catch (const std::exception& e) {
+      throw CommError(detail_str(rank_, world_size_) + "creating the NCCL process group failed: " +
+                      e.what());
+    }
+  }
+#endif
+  initialized_ = true;
+  seq_ = 0;
+}
+
+void Communicator::destroy(bool sync) {
+  if (!initialized_) return;
+  if (sync && world_size_ > 1) {
+    try {
+      barrier();
+    } catch (const std::exception&) {
+      // Tearing down after a failure: the peers may be gone already.
+    }
+  }
+  nccl_.reset();
+  gloo_.reset();
+  store_.reset();
+  initialized_ = false;
+}
+
+compat::CollectiveBackend& Communicator::backend_for(const at::Tensor& tensor) {
+  DS_CHECK(initialized_, CommError,
+           "deepspeed::comm is not initialized; call deepspeed::comm::init_distributed() or "
+           "deepspeed::initialize() first");
+  if (tensor.defined() && tensor.is_cuda()) {
+    DS_CHECK(nccl_, CommError, detail_str(rank_, world_size_),
+             "a CUDA tensor was passed to a collective but this build has no NCCL process group "
+             "(build against a CUDA LibTorch with -DDS_BUILD_CUDA=ON)");
+    return *nccl_;
+  }
+  return *gloo_;
+}
+
+CollectiveRecord Communicator::begin(const char* name, const at::Tensor& tensor) {
+  DS_CHECK(initialized_, CommError, name,
+           ": deepspeed::comm is not initialized; call init_distributed() first");
+  CollectiveRecord r;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    r.seq = ++seq_;
+  }
+  r.name = name;
+  r.numel = tensor.defined() ? tensor.numel() : 0;
+  r.dtype = "none";
+  if (tensor.defined()) {
+    r.dtype = c10::toString(tensor.scalar_type());
+    for (auto& ch : r.dtype) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  }
+  r.phase = phase;
+  if (world_size_ > 1) {
+    std::string v = r.encode();
+    store_->set(kRecordKeyPrefix + std::to_string(rank_), std::vector<uint8_t>(v.begin(), v.end()));
+  }
+  return r;
+}
+
+std::string Communicator::failure_report(const CollectiveRecord& record,
+                                         const std::string& error) {
+  std::ostringstream os;
+  os << detail_str(rank_, world_size_) << "collective " << record.describe() << " failed after "
+     << "at most " << timeout_.count() / 1000.0 << " s: " << error;
+  if (world_size_ > 1 && store_) {
+    std::vector<int> missing;
+    std::ostringstream states;
+    for (int r = 0; r < world_size_; ++r) {
+      std::string key = kRecordKeyPrefix + std::to_string(r);
+      CollectiveRecord last;
+      bool known = false;
+      try {
+        if (store_->check({key})) {
+          auto bytes = store_->get(key);
+          last = CollectiveRecord::decode(std::string(bytes.begin(), bytes.end()));
+          known = true;
+        }
+      } catch (const std::exception&) {
+        // The store lives on rank 0; if rank 0 is gone, say so below.
+      }
+      states << "\n  rank " << r << ": ";
+      if (!known) {
+        states << "no collective recorded (store unreachable or never started)";
+        missing.push_back(r);
+      } else {
+        states << "last issued " << last.describe();
+        if (last.seq < record.seq) missing.push_back(r);
+      }
+    }
+    if (!missing.empty()) {
+      os << "\nranks [";
+      for (size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << missing[i];
+      os << "] never issued collective #" << record.seq << " (" << record.name
+         << "); the other ranks waited for them. Look for a rank that exited, skipped a "
+            "step, or ran a different number of batches.";
+    } else {
+      os << "\nevery rank issued collective #" << record.seq
+         << "; check that all ranks pass tensors of the same size and dtype.";
+    }
+    os << "\nper-rank state:" << states.str();
+  }
+  return os.str();
+}
+
+std::string detail_str(int rank, int world) {
+  return "[rank " + std::to_string(rank) + "/" + std::to_string(world) + "] ";
+}
+
+}  // namespace deepspeed::comm::detail

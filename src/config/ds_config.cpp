@@ -1,0 +1,424 @@
+// ds_config.json -> DeepSpeedConfig: every section DeepSpeed documents, with its defaults.
+// Strict sections (DeepSpeed's pydantic models) reject unknown keys; legacy dict sections and
+// the top level warn about them by name. Feature support is decided in supported_features.cpp.
+#include <algorithm>
+#include <cctype>
+
+#include "config/batch_config.h"
+#include "config/config_source.h"
+#include "config/json_reader.h"
+#include "util/check.h"
+
+namespace deepspeed {
+namespace {
+
+using config_detail::ConfigReader;
+using config_detail::Strictness;
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+void check_one_of(ConfigReader& r, const std::string& key, const std::string& value,
+                  std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed) {
+    if (value == a) return;
+  }
+  std::string list;
+  for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+  r.fail(key, "is \"" + value + "\"; expected one of " + list);
+}
+
+Fp16Config parse_fp16(ConfigReader r) {
+  Fp16Config c;
+  c.enabled = r.get_bool("enabled", c.enabled);
+  c.auto_cast = r.get_bool("auto_cast", c.auto_cast);
+  c.loss_scale = r.get_double("loss_scale", c.loss_scale);
+  if (c.loss_scale < 0) r.fail("loss_scale", "is negative; use 0 for dynamic scaling");
+  c.initial_scale_power = r.get_int("initial_scale_power", c.initial_scale_power, 0);
+  c.loss_scale_window = r.get_int("loss_scale_window", c.loss_scale_window, 1);
+  c.hysteresis = r.get_int("hysteresis", c.hysteresis, 1);
+  c.consecutive_hysteresis = r.get_bool("consecutive_hysteresis", c.consecutive_hysteresis);
+  c.min_loss_scale = r.get_double("min_loss_scale", c.min_loss_scale);
+  if (c.min_loss_scale <= 0) r.fail("min_loss_scale", "must be > 0");
+  c.fp16_master_weights_and_grads =
+      r.get_bool("fp16_master_weights_and_grads", c.fp16_master_weights_and_grads);
+  r.finish();
+  return c;
+}
+
+Bf16Config parse_bf16(ConfigReader r) {
+  Bf16Config c;
+  c.enabled = r.get_bool("enabled", c.enabled);
+  c.immediate_grad_update = r.get_bool("immediate_grad_update", c.immediate_grad_update);
+  c.check_grad_overflow = r.get_bool("check_grad_overflow", c.check_grad_overflow);
+  c.bf16_master_weights_and_grads =
+      r.get_bool("bf16_master_weights_and_grads", c.bf16_master_weights_and_grads);
+  c.bf16_optimizer_states = r.get_bool("bf16_optimizer_states", c.bf16_optimizer_states);
+  if (c.bf16_optimizer_states && !c.bf16_master_weights_and_grads) {
+    r.fail("bf16_optimizer_states", "requires bf16_master_weights_and_grads: true");
+  }
+  r.finish();
+  return c;
+}
+
+std::string parse_device(ConfigReader& r) {
+  std::string d = lower(r.get_string("device", "none"));
+  check_one_of(r, "device", d, {"none", "cpu", "nvme"});
+  return d;
+}
+
+OffloadOptimizerConfig parse_offload_optimizer(ConfigReader r) {
+  OffloadOptimizerConfig c;
+  c.device = parse_device(r);
+  c.nvme_path = r.get_string("nvme_path", c.nvme_path);
+  c.buffer_count = r.get_int("buffer_count", c.buffer_count, 0);
+  c.pin_memory = r.get_bool("pin_memory", c.pin_memory);
+  c.pipeline_read = r.get_bool("pipeline_read", c.pipeline_read);
+  c.pipeline_write = r.get_bool("pipeline_write", c.pipeline_write);
+  c.fast_init = r.get_bool("fast_init", c.fast_init);
+  c.ratio = r.get_double("ratio", c.ratio);
+  if (c.ratio < 0 || c.ratio > 1) r.fail("ratio", "must be within [0, 1]");
+  c.super_offload = r.get_bool("super_offload", c.super_offload);
+  c.cpuadam_cores_perc = r.get_double("cpuadam_cores_perc", c.cpuadam_cores_perc);
+  r.mark_known("pipeline");  // legacy: pipeline_read || pipeline_write
+  r.finish();
+  if (c.device == "nvme" && c.nvme_path.empty()) {
+    r.fail("nvme_path", "must be set when device is \"nvme\"");
+  }
+  return c;
+}
+
+OffloadParamConfig parse_offload_param(ConfigReader r) {
+  OffloadParamConfig c;
+  c.device = parse_device(r);
+  c.nvme_path = r.get_string("nvme_path", c.nvme_path);
+  c.buffer_count = r.get_int("buffer_count", c.buffer_count, 0);
+  c.buffer_size = r.get_int("buffer_size", c.buffer_size, 0);
+  c.max_in_cpu = r.get_int("max_in_cpu", c.max_in_cpu, 0);
+  c.pin_memory = r.get_bool("pin_memory", c.pin_memory);
+  r.finish();
+  if (c.device == "nvme" && c.nvme_path.empty()) {
+    r.fail("nvme_path", "must be set when device is \"nvme\"");
+  }
+  return c;
+}
+
+int64_t get_int_alias(ConfigReader& r, const std::string& key, const std::string& alias,
+                      int64_t def) {
+  const json* v = r.pick_alias(key, alias);
+  if (v == nullptr) return def;
+  // Re-read through a one-key reader so the type check and message match get_int's.
+  json tmp = json::object({{key, *v}});
+  ConfigReader one(&tmp, r.path(), "", Strictness::kStrict, nullptr);
+  try {
+    return one.get_int(key, def, 0);
+  } catch (const ConfigError&) {
+    r.fail(key, "is " + config_detail::show(*v) + "; expected an integer >= 0");
+  }
+}
+
+bool get_bool_alias(ConfigReader& r, const std::string& key, const std::string& alias, bool def) {
+  const json* v = r.pick_alias(key, alias);
+  if (v == nullptr) return def;
+  if (!v->is_boolean()) r.fail(key, "is " + config_detail::show(*v) + "; expected true or false");
+  return v->get<bool>();
+}
+
+ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
+  ZeroConfig c;
+  const json* z = top.get_raw("zero_optimization");
+  if (z == nullptr) return c;
+  if (z->is_boolean()) {
+    // Legacy form: true/false means stage 1/0, bucket size from top-level allgather_size.
+    c.stage = z->get<bool>() ? 1 : 0;
+    c.allgather_bucket_size = top.get_int("allgather_size", c.allgather_bucket_size, 1);
+    warnings->push_back(top.where("zero_optimization") +
+                        ": the boolean form is deprecated; use {\"stage\": " +
+                        std::to_string(c.stage) + "}");
+    return c;
+  }
+  if (!z->is_object()) {
+    top.fail("zero_optimization", "is " + config_detail::show(*z) + "; expected an object");
+  }
+  ConfigReader rr = top.section("zero_optimization", Strictness::kStrict);
+  c.stage = rr.get_int("stage", c.stage, 0);
+  if (c.stage > 3) {
+    rr.fail("stage", "is " + std::to_string(c.stage) + "; expected 0, 1, 2 or 3");
+  }
+  c.contiguous_gradients = rr.get_bool("contiguous_gradients", c.contiguous_gradients);
+  c.reduce_scatter = rr.get_bool("reduce_scatter", c.reduce_scatter);
+  c.reduce_bucket_size = rr.get_int("reduce_bucket_size", c.reduce_bucket_size, 1);
+  c.use_multi_rank_bucket_allreduce =
+      rr.get_bool("use_multi_rank_bucket_allreduce", c.use_multi_rank_bucket_allreduce);
+  c.allgather_partitions = rr.get_bool("allgather_partitions", c.allgather_partitions);
+  c.allgather_bucket_size = rr.get_int("allgather_bucket_size", c.allgather_bucket_size, 1);
+  if (c.allgather_bucket_size % 2 != 0) {
+    rr.fail("allgather_bucket_size", "is " + std::to_string(c.allgather_bucket_size) +
+                                         "; it must be a multiple of 2 (the start alignment "
+                                         "factor of partitions)");
+  }
+  if (const json* v = rr.get_raw("overlap_comm")) {
+    if (!v->is_boolean()) rr.fail("overlap_comm", "is " + v->dump() + "; expected true or false");
+    c.overlap_comm = v->get<bool>();
+  }
+  c.load_from_fp32_weights = rr.get_bool("load_from_fp32_weights", c.load_from_fp32_weights);
+  c.elastic_checkpoint = rr.get_bool("elastic_checkpoint", c.elastic_checkpoint);
+  ConfigReader op = rr.section("offload_param", Strictness::kStrict);
+  if (op.present()) c.offload_param = parse_offload_param(op);
+  ConfigReader oo = rr.section("offload_optimizer", Strictness::kStrict);
+  if (oo.present()) c.offload_optimizer = parse_offload_optimizer(oo);
+  // Deprecated booleans mapped to their replacements, as DeepSpeed does.
+  if (rr.get_bool("cpu_offload", false)) {
+    if (c.offload_optimizer) rr.fail("cpu_offload", "and offload_optimizer are both set; keep offload_optimizer");
+    c.offload_optimizer = OffloadOptimizerConfig{};
+    c.offload_optimizer->device = "cpu";
+    warnings->push_back(rr.where("cpu_offload") + " is deprecated; use offload_optimizer: {\"device\": \"cpu\"}");
+  }
+  if (rr.get_bool("cpu_offload_param", false)) {
+    if (c.offload_param) rr.fail("cpu_offload_param", "and offload_param are both set; keep offload_param");
+    c.offload_param = OffloadParamConfig{};
+    c.offload_param->device = "cpu";
+    warnings->push_back(rr.where("cpu_offload_param") + " is deprecated; use offload_param: {\"device\": \"cpu\"}");
+  }
+  if (rr.has("cpu_offload_use_pin_memory")) {
+    rr.get_bool("cpu_offload_use_pin_memory", true);
+    warnings->push_back(rr.where("cpu_offload_use_pin_memory") + " is deprecated and ignored");
+  }
+  c.sub_group_size = rr.get_int("sub_group_size", c.sub_group_size, 1);
+  c.stage3_prefetch_bucket_size = get_int_alias(rr, "stage3_prefetch_bucket_size",
+                                                "prefetch_bucket_size", c.stage3_prefetch_bucket_size);
+  c.stage3_param_persistence_threshold =
+      get_int_alias(rr, "stage3_param_persistence_threshold", "param_persistence_threshold",
+                    c.stage3_param_persistence_threshold);
+  c.stage3_model_persistence_threshold =
+      get_int_alias(rr, "stage3_model_persistence_threshold", "model_persistence_threshold",
+                    c.stage3_model_persistence_threshold);
+  c.stage3_max_live_parameters = get_int_alias(rr, "stage3_max_live_parameters",
+                                               "max_live_parameters", c.stage3_max_live_parameters);
+  c.stage3_max_reuse_distance = get_int_alias(rr, "stage3_max_reuse_distance",
+                                              "max_reuse_distance", c.stage3_max_reuse_distance);
+  if (rr.has("stage3_gather_fp16_weights_on_model_save")) {
+    if (rr.has("stage3_gather_16bit_weights_on_model_save") ||
+        rr.has("gather_16bit_weights_on_model_save")) {
+      rr.fail("stage3_gather_fp16_weights_on_model_save",
+              "and its replacement stage3_gather_16bit_weights_on_model_save are both set");
+    }
+    c.stage3_gather_16bit_weights_on_model_save =
+        rr.get_bool("stage3_gather_fp16_weights_on_model_save", false);
+    rr.mark_known("stage3_gather_16bit_weights_on_model_save");
+    rr.mark_known("gather_16bit_weights_on_model_save");
+    warnings->push_back(rr.where("stage3_gather_fp16_weights_on_model_save") +
+                        " is deprecated; use stage3_gather_16bit_weights_on_model_save");
+  } else {
+    c.stage3_gather_16bit_weights_on_model_save =
+        get_bool_alias(rr, "stage3_gather_16bit_weights_on_model_save",
+                       "gather_16bit_weights_on_model_save", false);
+  }
+  c.stage3_module_granularity_threshold =
+      get_int_alias(rr, "stage3_module_granularity_threshold", "module_granularity_threshold",
+                    c.stage3_module_granularity_threshold);
+  c.stage3_use_all_reduce_for_fetch_params =
+      get_bool_alias(rr, "stage3_use_all_reduce_for_fetch_params",
+                     "use_all_reduce_for_fetch_params", false);
+  c.stage3_allgather_sequential = rr.get_bool("stage3_allgather_sequential", false);
+  c.ignore_unused_parameters = rr.get_bool("ignore_unused_parameters", c.ignore_unused_parameters);
+  if (rr.get_bool("legacy_stage1", false)) {
+    rr.fail("legacy_stage1", "is true; the legacy stage 1 implementation was removed (DeepSpeed 0.5.9)");
+  }
+  c.round_robin_gradients = rr.get_bool("round_robin_gradients", c.round_robin_gradients);
+  c.zero_hpz_partition_size = rr.get_int("zero_hpz_partition_size", c.zero_hpz_partition_size, 1);
+  c.zero_quantized_weights = rr.get_bool("zero_quantized_weights", false);
+  c.zero_quantized_nontrainable_weights = rr.get_bool("zero_quantized_nontrainable_weights", false);
+  c.zero_quantized_gradients = rr.get_bool("zero_quantized_gradients", false);
+  rr.get_raw("zeropp_loco_param");
+  c.mics_shard_size = rr.get_int("mics_shard_size", c.mics_shard_size);
+  c.mics_hierarchical_params_gather = rr.get_bool("mics_hierarchical_params_gather", false);
+  c.memory_efficient_linear = rr.get_bool("memory_efficient_linear", true);
+  c.override_module_apply = rr.get_bool("override_module_apply", true);
+  c.pipeline_loading_checkpoint = rr.get_bool("pipeline_loading_checkpoint", false);
+  c.log_trace_cache_warnings = rr.get_bool("log_trace_cache_warnings", false);
+  c.enable_sanity_checks = rr.get_bool("enable_sanity_checks", false);
+  rr.get_bool("save_muon_momentum_buffer_in_memory", false);
+  rr.get_raw("leaf_module");
+  rr.get_raw("zenflow");
+  rr.finish();
+  return c;
+}
+
+MonitorConfig parse_monitor(ConfigReader r) {
+  MonitorConfig c;
+  c.enabled = r.get_bool("enabled", c.enabled);
+  c.output_path = r.get_string("output_path", c.output_path);
+  c.job_name = r.get_string("job_name", c.job_name);
+  r.finish();
+  return c;
+}
+
+WandbConfig parse_wandb(ConfigReader r) {
+  WandbConfig c;
+  c.enabled = r.get_bool("enabled", c.enabled);
+  c.group = r.get_string("group", "");
+  c.team = r.get_string("team", "");
+  c.project = r.get_string("project", c.project);
+  r.finish();
+  return c;
+}
+
+void parse_comet(ConfigReader r) {
+  r.get_bool("enabled", false);
+  r.get_int("samples_log_interval", 100, 1);
+  for (const char* k : {"project", "workspace", "api_key", "experiment_name", "experiment_key",
+                        "mode"}) {
+    r.get_opt_string(k);
+  }
+  r.get_raw("online");
+  r.finish();
+}
+
+CommsLoggerConfig parse_comms_logger(ConfigReader r) {
+  CommsLoggerConfig c;
+  c.enabled = r.get_bool("enabled", c.enabled);
+  c.verbose = r.get_bool("verbose", c.verbose);
+  c.prof_all = r.get_bool("prof_all", c.prof_all);
+  c.prof_ops = r.get_string_list("prof_ops");
+  c.debug = r.get_bool("debug", c.debug);
+  r.finish();
+  return c;
+}
+
+CheckpointConfig parse_checkpoint(ConfigReader r) {
+  CheckpointConfig c;
+  std::string tv = r.get_string("tag_validation", c.tag_validation);
+  std::string up(tv);
+  std::transform(up.begin(), up.end(), up.begin(), [](unsigned char ch) { return std::toupper(ch); });
+  check_one_of(r, "tag_validation", up, {"IGNORE", "WARN", "FAIL"});
+  c.tag_validation = up;
+  c.load_universal = r.get_bool("load_universal", c.load_universal);
+  c.use_node_local_storage = r.get_bool("use_node_local_storage", c.use_node_local_storage);
+  ConfigReader pw = r.section("parallel_write", Strictness::kWarnUnknown);
+  c.parallel_write_pipeline_stage = pw.get_bool("pipeline_stage", false);
+  pw.finish();
+  r.get_bool("checkpoint_serialization", true);
+  r.get_raw("writer");
+  r.finish();
+  return c;
+}
+
+// Sections this build parses only far enough to know whether they ask for a feature; their
+// contents are kept in `raw` and judged by check_supported().
+constexpr const char* kPassThroughSections[] = {
+    "amp", "torch_autocast", "aio", "activation_checkpointing", "flops_profiler", "data_types",
+    "pipeline", "progressive_layer_drop", "curriculum_learning", "data_efficiency",
+    "compression_training", "quantize_training", "eigenvalue", "sparse_attention", "elasticity",
+    "autotuning", "tensor_parallel", "hybrid_engine", "compile", "graph_harvesting", "nebula",
+    "datastates", "vocabulary_size", "use_data_before_expert_parallelism",
+    "sequence_parallel_size", "data_parallel_size", "seq_parallel_communication_data_type",
+    "disable_allgather", "allgather_size", "weight_quantization"};
+
+}  // namespace
+
+DeepSpeedConfig DeepSpeedConfig::from_string(const std::string& config, int64_t dp_world_size) {
+  auto loaded = config_detail::load_config_text(config);
+  return from_json(loaded.doc, dp_world_size, loaded.source);
+}
+
+DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_size,
+                                           const std::string& source) {
+  DS_CHECK(doc.is_object(), ConfigError, source, ": the top level must be a JSON object, found ",
+           doc.type_name());
+  DeepSpeedConfig c;
+  c.raw = doc;
+  c.source = source;
+  ConfigReader top(&c.raw, "", source, Strictness::kWarnUnknown, &c.warnings);
+
+  c.batch = config_detail::resolve_batch_triad(
+      top.get_opt_int("train_batch_size"), top.get_opt_int("train_micro_batch_size_per_gpu"),
+      top.get_opt_int("gradient_accumulation_steps"), dp_world_size, source);
+
+  ConfigReader opt = top.section("optimizer", Strictness::kWarnUnknown);
+  if (opt.present()) {
+    c.optimizer.present = true;
+    auto type = opt.get_opt_string("type");
+    if (!type) opt.fail("type", "is missing; name the optimizer, e.g. \"AdamW\"");
+    c.optimizer.type = *type;
+    ConfigReader params = opt.section("params", Strictness::kWarnUnknown);
+    if (params.present()) c.optimizer.params = c.raw["optimizer"]["params"];
+    c.optimizer.legacy_fusion = opt.get_bool("legacy_fusion", false);
+    if (c.optimizer.params.contains("max_grad_norm")) {
+      opt.fail("params.max_grad_norm", "is not supported; use the top-level gradient_clipping");
+    }
+    opt.finish();
+  }
+  ConfigReader sched = top.section("scheduler", Strictness::kWarnUnknown);
+  if (sched.present()) {
+    c.scheduler.present = true;
+    auto type = sched.get_opt_string("type");
+    if (!type) sched.fail("type", "is missing; name the scheduler, e.g. \"WarmupLR\"");
+    c.scheduler.type = *type;
+    ConfigReader params = sched.section("params", Strictness::kWarnUnknown);
+    if (params.present()) c.scheduler.params = c.raw["scheduler"]["params"];
+    sched.finish();
+  }
+
+  c.gradient_clipping = top.get_double("gradient_clipping", c.gradient_clipping);
+  if (c.gradient_clipping < 0) top.fail("gradient_clipping", "is negative; use 0 to disable");
+  c.steps_per_print = top.get_opt_int("steps_per_print", 1);
+  c.wall_clock_breakdown = top.get_bool("wall_clock_breakdown", false);
+  c.memory_breakdown = top.get_bool("memory_breakdown", false);
+  c.dump_state = top.get_bool("dump_state", false);
+  c.log_level = top.get_string("log_level", "");
+  c.prescale_gradients = top.get_bool("prescale_gradients", false);
+  c.gradient_predivide_factor = top.get_double("gradient_predivide_factor", 1.0);
+  if (c.gradient_predivide_factor <= 0) top.fail("gradient_predivide_factor", "must be > 0");
+  c.gradient_allreduce_op = lower(top.get_string("gradient_allreduce_op", "mean"));
+  check_one_of(top, "gradient_allreduce_op", c.gradient_allreduce_op, {"mean", "sum"});
+  if (auto cdt = top.get_opt_string("communication_data_type")) {
+    std::string v = lower(*cdt);
+    if (v != "fp32" && v != "fp16" && v != "bf16") {
+      top.fail("communication_data_type",
+               "is \"" + *cdt + "\"; supported data types: fp16, bf16, fp32");
+    }
+    c.communication_data_type = v;
+  }
+  c.managed_gradient_accumulation = top.get_bool("managed_gradient_accumulation", true);
+  c.zero_allow_untested_optimizer = top.get_bool("zero_allow_untested_optimizer", false);
+  c.zero_force_ds_cpu_optimizer = top.get_bool("zero_force_ds_cpu_optimizer", true);
+  c.dataloader_drop_last = top.get_bool("dataloader_drop_last", false);
+  c.sparse_gradients = top.get_bool("sparse_gradients", false);
+  c.seed = top.get_opt_int("seed", 0);
+
+  c.fp16 = parse_fp16(top.section("fp16", Strictness::kStrict));
+  if (top.has("bf16") && top.has("bfloat16")) {
+    top.fail("bf16", "and its legacy name 'bfloat16' are both set; keep bf16");
+  }
+  c.bf16 = parse_bf16(top.section(top.has("bfloat16") ? "bfloat16" : "bf16", Strictness::kStrict));
+  top.mark_known("bf16");
+  top.mark_known("bfloat16");
+  if (c.fp16.enabled && c.bf16.enabled) {
+    throw ConfigError(source + ": bf16 and fp16 modes cannot be simultaneously enabled");
+  }
+  c.zero_optimization = parse_zero(top, &c.warnings);
+  if (c.gradient_allreduce_op == "sum" && c.zero_optimization.stage == 3) {
+    top.fail("gradient_allreduce_op", "is \"sum\"; it is not supported with ZeRO stage 3");
+  }
+  c.tensorboard = parse_monitor(top.section("tensorboard", Strictness::kStrict));
+  c.csv_monitor = parse_monitor(top.section("csv_monitor", Strictness::kStrict));
+  c.wandb = parse_wandb(top.section("wandb", Strictness::kStrict));
+  parse_comet(top.section("comet", Strictness::kStrict));
+  c.comms_logger = parse_comms_logger(top.section("comms_logger", Strictness::kStrict));
+  ConfigReader timers = top.section("timers", Strictness::kWarnUnknown);
+  ConfigReader tp = timers.section("throughput", Strictness::kStrict);
+  c.timers_throughput.enabled = tp.get_bool("enabled", true);
+  c.timers_throughput.synchronized = tp.get_bool("synchronized", true);
+  tp.finish();
+  timers.finish();
+  c.checkpoint = parse_checkpoint(top.section("checkpoint", Strictness::kWarnUnknown));
+
+  for (const char* key : kPassThroughSections) top.mark_known(key);
+  top.finish();
+  return c;
+}
+
+}  // namespace deepspeed

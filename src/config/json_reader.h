@@ -1,0 +1,69 @@
+// ConfigReader: typed, path-aware access to one JSON object of ds_config.json.
+// It knows the key path for error messages, treats "auto" as "use the default" (as DeepSpeed's
+// pydantic sections do), remembers which keys were read, and at finish() reports the rest:
+// an error (with a close match) in strict sections, a warning elsewhere.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "deepspeed/config.h"
+
+namespace deepspeed::config_detail {
+
+/// The closest of `candidates` to `key` by edit distance, or "" when none is close.
+std::string closest_match(const std::string& key, const std::vector<std::string>& candidates);
+
+/// Renders a JSON value for messages: strings quoted, numbers as written.
+std::string show(const json& value);
+
+enum class Strictness { kStrict, kWarnUnknown };
+
+class ConfigReader {
+ public:
+  /// `obj` may be null (section absent): every getter then returns its default.
+  ConfigReader(const json* obj, std::string path, std::string source, Strictness strictness,
+               std::vector<std::string>* warnings);
+
+  bool present() const { return obj_ != nullptr; }
+  bool has(const std::string& key) const;
+  const std::string& path() const { return path_; }
+
+  bool get_bool(const std::string& key, bool def);
+  int64_t get_int(const std::string& key, int64_t def, std::optional<int64_t> min = {});
+  std::optional<int64_t> get_opt_int(const std::string& key, std::optional<int64_t> min = {});
+  double get_double(const std::string& key, double def);
+  std::string get_string(const std::string& key, const std::string& def);
+  std::optional<std::string> get_opt_string(const std::string& key);
+  std::vector<std::string> get_string_list(const std::string& key);
+  /// Marks `key` as known and returns the raw value (nullptr if absent or "auto").
+  const json* get_raw(const std::string& key);
+  /// A nested object section; a non-object value is an error naming the path.
+  ConfigReader section(const std::string& key, Strictness strictness);
+  /// Reads `alias` as a second name of `key` (DeepSpeed accepts both); giving both is an error.
+  const json* pick_alias(const std::string& key, const std::string& alias);
+  /// Marks a key as known without reading it (handled elsewhere).
+  void mark_known(const std::string& key) { known_.push_back(key); }
+
+  /// Reports keys never read: ConfigError in strict sections, a warning otherwise.
+  void finish();
+
+  /// "<source>: <path>.<key>" for messages.
+  std::string where(const std::string& key) const;
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+
+ private:
+  const json* lookup(const std::string& key);
+
+  const json* obj_;
+  std::string path_;
+  std::string source_;
+  Strictness strictness_;
+  std::vector<std::string>* warnings_;
+  std::vector<std::string> known_;
+};
+
+}  // namespace deepspeed::config_detail

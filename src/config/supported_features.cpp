@@ -1,0 +1,86 @@
+// What this build implements. Each DeepSpeed feature that is configured but not implemented yet
+// is refused here by its key path, so nothing the user asked for is silently ignored.
+// Keep docs/config.md's "status" column in sync with this file.
+#include <algorithm>
+#include <cctype>
+
+#include "deepspeed/config.h"
+#include "runtime/optim/optimizer_factory.h"
+#include "deepspeed/lr_schedules.h"
+#include "util/check.h"
+
+namespace deepspeed {
+namespace {
+
+[[noreturn]] void refuse(const DeepSpeedConfig& c, const std::string& what) {
+  throw NotSupportedError(c.source + ": " + what + " is not supported yet");
+}
+
+bool enabled_flag(const json& raw, const char* section) {
+  auto it = raw.find(section);
+  if (it == raw.end() || !it->is_object()) return false;
+  auto e = it->find("enabled");
+  return e != it->end() && e->is_boolean() && e->get<bool>();
+}
+
+}  // namespace
+
+void DeepSpeedConfig::check_supported() const {
+  const auto& z = zero_optimization;
+  if (z.stage != 0) refuse(*this, "zero_optimization.stage " + std::to_string(z.stage));
+  if (z.offload_optimizer && z.offload_optimizer->device != "none") {
+    refuse(*this, "zero_optimization.offload_optimizer.device \"" + z.offload_optimizer->device + "\"");
+  }
+  if (z.offload_param && z.offload_param->device != "none") {
+    refuse(*this, "zero_optimization.offload_param.device \"" + z.offload_param->device + "\"");
+  }
+  if (z.zero_quantized_weights || z.zero_quantized_gradients || z.zero_hpz_partition_size > 1) {
+    refuse(*this, "ZeRO++ (zero_optimization.zero_quantized_* / zero_hpz_partition_size)");
+  }
+  if (z.mics_shard_size > 0) refuse(*this, "zero_optimization.mics_shard_size (MiCS)");
+  if (fp16.enabled) refuse(*this, "fp16.enabled");
+  if (bf16.enabled) refuse(*this, "bf16.enabled");
+  if (communication_data_type && *communication_data_type != "fp32") {
+    refuse(*this, "communication_data_type \"" + *communication_data_type + "\"");
+  }
+  if (sparse_gradients) refuse(*this, "sparse_gradients");
+  if (tensorboard.enabled) refuse(*this, "tensorboard.enabled");
+  if (csv_monitor.enabled) refuse(*this, "csv_monitor.enabled");
+  if (wandb.enabled) refuse(*this, "wandb.enabled");
+  if (enabled_flag(raw, "comet")) refuse(*this, "comet.enabled");
+  if (comms_logger.enabled) refuse(*this, "comms_logger.enabled");
+  if (checkpoint.load_universal) refuse(*this, "checkpoint.load_universal");
+
+  for (const char* section :
+       {"amp", "torch_autocast", "flops_profiler", "progressive_layer_drop", "curriculum_learning",
+        "data_efficiency", "elasticity", "autotuning", "hybrid_engine", "nebula", "datastates",
+        "eigenvalue", "quantize_training"}) {
+    if (enabled_flag(raw, section)) refuse(*this, std::string(section) + ".enabled");
+  }
+  if (raw.contains("sparse_attention")) refuse(*this, "sparse_attention");
+  if (raw.contains("compression_training")) refuse(*this, "compression_training");
+  if (auto it = raw.find("compile"); it != raw.end() && it->is_object() &&
+                                     it->value("deepcompile", false)) {
+    refuse(*this, "compile.deepcompile");
+  }
+  if (auto it = raw.find("tensor_parallel"); it != raw.end() && it->is_object() &&
+                                             it->value("autotp_size", 0) > 1) {
+    refuse(*this, "tensor_parallel.autotp_size > 1");
+  }
+  if (raw.value("graph_harvesting", false)) refuse(*this, "graph_harvesting");
+  if (auto it = raw.find("sequence_parallel_size");
+      it != raw.end() && it->is_number_integer() && it->get<int64_t>() > 1) {
+    refuse(*this, "sequence_parallel_size > 1");
+  }
+  if (auto it = raw.find("data_types"); it != raw.end() && it->is_object()) {
+    for (const char* k : {"grad_accum_dtype", "param_dtype", "buffer_dtype"}) {
+      auto v = it->find(k);
+      if (v != it->end() && !v->is_null()) refuse(*this, std::string("data_types.") + k);
+    }
+  }
+
+  if (optimizer.present) optim::check_optimizer_supported(optimizer, source);
+  if (scheduler.present) optim::check_scheduler_supported(scheduler, source);
+}
+
+}  // namespace deepspeed

@@ -1,0 +1,167 @@
+// GradReducer implementation (see the header, and Note [Bucket order]).
+#include "runtime/grad_reducer.h"
+
+#include <chrono>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "util/check.h"
+
+namespace deepspeed::runtime {
+
+// Fires after AccumulateGrad has written this backward's gradient into param.grad.
+class GradReducer::Hook : public torch::autograd::FunctionPostHook {
+ public:
+  Hook(GradReducer* owner, size_t index) : owner_(owner), index_(index) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    owner_->on_grad_ready(index_);
+    return outputs;
+  }
+  const GradReducer* owner() const { return owner_; }
+
+ private:
+  GradReducer* owner_;
+  size_t index_;
+};
+
+GradReducer::GradReducer(std::vector<at::Tensor> params, GradReducerOptions options)
+    : params_(std::move(params)), options_(options), world_size_(comm::get_world_size()) {
+  DS_CHECK(options_.bucket_numel > 0, ConfigError,
+           "zero_optimization.reduce_bucket_size must be positive");
+  const size_t n = params_.size();
+  bucket_of_.assign(n, 0);
+  slot_in_bucket_.assign(n, 0);
+  ready_.assign(n, false);
+  // Reverse registration order: the order in which backward usually finishes gradients.
+  Bucket current;
+  int64_t current_numel = 0;
+  at::ScalarType current_dtype = at::ScalarType::Undefined;
+  auto close = [&]() {
+    if (current.params.empty()) return;
+    current.flat = at::zeros({current_numel}, params_[current.params[0]].options());
+    buckets_.push_back(std::move(current));
+    current = Bucket{};
+    current_numel = 0;
+  };
+  for (size_t k = n; k-- > 0;) {
+    const at::Tensor& p = params_[k];
+    int64_t numel = p.numel();
+    // Matches DeepSpeed: a bucket is closed once adding the next gradient would exceed it;
+    // dtypes are never mixed in one bucket.
+    if (!current.params.empty() &&
+        (current_numel + numel > options_.bucket_numel || p.scalar_type() != current_dtype)) {
+      close();
+    }
+    current_dtype = p.scalar_type();
+    bucket_of_[k] = buckets_.size();
+    slot_in_bucket_[k] = current.params.size();
+    current.params.push_back(k);
+    current.offsets.push_back(current_numel);
+    current_numel += numel;
+  }
+  close();
+
+  for (size_t i = 0; i < n; ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    DS_INTERNAL_ASSERT(acc != nullptr, "parameter ", i, " has no gradient accumulator");
+    acc->add_post_hook(std::make_unique<Hook>(this, i));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+GradReducer::~GradReducer() {
+  // Remove our hooks: the model may outlive the engine.
+  for (auto& acc : accumulators_) {
+    auto& hooks = acc->post_hooks();
+    for (auto it = hooks.begin(); it != hooks.end();) {
+      auto* h = dynamic_cast<Hook*>(it->get());
+      it = (h != nullptr && h->owner() == this) ? hooks.erase(it) : it + 1;
+    }
+  }
+}
+
+void GradReducer::prepare() {
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.launched = false;
+    b.handle = comm::Handle();
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_to_launch_ = 0;
+  armed_ = true;
+}
+
+void GradReducer::on_grad_ready(size_t i) {
+  if (!armed_) return;
+  Bucket& b = buckets_[bucket_of_[i]];
+  DS_CHECK(!ready_[i], UsageError, "the gradient of parameter #", i,
+           " was computed twice in one backward on the accumulation boundary; call "
+           "engine.backward() once per micro-batch");
+  DS_CHECK(!b.launched, UsageError, "the gradient of parameter #", i,
+           " arrived after its bucket was reduced");
+  ready_[i] = true;
+  const at::Tensor& g = params_[i].grad();
+  at::Tensor slot = b.flat.narrow(0, b.offsets[slot_in_bucket_[i]], params_[i].numel());
+  if (g.defined()) {
+    slot.copy_(g.reshape({-1}));
+  } else {
+    slot.zero_();
+  }
+  if (--b.pending == 0) launch_ready_buckets();
+}
+
+void GradReducer::launch_ready_buckets() {
+  while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
+    launch(buckets_[next_to_launch_]);
+    ++next_to_launch_;
+  }
+}
+
+void GradReducer::launch(Bucket& b) {
+  // Parameters that got no gradient this backward (unused or frozen by control flow) count as
+  // zeros, so every rank reduces the same sizes (Matches DeepSpeed's ZeRO-0 fallback).
+  for (size_t s = 0; s < b.params.size(); ++s) {
+    if (!ready_[b.params[s]]) b.flat.narrow(0, b.offsets[s], params_[b.params[s]].numel()).zero_();
+  }
+  if (options_.average) {
+    // Matches DeepSpeed (reference §7.1): prescale divides by W before the sum; postscale
+    // divides by the predivide factor f before and multiplies by f/W after.
+    if (options_.prescale) {
+      b.flat.mul_(1.0 / world_size_);
+    } else if (options_.predivide_factor != 1.0) {
+      b.flat.mul_(1.0 / options_.predivide_factor);
+    }
+  }
+  b.pending = 0;
+  b.launched = true;
+  b.handle = comm::all_reduce(b.flat, comm::ReduceOp::kSum, /*async_op=*/true);
+}
+
+void GradReducer::finish() {
+  if (!armed_) return;
+  auto t0 = std::chrono::steady_clock::now();
+  for (auto& b : buckets_) b.pending = 0;  // what is left launches now, in order
+  launch_ready_buckets();
+  for (auto& b : buckets_) {
+    b.handle.wait();
+    if (options_.average && !options_.prescale &&
+        options_.predivide_factor != static_cast<double>(world_size_)) {
+      b.flat.mul_(options_.predivide_factor / world_size_);
+    }
+    for (size_t s = 0; s < b.params.size(); ++s) {
+      at::Tensor& p = params_[b.params[s]];
+      // The gradient becomes a view of the bucket until zero_grad() drops it.
+      p.mutable_grad() = b.flat.narrow(0, b.offsets[s], p.numel()).view(p.sizes());
+    }
+  }
+  armed_ = false;
+  last_wait_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace deepspeed::runtime

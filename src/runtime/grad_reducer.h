@@ -1,0 +1,75 @@
+// GradReducer: ZeRO-0 gradient averaging. Gradients are packed into buckets of at most
+// reduce_bucket_size elements (in reverse parameter order, the order backward produces them);
+// a post-hook on each parameter's AccumulateGrad node copies the accumulated gradient into its
+// bucket, and a full bucket is all-reduced asynchronously while backward goes on.
+// Note [Bucket order]: buckets are launched strictly in index order on every rank, so ranks
+// whose backward visits parameters in a different order (or skips unused ones) still issue the
+// same collectives in the same order.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "deepspeed/comm.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace deepspeed::runtime {
+
+struct GradReducerOptions {
+  int64_t bucket_numel = 500000000;  // zero_optimization.reduce_bucket_size
+  bool prescale = false;             // prescale_gradients
+  double predivide_factor = 1.0;     // gradient_predivide_factor
+  bool average = true;               // gradient_allreduce_op "mean" (false: "sum")
+};
+
+class GradReducer {
+ public:
+  GradReducer(std::vector<at::Tensor> params, GradReducerOptions options);
+  ~GradReducer();
+
+  /// Arms the hooks for the coming backward (the accumulation boundary's).
+  void prepare();
+  /// After backward: launches what the hooks did not (parameters without gradients count as
+  /// zeros), waits for every bucket, and writes the averaged gradients back into .grad.
+  void finish();
+  bool armed() const { return armed_; }
+
+  size_t num_buckets() const { return buckets_.size(); }
+  /// Milliseconds finish() spent waiting for communication (the non-overlapped part).
+  double last_wait_ms() const { return last_wait_ms_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;  // indices into params_
+    std::vector<int64_t> offsets;
+    at::Tensor flat;
+    size_t pending = 0;
+    bool launched = false;
+    comm::Handle handle;
+  };
+  class Hook;
+
+  void on_grad_ready(size_t param_index);
+  void launch_ready_buckets();
+  void launch(Bucket& bucket);
+
+  std::vector<at::Tensor> params_;
+  GradReducerOptions options_;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;      // param index -> bucket index
+  std::vector<size_t> slot_in_bucket_;  // param index -> position in bucket.params
+  std::vector<bool> ready_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep hooks alive
+  size_t next_to_launch_ = 0;
+  bool armed_ = false;
+  double last_wait_ms_ = 0.0;
+  int world_size_ = 1;
+};
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,181 @@
+// DeepSpeedConfig: sections, defaults, type errors with key paths, unknown keys, refusals.
+#include "deepspeed/config.h"
+
+#include <gtest/gtest.h>
+
+#include "support/expect_throw.h"
+
+namespace deepspeed {
+namespace {
+
+DeepSpeedConfig parse(const std::string& text, int64_t world = 1) {
+  return DeepSpeedConfig::from_string(text, world);
+}
+
+TEST(DsConfig, DefaultsMatchDeepSpeed) {
+  auto c = parse(R"({"train_batch_size": 8})");
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
+  EXPECT_FALSE(c.steps_per_print.has_value());
+  EXPECT_FALSE(c.prescale_gradients);
+  EXPECT_DOUBLE_EQ(c.gradient_predivide_factor, 1.0);
+  EXPECT_EQ(c.gradient_allreduce_op, "mean");
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
+  EXPECT_FALSE(c.zero_optimization.overlap_comm_enabled());
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_EQ(c.fp16.initial_scale_power, 16);
+  EXPECT_EQ(c.fp16.loss_scale_window, 1000);
+  EXPECT_EQ(c.fp16.hysteresis, 2);
+  EXPECT_TRUE(c.bf16.check_grad_overflow);
+  EXPECT_EQ(c.tensorboard.job_name, "DeepSpeedJobName");
+  EXPECT_EQ(c.checkpoint.tag_validation, "WARN");
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_NO_THROW(c.check_supported());
+}
+
+TEST(DsConfig, ReadsImplementedTopLevelKeys) {
+  auto c = parse(R"({
+    "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+    "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10}},
+    "gradient_clipping": 0.5, "steps_per_print": 5, "wall_clock_breakdown": true,
+    "prescale_gradients": true, "gradient_predivide_factor": 2.0, "seed": 7,
+    "gradient_allreduce_op": "SUM", "zero_optimization": {"stage": 0, "reduce_bucket_size": 5e5}
+  })", 2);
+  EXPECT_EQ(c.batch.train_batch_size, 16);
+  EXPECT_EQ(c.optimizer.type, "AdamW");
+  EXPECT_DOUBLE_EQ(c.optimizer.params["lr"].get<double>(), 3e-4);
+  EXPECT_EQ(c.scheduler.type, "WarmupLR");
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 0.5);
+  EXPECT_EQ(*c.steps_per_print, 5);
+  EXPECT_TRUE(c.wall_clock_breakdown);
+  EXPECT_TRUE(c.prescale_gradients);
+  EXPECT_DOUBLE_EQ(c.gradient_predivide_factor, 2.0);
+  EXPECT_EQ(*c.seed, 7);
+  EXPECT_EQ(c.gradient_allreduce_op, "sum");
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000);
+  EXPECT_NO_THROW(c.check_supported());
+}
+
+TEST(DsConfig, AutoMeansDefault) {
+  auto c = parse(R"({"train_batch_size": 8, "gradient_clipping": "auto",
+                     "zero_optimization": {"stage": 0, "reduce_bucket_size": "auto"},
+                     "fp16": {"enabled": "auto"}})");
+  EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
+  EXPECT_FALSE(c.fp16.enabled);
+}
+
+TEST(DsConfig, WrongTypeNamesKeyPathAndValue) {
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": "eight"})"), ConfigError,
+                    "ds_config: train_batch_size is \"eight\"; expected an integer");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "fp16": {"enabled": "yes"}})"),
+                    ConfigError, "fp16.enabled is \"yes\"; expected true or false");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "zero_optimization": {"reduce_bucket_size": 1.5}})"),
+                    ConfigError, "zero_optimization.reduce_bucket_size is 1.5; expected an integer");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "gradient_clipping": -1})"), ConfigError,
+                    "gradient_clipping is negative");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 4}})"),
+                    ConfigError, "zero_optimization.stage is 4; expected 0, 1, 2 or 3");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "zero_optimization": {"allgather_bucket_size": 3}})"),
+                    ConfigError, "allgather_bucket_size is 3; it must be a multiple of 2");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "gradient_allreduce_op": "avg"})"),
+                    ConfigError, "gradient_allreduce_op is \"avg\"; expected one of mean, sum");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "communication_data_type": "fp8"})"),
+                    ConfigError, "communication_data_type is \"fp8\"");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "fp16": true})"), ConfigError,
+                    "fp16 is true; expected an object");
+}
+
+TEST(DsConfig, UnknownKeyInStrictSectionIsErrorWithCloseMatch) {
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "zero_optimization": {"stgae": 1}})"),
+                    ConfigError, "zero_optimization.stgae is not a known key; did you mean 'stage'?");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "fp16": {"initial_scale_pow": 8}})"),
+                    ConfigError, "did you mean 'initial_scale_power'?");
+  EXPECT_THROW_WITH(
+      parse(R"({"train_batch_size": 8, "zero_optimization": {"offload_optimizer": {"devise": "cpu"}}})"),
+      ConfigError, "zero_optimization.offload_optimizer.devise is not a known key");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "comms_logger": {"enable": true}})"),
+                    ConfigError, "comms_logger.enable");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "tensorboard": {"path": "x"}})"),
+                    ConfigError, "tensorboard.path");
+}
+
+TEST(DsConfig, UnknownTopLevelKeyIsWarningWithCloseMatch) {
+  auto c = parse(R"({"train_batch_size": 8, "gradient_cliping": 1.0, "my_own_key": 3})");
+  ASSERT_EQ(c.warnings.size(), 2u);
+  EXPECT_NE(c.warnings[0].find("gradient_cliping is not a known key; did you mean "
+                               "'gradient_clipping'?"), std::string::npos) << c.warnings[0];
+  EXPECT_NE(c.warnings[1].find("my_own_key"), std::string::npos);
+}
+
+TEST(DsConfig, LegacyAndDeprecatedForms) {
+  auto c = parse(R"({"train_batch_size": 8, "zero_optimization": true, "allgather_size": 1000})");
+  EXPECT_EQ(c.zero_optimization.stage, 1);
+  EXPECT_EQ(c.zero_optimization.allgather_bucket_size, 1000);
+  EXPECT_EQ(c.warnings.size(), 1u);
+  EXPECT_EQ(parse(R"({"train_batch_size": 8, "zero_optimization": false})").zero_optimization.stage, 0);
+
+  c = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "cpu_offload": true}})");
+  ASSERT_TRUE(c.zero_optimization.offload_optimizer.has_value());
+  EXPECT_EQ(c.zero_optimization.offload_optimizer->device, "cpu");
+
+  c = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "prefetch_bucket_size": 100}})");
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 100);
+  EXPECT_TRUE(c.zero_optimization.overlap_comm_enabled());
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "zero_optimization":
+      {"stage3_prefetch_bucket_size": 1, "prefetch_bucket_size": 2}})"),
+                    ConfigError, "alias 'prefetch_bucket_size' are both set");
+
+  c = parse(R"({"train_batch_size": 8, "bfloat16": {"enabled": false}})");
+  EXPECT_FALSE(c.bf16.enabled);
+}
+
+TEST(DsConfig, Fp16AndBf16Together) {
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "bf16": {"enabled": true}})"),
+                    ConfigError, "bf16 and fp16 modes cannot be simultaneously enabled");
+}
+
+TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
+  auto refuse = [](const std::string& text, const std::string& what) {
+    auto c = DeepSpeedConfig::from_string(text, 1);
+    EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, what + " is not supported yet");
+  };
+  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})", "zero_optimization.stage 3");
+  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1}})", "zero_optimization.stage 1");
+  refuse(R"({"train_batch_size": 8, "fp16": {"enabled": true}})", "fp16.enabled");
+  refuse(R"({"train_batch_size": 8, "bf16": {"enabled": true}})", "bf16.enabled");
+  refuse(R"({"train_batch_size": 8, "tensorboard": {"enabled": true}})", "tensorboard.enabled");
+  refuse(R"({"train_batch_size": 8, "flops_profiler": {"enabled": true}})", "flops_profiler.enabled");
+  refuse(R"({"train_batch_size": 8, "optimizer": {"type": "Lamb"}})", "optimizer.type \"Lamb\"");
+  refuse(R"({"train_batch_size": 8, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})",
+         "optimizer.type \"SGD\" (torch.optim)");
+  refuse(R"({"train_batch_size": 8, "scheduler": {"type": "OneCycle"}})", "scheduler.type \"OneCycle\"");
+  // Present but disabled is fine.
+  EXPECT_NO_THROW(parse(R"({"train_batch_size": 8, "fp16": {"enabled": false},
+                           "tensorboard": {"enabled": false}})").check_supported());
+}
+
+TEST(DsConfig, UnknownOptimizerAndSchedulerNames) {
+  auto c = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adamm"}})");
+  EXPECT_THROW_WITH(c.check_supported(), ConfigError, "\"Adamm\" is not a supported DeepSpeed optimizer");
+  c = parse(R"({"train_batch_size": 8, "scheduler": {"type": "Warmup"}})");
+  EXPECT_THROW_WITH(c.check_supported(), ConfigError, "does not recognize LR scheduler \"Warmup\"");
+  c = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 1, "momentum": 0.9}}})");
+  EXPECT_THROW_WITH(c.check_supported(), ConfigError, "optimizer.params.momentum is not a parameter of Adam");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"max_grad_norm": 1}}})"),
+                    ConfigError, "use the top-level gradient_clipping");
+}
+
+TEST(DsConfig, ResolvedFillsTriadAndDefaults) {
+  auto c = parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4})", 4);
+  json r = c.resolved();
+  EXPECT_EQ(r["gradient_accumulation_steps"], 2);
+  EXPECT_EQ(r["zero_optimization"]["stage"], 0);
+  EXPECT_EQ(r["fp16"]["initial_scale_power"], 16);
+  EXPECT_EQ(r["gradient_clipping"], 1.0);
+  EXPECT_TRUE(r["steps_per_print"].is_null());
+}
+
+}  // namespace
+}  // namespace deepspeed

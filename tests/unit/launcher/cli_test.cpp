@@ -1,0 +1,138 @@
+// Tests for the launcher's command line (tools/deepspeed/cli.cpp): accepted DeepSpeed flags, where
+// options stop, and the flags that are recognised and rejected by name.
+#include "cli.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "usage_error.h"
+
+namespace deepspeed::launcher {
+namespace {
+
+using Args = std::vector<std::string>;
+
+// Asserts that parsing throws UsageError whose message contains every fragment.
+void expect_usage_error(const Args& args, const std::vector<std::string>& fragments) {
+  try {
+    parse_command_line(args);
+    ADD_FAILURE() << "expected UsageError for " << ::testing::PrintToString(args);
+  } catch (const UsageError& e) {
+    for (const auto& fragment : fragments) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+          << "message '" << e.what() << "' lacks '" << fragment << "'";
+    }
+  }
+}
+
+TEST(Cli, Defaults_MatchDeepSpeed) {
+  CommandLine cl = parse_command_line({"prog"});
+  EXPECT_EQ(cl.options.num_gpus, -1);
+  EXPECT_EQ(cl.options.master_port, 29500);
+  EXPECT_EQ(cl.options.master_addr, "127.0.0.1");
+  EXPECT_FALSE(cl.options.no_local_rank);
+  EXPECT_EQ(cl.options.program, "prog");
+  EXPECT_TRUE(cl.options.program_args.empty());
+  EXPECT_TRUE(cl.warnings.empty());
+}
+
+TEST(Cli, ArgsAfterProgram_AreUntouchedEvenWhenTheyLookLikeOurFlags) {
+  CommandLine cl = parse_command_line({"--num_gpus", "2", "prog", "--num_gpus", "7", "--foo", "--", "-h",
+                                       "--include", "x"});
+  EXPECT_EQ(cl.options.num_gpus, 2);
+  EXPECT_EQ(cl.options.program, "prog");
+  EXPECT_EQ(cl.options.program_args, (Args{"--num_gpus", "7", "--foo", "--", "-h", "--include", "x"}));
+  EXPECT_FALSE(cl.help_requested);
+}
+
+TEST(Cli, AcceptsEqualsFormAndAliases) {
+  CommandLine cl = parse_command_line({"--num_accelerators=3", "--master_port=1234", "--master_addr",
+                                       "10.0.0.1", "--no_local_rank", "--no_python", "--save_pid",
+                                       "--bind_cores_to_rank", "--bind_core_list", "0-3",
+                                       "--enable_each_rank_log", "/tmp/logs", "--log_level", "warning",
+                                       "-q", "--num_nodes", "1", "/usr/bin/python3", "train.py"});
+  const LauncherOptions& o = cl.options;
+  EXPECT_EQ(o.num_gpus, 3);
+  EXPECT_EQ(o.master_port, 1234);
+  EXPECT_EQ(o.master_addr, "10.0.0.1");
+  EXPECT_TRUE(o.no_local_rank && o.no_python && o.save_pid && o.bind_cores_to_rank && o.quiet);
+  EXPECT_EQ(o.bind_core_list, "0-3");
+  EXPECT_EQ(o.enable_each_rank_log, "/tmp/logs");
+  EXPECT_EQ(o.log_level, "warning");
+  EXPECT_EQ(o.program, "/usr/bin/python3");
+  EXPECT_EQ(o.program_args, (Args{"train.py"}));
+}
+
+TEST(Cli, DoubleDash_EndsOptions) {
+  CommandLine cl = parse_command_line({"--num_gpus", "2", "--", "prog", "a"});
+  EXPECT_EQ(cl.options.program, "prog");
+  EXPECT_EQ(cl.options.program_args, (Args{"a"}));
+}
+
+TEST(Cli, Help_IsReportedNotThrown) {
+  CommandLine cl = parse_command_line({"--help"});
+  EXPECT_TRUE(cl.help_requested);
+  EXPECT_NE(cl.help_text.find("Usage: deepspeed [OPTIONS] PROGRAM [ARGS...]"), std::string::npos);
+  EXPECT_NE(cl.help_text.find("--num_gpus"), std::string::npos);
+  EXPECT_TRUE(parse_command_line({"-h"}).help_requested);
+}
+
+class CliRejectsMultiNodeFlag : public ::testing::TestWithParam<Args> {};
+
+TEST_P(CliRejectsMultiNodeFlag, NamingTheFlag) {
+  Args args = GetParam();
+  const std::string flag = args.front().substr(0, args.front().find('='));
+  args.push_back("prog");
+  expect_usage_error(args, {flag, "multi-node launching is not supported yet"});
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryRunnerFlag, CliRejectsMultiNodeFlag,
+    ::testing::Values(Args{"--include", "localhost:0,1"}, Args{"-i", "localhost:0"},
+                      Args{"--exclude", "worker-1"}, Args{"-e", "worker-1:0"}, Args{"--num_nodes", "2"},
+                      Args{"--min_elastic_nodes", "1"}, Args{"--max_elastic_nodes", "2"},
+                      Args{"--launcher", "openmpi"}, Args{"--launcher_args", "-x FOO"},
+                      Args{"--launcher_args=--oversubscribe"}, Args{"--node_rank", "0"},
+                      Args{"--ssh_port", "2222"}, Args{"--venv_script", "env.sh"},
+                      Args{"--autotuning", "tune"}, Args{"--no_ssh"}, Args{"--no_ssh_check"},
+                      Args{"--force_multi"}, Args{"--elastic_training"}));
+
+TEST(Cli, ExistingHostfile_IsRejected) {
+  const std::string path = ::testing::TempDir() + "/ds_launcher_cli_test_hostfile";
+  std::ofstream(path) << "worker-0 slots=8\nworker-1 slots=8\n";
+  expect_usage_error({"--hostfile", path, "prog"}, {"--hostfile", path, "multi-node launching is not supported yet"});
+  expect_usage_error({"-H", path, "prog"}, {"--hostfile"});
+  std::remove(path.c_str());
+}
+
+TEST(Cli, MissingHostfile_WarnsAndRunsLocally) {
+  CommandLine cl = parse_command_line({"-H", "/nonexistent/hostfile", "--num_gpus", "2", "prog"});
+  ASSERT_EQ(cl.warnings.size(), 1u);
+  EXPECT_EQ(cl.warnings[0], "Unable to find hostfile, will proceed with training with local resources only.");
+  EXPECT_EQ(cl.options.num_gpus, 2);
+}
+
+TEST(Cli, Module_IsRejectedWithAWayOut) {
+  expect_usage_error({"--module", "pkg.train"}, {"--module", "not supported", "python3 -m"});
+}
+
+TEST(Cli, UnknownOptionBeforeProgram_IsNamed) {
+  expect_usage_error({"--num_gpu", "2", "prog"}, {"unknown option '--num_gpu'"});
+  expect_usage_error({"--bogus=1", "prog"}, {"'--bogus=1'"});
+}
+
+TEST(Cli, MissingProgram_SaysUsage) {
+  expect_usage_error({}, {"missing PROGRAM", "deepspeed [OPTIONS] PROGRAM"});
+  expect_usage_error({"--num_gpus", "2"}, {"missing PROGRAM"});
+}
+
+TEST(Cli, BadValues_AreUsageErrors) {
+  expect_usage_error({"--num_gpus", "two", "prog"}, {"--num_gpus"});
+  expect_usage_error({"--log_level", "loud", "prog"}, {"--log_level", "loud"});
+  expect_usage_error({"--master_port", "prog"}, {"--master_port"});
+}
+
+}  // namespace
+}  // namespace deepspeed::launcher

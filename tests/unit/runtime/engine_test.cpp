@@ -1,0 +1,138 @@
+// Engine on one process: accumulation semantics, clipping, the LR schedule order, API errors.
+#include "deepspeed/deepspeed.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "support/expect_throw.h"
+#include "support/tiny_model.h"
+
+namespace deepspeed {
+namespace {
+
+using testing::TinyNetImpl;
+using testing::tiny_batch;
+
+json base_config(int micro, int gas, double clip = 0.0) {
+  return json{{"train_micro_batch_size_per_gpu", micro},
+              {"gradient_accumulation_steps", gas},
+              {"gradient_clipping", clip},
+              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.01}}}}}};
+}
+
+// Trains with the engine for `steps` optimizer steps, micro-batches of `micro` samples.
+std::vector<at::Tensor> train_engine(int micro, int gas, int steps, double clip = 0.0) {
+  auto model = std::make_shared<TinyNetImpl>();
+  auto [engine, optimizer, sched] = initialize(model, base_config(micro, gas, clip));
+  int64_t sample = 0;
+  for (int s = 0; s < steps; ++s) {
+    for (int m = 0; m < gas; ++m) {
+      auto [x, y] = tiny_batch(sample, micro);
+      sample += micro;
+      engine->backward(engine->forward(x, y));
+      engine->step();
+    }
+  }
+  std::vector<at::Tensor> out;
+  for (auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// The same training written directly with torch::optim: one batch per step, manual clipping.
+std::vector<at::Tensor> train_reference(int batch, int steps, double clip) {
+  auto model = std::make_shared<TinyNetImpl>();
+  std::vector<at::Tensor> trainable;
+  for (auto& p : model->parameters()) if (p.requires_grad()) trainable.push_back(p);
+  torch::optim::AdamW opt(trainable, torch::optim::AdamWOptions(0.01).weight_decay(0.01));
+  for (int s = 0; s < steps; ++s) {
+    auto [x, y] = tiny_batch(static_cast<int64_t>(s) * batch, batch);
+    opt.zero_grad();
+    model->forward(x, y).backward();
+    // DeepSpeed steps unused parameters with zero gradients (see Engine::step).
+    for (auto& p : trainable) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    }
+    if (clip > 0) torch::nn::utils::clip_grad_norm_(trainable, clip);
+    opt.step();
+  }
+  std::vector<at::Tensor> out;
+  for (auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    double diff = (a[i] - b[i]).abs().max().item<double>();
+    EXPECT_LE(diff, tol) << "tensor " << i << " max abs diff " << diff;
+  }
+}
+
+TEST(Engine, AccumulatingKMicroBatchesEqualsOneBatchKTimesLarger) {
+  expect_close(train_engine(/*micro=*/2, /*gas=*/4, 5), train_engine(8, 1, 5), 1e-6);
+  expect_close(train_engine(8, 1, 5), train_reference(8, 5, 0.0), 1e-6);
+}
+
+TEST(Engine, ClippingMatchesTorchClipGradNorm) {
+  // A small max norm so that every step clips.
+  expect_close(train_engine(4, 2, 5, /*clip=*/0.05), train_reference(8, 5, 0.05), 1e-6);
+}
+
+TEST(Engine, CountersBoundaryAndFrozenParameters) {
+  auto model = std::make_shared<TinyNetImpl>();
+  auto frozen_before = model->frozen->weight.detach().clone();
+  auto [engine, optimizer, sched] = initialize(model, base_config(2, 3));
+  ASSERT_NE(optimizer, nullptr);
+  EXPECT_EQ(sched, nullptr);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(engine->is_gradient_accumulation_boundary(), i % 3 == 2);
+    auto [x, y] = tiny_batch(i * 2, 2);
+    auto scaled = engine->backward(engine->forward(x, y));
+    EXPECT_EQ(scaled.dim(), 0);
+    engine->step();
+  }
+  EXPECT_EQ(engine->global_steps(), 2);
+  EXPECT_EQ(engine->global_samples(), 12);
+  EXPECT_EQ(engine->micro_steps(), 6);
+  EXPECT_TRUE(engine->get_global_grad_norm().has_value());
+  EXPECT_TRUE(torch::equal(model->frozen->weight, frozen_before));
+  EXPECT_FALSE(model->fc1->weight.grad().defined());  // zero_grad sets to None
+}
+
+TEST(Engine, SchedulerStepsAfterOptimizer) {
+  auto cfg = base_config(1, 1);
+  cfg["scheduler"] = {{"type", "WarmupLR"},
+                      {"params", {{"warmup_min_lr", 0.0}, {"warmup_max_lr", 0.1},
+                                  {"warmup_num_steps", 10}, {"warmup_type", "linear"}}}};
+  auto model = std::make_shared<TinyNetImpl>();
+  auto [engine, optimizer, sched] = initialize(model, cfg);
+  ASSERT_NE(sched, nullptr);
+  EXPECT_DOUBLE_EQ(engine->get_lr()[0], 0.0);  // construction writes k = -1
+  for (int i = 0; i < 3; ++i) {
+    auto [x, y] = tiny_batch(i, 1);
+    engine->backward(engine->forward(x, y));
+    engine->step();
+  }
+  EXPECT_NEAR(engine->get_lr()[0], 0.1 * 2 / 10, 1e-12);  // k = 2 after three updates
+}
+
+TEST(Engine, UsageErrors) {
+  auto model = std::make_shared<TinyNetImpl>();
+  json no_opt = {{"train_batch_size", 2}};
+  auto [engine, optimizer, sched] = initialize(model, no_opt);
+  EXPECT_EQ(optimizer, nullptr);
+  auto [x, y] = tiny_batch(0, 2);
+  EXPECT_THROW_WITH(engine->backward(engine->forward(x, y)), UsageError, "has no optimizer");
+  auto [e2, o2, s2] = initialize(std::make_shared<TinyNetImpl>(), base_config(2, 1));
+  EXPECT_THROW_WITH(e2->backward(torch::ones({2}, torch::requires_grad())), UsageError,
+                    "the loss must be a scalar");
+  EXPECT_THROW_WITH(initialize(std::shared_ptr<TinyNetImpl>(), base_config(2, 1)), UsageError,
+                    "requires a model");
+  json stage3 = base_config(2, 1);
+  stage3["zero_optimization"] = {{"stage", 3}};
+  EXPECT_THROW_WITH(initialize(std::make_shared<TinyNetImpl>(), stage3), NotSupportedError,
+                    "zero_optimization.stage 3 is not supported yet");
+}
+
+}  // namespace
+}  // namespace deepspeed

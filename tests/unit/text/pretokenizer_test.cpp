@@ -1,0 +1,68 @@
+// GPT-2's split pattern, rule by rule (the golden file in bpe_tokenizer_test covers the rest).
+#include "pretokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "unicode_classes.h"
+
+namespace deepspeed::examples {
+namespace {
+
+std::vector<std::string> split(std::string_view text) {
+  std::vector<std::string> out;
+  for (auto w : gpt2_pretokenize(text)) out.emplace_back(w);
+  return out;
+}
+using Words = std::vector<std::string>;
+
+TEST(Pretokenizer, LettersTakeOneLeadingSpace) {
+  EXPECT_EQ(split("Hello world"), (Words{"Hello", " world"}));
+  EXPECT_EQ(split("café au lait"), (Words{"café", " au", " lait"}));
+}
+
+TEST(Pretokenizer, Contractions) {
+  EXPECT_EQ(split("don't we're I'm they'll"),
+            (Words{"don", "'t", " we", "'re", " I", "'m", " they", "'ll"}));
+  EXPECT_EQ(split("I'M"), (Words{"I", "'", "M"}));  // case-sensitive
+  EXPECT_EQ(split("'sa"), (Words{"'s", "a"}));      // no word boundary needed
+  EXPECT_EQ(split("!'s"), (Words{"!'", "s"}));      // punctuation run swallows the quote
+}
+
+TEST(Pretokenizer, NumbersAndPunctuation) {
+  EXPECT_EQ(split("x2y 1234 3.5"), (Words{"x", "2", "y", " 1234", " 3", ".", "5"}));
+  EXPECT_EQ(split("Hi!!! ...?"), (Words{"Hi", "!!!", " ...?"}));
+}
+
+TEST(Pretokenizer, WhitespaceRunsLeaveTheLastSpaceToTheNextWord) {
+  EXPECT_EQ(split("a  b"), (Words{"a", " ", " b"}));
+  EXPECT_EQ(split("a\n\nb"), (Words{"a", "\n", "\n", "b"}));
+  EXPECT_EQ(split("a \n b"), (Words{"a", " \n", " b"}));
+  EXPECT_EQ(split("end   "), (Words{"end", "   "}));
+  EXPECT_EQ(split("\n\n"), (Words{"\n\n"}));
+  EXPECT_EQ(split("\t\tx"), (Words{"\t", "\t", "x"}));
+}
+
+TEST(Pretokenizer, AsciiClassesAreExact) {
+  using detail::CharClass;
+  for (char32_t c = 0; c < 128; ++c) {
+    CharClass want = CharClass::kOther;
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) want = CharClass::kLetter;
+    if (c >= '0' && c <= '9') want = CharClass::kNumber;
+    if (c == ' ' || (c >= 9 && c <= 13)) want = CharClass::kSpace;  // not 0x1C..0x1F
+    EXPECT_EQ(detail::char_class(c), want) << "code point " << static_cast<int>(c);
+  }
+}
+
+TEST(Pretokenizer, InvalidUtf8IsSplitAndKeptByteForByte) {
+  const std::string text = "ab\xFF\xC3 x\xE2\x82";  // stray byte, truncated sequences
+  std::string joined;
+  for (const auto& w : split(text)) joined += w;
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(split("ab\xFF\xFE"), (Words{"ab", "\xFF\xFE"}));
+}
+
+}  // namespace
+}  // namespace deepspeed::examples
