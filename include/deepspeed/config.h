@@ -165,6 +165,81 @@ struct CheckpointConfig {
   bool parallel_write_pipeline_stage = false;  // checkpoint.parallel_write.pipeline_stage
 };
 
+/// `activation_checkpointing` (legacy dict section; applied by the user's checkpoint calls).
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  std::optional<int64_t> number_checkpoints;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
+/// `flops_profiler`.
+struct FlopsProfilerConfig {
+  bool enabled = false;
+  double recompute_fwd_factor = 0.0;
+  int64_t profile_step = 1;
+  int64_t module_depth = -1;
+  int64_t top_modules = 1;
+  bool detailed = true;
+  std::string output_file;  // empty: stdout
+};
+
+/// `aio` (async I/O for NVMe offload).
+struct AioConfig {
+  int64_t block_size = 1048576;
+  int64_t queue_depth = 8;
+  int64_t intra_op_parallelism = 1;  // legacy name: thread_count
+  bool single_submit = false;
+  bool overlap_events = true;
+  bool use_gds = false;
+};
+
+/// `pipeline` (read by pipeline-parallel engines).
+struct PipelineConfig {
+  std::string stages = "auto";
+  std::string partition = "best";
+  bool seed_layers = false;
+  int64_t activation_checkpoint_interval = 0;
+  bool pipe_partitioned = true;
+  bool grad_partitioned = true;
+};
+
+/// `data_types`: "fp16" | "bf16" | "fp32" (or torch spellings), normalized; empty = unset.
+struct DataTypesConfig {
+  std::string grad_accum_dtype, param_dtype, buffer_dtype;
+};
+
+/// `elasticity`.
+struct ElasticityConfig {
+  bool enabled = false;
+  int64_t max_train_batch_size = 2000;
+  std::vector<int64_t> micro_batch_sizes = {2, 4, 6};
+  int64_t min_gpus = 1;
+  int64_t max_gpus = 10000;
+  double min_time = 0;
+  bool prefer_larger_batch = true;
+  int64_t num_gpus_per_node = 1;
+  int64_t model_parallel_size = 1;
+  bool ignore_non_elastic_batch_info = false;
+  double version = 0.2;
+};
+
+/// `progressive_layer_drop`: theta and gamma are required when enabled.
+struct ProgressiveLayerDropConfig {
+  bool enabled = false;
+  double theta = 1.0;
+  double gamma = 0.001;
+};
+
+/// `torch_autocast`.
+struct TorchAutocastConfig {
+  bool enabled = false;
+  std::string dtype;
+  std::vector<std::string> lower_precision_safe_modules;
+};
+
 /// Everything in ds_config.json. `raw` is the user's JSON verbatim (saved into checkpoints as
 /// `ds_config`, as DeepSpeed does).
 struct DeepSpeedConfig {
@@ -201,6 +276,14 @@ struct DeepSpeedConfig {
   CommsLoggerConfig comms_logger;
   ThroughputTimerConfig timers_throughput;
   CheckpointConfig checkpoint;
+  ActivationCheckpointingConfig activation_checkpointing;
+  FlopsProfilerConfig flops_profiler;
+  AioConfig aio;
+  PipelineConfig pipeline;
+  DataTypesConfig data_types;
+  ElasticityConfig elasticity;
+  ProgressiveLayerDropConfig progressive_layer_drop;
+  TorchAutocastConfig torch_autocast;
 
   /// Warnings found while parsing (unknown top-level keys, deprecated keys, ...), in order.
   std::vector<std::string> warnings;

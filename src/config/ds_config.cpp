@@ -6,6 +6,7 @@
 
 #include "config/batch_config.h"
 #include "config/config_source.h"
+#include "config/feature_sections.h"
 #include "config/json_reader.h"
 #include "util/check.h"
 
@@ -309,8 +310,7 @@ CheckpointConfig parse_checkpoint(ConfigReader r) {
 // Sections this build parses only far enough to know whether they ask for a feature; their
 // contents are kept in `raw` and judged by check_supported().
 constexpr const char* kPassThroughSections[] = {
-    "amp", "torch_autocast", "aio", "activation_checkpointing", "flops_profiler", "data_types",
-    "pipeline", "progressive_layer_drop", "curriculum_learning", "data_efficiency",
+    "amp", "curriculum_learning", "data_efficiency",
     "compression_training", "quantize_training", "eigenvalue", "sparse_attention", "elasticity",
     "autotuning", "tensor_parallel", "hybrid_engine", "compile", "graph_harvesting", "nebula",
     "datastates", "vocabulary_size", "use_data_before_expert_parallelism",
@@ -415,6 +415,7 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   tp.finish();
   timers.finish();
   c.checkpoint = parse_checkpoint(top.section("checkpoint", Strictness::kWarnUnknown));
+  config_detail::parse_feature_sections(top, c);
 
   for (const char* key : kPassThroughSections) top.mark_known(key);
   top.finish();

@@ -1,5 +1,6 @@
 // DeepSpeedConfig::resolved(): the effective configuration as JSON (defaults applied, the batch
 // triad filled in), printed by `ds_config` and at engine start with dump_state.
+#include "config/feature_sections.h"
 #include "deepspeed/config.h"
 
 namespace deepspeed {
@@ -126,6 +127,7 @@ json DeepSpeedConfig::resolved() const {
                      {"load_universal", checkpoint.load_universal},
                      {"use_node_local_storage", checkpoint.use_node_local_storage},
                      {"parallel_write", {{"pipeline_stage", checkpoint.parallel_write_pipeline_stage}}}};
+  config_detail::resolve_feature_sections(*this, j);
   // Sections kept verbatim (parsed by their features, which judge them in check_supported()).
   for (auto it = raw.begin(); it != raw.end(); ++it) {
     if (!j.contains(it.key()) && it.key() != "bfloat16" && it.key() != "timers") {

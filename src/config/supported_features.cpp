@@ -51,10 +51,18 @@ void DeepSpeedConfig::check_supported() const {
   if (comms_logger.enabled) refuse(*this, "comms_logger.enabled");
   if (checkpoint.load_universal) refuse(*this, "checkpoint.load_universal");
 
+  if (flops_profiler.enabled) refuse(*this, "flops_profiler.enabled");
+  if (elasticity.enabled) refuse(*this, "elasticity.enabled");
+  if (progressive_layer_drop.enabled) refuse(*this, "progressive_layer_drop.enabled");
+  if (torch_autocast.enabled) refuse(*this, "torch_autocast.enabled");
+  if (activation_checkpointing.partition_activations || activation_checkpointing.cpu_checkpointing ||
+      activation_checkpointing.contiguous_memory_optimization) {
+    refuse(*this, "activation_checkpointing (partition_activations / cpu_checkpointing / "
+                  "contiguous_memory_optimization)");
+  }
   for (const char* section :
-       {"amp", "torch_autocast", "flops_profiler", "progressive_layer_drop", "curriculum_learning",
-        "data_efficiency", "elasticity", "autotuning", "hybrid_engine", "nebula", "datastates",
-        "eigenvalue", "quantize_training"}) {
+       {"amp", "curriculum_learning", "data_efficiency", "autotuning", "hybrid_engine", "nebula",
+        "datastates", "eigenvalue", "quantize_training"}) {
     if (enabled_flag(raw, section)) refuse(*this, std::string(section) + ".enabled");
   }
   if (raw.contains("sparse_attention")) refuse(*this, "sparse_attention");
@@ -72,11 +80,12 @@ void DeepSpeedConfig::check_supported() const {
       it != raw.end() && it->is_number_integer() && it->get<int64_t>() > 1) {
     refuse(*this, "sequence_parallel_size > 1");
   }
-  if (auto it = raw.find("data_types"); it != raw.end() && it->is_object()) {
-    for (const char* k : {"grad_accum_dtype", "param_dtype", "buffer_dtype"}) {
-      auto v = it->find(k);
-      if (v != it->end() && !v->is_null()) refuse(*this, std::string("data_types.") + k);
-    }
+  // fp32 everywhere is what runs today; naming fp32 explicitly is fine.
+  if (!data_types.grad_accum_dtype.empty() && data_types.grad_accum_dtype != "fp32") {
+    refuse(*this, "data_types.grad_accum_dtype " + data_types.grad_accum_dtype);
+  }
+  if (!data_types.buffer_dtype.empty() && data_types.buffer_dtype != "fp32") {
+    refuse(*this, "data_types.buffer_dtype " + data_types.buffer_dtype);
   }
 
   if (optimizer.present) optim::check_optimizer_supported(optimizer, source);

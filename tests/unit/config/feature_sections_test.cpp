@@ -1,0 +1,80 @@
+// Feature sections (activation checkpointing, flops profiler, aio, pipeline, data types,
+// elasticity, progressive layer drop, torch autocast): defaults, errors and refusals.
+#include "deepspeed/config.h"
+
+#include <gtest/gtest.h>
+
+#include "support/expect_throw.h"
+
+namespace deepspeed {
+namespace {
+
+DeepSpeedConfig parse(const std::string& text) { return DeepSpeedConfig::from_string(text, 1); }
+
+TEST(FeatureSections, DefaultsMatchDeepSpeed) {
+  auto c = parse(R"({"train_batch_size": 4})");
+  EXPECT_FALSE(c.flops_profiler.enabled);
+  EXPECT_EQ(c.flops_profiler.profile_step, 1);
+  EXPECT_EQ(c.flops_profiler.module_depth, -1);
+  EXPECT_TRUE(c.flops_profiler.detailed);
+  EXPECT_EQ(c.aio.block_size, 1048576);
+  EXPECT_EQ(c.aio.queue_depth, 8);
+  EXPECT_TRUE(c.aio.overlap_events);
+  EXPECT_EQ(c.pipeline.stages, "auto");
+  EXPECT_EQ(c.pipeline.partition, "best");
+  EXPECT_EQ(c.elasticity.max_train_batch_size, 2000);
+  EXPECT_EQ(c.elasticity.micro_batch_sizes, (std::vector<int64_t>{2, 4, 6}));
+  EXPECT_FALSE(c.activation_checkpointing.partition_activations);
+  EXPECT_TRUE(c.data_types.grad_accum_dtype.empty());
+  json r = c.resolved();
+  EXPECT_EQ(r["aio"]["intra_op_parallelism"], 1);
+  EXPECT_TRUE(r["flops_profiler"]["output_file"].is_null());
+}
+
+TEST(FeatureSections, LegacyAioThreadCountAndDtypeSpellings) {
+  auto c = parse(R"({"train_batch_size": 4, "aio": {"thread_count": 4},
+                     "data_types": {"grad_accum_dtype": "torch.float32"}})");
+  EXPECT_EQ(c.aio.intra_op_parallelism, 4);
+  EXPECT_EQ(c.data_types.grad_accum_dtype, "fp32");
+  EXPECT_NO_THROW(c.check_supported());
+  // aio deprecation + "has no effect yet"
+  EXPECT_EQ(c.warnings.size(), 2u);
+}
+
+TEST(FeatureSections, ErrorsNameTheKey) {
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "data_types": {"param_dtype": "bf16"}})"),
+                    ConfigError, "data_types.param_dtype is bf16 but the precision mode is fp32");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "data_types": {"grad_accum_dtype": "fp8"}})"),
+                    ConfigError, "data_types.grad_accum_dtype is \"fp8\"");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "progressive_layer_drop": {"enabled": true, "theta": 0.5}})"),
+                    ConfigError, "progressive_layer_drop.gamma is required");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "elasticity": {"enabled": true}})"),
+                    ConfigError, "elasticity.enabled is true but the batch triad is also set");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "pipeline": {"stages": 0}})"), ConfigError,
+                    "pipeline.stages is 0");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "activation_checkpointing":
+                             {"contiguous_memory_optimization": true}})"),
+                    ConfigError, "requires number_checkpoints");
+}
+
+TEST(FeatureSections, EnabledFeaturesAreRefused) {
+  for (const char* section : {"flops_profiler", "torch_autocast"}) {
+    auto c = parse(std::string(R"({"train_batch_size": 4, ")") + section + R"(": {"enabled": true}})");
+    EXPECT_THROW_WITH(c.check_supported(), NotSupportedError,
+                      std::string(section) + ".enabled is not supported yet");
+  }
+  auto c = parse(R"({"train_batch_size": 4, "data_types": {"grad_accum_dtype": "bf16"}})");
+  EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, "data_types.grad_accum_dtype bf16");
+  c = parse(R"({"train_batch_size": 4, "activation_checkpointing": {"partition_activations": true}})");
+  EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, "activation_checkpointing");
+}
+
+TEST(FeatureSections, UnknownKeysInLegacySectionsWarn) {
+  auto c = parse(R"({"train_batch_size": 4, "flops_profiler": {"profile_stp": 3}})");
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_NE(c.warnings[0].find("flops_profiler.profile_stp is not a known key; did you mean "
+                               "'profile_step'?"), std::string::npos) << c.warnings[0];
+}
+
+}  // namespace
+}  // namespace deepspeed
