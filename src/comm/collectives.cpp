@@ -120,16 +120,22 @@ Phase set_phase(Phase phase) {
 }
 Phase current_phase() { return Communicator::instance().phase; }
 
+namespace {
+
+c10::intrusive_ptr<c10d::Work> issue_allreduce(Communicator& c, at::Tensor tensor, ReduceOp op) {
+  std::vector<at::Tensor> ts{std::move(tensor)};
+  c10d::AllreduceOptions o;
+  o.reduceOp = to_c10d(op);
+  o.timeout = c.timeout();
+  return c.backend_for(ts[0]).allreduce(ts, o);
+}
+
+}  // namespace
+
 Handle all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
   check_flat(tensor, "all_reduce", "tensor");
   auto& c = Communicator::instance();
-  auto state = start("all_reduce", tensor, [&] {
-    std::vector<at::Tensor> ts{tensor};
-    c10d::AllreduceOptions o;
-    o.reduceOp = to_c10d(op);
-    o.timeout = c.timeout();
-    return c.backend_for(ts[0]).allreduce(ts, o);
-  });
+  auto state = start("all_reduce", tensor, [&] { return issue_allreduce(c, tensor, op); });
   if (op == ReduceOp::kAvg && c.world_size() > 1) {
     at::Tensor t = tensor;
     int w = c.world_size();
@@ -169,15 +175,9 @@ Handle reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op, 
            input.numel(), " elements; expected world_size (", c.world_size(), ") * output (", n,
            ")");
   // Gloo in LibTorch 1.13 has no reduce_scatter: all-reduce a copy and keep this rank's slice.
-  // Same result, twice the traffic; ZeRO-2/3 on NCCL use the real one.
+  // Same result at twice the traffic. TODO(comm): NCCL's native reduce-scatter for CUDA tensors.
   at::Tensor work_buf = c.world_size() == 1 ? input : input.clone();
-  auto state = start("reduce_scatter", input, [&] {
-    std::vector<at::Tensor> ts{work_buf};
-    c10d::AllreduceOptions o;
-    o.reduceOp = to_c10d(op);
-    o.timeout = c.timeout();
-    return c.backend_for(ts[0]).allreduce(ts, o);
-  });
+  auto state = start("reduce_scatter", input, [&] { return issue_allreduce(c, work_buf, op); });
   at::Tensor out = output;
   int w = c.world_size();
   int64_t offset = static_cast<int64_t>(c.rank()) * n;
@@ -211,12 +211,7 @@ void Communicator::barrier() {
   // An all-reduce of one element rather than c10d's barrier: it is numbered and reported like
   // every other collective.
   at::Tensor t = at::zeros({1});
-  auto state = start("barrier", t, [&] {
-    std::vector<at::Tensor> ts{t};
-    c10d::AllreduceOptions o;
-    o.timeout = timeout_;
-    return backend_for(ts[0]).allreduce(ts, o);
-  });
+  auto state = start("barrier", t, [&] { return issue_allreduce(*this, t, ReduceOp::kSum); });
   finish(std::move(state), false);
 }
 

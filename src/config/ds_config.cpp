@@ -106,27 +106,6 @@ OffloadParamConfig parse_offload_param(ConfigReader r) {
   return c;
 }
 
-int64_t get_int_alias(ConfigReader& r, const std::string& key, const std::string& alias,
-                      int64_t def) {
-  const json* v = r.pick_alias(key, alias);
-  if (v == nullptr) return def;
-  // Re-read through a one-key reader so the type check and message match get_int's.
-  json tmp = json::object({{key, *v}});
-  ConfigReader one(&tmp, r.path(), "", Strictness::kStrict, nullptr);
-  try {
-    return one.get_int(key, def, 0);
-  } catch (const ConfigError&) {
-    r.fail(key, "is " + config_detail::show(*v) + "; expected an integer >= 0");
-  }
-}
-
-bool get_bool_alias(ConfigReader& r, const std::string& key, const std::string& alias, bool def) {
-  const json* v = r.pick_alias(key, alias);
-  if (v == nullptr) return def;
-  if (!v->is_boolean()) r.fail(key, "is " + config_detail::show(*v) + "; expected true or false");
-  return v->get<bool>();
-}
-
 ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   ZeroConfig c;
   const json* z = top.get_raw("zero_optimization");
@@ -160,10 +139,7 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
                                          "; it must be a multiple of 2 (the start alignment "
                                          "factor of partitions)");
   }
-  if (const json* v = rr.get_raw("overlap_comm")) {
-    if (!v->is_boolean()) rr.fail("overlap_comm", "is " + v->dump() + "; expected true or false");
-    c.overlap_comm = v->get<bool>();
-  }
+  if (rr.get_raw("overlap_comm") != nullptr) c.overlap_comm = rr.get_bool("overlap_comm", false);
   c.load_from_fp32_weights = rr.get_bool("load_from_fp32_weights", c.load_from_fp32_weights);
   c.elastic_checkpoint = rr.get_bool("elastic_checkpoint", c.elastic_checkpoint);
   ConfigReader op = rr.section("offload_param", Strictness::kStrict);
@@ -188,17 +164,17 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
     warnings->push_back(rr.where("cpu_offload_use_pin_memory") + " is deprecated and ignored");
   }
   c.sub_group_size = rr.get_int("sub_group_size", c.sub_group_size, 1);
-  c.stage3_prefetch_bucket_size = get_int_alias(rr, "stage3_prefetch_bucket_size",
+  c.stage3_prefetch_bucket_size = rr.get_int_alias("stage3_prefetch_bucket_size",
                                                 "prefetch_bucket_size", c.stage3_prefetch_bucket_size);
   c.stage3_param_persistence_threshold =
-      get_int_alias(rr, "stage3_param_persistence_threshold", "param_persistence_threshold",
+      rr.get_int_alias("stage3_param_persistence_threshold", "param_persistence_threshold",
                     c.stage3_param_persistence_threshold);
   c.stage3_model_persistence_threshold =
-      get_int_alias(rr, "stage3_model_persistence_threshold", "model_persistence_threshold",
+      rr.get_int_alias("stage3_model_persistence_threshold", "model_persistence_threshold",
                     c.stage3_model_persistence_threshold);
-  c.stage3_max_live_parameters = get_int_alias(rr, "stage3_max_live_parameters",
+  c.stage3_max_live_parameters = rr.get_int_alias("stage3_max_live_parameters",
                                                "max_live_parameters", c.stage3_max_live_parameters);
-  c.stage3_max_reuse_distance = get_int_alias(rr, "stage3_max_reuse_distance",
+  c.stage3_max_reuse_distance = rr.get_int_alias("stage3_max_reuse_distance",
                                               "max_reuse_distance", c.stage3_max_reuse_distance);
   if (rr.has("stage3_gather_fp16_weights_on_model_save")) {
     if (rr.has("stage3_gather_16bit_weights_on_model_save") ||
@@ -214,14 +190,14 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
                         " is deprecated; use stage3_gather_16bit_weights_on_model_save");
   } else {
     c.stage3_gather_16bit_weights_on_model_save =
-        get_bool_alias(rr, "stage3_gather_16bit_weights_on_model_save",
+        rr.get_bool_alias("stage3_gather_16bit_weights_on_model_save",
                        "gather_16bit_weights_on_model_save", false);
   }
   c.stage3_module_granularity_threshold =
-      get_int_alias(rr, "stage3_module_granularity_threshold", "module_granularity_threshold",
+      rr.get_int_alias("stage3_module_granularity_threshold", "module_granularity_threshold",
                     c.stage3_module_granularity_threshold);
   c.stage3_use_all_reduce_for_fetch_params =
-      get_bool_alias(rr, "stage3_use_all_reduce_for_fetch_params",
+      rr.get_bool_alias("stage3_use_all_reduce_for_fetch_params",
                      "use_all_reduce_for_fetch_params", false);
   c.stage3_allgather_sequential = rr.get_bool("stage3_allgather_sequential", false);
   c.ignore_unused_parameters = rr.get_bool("ignore_unused_parameters", c.ignore_unused_parameters);

@@ -80,11 +80,25 @@ const json* ConfigReader::pick_alias(const std::string& key, const std::string& 
   return a != nullptr ? a : b;
 }
 
+bool ConfigReader::to_bool(const std::string& key, const json& v) const {
+  if (!v.is_boolean()) fail(key, "is " + show(v) + "; expected true or false");
+  return v.get<bool>();
+}
+
 bool ConfigReader::get_bool(const std::string& key, bool def) {
   const json* v = lookup(key);
-  if (v == nullptr) return def;
-  if (!v->is_boolean()) fail(key, "is " + show(*v) + "; expected true or false");
-  return v->get<bool>();
+  return v == nullptr ? def : to_bool(key, *v);
+}
+
+bool ConfigReader::get_bool_alias(const std::string& key, const std::string& alias, bool def) {
+  const json* v = pick_alias(key, alias);
+  return v == nullptr ? def : to_bool(key, *v);
+}
+
+int64_t ConfigReader::get_int_alias(const std::string& key, const std::string& alias,
+                                    int64_t def) {
+  const json* v = pick_alias(key, alias);
+  return v == nullptr ? def : to_int(key, *v, 0);
 }
 
 int64_t ConfigReader::get_int(const std::string& key, int64_t def, std::optional<int64_t> min) {
@@ -92,27 +106,32 @@ int64_t ConfigReader::get_int(const std::string& key, int64_t def, std::optional
   return v.value_or(def);
 }
 
-std::optional<int64_t> ConfigReader::get_opt_int(const std::string& key,
-                                                 std::optional<int64_t> min) {
-  const json* v = lookup(key);
-  if (v == nullptr) return std::nullopt;
+int64_t ConfigReader::to_int(const std::string& key, const json& v,
+                             std::optional<int64_t> min) const {
   int64_t out = 0;
-  if (v->is_number_integer()) {
-    out = v->get<int64_t>();
-  } else if (v->is_number_float()) {
+  if (v.is_number_integer()) {
+    out = v.get<int64_t>();
+  } else if (v.is_number_float()) {
     // 5e8 is a float in JSON; DeepSpeed accepts it for element counts when it is integral.
-    double d = v->get<double>();
+    double d = v.get<double>();
     if (!std::isfinite(d) || std::floor(d) != d || std::fabs(d) > 9.2e18) {
-      fail(key, "is " + show(*v) + "; expected an integer");
+      fail(key, "is " + show(v) + "; expected an integer");
     }
     out = static_cast<int64_t>(d);
   } else {
-    fail(key, "is " + show(*v) + "; expected an integer");
+    fail(key, "is " + show(v) + "; expected an integer");
   }
   if (min && out < *min) {
     fail(key, "is " + std::to_string(out) + "; expected an integer >= " + std::to_string(*min));
   }
   return out;
+}
+
+std::optional<int64_t> ConfigReader::get_opt_int(const std::string& key,
+                                                 std::optional<int64_t> min) {
+  const json* v = lookup(key);
+  if (v == nullptr) return std::nullopt;
+  return to_int(key, *v, min);
 }
 
 double ConfigReader::get_double(const std::string& key, double def) {

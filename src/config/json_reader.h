@@ -45,6 +45,8 @@ class ConfigReader {
   ConfigReader section(const std::string& key, Strictness strictness);
   /// Reads `alias` as a second name of `key` (DeepSpeed accepts both); giving both is an error.
   const json* pick_alias(const std::string& key, const std::string& alias);
+  int64_t get_int_alias(const std::string& key, const std::string& alias, int64_t def);
+  bool get_bool_alias(const std::string& key, const std::string& alias, bool def);
   /// Marks a key as known without reading it (handled elsewhere).
   void mark_known(const std::string& key) { known_.push_back(key); }
 
@@ -57,6 +59,8 @@ class ConfigReader {
 
  private:
   const json* lookup(const std::string& key);
+  int64_t to_int(const std::string& key, const json& v, std::optional<int64_t> min) const;
+  bool to_bool(const std::string& key, const json& v) const;
 
   const json* obj_;
   std::string path_;
