@@ -14,4 +14,4 @@ build=${DS_BUILD_DIR:-$root/build}
 exec "$build/bin/deepspeed" --num_gpus "${NUM_RANKS:-2}" "$build/bin/train_gpt" \
   --deepspeed_config "$root/examples/train_gpt/ds_config.json" \
   --data "$root/data/austen.txt" \
-  --steps 300 --metrics_file "$build/train_gpt_metrics.jsonl" "$@"
+  --steps 200 --metrics_file "$build/train_gpt_metrics.jsonl" "$@"

@@ -32,6 +32,7 @@ class Timers;
 struct MemoryStats {
   int64_t rss_bytes = 0;       // current resident set size
   int64_t peak_rss_bytes = 0;  // high-water mark of the resident set
+  int64_t host_cached_bytes = 0;  // free CPU blocks the engine's allocator keeps for reuse
   int64_t device_allocated_bytes = 0;      // CUDA caching allocator, 0 on CPU
   int64_t device_max_allocated_bytes = 0;  // its peak
 };

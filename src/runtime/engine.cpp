@@ -12,9 +12,11 @@
 
 #include "runtime/grad_clip.h"
 #include "runtime/grad_reducer.h"
+#include "runtime/host_caching_allocator.h"
 #include "runtime/optim/optimizer_factory.h"
 #include "runtime/timers.h"
 #include "util/check.h"
+#include "util/env.h"
 #include "util/logging.h"
 #include "util/memory.h"
 
@@ -58,6 +60,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config
   DS_CHECK(module_ != nullptr, UsageError, "deepspeed::initialize requires a model");
   comm::init_distributed();
   comm::PhaseScope phase(comm::Phase::kInit);
+  // See runtime/host_caching_allocator.h: large CPU activations are reused, not re-faulted.
+  if (env::get_int("DS_HOST_CACHING_ALLOCATOR").value_or(1) != 0) {
+    runtime::install_host_caching_allocator();
+  }
   const int world = comm::get_world_size();
   DS_CHECK(config_.batch.dp_world_size == world, ConfigError, config_.source,
            ": the batch triad was resolved for ", config_.batch.dp_world_size,
@@ -256,6 +262,7 @@ MemoryStats Engine::memory_stats() const {
   MemoryStats s;
   s.rss_bytes = m.rss_bytes;
   s.peak_rss_bytes = m.peak_rss_bytes;
+  s.host_cached_bytes = runtime::host_cache_stats().cached_bytes;
   return s;
 }
 

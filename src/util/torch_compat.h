@@ -21,3 +21,12 @@ using CollectiveBackend = c10d::ProcessGroup;
 #endif
 
 }  // namespace deepspeed::compat
+
+// c10::Allocator::allocate lost its `const` and gained a pure virtual copy_data() in 2.3.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define DS_ALLOCATOR_ALLOCATE_CONST
+#define DS_ALLOCATOR_HAS_COPY_DATA 1
+#else
+#define DS_ALLOCATOR_ALLOCATE_CONST const
+#define DS_ALLOCATOR_HAS_COPY_DATA 0
+#endif
