@@ -9,8 +9,8 @@ packages=(
   libopenblas0-pthread         # without it Debian's torch runs the reference BLAS (30-70x slower GEMM)
   nlohmann-json3-dev libcli11-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-torch                # the Python peer for bench/ (same LibTorch build)
 )
+# bench/gpt_ddp/run.sh installs python3-torch (its PyTorch peer) itself.
 
 missing=()
 for p in "${packages[@]}"; do

@@ -25,8 +25,15 @@ for bin in "$launcher" "$ours"; do
   [ -x "$bin" ] || die "$bin not found; build it first with scripts/build.sh"
 done
 [ -f "$corpus" ] || die "$corpus not found; fetch it with scripts/fetch_corpus.sh"
-[ -x "$PY" ] && "$PY" -c 'import torch' 2>/dev/null ||
-  die "$PY cannot import torch; apt-get install --no-install-recommends python3-torch"
+if ! { [ -x "$PY" ] && "$PY" -c 'import torch' 2>/dev/null; }; then
+  # The peer needs Debian's python3-torch (the same LibTorch build); only this script needs it.
+  echo "INFO gpt_ddp: installing python3-torch for the PyTorch peer" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+      $SUDO apt-get install -y -qq --no-install-recommends python3-torch; } >&2 ||
+    die "could not install python3-torch; apt-get install --no-install-recommends python3-torch"
+  "$PY" -c 'import torch' 2>/dev/null || die "$PY cannot import torch after installing python3-torch"
+fi
 ((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
 
 # Pinned environment (docs: shared reference cpu-baselines.md §2): auto-detected OpenBLAS
