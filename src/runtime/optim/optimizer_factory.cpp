@@ -1,125 +1,139 @@
-// Optimizer selection from ds_config. Adam/AdamW run on torch::optim for now (same update as
-// DeepSpeed's FusedAdam/CPU-Adam, see reference §3.2); the fused CPU-Adam comes with issue 9.
+// Optimizer construction from a resolved config section and the model's param groups.
 #include "runtime/optim/optimizer_factory.h"
 
-#include <algorithm>
-#include <cctype>
+#include <unordered_map>
 
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
+#include "deepspeed/optimizers.h"
+#include "runtime/optim/optimizer_params.h"
 #include "util/check.h"
 
 namespace deepspeed::optim {
 namespace {
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
+using torch::optim::OptimizerParamGroup;
+
+template <typename TorchOptions>
+std::unique_ptr<TorchOptions> torch_adam_options(const GroupOptions& g) {
+  auto o = std::make_unique<TorchOptions>(g.get_lr());
+  auto [b1, b2] = g.pair("betas");
+  o->betas({b1, b2}).eps(g.number("eps")).weight_decay(g.number("weight_decay"));
+  o->amsgrad(g.flag("amsgrad"));
+  return o;
 }
 
-// DeepSpeed's own optimizer names (matched case-insensitively).
-constexpr const char* kDeepSpeedNames[] = {"adam",  "adamw", "lamb",  "onebitadam",
-                                           "zerooneadam", "onebitlamb", "adagrad", "lion",
-                                           "muadam", "muadamw", "musgd", "muon"};
-// torch.optim class names DeepSpeed falls back to (case-sensitive, as in Python).
-constexpr const char* kTorchNames[] = {"SGD",  "Adadelta", "Adagrad", "Adamax", "ASGD",
-                                       "LBFGS", "NAdam", "RAdam", "RMSprop", "Rprop", "SparseAdam"};
-
-double number(const json& v, const std::string& where) {
-  DS_CHECK(v.is_number(), ConfigError, where, " is ", v.dump(), "; expected a number");
-  return v.get<double>();
-}
-
-bool boolean(const json& v, const std::string& where) {
-  DS_CHECK(v.is_boolean(), ConfigError, where, " is ", v.dump(), "; expected true or false");
-  return v.get<bool>();
+template <typename TorchOptimizer, typename TorchOptions>
+std::unique_ptr<torch::optim::Optimizer> make_torch_adam(std::vector<OptimizerParamGroup> groups,
+                                                         const std::vector<GroupOptions>& options,
+                                                         const GroupOptions& defaults) {
+  for (size_t i = 0; i < groups.size(); ++i) {
+    groups[i].set_options(torch_adam_options<TorchOptions>(options[i]));
+  }
+  return std::make_unique<TorchOptimizer>(std::move(groups),
+                                          *torch_adam_options<TorchOptions>(defaults));
 }
 
 }  // namespace
 
-AdamParams parse_adam_params(const OptimizerConfig& config, const std::string& source) {
-  AdamParams p;
-  const std::string type = lower(config.type);
-  const std::string base = source + ": optimizer.params.";
-  for (auto it = config.params.begin(); it != config.params.end(); ++it) {
-    const std::string& k = it.key();
-    const json& v = it.value();
-    if (v.is_string() && v.get<std::string>() == "auto") continue;
-    if (k == "lr") {
-      p.lr = number(v, base + k);
-    } else if (k == "betas") {
-      DS_CHECK(v.is_array() && v.size() == 2, ConfigError, base, k, " is ", v.dump(),
-               "; expected two numbers [beta1, beta2]");
-      p.beta1 = number(v[0], base + "betas[0]");
-      p.beta2 = number(v[1], base + "betas[1]");
-    } else if (k == "eps") {
-      p.eps = number(v, base + k);
-    } else if (k == "weight_decay") {
-      p.weight_decay = number(v, base + k);
-    } else if (k == "adam_w_mode") {
-      p.adam_w_mode = boolean(v, base + k);
-    } else if (k == "bias_correction") {
-      p.bias_correction = boolean(v, base + k);
-    } else if (k == "torch_adam") {
-      p.torch_adam = boolean(v, base + k);
-    } else if (k == "amsgrad") {
-      DS_CHECK(!boolean(v, base + k), ConfigError, base, k,
-               " is true; DeepSpeed's Adam does not support amsgrad");
-    } else if (k == "fp32_optimizer_states" || k == "set_grad_none" || k == "capturable") {
-      // Accepted by DeepSpeed's Adam variants; no effect on the fp32 torch path.
-    } else {
-      throw ConfigError(base + k + " is not a parameter of " + config.type +
-                        " (known: lr, betas, eps, weight_decay, adam_w_mode, bias_correction, "
-                        "torch_adam, amsgrad)");
-    }
-  }
-  // Matches DeepSpeed: "AdamW" is always decoupled; "Adam" is unless adam_w_mode is false.
-  if (type == "adamw") p.adam_w_mode = true;
-  DS_CHECK(p.lr >= 0, ConfigError, base, "lr is ", p.lr, "; expected >= 0");
-  DS_CHECK(p.beta1 >= 0 && p.beta1 < 1 && p.beta2 >= 0 && p.beta2 < 1, ConfigError, base,
-           "betas are [", p.beta1, ", ", p.beta2, "]; each must be in [0, 1)");
-  DS_CHECK(p.eps >= 0, ConfigError, base, "eps is ", p.eps, "; expected >= 0");
-  return p;
-}
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& config,
+                                                         const std::vector<ParamGroup>& groups,
+                                                         const std::string& source,
+                                                         const OptimizerBuildOptions& options) {
+  const OptimizerSpec spec = resolve_optimizer(config, source, options.offload);
 
-void check_optimizer_supported(const OptimizerConfig& config, const std::string& source) {
-  const std::string type = lower(config.type);
-  if (type == "adam" || type == "adamw") {
-    AdamParams p = parse_adam_params(config, source);
-    DS_CHECK(p.bias_correction, NotSupportedError, source,
-             ": optimizer.params.bias_correction false is not supported yet");
-    return;
+  std::vector<OptimizerParamGroup> torch_groups;
+  std::vector<GroupOptions> group_options;
+  // Parameter -> (group, position), to name both places of a parameter listed twice.
+  std::unordered_map<const c10::TensorImpl*, std::pair<size_t, size_t>> seen;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::string where = source + ": param group " + std::to_string(g) + ": ";
+    const auto& params = groups[g].params;
+    for (size_t i = 0; i < params.size(); ++i) {
+      DS_CHECK(params[i].defined(), ConfigError, where, "parameter ", i, " is undefined");
+      auto [it, fresh] = seen.emplace(params[i].unsafeGetTensorImpl(), std::make_pair(g, i));
+      DS_CHECK(fresh, ConfigError, where, "parameter ", i, " is also parameter ",
+               it->second.second, " of param group ", it->second.first,
+               "; a parameter may appear in one param group only");
+    }
+    if (params.empty()) continue;  // Matches DeepSpeed: empty groups are dropped
+    group_options.push_back(resolve_group_options(spec, groups[g].options, where, options.offload));
+    torch_groups.emplace_back(params, std::make_unique<GroupOptions>(group_options.back()));
   }
-  for (const char* n : kDeepSpeedNames) {
-    DS_CHECK(type != n, NotSupportedError, source, ": optimizer.type \"", config.type,
-             "\" is not supported yet (supported: Adam, AdamW)");
+  DS_CHECK(!torch_groups.empty(), UsageError, source, ": optimizer ", config.type,
+           " has no parameters to train (every param group is empty)");
+
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  switch (spec.kind) {
+    case OptimizerKind::kAdam:
+      if (spec.torch_adam) {
+        if (spec.adam_w_mode) {
+          return make_torch_adam<torch::optim::AdamW, torch::optim::AdamWOptions>(
+              std::move(torch_groups), group_options, spec.defaults);
+        }
+        return make_torch_adam<torch::optim::Adam, torch::optim::AdamOptions>(
+            std::move(torch_groups), group_options, spec.defaults);
+      }
+      opt = std::make_unique<Adam>(std::move(torch_groups), AdamOptions{}, spec.adam_w_mode);
+      break;
+    case OptimizerKind::kLamb:
+      opt = std::make_unique<Lamb>(std::move(torch_groups), LambOptions{}, spec.eps_inside_sqrt);
+      break;
+    case OptimizerKind::kLion:
+      opt = std::make_unique<Lion>(std::move(torch_groups), LionOptions{});
+      break;
+    case OptimizerKind::kAdagrad:
+      opt = std::make_unique<Adagrad>(std::move(torch_groups), AdagradOptions{}, options.offload);
+      break;
+    case OptimizerKind::kSGD:
+      opt = std::make_unique<SGD>(std::move(torch_groups), SGDOptions{});
+      break;
   }
-  for (const char* n : kTorchNames) {
-    DS_CHECK(config.type != n, NotSupportedError, source, ": optimizer.type \"", config.type,
-             "\" (torch.optim) is not supported yet (supported: Adam, AdamW)");
-  }
-  throw ConfigError(source + ": optimizer.type \"" + config.type +
-                    "\" is not a supported DeepSpeed optimizer nor a torch.optim class");
+  // Python's defaults are the constructor's kwargs, i.e. optimizer.params: a group added later
+  // without options gets them.
+  static_cast<GroupOptions&>(opt->defaults()) = spec.defaults;
+  return opt;
 }
 
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& config,
                                                          const std::vector<at::Tensor>& params,
                                                          const std::string& source) {
-  check_optimizer_supported(config, source);
-  AdamParams p = parse_adam_params(config, source);
-  if (p.adam_w_mode) {
-    auto o = torch::optim::AdamWOptions(p.lr)
-                 .betas({p.beta1, p.beta2})
-                 .eps(p.eps)
-                 .weight_decay(p.weight_decay);
-    return std::make_unique<torch::optim::AdamW>(params, o);
-  }
-  auto o = torch::optim::AdamOptions(p.lr)
-               .betas({p.beta1, p.beta2})
-               .eps(p.eps)
-               .weight_decay(p.weight_decay);
-  return std::make_unique<torch::optim::Adam>(params, o);
+  return build_optimizer(config, {ParamGroup{params}}, source, OptimizerBuildOptions{});
+}
+
+void check_optimizer_supported(const OptimizerConfig& config, const std::string& source) {
+  (void)resolve_optimizer(config, source, std::nullopt);
+}
+
+bool is_zero_supported_optimizer(const torch::optim::Optimizer& optimizer) {
+  const auto* o = &optimizer;
+  return dynamic_cast<const Adam*>(o) != nullptr || dynamic_cast<const Adagrad*>(o) != nullptr ||
+         dynamic_cast<const Lion*>(o) != nullptr ||
+         dynamic_cast<const torch::optim::Adam*>(o) != nullptr ||
+         dynamic_cast<const torch::optim::AdamW*>(o) != nullptr ||
+         dynamic_cast<const torch::optim::Adagrad*>(o) != nullptr;
+}
+
+double configured_lr(const OptimizerConfig& config, const std::string& source) {
+  return resolve_optimizer(config, source, std::nullopt).defaults.get_lr();
+}
+
+AdamParams parse_adam_params(const OptimizerConfig& config, const std::string& source) {
+  const OptimizerSpec spec = resolve_optimizer(config, source, std::nullopt);
+  DS_CHECK(spec.kind == OptimizerKind::kAdam, ConfigError, source, ": optimizer.type \"",
+           config.type, "\" is not Adam or AdamW");
+  AdamParams p;
+  const GroupOptions& g = spec.defaults;
+  p.lr = g.get_lr();
+  std::tie(p.beta1, p.beta2) = g.pair("betas");
+  p.eps = g.number("eps");
+  p.weight_decay = g.number("weight_decay");
+  p.adam_w_mode = spec.adam_w_mode;
+  p.bias_correction = spec.torch_adam || g.flag("bias_correction");
+  p.torch_adam = spec.torch_adam;
+  return p;
 }
 
 }  // namespace deepspeed::optim

@@ -1,6 +1,7 @@
-// Building the optimizer named in ds_config (`optimizer.type` + `params`), with DeepSpeed's
-// selection rules: DeepSpeed names match case-insensitively; "Adam" means decoupled AdamW unless
-// params.adam_w_mode is false; DeepSpeed's Adam weight_decay default is 0 (torch's AdamW: 0.01).
+// Building the optimizer named in ds_config (`optimizer.type` + `params`) over the model's param
+// groups, with DeepSpeed's selection rules (reference §3.1; resolution in optimizer_params.h):
+// "Adam" means decoupled AdamW unless params.adam_w_mode is false; DeepSpeed's Adam
+// weight_decay default is 0 (torch's AdamW: 0.01); offload_optimizer selects the CPU variants.
 #pragma once
 
 #include <memory>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "deepspeed/config.h"
+#include "deepspeed/param_group.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -17,6 +19,42 @@ class Tensor;
 }
 
 namespace deepspeed::optim {
+
+/// What the engine knows beyond the optimizer section.
+struct OptimizerBuildOptions {
+  /// zero_optimization.offload_optimizer.device is cpu or nvme. DeepSpeed then builds its CPU
+  /// optimizers (DeepSpeedCPUAdam/Adagrad/Lion): Adagrad's update changes (reference §3.5) and
+  /// the accepted params differ (fp32_optimizer_states, no set_grad_none/lr_decay).
+  bool offload = false;
+};
+
+/// Builds the optimizer over `groups`: each group's `options` override optimizer.params for that
+/// group. Empty groups are dropped. Returns one of deepspeed::optim's optimizers
+/// (deepspeed/optimizers.h), or torch::optim::Adam/AdamW with params.torch_adam true.
+/// Throws ConfigError (unknown type or parameter, bad value, max_grad_norm, a parameter in two
+/// groups), NotSupportedError (a type or setting not built here) and UsageError (no parameters).
+/// State is created at the first step (see Note [Lazy optimizer state]).
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& config,
+                                                         const std::vector<ParamGroup>& groups,
+                                                         const std::string& source,
+                                                         const OptimizerBuildOptions& options);
+
+/// The same with all of `params` in one group and no offload.
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& config,
+                                                         const std::vector<at::Tensor>& params,
+                                                         const std::string& source);
+
+/// Throws what build_optimizer would for `config` itself (type and params), accepting the
+/// params of both the offload and the non-offload class. Called while parsing ds_config.
+void check_optimizer_supported(const OptimizerConfig& config, const std::string& source);
+
+/// Whether ZeRO runs `optimizer` without "zero_allow_untested_optimizer": true. Matches
+/// DeepSpeed's list: Adam/AdamW (ours, torch's), Adagrad (ours, torch's), Lion. Lamb and SGD
+/// are untested with ZeRO in DeepSpeed.
+bool is_zero_supported_optimizer(const torch::optim::Optimizer& optimizer);
+
+/// The lr a group gets from `config` (optimizer.params.lr or the selected class's default).
+double configured_lr(const OptimizerConfig& config, const std::string& source);
 
 /// Adam/AdamW hyper-parameters after DeepSpeed's defaults are applied.
 struct AdamParams {
@@ -30,16 +68,7 @@ struct AdamParams {
   bool torch_adam = false;
 };
 
-/// Parses optimizer.params for Adam/AdamW; unknown keys are errors naming them (DeepSpeed
-/// forwards params as constructor kwargs, so an unknown one fails there too).
+/// Parses optimizer.params of an Adam/AdamW section (ConfigError for another type).
 AdamParams parse_adam_params(const OptimizerConfig& config, const std::string& source);
-
-/// Throws NotSupportedError / ConfigError when `config.type` cannot be built by this build.
-void check_optimizer_supported(const OptimizerConfig& config, const std::string& source);
-
-/// Builds the optimizer over `params` (all in one param group).
-std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& config,
-                                                         const std::vector<at::Tensor>& params,
-                                                         const std::string& source);
 
 }  // namespace deepspeed::optim

@@ -1,0 +1,298 @@
+// DeepSpeed's optimizers as torch::optim::Optimizer subclasses, so that the engine, ZeRO and
+// client code treat them like any torch optimizer: Adam/AdamW (FusedAdam / DeepSpeedCPUAdam),
+// Lamb (FusedLamb), Lion (FusedLion), Adagrad (torch.optim.Adagrad, or DeepSpeedCPUAdagrad's
+// update) and SGD (torch.optim.SGD). Also Python-layout state dicts for checkpoints, for these and
+// for torch::optim::Adam/AdamW/SGD/Adagrad. Building one from ds_config is the job of
+// runtime/optim/optimizer_factory.h; LR schedules are in lr_schedules.h.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+#include <torch/optim/optimizer.h>
+
+#include "deepspeed/errors.h"
+
+namespace deepspeed::optim {
+
+// Note [Lazy optimizer state]
+// State (step count, moments) is created at a parameter's first update, keyed by the tensor the
+// param group holds at that moment, never in a constructor. ZeRO relies on this: it builds the
+// optimizer over the model's parameters and may then replace a group's params with a flat fp32
+// partition tensor (param_groups()[g].params() = {flat}) before the first step; the state then
+// has the partition's size. A parameter whose grad is undefined is skipped and gets no state.
+
+/// Per-group hyper-parameters: "lr" plus named numbers ("eps", "weight_decay", ...), flags
+/// ("bias_correction") and pairs ("betas"), in the order Python's param_groups list them.
+/// Schedulers set lr through OptimizerOptions::set_lr and beta1 through set_betas() below.
+class GroupOptions : public torch::optim::OptimizerCloneableOptions<GroupOptions> {
+ public:
+  using Value = std::variant<double, bool, std::pair<double, double>>;
+
+  /// Sets `name`, adding it at the end when new: set("eps", 1e-8), set("betas", {0.9, 0.99}).
+  GroupOptions& set(const std::string& name, Value value);
+
+  bool has(const std::string& name) const;
+  /// Typed reads; throw deepspeed::Error when `name` is absent or of another kind.
+  double number(const std::string& name) const;
+  bool flag(const std::string& name) const;
+  std::pair<double, double> pair(const std::string& name) const;
+
+  double get_lr() const override { return number("lr"); }
+  void set_lr(const double lr) override { set("lr", lr); }
+
+  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
+
+ private:
+  const Value* find(const std::string& name) const;
+  std::vector<std::pair<std::string, Value>> items_;
+};
+
+/// One parameter's state: Python's state[p] dict.
+class ParamState : public torch::optim::OptimizerCloneableParamState<ParamState> {
+ public:
+  /// Updates done so far (DeepSpeed's state['step'], incremented before each update).
+  int64_t step = 0;
+  /// Named state tensors in Python's order, e.g. {exp_avg, exp_avg_sq}. A tensor may be
+  /// undefined (SGD's momentum_buffer before its first use); state dicts then omit it.
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+
+  /// The tensor named `name`; throws deepspeed::Error when there is none.
+  at::Tensor& tensor(const std::string& name);
+};
+
+/// Base of our optimizers: step() walks the groups, creates state lazily (see Note [Lazy
+/// optimizer state]), increments state.step and calls update() once per parameter with a grad.
+class DsOptimizer : public torch::optim::Optimizer {
+ public:
+  /// A group without options takes a copy of `defaults`; a group with options must hold
+  /// GroupOptions, and names it lacks are filled from `defaults`. Throws UsageError otherwise.
+  DsOptimizer(std::vector<torch::optim::OptimizerParamGroup> groups, GroupOptions defaults);
+
+  /// One update of every parameter that has a grad, under NoGradGuard. Returns the closure's
+  /// loss (undefined without a closure).
+  at::Tensor step(LossClosure closure = nullptr) override;
+
+  /// The DeepSpeed/PyTorch class whose update this reproduces ("FusedAdam", "torch.optim.SGD").
+  virtual std::string type_name() const = 0;
+  /// Names of the per-parameter state tensors, in Python's order.
+  virtual std::vector<std::string> state_names() const = 0;
+  /// Whether the per-parameter state holds a "step" (torch.optim.SGD's does not).
+  virtual bool counts_steps() const { return true; }
+
+  /// The state of `param` (keyed by its TensorImpl), or nullptr before its first update.
+  ParamState* find_state(const at::Tensor& param);
+  /// The state of `param`, created with initial values if absent (used by step() and by
+  /// load_optimizer_state_dict).
+  ParamState& get_or_create_state(const at::Tensor& param, const GroupOptions& group);
+  /// The GroupOptions of group `index`.
+  GroupOptions& group_options(size_t index);
+
+ protected:
+  /// Initial value of state tensor `name` of `param`: zeros like the parameter by default.
+  virtual at::Tensor initial_state(const std::string& name, const at::Tensor& param,
+                                   const GroupOptions& group) const;
+  /// Called once at the start of every step().
+  virtual void begin_step() {}
+  /// Updates `param` in place from `grad`; `state.step` is already incremented.
+  virtual void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
+                      const GroupOptions& group) = 0;
+};
+
+/// Adam/AdamW hyper-parameters (DeepSpeed's defaults: weight_decay 0, unlike torch's AdamW).
+struct AdamOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool bias_correction = true;
+  GroupOptions group() const;
+};
+
+/// DeepSpeed's Adam (reference §3.2): eps after the sqrt of the bias-corrected second moment;
+/// adam_w_mode true decouples weight decay (AdamW), false adds it to the gradient (L2).
+/// fp32 contiguous CPU tensors go through the fused CPU-Adam kernel (ops/cpu_adam), others
+/// (CUDA, bf16/fp16 in fp32 math, fp64 in fp64 math) through the same formula in tensor ops.
+/// State: step, exp_avg, exp_avg_sq (dtype and device of the parameter).
+class Adam : public DsOptimizer {
+ public:
+  Adam(std::vector<at::Tensor> params, AdamOptions defaults = {}, bool adam_w_mode = true);
+  Adam(std::vector<torch::optim::OptimizerParamGroup> groups, AdamOptions defaults = {},
+       bool adam_w_mode = true);
+
+  bool adam_w_mode() const { return adam_w_mode_; }
+  std::string type_name() const override { return adam_w_mode_ ? "FusedAdam(adam_w_mode=True)"
+                                                                : "FusedAdam(adam_w_mode=False)"; }
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+
+ protected:
+  void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
+              const GroupOptions& group) override;
+
+ private:
+  bool adam_w_mode_;
+};
+
+/// Lamb hyper-parameters (FusedLamb's defaults).
+struct LambOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool bias_correction = true;
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+  GroupOptions group() const;
+};
+
+/// FusedLamb (reference §3.3): u = m/(sqrt(v)+eps) + wd*p with un-corrected moments, trust
+/// ratio ||p||/||u|| clamped to [min_coeff, max_coeff] (1 when either norm is 0), step size
+/// lr*sqrt(bc2)/bc1. eps_inside_sqrt uses sqrt(v+eps). State: step, exp_avg, exp_avg_sq.
+class Lamb : public DsOptimizer {
+ public:
+  Lamb(std::vector<at::Tensor> params, LambOptions defaults = {}, bool eps_inside_sqrt = false);
+  Lamb(std::vector<torch::optim::OptimizerParamGroup> groups, LambOptions defaults = {},
+       bool eps_inside_sqrt = false);
+
+  bool eps_inside_sqrt() const { return eps_inside_sqrt_; }
+  /// The trust ratios of the last step, one per updated parameter (DeepSpeed's
+  /// get_lamb_coeffs()); reading them synchronizes with the device.
+  std::vector<double> lamb_coeffs() const;
+  std::string type_name() const override { return "FusedLamb"; }
+  std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+
+ protected:
+  void begin_step() override { lamb_coeffs_.clear(); }
+  void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
+              const GroupOptions& group) override;
+
+ private:
+  bool eps_inside_sqrt_;
+  std::vector<at::Tensor> lamb_coeffs_;
+};
+
+/// Lion hyper-parameters (FusedLion's defaults).
+struct LionOptions {
+  double lr = 1e-3;
+  std::pair<double, double> betas{0.9, 0.999};
+  double weight_decay = 0.0;
+  GroupOptions group() const;
+};
+
+/// FusedLion (reference §3.4): c = b1*m + (1-b1)*g; p = p*(1-lr*wd) - lr*sign(c), where c == 0
+/// counts as negative (+lr), as in the CUDA kernel; m = b2*m + (1-b2)*g. State: step, exp_avg.
+class Lion : public DsOptimizer {
+ public:
+  explicit Lion(std::vector<at::Tensor> params, LionOptions defaults = {});
+  Lion(std::vector<torch::optim::OptimizerParamGroup> groups, LionOptions defaults = {});
+
+  std::string type_name() const override { return "FusedLion"; }
+  std::vector<std::string> state_names() const override { return {"exp_avg"}; }
+
+ protected:
+  void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
+              const GroupOptions& group) override;
+};
+
+/// Adagrad hyper-parameters (torch.optim.Adagrad's defaults; lr_decay,
+/// initial_accumulator_value and maximize exist only in torch semantics).
+struct AdagradOptions {
+  double lr = 1e-2;
+  double lr_decay = 0.0;
+  double weight_decay = 0.0;
+  double initial_accumulator_value = 0.0;
+  double eps = 1e-10;
+  bool maximize = false;
+  /// The group for `cpu_adagrad` semantics or torch's.
+  GroupOptions group(bool cpu_adagrad) const;
+};
+
+/// Adagrad. Default: torch.optim.Adagrad (g' = g + wd*p; sum += g'^2; p -= clr*g'/(sqrt(sum)+eps),
+/// clr = lr/(1+(step-1)*lr_decay)); state step, sum. cpu_adagrad: DeepSpeedCPUAdagrad, used by
+/// DeepSpeed with offload_optimizer (reference §3.5): the numerator is the raw gradient g;
+/// state step, exp_avg_sq. The two agree when weight_decay is 0.
+class Adagrad : public DsOptimizer {
+ public:
+  Adagrad(std::vector<at::Tensor> params, AdagradOptions defaults = {}, bool cpu_adagrad = false);
+  Adagrad(std::vector<torch::optim::OptimizerParamGroup> groups, AdagradOptions defaults = {},
+          bool cpu_adagrad = false);
+
+  bool cpu_adagrad() const { return cpu_adagrad_; }
+  std::string type_name() const override {
+    return cpu_adagrad_ ? "DeepSpeedCPUAdagrad" : "torch.optim.Adagrad";
+  }
+  std::vector<std::string> state_names() const override {
+    return {cpu_adagrad_ ? "exp_avg_sq" : "sum"};
+  }
+
+ protected:
+  at::Tensor initial_state(const std::string& name, const at::Tensor& param,
+                           const GroupOptions& group) const override;
+  void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
+              const GroupOptions& group) override;
+
+ private:
+  bool cpu_adagrad_;
+};
+
+/// SGD hyper-parameters (torch.optim.SGD's defaults).
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  bool maximize = false;
+  GroupOptions group() const;
+};
+
+/// torch.optim.SGD: d = g (+ wd*p); with momentum, buf = d at the first update, then
+/// buf = momentum*buf + (1-dampening)*d; d = buf, or d + momentum*buf with nesterov; p -= lr*d.
+/// State: momentum_buffer, only for groups with momentum != 0; no step count.
+class SGD : public DsOptimizer {
+ public:
+  explicit SGD(std::vector<at::Tensor> params, SGDOptions defaults = {});
+  SGD(std::vector<torch::optim::OptimizerParamGroup> groups, SGDOptions defaults = {});
+
+  std::string type_name() const override { return "torch.optim.SGD"; }
+  std::vector<std::string> state_names() const override { return {"momentum_buffer"}; }
+  bool counts_steps() const override { return false; }
+
+ protected:
+  at::Tensor initial_state(const std::string& name, const at::Tensor& param,
+                           const GroupOptions& group) const override;
+  void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
+              const GroupOptions& group) override;
+};
+
+/// (beta1, beta2) of a param group's options (ours, or torch's Adam/AdamW); nullopt when the
+/// optimizer has no betas (SGD, Adagrad, ...).
+std::optional<std::pair<double, double>> get_betas(const torch::optim::OptimizerOptions& options);
+/// Writes them; returns false (and writes nothing) when the options have no betas.
+bool set_betas(torch::optim::OptimizerOptions& options, double beta1, double beta2);
+
+/// The optimizer's state in Python's layout, as torch.optim.Optimizer.state_dict() returns it:
+///   {"state": {int index: {"step": ..., "<state name>": tensor, ...}},
+///    "param_groups": [{"lr": ..., "betas": (b1, b2), ..., "params": [indices]}]}
+/// Indices count parameters across groups in order; parameters without state are absent.
+/// Works for our optimizers and torch::optim::Adam, AdamW, SGD and Adagrad (whose "step" is a
+/// float32 scalar tensor, as in PyTorch). Holds only tensors, numbers, strings, bools, lists,
+/// tuples and dicts, so Python's torch.load(weights_only=True) accepts it once pickled. The
+/// tensors alias the optimizer's live state: serialize (or clone) before the next step.
+/// Throws NotSupportedError for other optimizer classes.
+c10::IValue optimizer_state_dict(torch::optim::Optimizer& optimizer);
+
+/// Restores a dict in the layout above (also one written by Python): hyper-parameters of each
+/// group (params excepted) and the per-parameter state, cast to each parameter's dtype and
+/// device ("step" kept as a count). Throws CheckpointError naming the mismatch when the group
+/// count, a group's parameter count or a state tensor's shape differs, or a value has the
+/// wrong type.
+void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IValue& state_dict);
+
+}  // namespace deepspeed::optim
