@@ -2,11 +2,21 @@
 // default) with deepspeed-cpp, one process per rank:
 //   deepspeed --num_gpus 2 train_gpt --deepspeed_config ds_config.json --steps 200
 // Prints loss, learning rate and tokens/s every steps_per_print steps, the held-out loss before
-// and after training, and (with --metrics_file) one JSON object per optimizer step.
+// and after training, and (with --metrics_file) one JSON object per optimizer step. Optional:
+// a progress bar with the estimated finish (--progress), model FLOPs utilization against a
+// device's peak (--peak_tflops), and loss / lr curves as a PNG (--plot, needs gnuplot).
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <deque>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <numeric>
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
@@ -34,7 +44,85 @@ struct Args {
   int64_t eval_batches = 8;
   double val_fraction = 0.05;
   int local_rank = -1;
+  bool progress = false;
+  double peak_tflops = 0.0;
+  std::string plot;
 };
+
+// A one-line progress bar on rank 0 with the estimated time left and the finish time, from the
+// mean of the last 20 step times. On a terminal it redraws in place; otherwise (--progress into
+// a file or the launcher's pipe) it prints a line each time the training log does.
+class ProgressBar {
+ public:
+  ProgressBar(int64_t total, bool tty) : total_(total), tty_(tty) {}
+
+  void update(int64_t step, double step_s, double loss, bool log_line_printed) {
+    recent_.push_back(step_s);
+    if (recent_.size() > 20) recent_.pop_front();
+    if (!tty_ && !log_line_printed) return;
+    const double mean = std::accumulate(recent_.begin(), recent_.end(), 0.0) / recent_.size();
+    const double left_s = mean * static_cast<double>(total_ - step);
+    const std::time_t finish = std::time(nullptr) + static_cast<std::time_t>(left_s);
+    char when[16];
+    std::strftime(when, sizeof when, "%H:%M:%S", std::localtime(&finish));
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * step / total_);
+    std::string bar = std::string(filled, '=') + (filled < kWidth ? ">" : "") +
+                      std::string(std::max(0, kWidth - filled - 1), ' ');
+    const long long left = static_cast<long long>(left_s);
+    std::printf("%s[%s] %lld/%lld %3d%% | loss %.4f | %.2f s/step | ETA %lldh%02lldm%02llds "
+                "(finish %s)%s",
+                tty_ ? "\r" : "", bar.c_str(), static_cast<long long>(step),
+                static_cast<long long>(total_), static_cast<int>(100 * step / total_), loss, mean,
+                left / 3600, left / 60 % 60, left % 60, when, tty_ ? "\033[K" : "\n");
+    if (tty_ && step == total_) std::printf("\n");
+    std::fflush(stdout);
+  }
+  /// On a terminal, wipes the bar so that a log line can take its place.
+  void clear() {
+    if (tty_) std::printf("\r\033[K");
+  }
+
+ private:
+  int64_t total_;
+  bool tty_;
+  std::deque<double> recent_;
+};
+
+// Model FLOPs per token of training (forward + backward), PaLM's estimate (appendix B), as
+// nanoGPT's estimate_mfu: 6 N for the matmuls of N parameters (position embeddings excluded:
+// a lookup; the tied token embedding is the output projection) plus 12 L C T for attention's
+// q@k^T and att@v (non-causal count, as PaLM). Biases, LayerNorm, softmax and GELU are left out.
+double model_flops_per_token(int64_t params, const GptConfig& c, int64_t seq_len) {
+  const double n = static_cast<double>(params - c.block_size * c.n_embd);
+  return 6.0 * n + 12.0 * c.n_layer * c.n_embd * static_cast<double>(seq_len);
+}
+
+// Loss (left axis) and learning rate (right axis) per optimizer step, drawn by gnuplot.
+void write_plot(const std::string& png, const std::vector<int64_t>& steps,
+                const std::vector<double>& losses, const std::vector<double>& lrs) {
+  FILE* gp = ::popen("gnuplot 2>&1", "w");
+  if (!gp) throw ds::UsageError("--plot: cannot start gnuplot");
+  std::string quoted;
+  for (char ch : png) quoted += ch == '\'' ? std::string("''") : std::string(1, ch);
+  std::fprintf(gp,
+               "set terminal pngcairo size 1000,600\nset output '%s'\n"
+               "set xlabel 'optimizer step'\nset ylabel 'training loss'\n"
+               "set y2label 'learning rate'\nset ytics nomirror\nset y2tics\nset grid\n"
+               "$data << EOD\n",
+               quoted.c_str());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    std::fprintf(gp, "%lld %.6g %.6g\n", static_cast<long long>(steps[i]), losses[i], lrs[i]);
+  }
+  std::fprintf(gp,
+               "EOD\nplot $data using 1:2 with lines lw 2 title 'loss' axes x1y1, "
+               "$data using 1:3 with lines lw 2 dt 2 title 'lr' axes x1y2\n");
+  const int status = ::pclose(gp);
+  if (status != 0) {
+    throw ds::UsageError("--plot: gnuplot failed (exit status " + std::to_string(status) +
+                         "); is it installed? (Debian: apt-get install gnuplot-nox)");
+  }
+}
 
 struct Batch {
   torch::Tensor inputs, targets;
@@ -118,8 +206,25 @@ int run(const Args& a) {
     if (!metrics) throw ds::UsageError("cannot write --metrics_file " + a.metrics_file);
   }
   const int64_t tokens_per_step = config.batch.train_batch_size * a.seq_len;
+  const double flops_per_token = model_flops_per_token(model->num_parameters(), gcfg, a.seq_len);
+  if (rank == 0 && a.peak_tflops > 0) {
+    std::printf("train_gpt: MFU against %.1f TFLOP/s per device; model FLOPs per token "
+                "6N + 12LCT = %.2f MFLOP\n", a.peak_tflops, flops_per_token / 1e6);
+  }
+  std::unique_ptr<ProgressBar> bar;
+  if (rank == 0 && (a.progress || ::isatty(STDOUT_FILENO))) {
+    bar = std::make_unique<ProgressBar>(a.steps, ::isatty(STDOUT_FILENO));
+  }
+  // Fail before training, not after it.
+  if (rank == 0 && !a.plot.empty() && std::system("gnuplot --version > /dev/null 2>&1") != 0) {
+    throw ds::UsageError("--plot needs gnuplot (Debian: apt-get install gnuplot-nox)");
+  }
+  std::vector<int64_t> plot_steps;
+  std::vector<double> plot_losses, plot_lrs;
   double first_loss = -1.0;
   for (int64_t step = 1; step <= a.steps; ++step) {
+    // The engine prints its own progress line in step() at steps_per_print.
+    if (bar && step % print_every == 0) bar->clear();
     auto t0 = std::chrono::steady_clock::now();
     double loss_sum = 0.0;
     for (int64_t m = 0; m < gas; ++m) {
@@ -142,10 +247,23 @@ int run(const Args& a) {
     if (first_loss < 0) first_loss = loss;
     const double lr = engine->get_lr().at(0);
     const double tps = static_cast<double>(tokens_per_step) / secs;
-    if (rank == 0 && (step % print_every == 0 || step == 1 || step == a.steps)) {
-      std::printf("step %lld | loss %.4f | lr %.3e | tokens/s %.0f | step %.3f s | rss %.0f MiB\n",
+    // Achieved model FLOP/s per device over its peak.
+    const double mfu =
+        a.peak_tflops > 0 ? flops_per_token * tps / world / (a.peak_tflops * 1e12) : 0.0;
+    const bool log_line = step % print_every == 0 || step == 1 || step == a.steps;
+    if (rank == 0 && log_line) {
+      if (bar) bar->clear();
+      std::printf("step %lld | loss %.4f | lr %.3e | tokens/s %.0f | step %.3f s | rss %.0f MiB",
                   static_cast<long long>(step), loss, lr, tps, secs, mem.rss_bytes / 1048576.0);
+      if (a.peak_tflops > 0) std::printf(" | mfu %.2f%%", 100.0 * mfu);
+      std::printf("\n");
       std::fflush(stdout);
+    }
+    if (bar) bar->update(step, secs, loss, log_line);
+    if (rank == 0 && !a.plot.empty()) {
+      plot_steps.push_back(step);
+      plot_losses.push_back(loss);
+      plot_lrs.push_back(lr);
     }
     if (metrics.is_open()) {
       ds::json rss = ds::json::array(), peak = ds::json::array();
@@ -163,6 +281,7 @@ int run(const Args& a) {
                       {"grad_norm", engine->get_global_grad_norm().value_or(0.0)},
                       {"rss_bytes", rss},
                       {"peak_rss_bytes", peak}};
+      if (a.peak_tflops > 0) row["mfu"] = mfu;
       metrics << row.dump() << "\n";
       metrics.flush();
     }
@@ -172,6 +291,10 @@ int run(const Args& a) {
     std::printf("train_gpt: done: %lld steps | first training loss %.4f | held-out loss %.4f -> "
                 "%.4f\n",
                 static_cast<long long>(a.steps), first_loss, initial_val, final_val);
+    if (!a.plot.empty()) {
+      write_plot(a.plot, plot_steps, plot_losses, plot_lrs);
+      std::printf("train_gpt: wrote loss and lr curves to %s\n", a.plot.c_str());
+    }
   }
   ds::comm::destroy_process_group();
   return 0;
@@ -198,6 +321,13 @@ int main(int argc, char** argv) {
   app.add_option("--eval_batches", a.eval_batches, "held-out micro-batches per rank")
       ->capture_default_str();
   app.add_option("--local_rank", a.local_rank, "set by the launcher (LOCAL_RANK is used)");
+  app.add_flag("--progress", a.progress,
+               "progress bar with the estimated finish on rank 0 (default: on a terminal)");
+  app.add_option("--peak_tflops", a.peak_tflops,
+                 "peak TFLOP/s of one device: report model FLOPs utilization (MFU)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--plot", a.plot,
+                 "write loss and learning-rate curves to this PNG (needs gnuplot)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);
