@@ -1,0 +1,277 @@
+// consolidate_zero_checkpoint(): the fp32 weights of a ZeRO checkpoint as one state dict, the
+// algorithm of DeepSpeed's zero_to_fp32.py (reference §6.4) with errors that name the file.
+// Stage 1/2: every rank's fp32 partition of a param group, concatenated in rank order, is the
+// group's flat buffer without its tail padding; param_shapes cuts it. Stage 3: each parameter
+// is split into ceil(numel/W) elements per rank at the same offset of every rank's flat buffer.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+#include "deepspeed/checkpoint.h"
+#include "runtime/checkpoint/value_access.h"
+#include "util/check.h"
+
+namespace deepspeed::checkpoint {
+namespace {
+
+using c10::IValue;
+using detail::DictReader;
+
+int64_t numel_of(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+void put(TensorDict& dict, const std::string& key, const at::Tensor& value) {
+  if (at::Tensor* existing = dict.find(key)) {
+    *existing = value;
+  } else {
+    dict.insert(key, value);
+  }
+}
+
+// What zero_to_fp32 needs of a model-states file (parsed leniently: only these keys).
+struct ModelStateParts {
+  std::string path;
+  TensorDict buffers;
+  std::vector<ShapeDict> param_shapes;
+  ShapeDict frozen_param_shapes;
+  TensorDict frozen_param_fragments;
+  std::vector<std::pair<std::string, std::string>> shared_params;
+};
+
+ModelStateParts read_model_states(const std::string& path) {
+  DictReader r(load(path), path);
+  DS_CHECK(r.has("buffer_names"), CheckpointError, path,
+           " is not a model state checkpoint (no 'buffer_names')");
+  ModelStateParts m;
+  m.path = path;
+  // Only the keys the reconstruction needs go through ModelStates; ds_config, client state
+  // and the rest are not looked at.
+  Dict subset = new_dict();
+  for (const char* key : {"module", "buffer_names", "param_shapes", "frozen_param_shapes",
+                          "frozen_param_fragments", "shared_params"}) {
+    if (r.has(key)) subset.insert(key, r.at(key));
+  }
+  ModelStates states = ModelStates::from_ivalue(IValue(subset), path);
+  DS_CHECK(states.param_shapes.has_value(), CheckpointError, path,
+           ": 'param_shapes' is None, so this checkpoint was not written with a ZeRO optimizer "
+           "(its module state dict is already complete: load 'module' directly)");
+  for (const auto& name : states.buffer_names) {
+    if (const at::Tensor* t = states.module.find(name)) m.buffers.insert(name, t->to(at::kFloat));
+  }
+  m.param_shapes = std::move(*states.param_shapes);
+  if (states.frozen_param_shapes) m.frozen_param_shapes = std::move(*states.frozen_param_shapes);
+  if (states.frozen_param_fragments) {
+    m.frozen_param_fragments = std::move(*states.frozen_param_fragments);
+  }
+  if (states.shared_params) m.shared_params = std::move(*states.shared_params);
+  return m;
+}
+
+struct OptimizerParts {
+  std::string path;
+  int64_t zero_stage = 0;
+  int64_t world_size = 0;  // max(partition_count)
+  std::vector<at::Tensor> fp32_groups;
+};
+
+OptimizerParts read_optimizer_states(const std::string& path) {
+  DictReader file(load(path), path);
+  DictReader r(file.at("optimizer_state_dict"), path + ": optimizer_state_dict");
+  OptimizerParts o;
+  o.path = path;
+  DS_CHECK(r.has("zero_stage"), CheckpointError, path,
+           " is not a zero checkpoint (no 'zero_stage': a bf16 optimizer checkpoint of pipeline "
+           "training, which zero_to_fp32 does not read either)");
+  o.zero_stage = detail::as_zero_stage(r.at("zero_stage"), r.where("zero_stage"));
+  const IValue& count = r.at("partition_count");
+  if (count.isInt()) {
+    o.world_size = count.toInt();
+  } else {
+    for (const auto& c : detail::as_sequence(count, r.where("partition_count"))) {
+      o.world_size = std::max(o.world_size, detail::as_int(c, r.where("partition_count")));
+    }
+  }
+  DS_CHECK(o.world_size > 0, CheckpointError, r.where("partition_count"), " is empty or zero");
+  const char* key = o.zero_stage <= 2 ? "single_partition_of_fp32_groups" : "fp32_flat_groups";
+  size_t i = 0;
+  for (const auto& t : detail::as_sequence(r.at(key), r.where(key))) {
+    o.fp32_groups.push_back(
+        detail::as_tensor(t, r.where(key) + "[" + std::to_string(i++) + "]").reshape(-1));
+  }
+  return o;
+}
+
+// The rank files found vs expected: names the missing ranks rather than only counting.
+void check_rank_files(const std::vector<std::string>& files, int64_t world_size,
+                      const std::string& tag_dir) {
+  static const std::regex rank_re("zero_pp_rank_([0-9]+)_");
+  std::set<int64_t> ranks;
+  for (const auto& f : files) {
+    std::smatch m;
+    const std::string name = f.substr(f.rfind('/') + 1);
+    if (std::regex_search(name, m, rank_re)) ranks.insert(std::stoll(m[1]));
+  }
+  if (static_cast<int64_t>(files.size()) == world_size) return;
+  std::ostringstream missing;
+  for (int64_t r = 0, n = 0; r < world_size; ++r) {
+    if (!ranks.count(r)) missing << (n++ ? ", " : "") << r;
+  }
+  DS_CHECK(false, CheckpointError, tag_dir, ": expected ", world_size,
+           " '*_optim_states.pt' files (partition_count) but found ", files.size(),
+           missing.str().empty() ? "" : "; missing data-parallel rank(s) " + missing.str(),
+           ". A rank did not finish saving, or an older checkpoint with another world size was "
+           "overwritten in this directory");
+}
+
+void merge_stage12(TensorDict& out, const ModelStateParts& model,
+                   const std::vector<OptimizerParts>& ranks) {
+  const int64_t world_size = ranks[0].world_size;
+  const size_t groups = ranks[0].fp32_groups.size();
+  DS_CHECK(groups == model.param_shapes.size(), CheckpointError, ranks[0].path, " has ", groups,
+           " fp32 param groups but ", model.path, " lists param_shapes for ",
+           model.param_shapes.size());
+  const int64_t align = 2 * world_size;
+  auto aligned = [&](int64_t n) { return (n + align - 1) / align * align; };
+  for (size_t g = 0; g < groups; ++g) {
+    std::vector<at::Tensor> parts;
+    for (const auto& rank : ranks) parts.push_back(rank.fp32_groups[g]);
+    const at::Tensor full = at::cat(parts);
+    const int64_t available = full.numel();
+    int64_t offset = 0;
+    for (const auto& item : model.param_shapes[g]) {
+      const int64_t n = numel_of(item.value());
+      DS_CHECK(offset + n <= available, CheckpointError, model.path, ": parameter '", item.key(),
+               "' (group ", g, ") needs elements [", offset, ", ", offset + n, ") but the ",
+               world_size, " rank partitions hold only ", available, " elements");
+      put(out, item.key(), full.narrow(0, offset, n).view(item.value()));
+      offset += n;
+    }
+    // Padding only reaches the next multiple of 2*W: more left over means a layout mismatch.
+    DS_CHECK(aligned(offset) == aligned(available), CheckpointError, model.path,
+             ": consumed ", offset, " of the ", available, " elements of param group ", g,
+             " (padding alignment ", align, "); the optimizer files do not belong to this "
+             "model-states file");
+  }
+}
+
+void merge_stage3(TensorDict& out, const std::vector<ModelStateParts>& models,
+                  const std::vector<OptimizerParts>& ranks, bool exclude_frozen) {
+  const int64_t world_size = ranks[0].world_size;
+  std::vector<at::Tensor> flat;
+  for (const auto& rank : ranks) flat.push_back(at::cat(rank.fp32_groups));
+  const int64_t per_rank = flat[0].numel();
+  for (const auto& f : flat) {
+    DS_CHECK(f.numel() == per_rank, CheckpointError, "ZeRO-3 rank partitions differ in size (",
+             f.numel(), " vs ", per_rank, ")");
+  }
+  if (!exclude_frozen) {
+    for (const auto& item : models[0].frozen_param_shapes) {
+      std::vector<at::Tensor> fragments;
+      for (const auto& model : models) {
+        const at::Tensor* t = model.frozen_param_fragments.find(item.key());
+        DS_CHECK(t != nullptr, CheckpointError, model.path,
+                 ": no frozen_param_fragments entry for '", item.key(), "'");
+        fragments.push_back(t->reshape(-1));
+      }
+      put(out, item.key(), at::cat(fragments).narrow(0, 0, numel_of(item.value())).view(item.value()));
+    }
+  }
+  int64_t offset = 0;
+  for (const auto& group : models[0].param_shapes) {
+    for (const auto& item : group) {
+      const int64_t n = numel_of(item.value());
+      const int64_t part = (n + world_size - 1) / world_size;
+      DS_CHECK(offset + part <= per_rank, CheckpointError, models[0].path, ": parameter '",
+               item.key(), "' needs elements [", offset, ", ", offset + part,
+               ") of each rank's partition, which holds ", per_rank);
+      std::vector<at::Tensor> pieces;
+      for (const auto& f : flat) pieces.push_back(f.narrow(0, offset, part));
+      put(out, item.key(), at::cat(pieces).narrow(0, 0, n).view(item.value()));
+      offset += part;
+    }
+  }
+  DS_CHECK(offset == per_rank, CheckpointError, models[0].path, ": consumed ", offset,
+           " of the ", per_rank, " elements of each rank's partition");
+}
+
+}  // namespace
+
+TensorDict consolidate_zero_checkpoint(const std::string& checkpoint_dir,
+                                       const std::optional<std::string>& tag,
+                                       const ConsolidateOptions& options) {
+  std::string resolved_tag;
+  if (tag) {
+    resolved_tag = *tag;
+  } else {
+    auto latest = read_latest(checkpoint_dir);
+    DS_CHECK(latest.has_value(), CheckpointError, "unable to find 'latest' file at ",
+             checkpoint_dir, "/", kLatestFileName, "; pass the tag explicitly");
+    resolved_tag = *latest;
+  }
+  const std::string tag_dir = tag_directory(checkpoint_dir, resolved_tag);
+  struct stat st {};
+  DS_CHECK(::stat(tag_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), CheckpointError,
+           "checkpoint directory ", tag_dir, " does not exist");
+
+  const auto optim_files = list_files_with_suffix(tag_dir, "_optim_states.pt");
+  DS_CHECK(!optim_files.empty(), CheckpointError, tag_dir,
+           ": no '*_optim_states.pt' files, so this is not a ZeRO checkpoint");
+  std::vector<OptimizerParts> ranks;
+  ranks.push_back(read_optimizer_states(optim_files[0]));
+  const int64_t world_size = ranks[0].world_size;
+  check_rank_files(optim_files, world_size, tag_dir);
+  for (size_t i = 1; i < optim_files.size(); ++i) {
+    ranks.push_back(read_optimizer_states(optim_files[i]));
+    const auto& r = ranks.back();
+    DS_CHECK(r.world_size == world_size && r.zero_stage == ranks[0].zero_stage, CheckpointError,
+             r.path, ": partition_count ", r.world_size, " and zero_stage ", r.zero_stage,
+             " differ from ", optim_files[0], " (", world_size, ", ", ranks[0].zero_stage,
+             "): files of two different saves are mixed");
+    DS_CHECK(r.fp32_groups.size() == ranks[0].fp32_groups.size(), CheckpointError, r.path,
+             ": ", r.fp32_groups.size(), " param groups, ", optim_files[0], " has ",
+             ranks[0].fp32_groups.size());
+  }
+  const int64_t stage = ranks[0].zero_stage;
+  DS_CHECK(stage >= 1 && stage <= 3, CheckpointError, optim_files[0], ": unknown zero stage ",
+           stage);
+
+  std::vector<ModelStateParts> models;
+  if (stage <= 2) {
+    models.push_back(read_model_states(tag_dir + "/" + model_states_file_name(0)));
+  } else {
+    for (int64_t r = 0; r < world_size; ++r) {
+      models.push_back(read_model_states(tag_dir + "/" + zero3_model_states_file_name(r, 0)));
+    }
+  }
+
+  TensorDict out;
+  for (const auto& b : models[0].buffers) put(out, b.key(), b.value());
+  if (stage <= 2) {
+    if (!options.exclude_frozen_parameters) {
+      for (const auto& item : models[0].frozen_param_shapes) {
+        const at::Tensor* t = models[0].frozen_param_fragments.find(item.key());
+        DS_CHECK(t != nullptr, CheckpointError, models[0].path,
+                 ": no frozen_param_fragments entry for '", item.key(), "'");
+        put(out, item.key(), *t);
+      }
+    }
+    merge_stage12(out, models[0], ranks);
+  } else {
+    merge_stage3(out, models, ranks, options.exclude_frozen_parameters);
+  }
+  for (const auto& [alias, source] : models[0].shared_params) {
+    if (const at::Tensor* t = out.find(source)) put(out, alias, *t);
+  }
+  return out;
+}
+
+}  // namespace deepspeed::checkpoint

@@ -1,0 +1,157 @@
+// save()/load(): torch.save's zip container around the pickle. The container is LibTorch's
+// caffe2::serialize::PyTorchStreamWriter/Reader (the code torch.save itself runs): records
+// "<archive>/data.pkl", "<archive>/data/<key>" (64-byte aligned, stored uncompressed),
+// "<archive>/byteorder" and "<archive>/version". Storage records are written while pickling
+// and data.pkl last; readers locate records through the central directory, so order is free.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
+
+#include "deepspeed/checkpoint.h"
+#include "runtime/checkpoint/pickle_reader.h"
+#include "runtime/checkpoint/pickle_writer.h"
+#include "util/check.h"
+
+namespace deepspeed::checkpoint {
+namespace {
+
+using c10::IValue;
+using caffe2::serialize::PyTorchStreamReader;
+using caffe2::serialize::PyTorchStreamWriter;
+
+// Writes value's records through `writer` and finishes the archive. Once `failed()` the
+// remaining storages are skipped: the archive is being discarded.
+void write_archive(const IValue& value, PyTorchStreamWriter& writer,
+                   const std::function<bool()>& failed = [] { return false; }) {
+  std::string pickle = detail::pickle_value(
+      value, [&](const std::string& key, const void* data, size_t nbytes) {
+        if (!failed()) writer.writeRecord("data/" + key, data, nbytes);
+      });
+  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+  // torch >= 2.1 reads this to byte-swap on big-endian hosts; older readers ignore it.
+  static const std::string kByteOrder = "little";
+  writer.writeRecord("byteorder", kByteOrder.data(), kByteOrder.size());
+  writer.writeEndOfFile();
+}
+
+IValue read_archive(PyTorchStreamReader& reader, const std::string& source) {
+  DS_CHECK(reader.hasRecord("data.pkl"), CheckpointError, source,
+           ": the archive has no data.pkl, so it is not a torch.save file",
+           reader.hasRecord("constants.pkl") ? " (it is a TorchScript module: use torch::jit::load)"
+                                             : "");
+  auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+  auto storages = [&](const std::string& key, size_t nbytes) -> c10::Storage {
+    const std::string name = "data/" + key;
+    DS_CHECK(reader.hasRecord(name), CheckpointError, source, ": tensor data record '", name,
+             "' is missing (truncated or corrupt file)");
+    auto [data, size] = reader.getRecord(name);
+    DS_CHECK(size >= nbytes, CheckpointError, source, ": tensor data record '", name, "' holds ",
+             size, " bytes, expected ", nbytes, " (truncated or corrupt file)");
+    return c10::Storage(c10::Storage::use_byte_size_t(), size, std::move(data),
+                        /*allocator=*/nullptr, /*resizable=*/false);
+  };
+  return detail::unpickle_value(static_cast<const char*>(pickle.get()), pickle_size, storages,
+                                source);
+}
+
+// c10 errors of the zip layer, with the file named and a hint.
+template <typename Fn>
+auto with_zip_errors(const std::string& source, const char* doing, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const c10::Error& e) {
+    throw CheckpointError(::deepspeed::detail::str_cat(
+        source, ": ", doing, " failed: ", e.what_without_backtrace(),
+        " (a truncated file usually means the save that wrote it was interrupted; use the "
+        "previous checkpoint tag)"));
+  }
+}
+
+// The first bytes tell a zip archive from the legacy torch.save format and from garbage.
+void check_zip_magic(const std::string& head, const std::string& source) {
+  if (head.size() >= 4 && head.compare(0, 4, "PK\x03\x04") == 0) return;
+  DS_CHECK(!head.empty(), CheckpointError, source, ": the file is empty (an interrupted save?)");
+  DS_CHECK(static_cast<unsigned char>(head[0]) != 0x80, CheckpointError, source,
+           ": this is torch.save's legacy (non-zip) format (_use_new_zipfile_serialization=False, "
+           "DeepSpeed's checkpoint.checkpoint_serialization: false), which is not supported; "
+           "re-save it with the zip format");
+  DS_CHECK(false, CheckpointError, source, ": not a PyTorch checkpoint (no zip header)");
+}
+
+}  // namespace
+
+void save(const IValue& value, const std::string& path) {
+  AtomicFile file(path);
+  // The writer callback never reports a short write: LibTorch 1.13's PyTorchStreamWriter, once
+  // it has seen one, throws again from its destructor, which terminates the process. The first
+  // error (e.g. "No space left on device") is kept, the rest of the archive goes nowhere, and
+  // the error is thrown once the writer is done.
+  std::string write_error;
+  PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
+    if (write_error.empty()) {
+      try {
+        file.write(data, size);
+      } catch (const std::exception& e) {
+        write_error = e.what();
+      }
+    }
+    return size;
+  });
+  try {
+    write_archive(value, writer, [&] { return !write_error.empty(); });
+  } catch (const c10::Error& e) {
+    throw CheckpointError(::deepspeed::detail::str_cat(path, ": writing the archive failed: ",
+                                                       e.what_without_backtrace()));
+  }
+  DS_CHECK(write_error.empty(), CheckpointError, write_error);
+  file.commit();
+}
+
+IValue load(const std::string& path) {
+  struct stat st {};
+  DS_CHECK(::stat(path.c_str(), &st) == 0, CheckpointError, path, ": cannot open: ",
+           std::strerror(errno));
+  DS_CHECK(S_ISREG(st.st_mode), CheckpointError, path, ": not a regular file");
+  {
+    std::ifstream in(path, std::ios::binary);
+    std::string head(4, '\0');
+    in.read(head.data(), 4);
+    head.resize(static_cast<size_t>(in.gcount()));
+    check_zip_magic(head, path);
+  }
+  auto reader = with_zip_errors(path, "opening the zip archive",
+                                [&] { return std::make_unique<PyTorchStreamReader>(path); });
+  return with_zip_errors(path, "reading the zip archive",
+                         [&] { return read_archive(*reader, path); });
+}
+
+std::string save_to_string(const IValue& value) {
+  std::string out;
+  PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
+    out.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  with_zip_errors("<memory>", "writing the archive", [&] { write_archive(value, writer); });
+  return out;
+}
+
+IValue load_from_string(const std::string& bytes, const std::string& source) {
+  check_zip_magic(bytes.substr(0, 4), source);
+  auto adapter =
+      std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), bytes.size());
+  auto reader = with_zip_errors(source, "opening the zip archive",
+                                [&] { return std::make_unique<PyTorchStreamReader>(adapter); });
+  return with_zip_errors(source, "reading the zip archive",
+                         [&] { return read_archive(*reader, source); });
+}
+
+}  // namespace deepspeed::checkpoint

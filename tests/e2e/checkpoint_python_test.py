@@ -1,0 +1,356 @@
+"""Python side of checkpoint_python_test: reads the files deepspeed-cpp writes the way Python
+users (torch.load, DeepSpeed) read them, and writes files the way Python DeepSpeed does.
+
+  check_values FILE                   values written by TorchFileInterop.PythonReadsOurValues
+  check_checkpoint DIR TAG W          model states + optimizer files of a synthetic ZeRO-2 save
+  check_consolidated PT ST EXPECTED   zero_to_fp32 outputs (.pt, .safetensors) vs expected .pt
+  write_values FILE                   torch.save of values the C++ test checks
+  write_zero2 DIR TAG W               a ZeRO-2 checkpoint laid out as DeepSpeed writes it, plus
+                                      DIR/expected.pt with the full fp32 tensors
+
+Exits non-zero with a message on the first mismatch; prints OK otherwise. DeepSpeed itself is
+not needed: its classes are replaced by stand-ins registered under DeepSpeed's module names.
+"""
+import collections
+import dataclasses
+import enum
+import json
+import math
+import os
+import pickle
+import struct
+import sys
+import types
+
+import torch
+
+TORCH_MAJOR = int(torch.__version__.split(".")[0])
+
+# --- stand-ins for DeepSpeed's pickled classes, under their real import paths ---------------
+
+
+def _module(name):
+    parts = name.split(".")
+    for i in range(1, len(parts) + 1):
+        sub = ".".join(parts[:i])
+        if sub not in sys.modules:
+            sys.modules[sub] = types.ModuleType(sub)
+    return sys.modules[name]
+
+
+class DynamicLossScaler:
+    pass
+
+
+class LossScaler:
+    pass
+
+
+class ZeroStageEnum(int, enum.Enum):
+    disabled = 0
+    optimizer_states = 1
+    gradients = 2
+    weights = 3
+
+
+@dataclasses.dataclass
+class fragment_address:
+    numel: int
+    start: int
+
+
+for cls, mod in [(DynamicLossScaler, "deepspeed.runtime.fp16.loss_scaler"),
+                 (LossScaler, "deepspeed.runtime.fp16.loss_scaler"),
+                 (ZeroStageEnum, "deepspeed.runtime.zero.config"),
+                 (fragment_address, "deepspeed.utils.tensor_fragment")]:
+    cls.__module__ = mod
+    setattr(_module(mod), cls.__name__, cls)
+
+# --- torch.load with the weights_only allowlist of torch 2.x ----------------------------------
+# torch 1.13's weights_only unpickler cannot read floats (no BINFLOAT) and its allowlist is the
+# same, so files are checked against this restricted unpickler (plus real weights_only=True on
+# files without floats, and on any file with torch >= 2).
+
+_ALLOWED = {("collections", "OrderedDict"), ("torch", "Size"), ("torch", "Tensor"),
+            ("torch._utils", "_rebuild_tensor_v2"), ("torch._utils", "_rebuild_parameter"),
+            ("torch.nn.parameter", "Parameter")}
+_ALLOWED |= {("torch", t.__name__) for t in torch._storage_classes if t.__module__ == "torch"}
+_ALLOWED |= {("torch", str(d).split(".")[1]) for d in
+             [torch.float16, torch.float32, torch.float64, torch.bfloat16, torch.int64]}
+
+
+def restricted_load(path, extra=()):
+    allowed = _ALLOWED | set(extra)
+
+    class Restricted(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) not in allowed:
+                raise pickle.UnpicklingError(f"global {module}.{name} is not allowed")
+            return super().find_class(module, name)
+
+    module = types.SimpleNamespace(Unpickler=Restricted, load=pickle.load, __name__="restricted")
+    return torch.load(path, pickle_module=module, weights_only=False)
+
+
+def weights_only_load(path):
+    return torch.load(path, weights_only=True)
+
+
+def check(cond, what):
+    if not cond:
+        print("MISMATCH:", what)
+        sys.exit(1)
+
+
+# --- checks of our files ----------------------------------------------------------------------
+
+
+def check_values(path):
+    d = restricted_load(path)
+    if TORCH_MAJOR >= 2:
+        d2 = weights_only_load(path)
+        check(list(d2.keys()) == list(d.keys()), "weights_only keys")
+    check(list(d.keys()) == ["ints", "float", "flags", "text", "nested", "int_keys", "tuple",
+                             "shape", "f32", "f16", "bf16", "i64", "b", "view", "tied_a",
+                             "tied_b"], f"keys {list(d.keys())}")
+    check(d["ints"] == [0, 255, 256, 65536, -1, 2**31, -2**31 - 1, 2**62], f"ints {d['ints']}")
+    check(d["float"] == 0.1 and type(d["float"]) is float, "float")
+    check(d["flags"] == [True, False, None], "flags")
+    check(d["text"] == "h\u00e9llo", "unicode text")
+    check(d["nested"] == {"a": {"b": [1, "two", 3.5]}}, f"nested {d['nested']}")
+    check(d["int_keys"] == {0: "zero", 7: "seven"}, f"int keys {d['int_keys']}")
+    check(d["tuple"] == (1, "x") and type(d["tuple"]) is tuple, "tuple")
+    check(type(d["shape"]) is torch.Size and d["shape"] == torch.Size([3, 4]), "torch.Size")
+    ref = torch.arange(12, dtype=torch.float64).reshape(3, 4) / 8 - 0.5
+    for key, dtype in [("f32", torch.float32), ("f16", torch.float16), ("bf16", torch.bfloat16),
+                       ("i64", torch.int64)]:
+        t = d[key]
+        check(t.dtype == dtype and t.shape == (3, 4), f"{key} dtype/shape {t.dtype} {t.shape}")
+        check(torch.equal(t, (ref * 100 if dtype == torch.int64 else ref).to(dtype)), f"{key} values")
+    check(torch.equal(d["b"], torch.tensor([True, False, True])), "bool tensor")
+    check(torch.equal(d["view"], torch.arange(100, dtype=torch.float32)[10:15]), "view values")
+    check(d["view"].storage().size() == 5, "view stored compactly")
+    check(d["tied_a"] is d["tied_b"], "the same tensor twice loads as one object")
+    print("OK")
+
+
+def check_checkpoint(directory, tag, world):
+    world = int(world)
+    tag_dir = os.path.join(directory, tag)
+    check(open(os.path.join(directory, "latest")).read() == tag, "latest holds the tag, no newline")
+    path = os.path.join(tag_dir, "mp_rank_00_model_states.pt")
+    m = restricted_load(path)
+    m_weights_only = weights_only_load(path)  # no floats in it, so even torch 1.13 reads it
+    check(list(m_weights_only.keys()) == list(m.keys()), "weights_only model states")
+    check(list(m.keys()) == ["module", "buffer_names", "optimizer", "param_shapes",
+                             "frozen_param_shapes", "shared_params", "frozen_param_fragments",
+                             "lr_scheduler", "data_sampler", "random_ltd",
+                             "sparse_tensor_module_names", "skipped_steps", "global_steps",
+                             "global_samples", "dp_world_size", "mp_world_size",
+                             "checkpoint_parallel_dimensions", "ds_config", "ds_version"],
+          f"model state keys {list(m.keys())}")
+    check(m["optimizer"] is None and m["lr_scheduler"] is None, "optimizer/lr_scheduler None")
+    check(isinstance(m["sparse_tensor_module_names"], set), "sparse_tensor_module_names is a set")
+    check(all(type(s) is torch.Size for g in m["param_shapes"] for s in g.values()),
+          "param_shapes hold torch.Size")
+    check(m["param_shapes"][0]["embed.weight"] == torch.Size([7, 5]), "embed shape")
+    check(m["shared_params"] == {"head.weight": "embed.weight"}, "shared_params")
+    check(m["buffer_names"] == ["norm.running_mean"], "buffer_names")
+    check(m["dp_world_size"] == world and m["global_steps"] == 7, "counters")
+    check(m["checkpoint_parallel_dimensions"] == {"pp_degree": 1, "tp_degree": 1}, "parallel dims")
+    check(m["ds_config"]["zero_optimization"]["stage"] == 2, "ds_config")
+
+    # DeepSpeed's own reconstruction rule (zero_to_fp32.py), written independently here.
+    deepspeed_classes = {("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler"),
+                         ("deepspeed.runtime.fp16.loss_scaler", "LossScaler"),
+                         ("deepspeed.utils.tensor_fragment", "fragment_address")}
+    partitions = []
+    for r in range(world):
+        o = restricted_load(os.path.join(tag_dir, f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt"),
+                            deepspeed_classes)
+        check(list(o.keys()) == ["optimizer_state_dict", "ds_config", "ds_version"], "optim keys")
+        s = o["optimizer_state_dict"]
+        check(s["zero_stage"] == 2 and s["zero_stage"] <= 2, "zero_stage")
+        check(s["partition_count"] == [world, world], "partition_count")
+        scaler = s["loss_scaler"]
+        check(type(scaler) is DynamicLossScaler and scaler.cur_scale == 65536.0 and
+              scaler.cur_hysteresis == 2 and scaler.dtype is torch.float16, "loss scaler object")
+        check(all(type(a) is fragment_address for g in s["param_slice_mappings"] for a in g.values()),
+              "param_slice_mappings hold fragment_address")
+        check(s["base_optimizer_state"]["state"][0]["step"] == 3, "base optimizer state")
+        partitions.append(s["single_partition_of_fp32_groups"])
+    for g, shapes in enumerate(m["param_shapes"]):
+        full = torch.cat([p[g] for p in partitions])
+        offset = 0
+        for name, shape in shapes.items():
+            n = shape.numel()
+            t = full.narrow(0, offset, n).view(shape)
+            check(torch.equal(t, m["module"][name].float()), f"{name} rebuilt from partitions")
+            offset += n
+        align = 2 * world
+        check(math.ceil(offset / align) == math.ceil(full.numel() / align), "padding alignment")
+    print("OK")
+
+
+def read_safetensors_by_hand(path):
+    dtypes = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+              "I64": torch.int64}
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        t = torch.frombuffer(bytearray(body[begin:end]), dtype=dtypes[info["dtype"]])
+        out[name] = t.reshape(info["shape"])
+    return out
+
+
+def check_consolidated(pt, st, expected_path):
+    expected = weights_only_load(expected_path)
+    got = weights_only_load(pt)  # tensors only: real weights_only=True, torch 1.13 included
+    check(list(got.keys()) == list(expected.keys()), f"keys {list(got.keys())}")
+    for name, t in expected.items():
+        check(got[name].dtype == t.dtype and torch.equal(got[name], t), f"{name} in {pt}")
+    if "head.weight" in got:
+        check(got["head.weight"] is got["embed.weight"], "tied weights stay one tensor")
+    readers = [("by hand", read_safetensors_by_hand)]
+    try:
+        from safetensors.torch import load_file
+        readers.append(("safetensors", load_file))
+    except ImportError:
+        print("note: the safetensors package is not installed; checked by hand only")
+    for how, reader in readers:
+        s = reader(st)
+        check(sorted(s.keys()) == sorted(expected.keys()), f"safetensors keys ({how})")
+        for name, t in expected.items():
+            check(torch.equal(s[name], t), f"{name} in {st} ({how})")
+    print("OK")
+
+
+# --- files written the Python way ---------------------------------------------------------------
+
+
+def write_values(path):
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    with torch.no_grad():
+        for i, p in enumerate(module.parameters()):
+            p.copy_(torch.arange(p.numel(), dtype=torch.float32).reshape(p.shape) + i)
+    big = torch.arange(40, dtype=torch.float32)
+    shared = torch.full((2, 2), 7.0)
+    torch.save({
+        "module": module.state_dict(),  # OrderedDict with _metadata
+        "shape": torch.Size([2, 3]),
+        "names": {"embed"},
+        "numbers": [1.5, -2, 2**40, None, True],
+        "int_keys": {3: "three"},
+        "bf16": torch.tensor([1.5, -2.0], dtype=torch.bfloat16),
+        "f16": torch.tensor([0.25], dtype=torch.float16),
+        "i64": torch.tensor([2**40, -1]),
+        "bool": torch.tensor([True, False]),
+        "transposed": torch.arange(6, dtype=torch.float32).reshape(2, 3).t(),
+        "slice_a": big[5:10],   # views of one storage, stored once
+        "slice_b": big[20:22],
+        "tied_1": shared,
+        "tied_2": shared,
+        "scaler": _dynamic_scaler(1024.0),
+        "stage": ZeroStageEnum.gradients,
+        "fragment": fragment_address(numel=4, start=8),
+    }, path)
+    print("OK")
+
+
+def _dynamic_scaler(scale):
+    s = DynamicLossScaler()
+    s.cur_scale, s.dynamic, s.cur_iter, s.last_overflow_iter = scale, True, 10, 3
+    s.scale_factor, s.scale_window, s.min_scale = 2.0, 1000, 1.0
+    s.delayed_shift, s.cur_hysteresis, s.consecutive_hysteresis = 2, 1, False
+    s.raise_error_at_min_scale, s.dtype = True, torch.float16
+    return s
+
+
+def write_zero2(directory, tag, world):
+    """A ZeRO-2 checkpoint as DeepSpeed's engine and stage_1_and_2.py write it (reference §6)."""
+    world = int(world)
+    gen = torch.Generator().manual_seed(0)
+    groups = [collections.OrderedDict([("wte.weight", torch.randn(11, 4, generator=gen)),
+                                       ("h.0.attn.weight", torch.randn(4, 4, generator=gen)),
+                                       ("h.0.attn.bias", torch.randn(4, generator=gen))]),
+              collections.OrderedDict([("ln_f.weight", torch.randn(4, generator=gen)),
+                                       ("ln_f.bias", torch.randn(3, generator=gen))])]
+    frozen = collections.OrderedDict([("pos.weight", torch.randn(3, 2, generator=gen).half())])
+    buffers = collections.OrderedDict([("ln_f.running_mean", torch.randn(4, generator=gen))])
+    tag_dir = os.path.join(directory, tag)
+    os.makedirs(tag_dir, exist_ok=True)
+    module = collections.OrderedDict()
+    for g in groups:
+        for name, t in g.items():
+            module[name] = t.half()
+    module.update(frozen)
+    module.update(buffers)
+    module._metadata = collections.OrderedDict([("", {"version": 1})])
+    model_states = dict(
+        module=module, buffer_names=list(buffers.keys()), optimizer=None,
+        param_shapes=[collections.OrderedDict((n, t.shape) for n, t in g.items()) for g in groups],
+        frozen_param_shapes=collections.OrderedDict((n, t.shape) for n, t in frozen.items()),
+        shared_params={"lm_head.weight": "wte.weight"},
+        frozen_param_fragments=collections.OrderedDict((n, t.clone()) for n, t in frozen.items()),
+        lr_scheduler={"last_batch_iteration": 4}, data_sampler=None, random_ltd=None,
+        sparse_tensor_module_names=set(), skipped_steps=0, global_steps=5, global_samples=40,
+        dp_world_size=world, mp_world_size=1,
+        checkpoint_parallel_dimensions={"pp_degree": 1, "tp_degree": 1},
+        ds_config={"train_batch_size": 8, "fp16": {"enabled": True},
+                   "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+                   "zero_optimization": {"stage": 2}},
+        ds_version="0.19.6", my_client_key=[1, 2])
+    torch.save(model_states, os.path.join(tag_dir, "mp_rank_00_model_states.pt"))
+    for r in range(world):
+        singles, paddings, mappings, state = [], [], [], {}
+        for gi, g in enumerate(groups):
+            flat = torch.cat([t.reshape(-1) for t in g.values()])
+            align = 2 * world
+            padded = math.ceil(flat.numel() / align) * align
+            flat = torch.cat([flat, torch.zeros(padded - flat.numel())])
+            part = padded // world
+            mine = flat[r * part:(r + 1) * part]
+            real = max(0, min(part, sum(t.numel() for t in g.values()) - r * part))
+            singles.append(mine[:real].clone())
+            paddings.append(part - real)
+            mapping, offset = collections.OrderedDict(), 0
+            for name, t in g.items():
+                a, b = max(offset, r * part), min(offset + t.numel(), r * part + real)
+                if a < b:
+                    mapping[name] = fragment_address(numel=b - a, start=a - r * part)
+                offset += t.numel()
+            mappings.append(mapping)
+            state[gi] = {"step": torch.tensor(5.0), "exp_avg": torch.zeros(part),
+                         "exp_avg_sq": torch.zeros(part)}
+        osd = {
+            "loss_scaler": _dynamic_scaler(2.0 ** 14), "dynamic_loss_scale": True,
+            "overflow": False, "clip_grad": 1.0,
+            "base_optimizer_state": {"state": state, "param_groups": [
+                {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0,
+                 "params": [i]} for i in range(len(groups))]},
+            "single_partition_of_fp32_groups": singles, "zero_stage": ZeroStageEnum.gradients,
+            "group_paddings": paddings, "partition_count": [world] * len(groups),
+            "ds_version": "0.19.6", "param_slice_mappings": mappings}
+        torch.save({"optimizer_state_dict": osd, "ds_config": model_states["ds_config"],
+                    "ds_version": "0.19.6"},
+                   os.path.join(tag_dir, f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+    with open(os.path.join(directory, "latest"), "w") as f:
+        f.write(tag)
+    expected = collections.OrderedDict((n, t.float()) for n, t in buffers.items())
+    expected.update(frozen)
+    for g in groups:
+        expected.update(g)
+    expected["lm_head.weight"] = expected["wte.weight"]
+    torch.save(expected, os.path.join(directory, "expected.pt"))
+    print("OK")
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](*sys.argv[2:])
