@@ -2,7 +2,14 @@
 // of collectives that turns a hang into a report. See docs/comm.md.
 #include "comm/communicator.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cctype>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -18,6 +25,7 @@
 
 #include "util/check.h"
 #include "util/env.h"
+#include "util/logging.h"
 
 namespace deepspeed::comm::detail {
 namespace {
@@ -31,6 +39,57 @@ int env_int_or(const char* name, int fallback) {
 
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+std::string numeric_host(const sockaddr* sa) {
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw = sa->sa_family == AF_INET
+                        ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(sa)->sin_addr)
+                        : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr);
+  return ::inet_ntop(sa->sa_family, raw, text, sizeof(text)) != nullptr ? text : "";
+}
+
+// The local address and interface this machine would use to reach `host`. A connect()ed UDP
+// socket sends nothing, but makes the kernel choose the route and the source address; the
+// interface holding that address is the one Gloo must bind to on a multi-homed machine (the
+// default device binds to whatever the hostname resolves to, which need not reach MASTER_ADDR).
+struct RouteChoice {
+  std::string address;
+  std::string interface;
+};
+
+std::optional<RouteChoice> route_to(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return std::nullopt;
+  std::optional<RouteChoice> choice;
+  for (addrinfo* ai = found; ai != nullptr && !choice; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t length = sizeof(local);
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+      choice = RouteChoice{numeric_host(reinterpret_cast<sockaddr*>(&local)), ""};
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  if (!choice || choice->address.empty()) return std::nullopt;
+  ifaddrs* interfaces = nullptr;
+  if (::getifaddrs(&interfaces) == 0) {
+    for (ifaddrs* i = interfaces; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+      if (numeric_host(i->ifa_addr) == choice->address) {
+        choice->interface = i->ifa_name;
+        break;
+      }
+    }
+    ::freeifaddrs(interfaces);
+  }
+  return choice;
 }
 
 }  // namespace
@@ -107,12 +166,27 @@ void Communicator::init(const InitOptions& o) {
   }
 
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout_);
+  // One line per machine (its local rank 0) says which network Gloo uses. The communicator is not
+  // initialized yet, so info_rank0 prints for whichever rank calls it.
+  auto log_device = [&](const std::string& what) {
+    if (local_rank_ == 0 && world_size_ > 1) {
+      log::info_rank0(detail_str(rank_, world_size_) + "Gloo uses " + what);
+    }
+  };
   if (auto ifname = env::get("GLOO_SOCKET_IFNAME")) {
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*ifname));
+    log_device("interface " + *ifname + " (GLOO_SOCKET_IFNAME)");
   } else if (world_size_ == 1 || is_loopback(addr)) {
     // Single machine: keep Gloo on loopback instead of whatever the hostname resolves to.
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else if (auto route = route_to(addr, port)) {
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(route->address));
+    log_device("interface " + (route->interface.empty() ? std::string("?") : route->interface) + " (" +
+               route->address + "), the route to MASTER_ADDR=" + addr +
+               "; set GLOO_SOCKET_IFNAME to choose another");
   } else {
+    log::warn("no route to MASTER_ADDR=" + addr + " found; Gloo binds to the address this host's name "
+              "resolves to (set GLOO_SOCKET_IFNAME to choose the interface)");
     opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
   opts->threads = 2;

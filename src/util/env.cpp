@@ -7,10 +7,64 @@
 
 namespace deepspeed::env {
 
-std::optional<std::string> get(const char* name) {
+namespace {
+
+std::optional<std::string> raw(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr) return std::nullopt;
   return std::string(v);
+}
+
+// Slurm's tasks per node: "2(x3),1" = 2 on each of the first three nodes, 1 on the fourth.
+std::optional<std::string> slurm_tasks_on_this_node() {
+  if (auto uniform = raw("SLURM_NTASKS_PER_NODE")) return uniform;
+  auto layout = raw("SLURM_STEP_TASKS_PER_NODE");
+  if (!layout) return std::nullopt;
+  long node = 0;
+  if (auto id = raw("SLURM_NODEID")) node = std::strtol(id->c_str(), nullptr, 10);
+  std::string text = *layout;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t comma = text.find(',', start);
+    std::string group = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    size_t paren = group.find("(x");
+    std::string tasks = group.substr(0, paren);
+    long repeat = paren == std::string::npos ? 1 : std::strtol(group.c_str() + paren + 2, nullptr, 10);
+    if (node < repeat) return tasks;
+    node -= repeat;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return std::nullopt;
+}
+
+// See Note [Launcher variables] in env.h.
+std::optional<std::string> launcher_fallback(const std::string& name) {
+  struct Alias {
+    const char* name;
+    const char* open_mpi;
+    const char* slurm;  // nullptr: computed
+  };
+  static constexpr Alias kAliases[] = {
+      {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"},
+      {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"},
+      {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"},
+      {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr},
+  };
+  for (const Alias& alias : kAliases) {
+    if (name != alias.name) continue;
+    if (raw("OMPI_COMM_WORLD_SIZE")) return raw(alias.open_mpi);
+    if (raw("SLURM_STEP_NUM_TASKS")) return alias.slurm != nullptr ? raw(alias.slurm) : slurm_tasks_on_this_node();
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> get(const char* name) {
+  if (auto v = raw(name)) return v;
+  return launcher_fallback(name);
 }
 
 std::optional<int64_t> get_int(const char* name) {

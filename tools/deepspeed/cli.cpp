@@ -6,9 +6,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <memory>
 
 #include "log.h"
+#include "multinode_commands.h"
 #include "usage_error.h"
 
 namespace deepspeed::launcher {
@@ -23,31 +25,51 @@ struct RejectedFlag {
   bool takes_value;
 };
 
-// runner.py flags that only make sense across machines (or for the elastic agent and the
-// autotuner, which are not ported). Recognised by name so none of them is silently dropped.
+// runner.py flags for the elastic agent and the autotuner, which are not ported. Recognised by
+// name so none of them is silently dropped.
 constexpr RejectedFlag kRejectedFlags[] = {
-    {"-i,--include", "-i/--include", true},
-    {"-e,--exclude", "-e/--exclude", true},
     {"--min_elastic_nodes", "--min_elastic_nodes", true},
     {"--max_elastic_nodes", "--max_elastic_nodes", true},
-    {"--launcher", "--launcher", true},
-    {"--launcher_args", "--launcher_args", true},
-    {"--node_rank", "--node_rank", true},
-    {"--ssh_port", "--ssh_port", true},
-    {"--venv_script", "--venv_script", true},
     {"--autotuning", "--autotuning", true},
-    {"--no_ssh", "--no_ssh", false},
-    {"--no_ssh_check", "--no_ssh_check", false},
-    {"--force_multi", "--force_multi", false},
     {"--elastic_training", "--elastic_training", false},
 };
 
 constexpr const char* kRejectionReason =
-    "multi-node launching is not supported yet (nor elastic training or autotuning); this launcher "
-    "starts ranks on the local machine only: use --num_gpus N (see docs/launcher.md)";
+    "elastic training and autotuning are not supported by deepspeed-cpp; launch a fixed set of hosts "
+    "with --hostfile (see docs/launcher.md)";
 
-std::string rejection_message(const std::string& flag_and_value) {
-  return flag_and_value + ": " + kRejectionReason;
+// Flags before PROGRAM that take the next argument as their value (so PROGRAM can be found before
+// CLI11 runs). Values of the first group may start with '-' (ssh/mpirun options, base64), which
+// CLI11 would take for an option: they are joined to their flag as --flag=value.
+constexpr const char* kDashValueFlags[] = {"--launcher_args", "--world_info", "--include", "-i", "--exclude", "-e"};
+constexpr const char* kValueFlags[] = {"--num_gpus", "--num_accelerators", "--master_port", "--master_addr",
+                                       "--enable_each_rank_log", "--bind_core_list", "--log_level", "-H",
+                                       "--hostfile", "--num_nodes", "--launcher", "--ssh_port", "--node_rank",
+                                       "--venv_script", "--min_elastic_nodes", "--max_elastic_nodes", "--autotuning"};
+
+template <typename Names>
+bool is_one_of(const std::string& arg, const Names& names) {
+  return std::any_of(std::begin(names), std::end(names), [&](const char* n) { return arg == n; });
+}
+
+std::vector<std::string> join_dash_values(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--" || arg.empty() || arg[0] != '-') break;  // PROGRAM (or --) starts here
+    if (is_one_of(arg, kDashValueFlags) && i + 1 < args.size()) {
+      std::string name = arg == "-i" ? "--include" : arg == "-e" ? "--exclude" : arg;
+      out.push_back(name + "=" + args[++i]);
+    } else if (is_one_of(arg, kValueFlags) && i + 1 < args.size()) {
+      out.push_back(arg);
+      out.push_back(args[++i]);
+    } else {
+      out.push_back(arg);
+    }
+  }
+  out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  return out;
 }
 
 bool file_exists(const std::string& path) {
@@ -63,58 +85,46 @@ class LauncherFormatter : public CLI::Formatter {
   }
 };
 
-// When CLI11 fails on a value (e.g. `--launcher_args "-x y"` looks like an option to it), report
-// the rejected multi-node flag instead if one appears among the options before PROGRAM.
-void rethrow_if_rejected_flag_present(const std::vector<std::string>& args) {
-  for (const std::string& arg : args) {
-    if (arg.empty() || arg[0] != '-' || arg == "--") break;
-    std::string name = arg.substr(0, arg.find('='));
-    for (const RejectedFlag& flag : kRejectedFlags) {
-      std::string names = flag.names;
-      std::size_t start = 0;
-      while (start < names.size()) {
-        std::size_t comma = names.find(',', start);
-        if (names.substr(start, comma - start) == name) throw UsageError(rejection_message(flag.display));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-    }
-  }
-}
-
 }  // namespace
 
-CommandLine parse_command_line(const std::vector<std::string>& args) {
+CommandLine parse_command_line(const std::vector<std::string>& raw_args) {
   CommandLine result;
   LauncherOptions& o = result.options;
+  const std::vector<std::string> args = join_dash_values(raw_args);
 
   CLI::App app{
-      "deepspeed-cpp launcher: starts N ranks of PROGRAM on this machine with the environment "
-      "DeepSpeed's launcher sets (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...) "
-      "and --local_rank=<LOCAL_RANK> appended to ARGS. PROGRAM is any executable, e.g. "
-      "./train_gpt or python3 train.py; options stop at PROGRAM.",
+      "deepspeed-cpp launcher: starts the ranks of PROGRAM on this machine, or across the hosts of a "
+      "hostfile, with the environment DeepSpeed's launcher sets (RANK, LOCAL_RANK, WORLD_SIZE, "
+      "MASTER_ADDR, MASTER_PORT, ...) and --local_rank=<LOCAL_RANK> appended to ARGS. PROGRAM is any "
+      "executable, e.g. ./train_gpt or python3 train.py; options stop at PROGRAM.",
       "deepspeed"};
   app.formatter(std::make_shared<LauncherFormatter>());
   app.prefix_command();
+  // argparse semantics: a repeated option keeps its last value.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.footer(
-      "Every line a rank writes is relayed as '[rank R] line' (stdout to stdout, stderr to "
-      "stderr). If a rank fails the others are stopped and the launcher exits with its status.\n"
+      "Every line a rank writes is relayed as '[rank R] line' (stdout to stdout, stderr to stderr; "
+      "'HOST: [rank R] line' across hosts). If a rank or host fails the others are stopped on every "
+      "host and the launcher exits with its status.\n"
       "Env: DS_LAUNCHER_KILL_GRACE_S = seconds between SIGTERM and SIGKILL when stopping ranks "
-      "(default 30).");
+      "(default 30). Multi-node runs export NCCL*, GLOO_*, OMP_*, PYTHON*, UCX*, MV2*, MLFLOW*, "
+      "DEEPSPEED_*, DS_* and the NAME=VALUE lines of .deepspeed_env to every host.");
 
   app.add_option("--num_gpus,--num_accelerators", o.num_gpus,
-                 "Ranks to start (one per GPU; processes on a CPU-only machine). Default: the "
-                 "CUDA_VISIBLE_DEVICES entries, else every GPU, else 1");
+                 "Ranks per host (one per GPU; processes on a CPU-only machine). Default: the "
+                 "hostfile's slots; without one the CUDA_VISIBLE_DEVICES entries, else every GPU, else 1");
   app.add_option("--master_port", o.master_port, "Port of rank 0's rendezvous (MASTER_PORT)")
       ->capture_default_str();
-  app.add_option("--master_addr", o.master_addr, "Address of rank 0 (MASTER_ADDR)")->capture_default_str();
+  app.add_option("--master_addr", o.master_addr,
+                 "Address of rank 0 (MASTER_ADDR). Default: 127.0.0.1 on one machine; across hosts "
+                 "the first address `hostname -I` prints on the first host (over ssh)");
   app.add_flag("--no_local_rank", o.no_local_rank, "Do not append --local_rank=<LOCAL_RANK> to ARGS");
   app.add_flag("--no_python", o.no_python,
                "Accepted for compatibility; PROGRAM is always run as an executable");
   bool module = false;
   app.add_flag("--module", module, "Rejected: run `deepspeed ... python3 -m MODULE` instead");
   app.add_option("--enable_each_rank_log", o.enable_each_rank_log,
-                 "Also write each rank's output to DIR/<timestamp>_rank<R>.log");
+                 "Also write each rank's output to DIR/<timestamp>_rank<R>.log (on its host)");
   app.add_flag("--save_pid", o.save_pid, "Write the launcher's pid to /tmp/<pid>.deepspeed while it runs");
   app.add_flag("--bind_cores_to_rank", o.bind_cores_to_rank,
                "Split the cores evenly over the ranks, pin each rank and set OMP_NUM_THREADS");
@@ -124,20 +134,37 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
       ->capture_default_str();
   app.add_flag("-q,--quiet", o.quiet, "Only warnings and errors from the launcher");
 
-  std::string hostfile;
-  app.add_option("-H,--hostfile", hostfile,
-                 "Multi-node: rejected if the file exists; a missing file warns and runs locally");
-  int num_nodes = -1;
-  app.add_option("--num_nodes", num_nodes, "Multi-node: only 1 is accepted");
+  CLI::App* multi = app.add_option_group("Multi-node");
+  CLI::Option* hostfile = multi->add_option("-H,--hostfile", o.hostfile,
+                                            "Hostfile of '<host> slots=<N>' lines; used when it exists")
+                              ->capture_default_str();
+  multi->add_option("-i,--include", o.include, "Hosts/slots to use: host1:0,1@host2 (hostfile order kept)");
+  multi->add_option("-e,--exclude", o.exclude, "Hosts/slots to leave out: host1:1@host2");
+  multi->add_option("--num_nodes", o.num_nodes, "Use the first N hosts of the hostfile");
+  multi->add_option("--launcher", o.launcher, "pdsh (ssh to each host), openmpi (mpirun) or slurm (srun)")
+      ->capture_default_str();
+  multi->add_option("--launcher_args", o.launcher_args,
+                    "Extra words for ssh (pdsh), mpirun (openmpi) or srun (slurm), as one quoted string");
+  multi->add_option("--ssh_port", o.ssh_port, "Port for ssh to the hosts (default: ssh's)");
+  multi->add_flag("--force_multi", o.force_multi, "Multi-node launch (ssh/mpirun/srun) even for one host");
+  multi->add_flag("--no_ssh", o.no_ssh, "Start only this host's ranks (--node_rank); run it on every host");
+  multi->add_flag("--no_ssh_check", o.no_ssh_check, "Skip the passwordless-ssh check of the first host");
+  multi->add_option("--node_rank", o.node_rank, "This host's index in the hostfile, with --no_ssh");
+  multi->add_option("--venv_script", o.venv_script, "Script each host sources before starting its ranks");
 
-  CLI::App* multi = app.add_option_group("Multi-node, elastic, autotuning (recognised, rejected)");
+  CLI::App* per_node = app.add_option_group("Per-node mode (what the launcher starts on each host)");
+  per_node->add_option("--world_info", o.world_info, "The job's hosts and slots (base64 JSON)");
+  per_node->add_flag("--stop_on_stdin_eof", o.stop_on_stdin_eof,
+                     "Stop the ranks when stdin closes or says SIGINT/SIGTERM (the controlling launcher)");
+
+  CLI::App* rejected_group = app.add_option_group("Elastic training, autotuning (recognised, rejected)");
   std::vector<std::pair<const RejectedFlag*, CLI::Option*>> rejected;
   std::vector<std::string> ignored_values(std::size(kRejectedFlags));
   for (std::size_t i = 0; i < std::size(kRejectedFlags); ++i) {
     const RejectedFlag& flag = kRejectedFlags[i];
     CLI::Option* opt = flag.takes_value
-                           ? multi->add_option(flag.names, ignored_values[i], "not supported yet")
-                           : multi->add_flag(flag.names, "not supported yet");
+                           ? rejected_group->add_option(flag.names, ignored_values[i], "not supported")
+                           : rejected_group->add_flag(flag.names, "not supported");
     rejected.emplace_back(&flag, opt);
   }
 
@@ -149,25 +176,26 @@ CommandLine parse_command_line(const std::vector<std::string>& args) {
     result.help_text = app.help();
     return result;
   } catch (const CLI::ParseError& e) {
-    rethrow_if_rejected_flag_present(args);
     throw UsageError(std::string(e.what()) + "; run `deepspeed --help` for the supported flags");
   }
 
   for (const auto& [flag, opt] : rejected) {
-    if (opt->count() > 0) throw UsageError(rejection_message(flag->display));
-  }
-  if (num_nodes != -1 && num_nodes != 1) {
-    throw UsageError(rejection_message("--num_nodes " + std::to_string(num_nodes)));
+    if (opt->count() > 0) throw UsageError(std::string(flag->display) + ": " + kRejectionReason);
   }
   if (module) {
     throw UsageError(
         "--module is not supported: deepspeed-cpp runs PROGRAM as an executable, not as a Python "
         "module; use `deepspeed [OPTIONS] python3 -m MODULE ARGS...` instead");
   }
-  if (!hostfile.empty()) {
-    if (file_exists(hostfile)) {
-      throw UsageError(rejection_message("-H/--hostfile " + hostfile));
-    }
+  std::transform(o.launcher.begin(), o.launcher.end(), o.launcher.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  // Now, so a typo fails before anything starts (DeepSpeed only notices it across hosts).
+  validate_launcher_name(o.launcher);
+  if (o.ssh_port == 0 || o.ssh_port < -1 || o.ssh_port > 65535) {
+    throw UsageError("--ssh_port " + std::to_string(o.ssh_port) + ": expected a TCP port in 1..65535");
+  }
+  o.hostfile_given = hostfile->count() > 0;
+  if (o.hostfile_given && !file_exists(o.hostfile)) {
     // Matches DeepSpeed's runner: a missing hostfile means "this machine only".
     result.warnings.push_back("Unable to find hostfile, will proceed with training with local "
                               "resources only.");

@@ -5,18 +5,17 @@
 #include <cctype>
 
 #include "core_list.h"
+#include "text_util.h"
 #include "usage_error.h"
 
 namespace deepspeed::launcher {
 namespace {
 
-std::string join(const std::vector<std::string>& items, const char* separator) {
-  std::string out;
-  for (const auto& item : items) {
-    if (!out.empty()) out += separator;
-    out += item;
+void validate_port(const LauncherOptions& options) {
+  if (options.master_port < 1 || options.master_port > 65535) {
+    throw UsageError("--master_port " + std::to_string(options.master_port) +
+                     ": expected a TCP port in 1..65535 (DeepSpeed's default is 29500)");
   }
-  return out;
 }
 
 void validate(const LauncherOptions& options) {
@@ -25,13 +24,7 @@ void validate(const LauncherOptions& options) {
                      ": expected a positive number of ranks (or leave it out to use every visible "
                      "GPU, or 1 process on a CPU-only machine)");
   }
-  if (options.master_port < 1 || options.master_port > 65535) {
-    throw UsageError("--master_port " + std::to_string(options.master_port) +
-                     ": expected a TCP port in 1..65535 (DeepSpeed's default is 29500)");
-  }
-  if (options.master_addr.empty()) {
-    throw UsageError("--master_addr is empty; leave it out to use 127.0.0.1 on one machine");
-  }
+  validate_port(options);
 }
 
 int choose_world_size(const LauncherOptions& options, const HostInfo& host,
@@ -107,6 +100,52 @@ std::vector<std::vector<int>> choose_cores(const LauncherOptions& options, const
   return per_rank;
 }
 
+// Fills plan.ranks for `local_count` ranks starting at global rank `first_rank` (DeepSpeed's
+// launch.py per-process environment). plan.world_size, node_rank, node_count, master_* and
+// cuda_visible_devices must be set.
+void add_ranks(LaunchPlan& plan, const LauncherOptions& options, const HostInfo& host, int first_rank,
+               int local_count) {
+  std::vector<std::vector<int>> cores = choose_cores(options, host, local_count, plan.warnings);
+  const std::string world = std::to_string(plan.world_size);
+  const std::string local_world = std::to_string(local_count);
+  for (int local = 0; local < local_count; ++local) {
+    RankLaunch launch;
+    launch.rank = first_rank + local;
+    // The index on this host. DeepSpeed computes RANK % local count, which is the same whenever
+    // every host has the same number of slots and a permutation otherwise.
+    launch.local_rank = local;
+    launch.argv.push_back(options.program);
+    launch.argv.insert(launch.argv.end(), options.program_args.begin(), options.program_args.end());
+    // Appended, not inserted after PROGRAM as DeepSpeed inserts it after the script: PROGRAM may be
+    // an interpreter (`python3 train.py`), which must not receive the flag itself.
+    if (!options.no_local_rank) launch.argv.push_back("--local_rank=" + std::to_string(local));
+
+    launch.env = {
+        {"MASTER_ADDR", plan.master_addr},
+        {"MASTER_PORT", std::to_string(plan.master_port)},
+        {"WORLD_SIZE", world},
+        {"CROSS_RANK", std::to_string(plan.node_rank)},
+        {"CROSS_SIZE", std::to_string(plan.node_count)},
+        {"LOCAL_SIZE", local_world},
+        {"LOCAL_WORLD_SIZE", local_world},  // torchrun's name for LOCAL_SIZE
+        {"RANK", std::to_string(launch.rank)},
+        {"LOCAL_RANK", std::to_string(local)},
+    };
+    if (!plan.cuda_visible_devices.empty()) {
+      launch.env.emplace_back("CUDA_VISIBLE_DEVICES", join(plan.cuda_visible_devices, ","));
+    }
+    const auto& my_cores = cores[static_cast<std::size_t>(local)];
+    if (!my_cores.empty()) {
+      launch.cpu_cores = my_cores;
+      launch.env.emplace_back("OMP_NUM_THREADS", std::to_string(my_cores.size()));
+    }
+    // DeepSpeed starts scripts with `python -u`; for a Python PROGRAM behind our pipes this is the
+    // same switch, and it keeps rank output flowing line by line instead of at exit.
+    launch.env.emplace_back("PYTHONUNBUFFERED", "1");
+    plan.ranks.push_back(std::move(launch));
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> split_device_list(const std::string& value) {
@@ -131,56 +170,60 @@ LaunchPlan make_launch_plan(const LauncherOptions& options, const HostInfo& host
   std::vector<std::string> visible;
   if (host.cuda_visible_devices) visible = split_device_list(*host.cuda_visible_devices);
 
-  const int world_size = choose_world_size(options, host, visible);
-  plan.world_size = world_size;
+  plan.world_size = choose_world_size(options, host, visible);
+  plan.master_addr = options.master_addr.empty() ? kLocalMasterAddr : options.master_addr;
+  plan.master_port = options.master_port;
+  plan.cuda_visible_devices = choose_devices(plan.world_size, host, visible, plan.warnings);
+  add_ranks(plan, options, host, 0, plan.world_size);
+  return plan;
+}
+
+LaunchPlan make_node_plan(const LauncherOptions& options, const WorldInfo& world, int node_rank,
+                          const HostInfo& host) {
+  validate_port(options);
+  const int node_count = static_cast<int>(world.size());
+  if (node_rank < 0 || node_rank >= node_count) {
+    throw UsageError("--node_rank " + std::to_string(node_rank) + ": expected 0.." +
+                     std::to_string(node_count - 1) + " for the " + std::to_string(node_count) +
+                     " host(s) " + describe_world(world));
+  }
+  if (options.master_addr.empty()) {
+    throw UsageError("--master_addr is required on host " + std::to_string(node_rank) +
+                     " of a multi-host job: give the address of the first host");
+  }
+  const NodeSlots& node = world[static_cast<std::size_t>(node_rank)];
+  LaunchPlan plan;
+  plan.world_size = world_size(world);
+  plan.node_rank = node_rank;
+  plan.node_count = node_count;
   plan.master_addr = options.master_addr;
   plan.master_port = options.master_port;
-  plan.cuda_visible_devices = choose_devices(world_size, host, visible, plan.warnings);
-  std::vector<std::vector<int>> cores = choose_cores(options, host, world_size, plan.warnings);
-
-  const std::string world = std::to_string(world_size);
-  for (int rank = 0; rank < world_size; ++rank) {
-    RankLaunch launch;
-    launch.rank = rank;
-    launch.local_rank = rank;  // one machine: global rank == local rank
-    launch.argv.push_back(options.program);
-    launch.argv.insert(launch.argv.end(), options.program_args.begin(), options.program_args.end());
-    // Appended, not inserted after PROGRAM as DeepSpeed inserts it after the script: PROGRAM may be
-    // an interpreter (`python3 train.py`), which must not receive the flag itself.
-    if (!options.no_local_rank) launch.argv.push_back("--local_rank=" + std::to_string(rank));
-
-    launch.env = {
-        {"MASTER_ADDR", options.master_addr},
-        {"MASTER_PORT", std::to_string(options.master_port)},
-        {"WORLD_SIZE", world},
-        {"CROSS_RANK", "0"},  // node rank: always node 0 of 1
-        {"CROSS_SIZE", "1"},
-        {"LOCAL_SIZE", world},
-        {"LOCAL_WORLD_SIZE", world},  // torchrun's name for LOCAL_SIZE
-        {"RANK", std::to_string(rank)},
-        {"LOCAL_RANK", std::to_string(rank)},
-    };
-    if (!plan.cuda_visible_devices.empty()) {
-      launch.env.emplace_back("CUDA_VISIBLE_DEVICES", join(plan.cuda_visible_devices, ","));
+  if (host.gpu_count > 0) {
+    // Matches launch.py: the ranks see exactly this host's slots and index them by LOCAL_RANK.
+    for (int slot : node.slots) {
+      plan.cuda_visible_devices.push_back(std::to_string(slot));
+      if (slot >= host.gpu_count) {
+        plan.warnings.push_back("host " + node.host + " slot " + std::to_string(slot) + " but only " +
+                                std::to_string(host.gpu_count) + " GPU(s) were found here");
+      }
     }
-    const auto& my_cores = cores[static_cast<std::size_t>(rank)];
-    if (!my_cores.empty()) {
-      launch.cpu_cores = my_cores;
-      launch.env.emplace_back("OMP_NUM_THREADS", std::to_string(my_cores.size()));
-    }
-    // DeepSpeed starts scripts with `python -u`; for a Python PROGRAM behind our pipes this is the
-    // same switch, and it keeps rank output flowing line by line instead of at exit.
-    launch.env.emplace_back("PYTHONUNBUFFERED", "1");
-    plan.ranks.push_back(std::move(launch));
   }
+  add_ranks(plan, options, host, first_rank_of_node(world, node_rank), static_cast<int>(node.slots.size()));
   return plan;
 }
 
 std::string LaunchPlan::summary() const {
-  std::string out = "launching " + std::to_string(world_size) + " rank(s) of " +
-                    (program_path.empty() ? (ranks.empty() ? "" : ranks[0].argv[0]) : program_path) +
-                    " on this machine (MASTER_ADDR=" + master_addr +
-                    " MASTER_PORT=" + std::to_string(master_port);
+  const std::string program = program_path.empty() ? (ranks.empty() ? "" : ranks[0].argv[0]) : program_path;
+  std::string out;
+  if (node_count > 1 || world_size != static_cast<int>(ranks.size())) {
+    out = "host " + std::to_string(node_rank) + " of " + std::to_string(node_count) + ": launching rank(s) " +
+          (ranks.empty() ? std::string("none")
+                         : std::to_string(ranks.front().rank) + "-" + std::to_string(ranks.back().rank)) +
+          " of " + std::to_string(world_size) + " of " + program;
+  } else {
+    out = "launching " + std::to_string(world_size) + " rank(s) of " + program + " on this machine";
+  }
+  out += " (MASTER_ADDR=" + master_addr + " MASTER_PORT=" + std::to_string(master_port);
   if (!cuda_visible_devices.empty()) out += " CUDA_VISIBLE_DEVICES=" + join(cuda_visible_devices, ",");
   out += ")";
   if (!ranks.empty() && !ranks[0].cpu_cores.empty()) {

@@ -41,6 +41,7 @@ LogLevel parse_log_level(std::string_view name) {
 
 void set_log_level(LogLevel level) { g_level = level; }
 
+void log_debug(const std::string& message) { emit(LogLevel::kDebug, "", message); }
 void log_info(const std::string& message) { emit(LogLevel::kInfo, "", message); }
 void log_warning(const std::string& message) { emit(LogLevel::kWarning, "warning: ", message); }
 void log_error(const std::string& message) { emit(LogLevel::kError, "", message); }

@@ -16,6 +16,7 @@ LogLevel parse_log_level(std::string_view name);
 // Process-wide threshold; messages below it are dropped. Default kInfo.
 void set_log_level(LogLevel level);
 
+void log_debug(const std::string& message);    // "deepspeed: <message>" at --log_level debug
 void log_info(const std::string& message);     // "deepspeed: <message>"
 void log_warning(const std::string& message);  // "deepspeed: warning: <message>"
 void log_error(const std::string& message);    // "deepspeed: <message>", never filtered

@@ -1,16 +1,13 @@
-// `deepspeed` entry point: command line -> LaunchPlan -> run_local(). The only place that exits;
-// everything below throws (UsageError -> 2, anything else -> 1) or returns the ranks' status.
+// `deepspeed` entry point: command line -> launch(). The only place that exits; everything below
+// throws (UsageError -> 2, anything else -> 1) or returns the job's status.
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "cli.h"
 #include "host_info.h"
-#include "launch_plan.h"
-#include "local_runner.h"
+#include "launch.h"
 #include "log.h"
-#include "pid_file.h"
-#include "program_path.h"
 #include "usage_error.h"
 
 int main(int argc, char** argv) {
@@ -26,19 +23,7 @@ int main(int argc, char** argv) {
     if (options.quiet && level < dl::LogLevel::kWarning) level = dl::LogLevel::kWarning;
     dl::set_log_level(level);
     for (const std::string& warning : command_line.warnings) dl::log_warning(warning);
-
-    dl::HostInfo host = dl::detect_host_info();
-    dl::LaunchPlan plan = dl::make_launch_plan(options, host);
-    plan.program_path = dl::resolve_program(options.program, host.path_env);
-    for (const std::string& warning : plan.warnings) dl::log_warning(warning);
-
-    dl::RunnerOptions runner_options;
-    runner_options.kill_grace_s = dl::kill_grace_seconds_from_env();
-    runner_options.each_rank_log_dir = options.enable_each_rank_log;
-
-    dl::PidFile pid_file(options.save_pid);
-    dl::log_info(plan.summary());
-    return dl::run_local(plan, runner_options);
+    return dl::launch(options, dl::detect_host_info());
   } catch (const dl::UsageError& e) {
     dl::log_error(std::string("error: ") + e.what());
     return dl::kUsageExitCode;

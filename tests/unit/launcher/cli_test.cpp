@@ -1,5 +1,5 @@
-// Tests for the launcher's command line (tools/deepspeed/cli.cpp): accepted DeepSpeed flags, where
-// options stop, and the flags that are recognised and rejected by name.
+// Tests for the launcher's command line (tools/deepspeed/cli.cpp): accepted DeepSpeed flags with
+// their defaults, where options stop, and the flags that are recognised and rejected by name.
 #include "cli.h"
 
 #include <gtest/gtest.h>
@@ -31,8 +31,20 @@ TEST(Cli, Defaults_MatchDeepSpeed) {
   CommandLine cl = parse_command_line({"prog"});
   EXPECT_EQ(cl.options.num_gpus, -1);
   EXPECT_EQ(cl.options.master_port, 29500);
-  EXPECT_EQ(cl.options.master_addr, "127.0.0.1");
+  EXPECT_EQ(cl.options.master_addr, "") << "resolved later: 127.0.0.1 locally, hostname -I across hosts";
   EXPECT_FALSE(cl.options.no_local_rank);
+  EXPECT_EQ(cl.options.hostfile, "/job/hostfile");
+  EXPECT_FALSE(cl.options.hostfile_given);
+  EXPECT_EQ(cl.options.include, "");
+  EXPECT_EQ(cl.options.exclude, "");
+  EXPECT_EQ(cl.options.num_nodes, -1);
+  EXPECT_EQ(cl.options.launcher, "pdsh");
+  EXPECT_EQ(cl.options.launcher_args, "");
+  EXPECT_EQ(cl.options.ssh_port, -1);
+  EXPECT_EQ(cl.options.node_rank, -1);
+  EXPECT_FALSE(cl.options.force_multi || cl.options.no_ssh || cl.options.no_ssh_check);
+  EXPECT_FALSE(cl.options.save_pid || cl.options.bind_cores_to_rank);
+  EXPECT_EQ(cl.options.world_info, "");
   EXPECT_EQ(cl.options.program, "prog");
   EXPECT_TRUE(cl.options.program_args.empty());
   EXPECT_TRUE(cl.warnings.empty());
@@ -79,31 +91,70 @@ TEST(Cli, Help_IsReportedNotThrown) {
   EXPECT_TRUE(parse_command_line({"-h"}).help_requested);
 }
 
-class CliRejectsMultiNodeFlag : public ::testing::TestWithParam<Args> {};
+TEST(Cli, MultiNodeFlags_AreAccepted) {
+  CommandLine cl = parse_command_line({"-H", "/nonexistent/hosts", "-i", "worker-0:0,1@worker-1", "--num_nodes",
+                                       "2", "--launcher", "OpenMPI", "--launcher_args", "-x FOO --mca btl tcp",
+                                       "--ssh_port", "2222", "--force_multi", "--no_ssh_check", "--venv_script",
+                                       "/opt/env.sh", "prog", "--launcher_args", "mine"});
+  const LauncherOptions& o = cl.options;
+  EXPECT_EQ(o.hostfile, "/nonexistent/hosts");
+  EXPECT_TRUE(o.hostfile_given);
+  EXPECT_EQ(o.include, "worker-0:0,1@worker-1");
+  EXPECT_EQ(o.num_nodes, 2);
+  EXPECT_EQ(o.launcher, "openmpi") << "case-insensitive, as DeepSpeed lower-cases it";
+  EXPECT_EQ(o.launcher_args, "-x FOO --mca btl tcp") << "a value that starts with '-' is still the value";
+  EXPECT_EQ(o.ssh_port, 2222);
+  EXPECT_TRUE(o.force_multi && o.no_ssh_check);
+  EXPECT_EQ(o.venv_script, "/opt/env.sh");
+  EXPECT_EQ(o.program_args, (Args{"--launcher_args", "mine"})) << "PROGRAM's own args stay untouched";
 
-TEST_P(CliRejectsMultiNodeFlag, NamingTheFlag) {
+  CommandLine eq = parse_command_line({"--exclude=worker-1:0", "-e", "w2", "--no_ssh", "--node_rank=1", "prog"});
+  EXPECT_EQ(eq.options.exclude, "w2") << "the last one wins";
+  EXPECT_TRUE(eq.options.no_ssh);
+  EXPECT_EQ(eq.options.node_rank, 1);
+}
+
+TEST(Cli, PerNodeMode_FlagsAreParsed) {
+  CommandLine cl = parse_command_line({"--world_info=-_abc=", "--node_rank=1", "--master_addr=10.0.0.1",
+                                       "--master_port=29501", "--stop_on_stdin_eof", "--", "prog", "a"});
+  EXPECT_EQ(cl.options.world_info, "-_abc=");
+  EXPECT_EQ(cl.options.node_rank, 1);
+  EXPECT_TRUE(cl.options.stop_on_stdin_eof);
+  EXPECT_EQ(cl.options.program, "prog");
+  EXPECT_EQ(cl.options.program_args, (Args{"a"}));
+  EXPECT_EQ(parse_command_line({"--world_info", "-abc", "prog"}).options.world_info, "-abc");
+}
+
+class CliRejectsFlag : public ::testing::TestWithParam<Args> {};
+
+TEST_P(CliRejectsFlag, NamingTheFlag) {
   Args args = GetParam();
   const std::string flag = args.front().substr(0, args.front().find('='));
   args.push_back("prog");
-  expect_usage_error(args, {flag, "multi-node launching is not supported yet"});
+  expect_usage_error(args, {flag, "not supported"});
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryRunnerFlag, CliRejectsMultiNodeFlag,
-    ::testing::Values(Args{"--include", "localhost:0,1"}, Args{"-i", "localhost:0"},
-                      Args{"--exclude", "worker-1"}, Args{"-e", "worker-1:0"}, Args{"--num_nodes", "2"},
-                      Args{"--min_elastic_nodes", "1"}, Args{"--max_elastic_nodes", "2"},
-                      Args{"--launcher", "openmpi"}, Args{"--launcher_args", "-x FOO"},
-                      Args{"--launcher_args=--oversubscribe"}, Args{"--node_rank", "0"},
-                      Args{"--ssh_port", "2222"}, Args{"--venv_script", "env.sh"},
-                      Args{"--autotuning", "tune"}, Args{"--no_ssh"}, Args{"--no_ssh_check"},
-                      Args{"--force_multi"}, Args{"--elastic_training"}));
+INSTANTIATE_TEST_SUITE_P(ElasticAndAutotuning, CliRejectsFlag,
+                         ::testing::Values(Args{"--min_elastic_nodes", "1"}, Args{"--max_elastic_nodes", "2"},
+                                           Args{"--autotuning", "tune"}, Args{"--elastic_training"},
+                                           Args{"--launcher", "mpich"}, Args{"--launcher=impi"},
+                                           Args{"--launcher", "MVAPICH"}, Args{"--launcher", "jsrun"}));
 
-TEST(Cli, ExistingHostfile_IsRejected) {
+TEST(Cli, UnknownLauncher_ListsTheSupportedOnes) {
+  expect_usage_error({"--launcher", "pbs", "prog"}, {"--launcher 'pbs'", "pdsh, openmpi or slurm"});
+}
+
+TEST(Cli, BadSshPort_IsNamed) {
+  expect_usage_error({"--ssh_port", "0", "prog"}, {"--ssh_port 0"});
+  expect_usage_error({"--ssh_port", "70000", "prog"}, {"--ssh_port 70000"});
+}
+
+TEST(Cli, ExistingHostfile_IsTaken) {
   const std::string path = ::testing::TempDir() + "/ds_launcher_cli_test_hostfile";
   std::ofstream(path) << "worker-0 slots=8\nworker-1 slots=8\n";
-  expect_usage_error({"--hostfile", path, "prog"}, {"--hostfile", path, "multi-node launching is not supported yet"});
-  expect_usage_error({"-H", path, "prog"}, {"--hostfile"});
+  CommandLine cl = parse_command_line({"--hostfile", path, "prog"});
+  EXPECT_EQ(cl.options.hostfile, path);
+  EXPECT_TRUE(cl.warnings.empty());
   std::remove(path.c_str());
 }
 

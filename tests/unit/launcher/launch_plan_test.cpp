@@ -132,9 +132,14 @@ TEST(LaunchPlan, BadFlags_AreRejectedByName) {
   LauncherOptions port = options_for(1);
   port.master_port = 70000;
   expect_usage_error(port, cpu_host(), "--master_port 70000");
-  LauncherOptions addr = options_for(1);
-  addr.master_addr = "";
-  expect_usage_error(addr, cpu_host(), "--master_addr");
+}
+
+TEST(LaunchPlan, EmptyMasterAddr_MeansLoopbackOnOneMachine) {
+  LauncherOptions o = options_for(1);
+  o.master_addr = "";
+  EXPECT_EQ(env_of(make_launch_plan(o, cpu_host()).ranks[0])["MASTER_ADDR"], "127.0.0.1");
+  o.master_addr = "10.1.2.3";
+  EXPECT_EQ(env_of(make_launch_plan(o, cpu_host()).ranks[0])["MASTER_ADDR"], "10.1.2.3");
 }
 
 TEST(LaunchPlan, BindCoresToRank_SplitsEvenlyAndSetsOmpThreads) {
@@ -174,6 +179,75 @@ TEST(LaunchPlan, BindCoreListAlone_WarnsItDoesNothing) {
   ASSERT_EQ(plan.warnings.size(), 1u);
   EXPECT_NE(plan.warnings[0].find("--bind_cores_to_rank"), std::string::npos);
   EXPECT_TRUE(plan.ranks[0].cpu_cores.empty());
+}
+
+// Two hosts with 2 and 3 slots: the second host's plan (DeepSpeed's launch.py on node 1).
+WorldInfo two_hosts() { return {{"worker-0", {0, 1}}, {"worker-1", {0, 2, 3}}}; }
+
+TEST(NodePlan, SecondHost_GetsRanksAfterTheFirstHostsSlots) {
+  LauncherOptions o = options_for(-1, {"--x"});
+  o.master_addr = "10.0.0.1";
+  o.master_port = 29700;
+  LaunchPlan plan = make_node_plan(o, two_hosts(), 1, cpu_host());
+  ASSERT_EQ(plan.ranks.size(), 3u);
+  EXPECT_EQ(plan.world_size, 5);
+  for (int local = 0; local < 3; ++local) {
+    Env env = env_of(plan.ranks[local]);
+    EXPECT_EQ(plan.ranks[local].rank, 2 + local);
+    EXPECT_EQ(env["RANK"], std::to_string(2 + local));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(local));
+    EXPECT_EQ(env["WORLD_SIZE"], "5");
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "3");
+    EXPECT_EQ(env["LOCAL_SIZE"], "3");
+    EXPECT_EQ(env["CROSS_RANK"], "1");
+    EXPECT_EQ(env["CROSS_SIZE"], "2");
+    EXPECT_EQ(env["MASTER_ADDR"], "10.0.0.1");
+    EXPECT_EQ(env["MASTER_PORT"], "29700");
+    EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u) << "CPU-only host";
+    EXPECT_EQ(plan.ranks[local].argv.back(), "--local_rank=" + std::to_string(local));
+  }
+  EXPECT_NE(plan.summary().find("host 1 of 2: launching rank(s) 2-4 of 5"), std::string::npos) << plan.summary();
+}
+
+TEST(NodePlan, GpuHost_SeesItsSlotsAsVisibleDevices) {
+  LauncherOptions o = options_for(-1);
+  o.master_addr = "10.0.0.1";
+  LaunchPlan plan = make_node_plan(o, two_hosts(), 1, gpu_host(4));
+  EXPECT_EQ(env_of(plan.ranks[2])["CUDA_VISIBLE_DEVICES"], "0,2,3");
+  EXPECT_TRUE(plan.warnings.empty());
+  LaunchPlan short_of_gpus = make_node_plan(o, two_hosts(), 1, gpu_host(3));
+  ASSERT_EQ(short_of_gpus.warnings.size(), 1u);
+  EXPECT_NE(short_of_gpus.warnings[0].find("slot 3 but only 3 GPU(s)"), std::string::npos);
+}
+
+TEST(NodePlan, BindCores_SplitsThisHostsCoresOverItsRanks) {
+  LauncherOptions o = options_for(-1);
+  o.master_addr = "10.0.0.1";
+  o.bind_cores_to_rank = true;
+  LaunchPlan plan = make_node_plan(o, two_hosts(), 0, cpu_host(8));
+  EXPECT_EQ(plan.ranks[1].cpu_cores, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(env_of(plan.ranks[1])["OMP_NUM_THREADS"], "4");
+}
+
+TEST(NodePlan, BadNodeRankOrMissingMaster_AreRejected) {
+  LauncherOptions o = options_for(-1);
+  o.master_addr = "10.0.0.1";
+  for (int bad : {-1, 2}) {
+    try {
+      make_node_plan(o, two_hosts(), bad, cpu_host());
+      ADD_FAILURE() << "node_rank " << bad;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--node_rank " + std::to_string(bad) + ": expected 0..1"), std::string::npos)
+          << e.what();
+    }
+  }
+  o.master_addr = "";
+  try {
+    make_node_plan(o, two_hosts(), 0, cpu_host());
+    ADD_FAILURE();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--master_addr is required"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LaunchPlan, SplitDeviceList_TrimsAndDropsEmpties) {

@@ -4,8 +4,9 @@
 //
 // Output (stdout): "env NAME=value" per variable, "arg <i>=<value>" per argument, "affinity <list>",
 // then "ready". Flags take the form --name=RANK:VALUE, where RANK is a rank number or '*':
-// --ignore_sigterm (all ranks), --pid_dir, --wait_for_file, --check_pid_file (all ranks),
-// --stderr, --spam, --sleep_s, --kill_self, --no_newline, --exit_code; applied in that order.
+// --ignore_sigterm (all ranks), --show_env (NAME,NAME: print more variables), --pid_dir,
+// --wait_for_file, --check_pid_file (all ranks), --stderr, --spam, --sleep_s, --kill_self,
+// --no_newline, --exit_code; applied in that order.
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -86,6 +87,14 @@ int main(int argc, char** argv) {
                            "CROSS_RANK", "CROSS_SIZE", "MASTER_ADDR", "MASTER_PORT",
                            "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONUNBUFFERED"}) {
     report += std::string("env ") + name + "=" + env_or(name, "<unset>") + "\n";
+  }
+  std::string extra = flag_for_rank(args, "show_env", rank);
+  for (std::size_t start = 0; !extra.empty() && start <= extra.size();) {
+    std::size_t comma = extra.find(',', start);
+    std::string name = extra.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    report += "env " + name + "=" + env_or(name.c_str(), "<unset>") + "\n";
+    if (comma == std::string::npos) break;
+    start = comma + 1;
   }
   for (std::size_t i = 0; i < args.size(); ++i) report += "arg " + std::to_string(i) + "=" + args[i] + "\n";
   report += "affinity " + affinity_text() + "\n";

@@ -80,7 +80,7 @@ std::string required_env(const char* name) {
 }
 
 TestProcess::TestProcess(std::vector<std::string> argv, std::vector<std::pair<std::string, std::string>> env,
-                         std::vector<std::string> unset) {
+                         std::vector<std::string> unset, std::string cwd, bool pipe_stdin) {
   std::vector<std::string> env_strings;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     std::string kv(*entry);
@@ -100,10 +100,14 @@ TestProcess::TestProcess(std::vector<std::string> argv, std::vector<std::pair<st
   std::string out_path = dir_.path() + "/stdout";
   std::string err_path = dir_.path() + "/stderr";
 
+  int in_pipe[2] = {-1, -1};
+  if (pipe_stdin && ::pipe2(in_pipe, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
   start_s_ = monotonic_seconds();
   pid_ = ::fork();
   if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
   if (pid_ == 0) {
+    if (pipe_stdin) ::dup2(in_pipe[0], STDIN_FILENO);
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
     int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(out, STDOUT_FILENO);
@@ -113,9 +117,24 @@ TestProcess::TestProcess(std::vector<std::string> argv, std::vector<std::pair<st
     [[maybe_unused]] ssize_t n = ::write(STDERR_FILENO, message.data(), message.size());
     ::_exit(127);
   }
+  if (pipe_stdin) {
+    ::close(in_pipe[0]);
+    stdin_fd_ = in_pipe[1];
+  }
+}
+
+bool TestProcess::write_stdin(const std::string& text) {
+  ::signal(SIGPIPE, SIG_IGN);  // a process that stopped reading must fail the write, not the test
+  return stdin_fd_ >= 0 && ::write(stdin_fd_, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+}
+
+void TestProcess::close_stdin() {
+  if (stdin_fd_ >= 0) ::close(stdin_fd_);
+  stdin_fd_ = -1;
 }
 
 TestProcess::~TestProcess() {
+  close_stdin();
   if (pid_ > 0 && !reaped_) {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
@@ -162,8 +181,8 @@ ProcessResult TestProcess::wait(double timeout_s) {
 }
 
 ProcessResult run_process(std::vector<std::string> argv, std::vector<std::pair<std::string, std::string>> env,
-                          double timeout_s) {
-  TestProcess process(std::move(argv), std::move(env));
+                          double timeout_s, std::string cwd) {
+  TestProcess process(std::move(argv), std::move(env), {}, std::move(cwd));
   return process.wait(timeout_s);
 }
 

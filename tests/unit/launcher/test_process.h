@@ -36,9 +36,11 @@ struct ProcessResult {
 class TestProcess {
  public:
   // Starts `argv` (argv[0] a path) with the test's environment plus `env` (overriding) minus
-  // `unset`. Throws std::runtime_error if it cannot fork.
+  // `unset`, in directory `cwd` ("" = the test's). With `pipe_stdin` its stdin is a pipe the test
+  // writes with write_stdin() and closes with close_stdin(); otherwise it inherits the test's.
+  // Throws std::runtime_error if it cannot fork.
   TestProcess(std::vector<std::string> argv, std::vector<std::pair<std::string, std::string>> env = {},
-              std::vector<std::string> unset = {});
+              std::vector<std::string> unset = {}, std::string cwd = {}, bool pipe_stdin = false);
   // SIGKILLs the process if it is still running.
   ~TestProcess();
   TestProcess(const TestProcess&) = delete;
@@ -54,17 +56,22 @@ class TestProcess {
   // Waits for exit; after `timeout_s` SIGKILLs it and reports timed_out.
   ProcessResult wait(double timeout_s);
 
+  // The stdin pipe (pipe_stdin only): false if the process no longer reads it.
+  bool write_stdin(const std::string& text);
+  void close_stdin();
+
  private:
   TempDir dir_;
+  int stdin_fd_ = -1;
   pid_t pid_ = -1;
   bool reaped_ = false;
   double start_s_ = 0;
 };
 
-// Starts and waits in one call.
+// Starts and waits in one call (in directory `cwd` when given).
 ProcessResult run_process(std::vector<std::string> argv,
                           std::vector<std::pair<std::string, std::string>> env = {},
-                          double timeout_s = 20);
+                          double timeout_s = 20, std::string cwd = {});
 
 // Value of an environment variable the test's CMake sets (binary paths). Throws
 // std::runtime_error naming it when missing, so a misconfigured run fails loudly.
