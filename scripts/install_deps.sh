@@ -9,8 +9,10 @@ packages=(
   libopenblas0-pthread         # without it Debian's torch runs the reference BLAS (30-70x slower GEMM)
   nlohmann-json3-dev libcli11-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  gnuplot-nox                  # train_gpt --plot (loss and lr curves as PNG)
+  openssh-client openssh-server openmpi-bin iproute2  # launcher across hosts + its netns tests
+  python3-torch                # checkpoint_python_test: Python's torch.load/torch.save vs our files
 )
-# bench/gpt_ddp/run.sh installs python3-torch (its PyTorch peer) itself.
 
 missing=()
 for p in "${packages[@]}"; do

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -83,9 +84,15 @@ class Handle {
 Handle all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum, bool async_op = false);
 /// `output` has world_size * input.numel() elements; rank r's input lands at r * input.numel().
 Handle all_gather(at::Tensor& output, const at::Tensor& input, bool async_op = false);
+/// One output per rank (each contiguous, input.numel() elements); `input` may be one of them.
+Handle all_gather(std::vector<at::Tensor>& outputs, const at::Tensor& input,
+                  bool async_op = false);
 /// `input` has world_size * output.numel() elements; rank r receives the reduction of slice r.
 Handle reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op = ReduceOp::kSum,
                       bool async_op = false);
+/// Reduces every rank's `tensor` into rank `dst`'s (other ranks' contents are unspecified
+/// afterwards, as in torch.distributed.reduce).
+Handle reduce(at::Tensor& tensor, int dst, ReduceOp op = ReduceOp::kSum, bool async_op = false);
 Handle broadcast(at::Tensor& tensor, int src, bool async_op = false);
 void barrier();
 

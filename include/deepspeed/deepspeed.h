@@ -8,12 +8,15 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
 #include "deepspeed/engine.h"
 #include "deepspeed/errors.h"
 #include "deepspeed/lr_schedules.h"
+#include "deepspeed/param_group.h"
 #include "deepspeed/version.h"
 
 namespace deepspeed {
@@ -68,6 +71,28 @@ Initialized<Module> initialize(std::shared_ptr<Module> model, const char* config
                                LRSchedulerFactory lr_scheduler = nullptr) {
   return initialize(std::move(model), std::string(config), std::move(optimizer),
                     std::move(lr_scheduler));
+}
+
+/// DeepSpeed's `model_parameters` as param groups: the config's optimizer is built over these
+/// groups, each group's options overriding optimizer.params (e.g. {"weight_decay": 0.0} for
+/// biases and norms). Parameters in no group are not trained. `config` is a DeepSpeedConfig, a
+/// json, a path, JSON text or base64 JSON.
+template <typename Module, typename Config>
+Initialized<Module> initialize(std::shared_ptr<Module> model, const Config& config,
+                               std::vector<ParamGroup> model_parameters,
+                               LRSchedulerFactory lr_scheduler = nullptr) {
+  if (!model) throw UsageError("deepspeed::initialize requires a model");
+  DeepSpeedConfig resolved;
+  if constexpr (std::is_same_v<Config, DeepSpeedConfig>) {
+    resolved = config;
+  } else if constexpr (std::is_same_v<Config, json>) {
+    resolved = load_config(config);
+  } else {
+    resolved = load_config(std::string(config));
+  }
+  auto engine = std::make_shared<ModuleEngine<Module>>(
+      model, std::move(resolved), nullptr, std::move(lr_scheduler), std::move(model_parameters));
+  return {engine, engine->optimizer(), engine->lr_scheduler()};
 }
 
 }  // namespace deepspeed

@@ -9,23 +9,35 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <new>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include <c10/util/Exception.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
 #include "deepspeed/lr_schedules.h"
+#include "deepspeed/param_group.h"
 
 namespace deepspeed {
 
+namespace monitor {
+class MonitorMaster;
+}
+namespace profiling {
+class FlopsProfiler;
+}
 namespace runtime {
-class GradReducer;
+class LossScaler;
 class Timers;
+class ZeroOptimizer;
+struct ReductionStats;
 }  // namespace runtime
 
 /// Per-rank memory figures, in bytes (CPU: resident set of this process).
@@ -35,6 +47,13 @@ struct MemoryStats {
   int64_t host_cached_bytes = 0;  // free CPU blocks the engine's allocator keeps for reuse
   int64_t device_allocated_bytes = 0;      // CUDA caching allocator, 0 on CPU
   int64_t device_max_allocated_bytes = 0;  // its peak
+  // What the engine holds for training (see docs/zero.md for the per-stage formula).
+  int64_t param_bytes = 0;            // model parameters (flat buffers under ZeRO 1/2)
+  int64_t master_param_bytes = 0;     // fp32 master weights kept apart from the parameters
+  int64_t grad_bytes = 0;             // gradients held between backward and step
+  int64_t optimizer_state_bytes = 0;  // optimizer state tensors (after the first step)
+  int64_t comm_buffer_bytes = 0;      // gradient reduction buckets
+  int64_t padding_elements = 0;       // alignment padding of the flat buffers
 };
 
 /// Makes an LR scheduler for the optimizer the engine uses (DeepSpeed's callable form).
@@ -45,9 +64,12 @@ class Engine {
  public:
   /// Prefer deepspeed::initialize(). `optimizer` overrides the config's `optimizer` section,
   /// `lr_scheduler` its `scheduler` section (as in DeepSpeed).
+  /// `model_parameters`: param groups for the config's optimizer (default: one group of every
+  /// trainable parameter).
   Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config,
          std::unique_ptr<torch::optim::Optimizer> optimizer = nullptr,
-         LRSchedulerFactory lr_scheduler = nullptr);
+         LRSchedulerFactory lr_scheduler = nullptr,
+         std::vector<ParamGroup> model_parameters = {});
   virtual ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -89,6 +111,14 @@ class Engine {
   int64_t global_samples() const { return global_samples_; }
   int64_t micro_steps() const { return micro_steps_; }
   int64_t skipped_steps() const { return skipped_steps_; }
+  /// The last optimizer step's training loss (averaged over its micro-steps, this rank).
+  double last_loss() const { return last_loss_; }
+  /// Tokens per sample, for tokens/s in the step log (0: not printed).
+  void set_tokens_per_sample(int64_t tokens) { tokens_per_sample_ = tokens; }
+  /// The current fp16 loss scale (1 without fp16 loss scaling).
+  double loss_scale() const;
+  /// The dtype the model trains in: fp32, or fp16/bf16 from the config.
+  at::ScalarType model_dtype() const { return model_dtype_; }
   int global_rank() const { return comm::get_rank(); }
   int local_rank() const { return comm::get_local_rank(); }
   int world_size() const { return comm::get_world_size(); }
@@ -106,6 +136,10 @@ class Engine {
   torch::optim::Optimizer* optimizer() { return optimizer_.get(); }
   optim::LRScheduler* lr_scheduler() { return lr_scheduler_.get(); }
   MemoryStats memory_stats() const;
+  /// memory_stats() as one readable line (logged at initialization and on out-of-memory).
+  std::string memory_report(const std::string& when = "on request") const;
+  /// What the last backward's gradient reduction did (buckets, how many launched from hooks).
+  runtime::ReductionStats reduction_stats() const;
 
   /// Elapsed milliseconds of the named wall-clock timers over the last optimizer step
   /// (fwd, bwd, bwd_inner, bwd_allreduce, step), as logged with wall_clock_breakdown.
@@ -118,17 +152,50 @@ class Engine {
  private:
   void broadcast_parameters();
   void build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
-                       LRSchedulerFactory lr_scheduler);
-  double clip_gradients();
+                       std::vector<ParamGroup> model_parameters);
+  void check_zero_optimizer();
+  /// Overflow vote, unscale + clip, optimizer; false when the step was skipped (overflow).
+  bool take_model_step();
+  at::ScalarType communication_dtype() const;
+  void build_lr_scheduler(LRSchedulerFactory lr_scheduler);
+  void report_out_of_memory(const std::string& during) const;
+  /// Runs fn; an allocation failure is reported with this rank's memory figures, then rethrown.
+  template <typename Fn>
+  void with_memory_report(const std::string& during, Fn&& fn) {
+    try {
+      fn();
+    } catch (const std::bad_alloc&) {
+      report_out_of_memory(during);
+      throw;
+    } catch (const c10::Error& e) {
+      const std::string msg = e.what_without_backtrace();
+      if (msg.find("out of memory") != std::string::npos ||
+          msg.find("can't allocate memory") != std::string::npos) {
+        report_out_of_memory(during);
+      }
+      throw;
+    }
+  }
   void print_progress();
   void log_timers(bool boundary);
+  void write_monitor_events();
+  void write_timer_events();
+  void finish_profile();
 
   std::shared_ptr<torch::nn::Module> module_;
   DeepSpeedConfig config_;
   std::vector<at::Tensor> trainable_params_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> lr_scheduler_;
-  std::unique_ptr<runtime::GradReducer> reducer_;
+  std::unique_ptr<runtime::ZeroOptimizer> zero_;
+  std::unique_ptr<runtime::LossScaler> loss_scaler_;  // fp16 only
+  std::unique_ptr<monitor::MonitorMaster> monitor_;
+  std::unique_ptr<profiling::FlopsProfiler> flops_profiler_;
+  bool profiling_step_ = false;
+  double interval_loss_ = 0.0;  // sum of backward()'s returns since the last boundary
+  double last_loss_ = 0.0;      // the last optimizer step's loss (mean over micro-steps)
+  int64_t tokens_per_sample_ = 0;
+  at::ScalarType model_dtype_ = at::kFloat;
   std::unique_ptr<runtime::Timers> timers_;
 
   int64_t global_steps_ = 0;
@@ -140,6 +207,8 @@ class Engine {
   std::map<std::string, double> last_step_timers_;
   std::chrono::steady_clock::time_point throughput_start_;
   int64_t throughput_samples_ = 0;
+  std::chrono::steady_clock::time_point progress_start_;
+  int64_t progress_samples_ = 0;
 };
 
 /// Engine for a concrete module type: forward(args...) calls the module's own forward.
@@ -147,14 +216,29 @@ template <typename Module>
 class ModuleEngine : public Engine {
  public:
   ModuleEngine(std::shared_ptr<Module> module, DeepSpeedConfig config,
-               std::unique_ptr<torch::optim::Optimizer> optimizer, LRSchedulerFactory lr_scheduler)
-      : Engine(module, std::move(config), std::move(optimizer), std::move(lr_scheduler)),
+               std::unique_ptr<torch::optim::Optimizer> optimizer, LRSchedulerFactory lr_scheduler,
+               std::vector<ParamGroup> model_parameters = {})
+      : Engine(module, std::move(config), std::move(optimizer), std::move(lr_scheduler),
+               std::move(model_parameters)),
         typed_module_(std::move(module)) {}
 
+  /// With fp16.auto_cast, floating-point tensor arguments are cast to the model's dtype.
   template <typename... Args>
   auto forward(Args&&... args) {
-    return forward_with([&] { return typed_module_->forward(std::forward<Args>(args)...); });
+    return forward_with(
+        [&] { return typed_module_->forward(auto_cast_input(std::forward<Args>(args))...); });
   }
+  template <typename T>
+  decltype(auto) auto_cast_input(T&& arg) {
+    if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
+      return arg.is_floating_point() && config().fp16.enabled && config().fp16.auto_cast
+                 ? arg.to(model_dtype())
+                 : at::Tensor(arg);
+    } else {
+      return std::forward<T>(arg);
+    }
+  }
+
   template <typename... Args>
   auto operator()(Args&&... args) {
     return forward(std::forward<Args>(args)...);

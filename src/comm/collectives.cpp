@@ -3,6 +3,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "comm/communicator.h"
+#include "comm/comms_logger.h"
 #include "deepspeed/comm.h"
 #include "util/check.h"
 
@@ -59,6 +60,7 @@ std::shared_ptr<Handle::State> start(const char* name, const at::Tensor& t, Issu
   auto& c = Communicator::instance();
   auto state = std::make_shared<Handle::State>();
   state->record = c.begin(name, t);
+  detail::comms_log_issue(state->record.seq, name, t, c.world_size());
   if (c.world_size() == 1) {
     state->done = false;  // on_complete still runs in wait()
     return state;
@@ -98,6 +100,7 @@ void Handle::wait() {
     }
   }
   if (state_->on_complete) state_->on_complete();
+  detail::comms_log_complete(state_->record.seq);
   state_->done = true;
 }
 
@@ -130,16 +133,32 @@ c10::intrusive_ptr<c10d::Work> issue_allreduce(Communicator& c, at::Tensor tenso
   return c.backend_for(ts[0]).allreduce(ts, o);
 }
 
+// Gloo in LibTorch 1.13 has no bfloat16 (nor int16): moves (broadcast, gather) send the bits
+// as fp16 (copied, never computed on);
+// reductions run on an fp32 copy that is written back on completion.
+bool gloo_lacks_dtype(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kBFloat16;
+}
+
+at::Tensor as_gloo_bits(const at::Tensor& t) {
+  return gloo_lacks_dtype(t) ? t.view(at::kHalf) : t;
+}
+
 }  // namespace
 
 Handle all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
   check_flat(tensor, "all_reduce", "tensor");
   auto& c = Communicator::instance();
-  auto state = start("all_reduce", tensor, [&] { return issue_allreduce(c, tensor, op); });
-  if (op == ReduceOp::kAvg && c.world_size() > 1) {
-    at::Tensor t = tensor;
-    int w = c.world_size();
-    state->on_complete = [t, w]() mutable { t.div_(w); };
+  at::Tensor target = tensor;
+  at::Tensor wire = gloo_lacks_dtype(tensor) ? tensor.to(at::kFloat) : tensor;
+  auto state = start("all_reduce", tensor, [&] { return issue_allreduce(c, wire, op); });
+  const int w = c.world_size();
+  const bool avg = op == ReduceOp::kAvg && w > 1;
+  if (avg || !wire.is_same(target)) {
+    state->on_complete = [target, wire, w, avg]() mutable {
+      if (avg) wire.div_(w);
+      if (!wire.is_same(target)) target.copy_(wire);
+    };
   }
   return finish(std::move(state), async_op);
 }
@@ -158,8 +177,32 @@ Handle all_gather(at::Tensor& output, const at::Tensor& input, bool async_op) {
   auto state = start("all_gather", input, [&] {
     std::vector<std::vector<at::Tensor>> outs(1);
     at::Tensor flat = output.view({-1});
-    for (int r = 0; r < c.world_size(); ++r) outs[0].push_back(flat.narrow(0, r * n, n));
-    std::vector<at::Tensor> ins{input.view({-1})};
+    for (int r = 0; r < c.world_size(); ++r) {
+      outs[0].push_back(as_gloo_bits(flat.narrow(0, r * n, n)));
+    }
+    std::vector<at::Tensor> ins{as_gloo_bits(input.view({-1}))};
+    return c.backend_for(ins[0]).allgather(outs, ins);
+  });
+  return finish(std::move(state), async_op);
+}
+
+Handle all_gather(std::vector<at::Tensor>& outputs, const at::Tensor& input, bool async_op) {
+  check_flat(input, "all_gather", "input");
+  auto& c = Communicator::instance();
+  DS_CHECK(static_cast<int>(outputs.size()) == c.world_size(), CommError,
+           detail::detail_str(c.rank(), c.world_size()), "all_gather: ", outputs.size(),
+           " outputs for world_size ", c.world_size());
+  for (auto& o : outputs) {
+    check_flat(o, "all_gather", "output");
+    DS_CHECK(o.numel() == input.numel(), CommError, detail::detail_str(c.rank(), c.world_size()),
+             "all_gather: an output has ", o.numel(), " elements; the input has ", input.numel());
+  }
+  if (c.world_size() == 1 && !outputs[0].is_same(input)) outputs[0].copy_(input);
+  auto state = start("all_gather", input, [&] {
+    // Gloo gathers into its own flat buffer, then copies out: `input` may alias an output.
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (const auto& o : outputs) outs[0].push_back(as_gloo_bits(o));
+    std::vector<at::Tensor> ins{as_gloo_bits(input.view({-1}))};
     return c.backend_for(ins[0]).allgather(outs, ins);
   });
   return finish(std::move(state), async_op);
@@ -188,13 +231,39 @@ Handle reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op, 
   return finish(std::move(state), async_op);
 }
 
+Handle reduce(at::Tensor& tensor, int dst, ReduceOp op, bool async_op) {
+  check_flat(tensor, "reduce", "tensor");
+  auto& c = Communicator::instance();
+  DS_CHECK(dst >= 0 && dst < c.world_size(), CommError, "reduce: dst rank ", dst,
+           " is outside [0, ", c.world_size(), ")");
+  at::Tensor target = tensor;
+  at::Tensor wire = gloo_lacks_dtype(tensor) ? tensor.to(at::kFloat) : tensor;
+  auto state = start("reduce", tensor, [&] {
+    std::vector<at::Tensor> ts{wire};
+    c10d::ReduceOptions o;
+    o.reduceOp = to_c10d(op);
+    o.rootRank = dst;
+    o.timeout = c.timeout();
+    return c.backend_for(ts[0]).reduce(ts, o);
+  });
+  const int w = c.world_size();
+  const bool avg = op == ReduceOp::kAvg && w > 1 && c.rank() == dst;
+  if (avg || !wire.is_same(target)) {
+    state->on_complete = [target, wire, w, avg]() mutable {
+      if (avg) wire.div_(w);
+      if (!wire.is_same(target)) target.copy_(wire);
+    };
+  }
+  return finish(std::move(state), async_op);
+}
+
 Handle broadcast(at::Tensor& tensor, int src, bool async_op) {
   check_flat(tensor, "broadcast", "tensor");
   auto& c = Communicator::instance();
   DS_CHECK(src >= 0 && src < c.world_size(), CommError, "broadcast: src rank ", src,
            " is outside [0, ", c.world_size(), ")");
   auto state = start("broadcast", tensor, [&] {
-    std::vector<at::Tensor> ts{tensor};
+    std::vector<at::Tensor> ts{as_gloo_bits(tensor)};
     c10d::BroadcastOptions o;
     o.rootRank = src;
     o.timeout = c.timeout();

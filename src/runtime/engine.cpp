@@ -2,19 +2,29 @@
 // reduction in grad_reducer, clipping in grad_clip, optimizer/scheduler construction in optim/.
 #include "deepspeed/engine.h"
 
+#include <cmath>
 #include <cstdio>
+#include <new>
+#include <iomanip>
 #include <sstream>
 
 #include <ATen/ATen.h>
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/utils.h>
 
+#include "deepspeed/comms_logging.h"
+#include "deepspeed/monitor.h"
+#include "deepspeed/optimizers.h"
+#include "deepspeed/profiler.h"
 #include "runtime/grad_clip.h"
-#include "runtime/grad_reducer.h"
 #include "runtime/host_caching_allocator.h"
 #include "runtime/optim/optimizer_factory.h"
 #include "runtime/timers.h"
+#include "runtime/zero/zero_optimizer.h"
+#include "runtime/precision/loss_scaler.h"
+#include "runtime/precision/overflow_check.h"
 #include "util/check.h"
 #include "util/env.h"
 #include "util/logging.h"
@@ -41,7 +51,10 @@ std::vector<double> momentum_of(torch::optim::Optimizer& opt) {
   std::vector<double> out;
   for (auto& group : opt.param_groups()) {
     auto& o = group.options();
-    if (auto* a = dynamic_cast<torch::optim::AdamWOptions*>(&o)) {
+    if (auto* d = dynamic_cast<optim::GroupOptions*>(&o)) {
+      if (d->has("betas")) out.push_back(d->pair("betas").first);
+      else if (d->has("momentum")) out.push_back(d->number("momentum"));
+    } else if (auto* a = dynamic_cast<torch::optim::AdamWOptions*>(&o)) {
       out.push_back(std::get<0>(a->betas()));
     } else if (auto* b = dynamic_cast<torch::optim::AdamOptions*>(&o)) {
       out.push_back(std::get<0>(b->betas()));
@@ -54,7 +67,7 @@ std::vector<double> momentum_of(torch::optim::Optimizer& opt) {
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config,
                std::unique_ptr<torch::optim::Optimizer> optimizer,
-               LRSchedulerFactory lr_scheduler)
+               LRSchedulerFactory lr_scheduler, std::vector<ParamGroup> model_parameters)
     : module_(std::move(module)), config_(std::move(config)),
       timers_(std::make_unique<runtime::Timers>()) {
   DS_CHECK(module_ != nullptr, UsageError, "deepspeed::initialize requires a model");
@@ -73,19 +86,53 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config
   for (const auto& w : config_.warnings) log::warn_rank0(w);
   if (config_.seed) torch::manual_seed(static_cast<uint64_t>(*config_.seed));
 
-  for (auto& p : module_->parameters()) {
-    if (p.requires_grad()) trainable_params_.push_back(p);
+  std::vector<std::string> names;
+  for (auto& item : module_->named_parameters()) {
+    if (item.value().requires_grad()) {
+      trainable_params_.push_back(item.value());
+      names.push_back(item.key());
+    }
   }
+  // Matches DeepSpeed: fp16/bf16 training casts the module; the optimizer steps fp32 masters.
+  if (config_.fp16.enabled) {
+    model_dtype_ = at::kHalf;
+  } else if (config_.bf16.enabled) {
+    model_dtype_ = at::kBFloat16;
+  }
+  if (model_dtype_ != at::kFloat) module_->to(model_dtype_);
   broadcast_parameters();
-  build_optimizer(std::move(optimizer), std::move(lr_scheduler));
-
-  if (world > 1 && !trainable_params_.empty()) {
-    runtime::GradReducerOptions ro;
-    ro.bucket_numel = config_.zero_optimization.reduce_bucket_size;
-    ro.prescale = config_.prescale_gradients;
-    ro.predivide_factor = config_.gradient_predivide_factor;
-    ro.average = config_.gradient_allreduce_op == "mean";
-    reducer_ = std::make_unique<runtime::GradReducer>(trainable_params_, ro);
+  // The ZeRO stage re-points the optimizer's param groups, so the optimizer is built over the
+  // model's parameters first and the scheduler after the stage exists.
+  build_optimizer(std::move(optimizer), std::move(model_parameters));
+  if (optimizer_) {
+    check_zero_optimizer();
+    runtime::ZeroContext ctx;
+    ctx.config = &config_;
+    ctx.optimizer = optimizer_.get();
+    ctx.trainable_params = trainable_params_;
+    ctx.param_names = names;
+    ctx.model_dtype = model_dtype_;
+    ctx.communication_dtype = communication_dtype();
+    // data_types.grad_accum_dtype; unset: fp32 (more accurate than DeepSpeed's default of the
+    // model dtype, at 2 extra bytes per owned element).
+    const auto& gad = config_.data_types.grad_accum_dtype;
+    ctx.grad_accum_dtype = gad == "fp16" ? at::kHalf : gad == "bf16" ? at::kBFloat16 : at::kFloat;
+    zero_ = config_.zero_optimization.stage == 0 ? runtime::make_stage0(ctx)
+                                                 : runtime::make_stage1_2(ctx);
+    build_lr_scheduler(std::move(lr_scheduler));
+    if (config_.fp16.enabled) {
+      // Matches DeepSpeed: ZeRO's scaler keeps hysteresis; the non-ZeRO FP16_Optimizer's does not.
+      loss_scaler_ = runtime::make_loss_scaler(
+          config_.fp16, config_.zero_optimization.stage == 0 ? runtime::LossScalerFlavor::kFp16Optimizer
+                                                             : runtime::LossScalerFlavor::kZero);
+    }
+  }
+  // Matches DeepSpeed: the flops profiler turns the wall-clock breakdown on.
+  if (config_.flops_profiler.enabled) config_.wall_clock_breakdown = true;
+  monitor_ = std::make_unique<monitor::MonitorMaster>(config_);
+  comm::configure_comms_logger(config_.comms_logger);
+  if (config_.flops_profiler.enabled) {
+    flops_profiler_ = std::make_unique<profiling::FlopsProfiler>(module_, config_.flops_profiler);
   }
   if (config_.dump_state) log::info_rank0("config: " + config_.resolved().dump(2));
   std::ostringstream os;
@@ -94,9 +141,11 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config
      << " micro_batch=" << config_.batch.train_micro_batch_size_per_gpu
      << " grad_accum=" << config_.batch.gradient_accumulation_steps
      << " trainable_params=" << trainable_params_.size()
-     << " buckets=" << (reducer_ ? reducer_->num_buckets() : 0);
+     << " buckets=" << (zero_ ? zero_->num_buckets() : 0);
   log::info_rank0(os.str());
+  if (zero_) log::info_rank0(memory_report("after initialization"));
   throughput_start_ = std::chrono::steady_clock::now();
+  progress_start_ = throughput_start_;
 }
 
 Engine::~Engine() = default;
@@ -123,27 +172,45 @@ void Engine::broadcast_parameters() {
 }
 
 void Engine::build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
-                             LRSchedulerFactory lr_scheduler) {
+                             std::vector<ParamGroup> model_parameters) {
   if (client) {
     optimizer_ = std::move(client);
   } else if (config_.optimizer.present) {
-    optimizer_ = optim::build_optimizer(config_.optimizer, trainable_params_, config_.source);
+    if (model_parameters.empty()) model_parameters.push_back(ParamGroup{trainable_params_, json::object()});
+    optim::OptimizerBuildOptions options;
+    const auto& off = config_.zero_optimization.offload_optimizer;
+    options.offload = off && off->device != "none";
+    optimizer_ = optim::build_optimizer(config_.optimizer, model_parameters, config_.source,
+                                        options);
   }
-  if (!optimizer_) return;  // backward()/step() refuse later, as DeepSpeed's DummyOptim does
+  // Without an optimizer backward()/step() refuse later, as DeepSpeed's DummyOptim does.
+}
+
+void Engine::check_zero_optimizer() {
+  if (config_.zero_optimization.stage == 0 || config_.zero_allow_untested_optimizer) return;
+  // Matches DeepSpeed (zero/utils.py): ZeRO is tested with Adam-family, Adagrad and Lion.
+  const bool tested = optim::is_zero_supported_optimizer(*optimizer_);
+  DS_CHECK(tested, ConfigError, config_.source,
+           ": You are using an untested ZeRO Optimizer. Please add "
+           "<\"zero_allow_untested_optimizer\": true> in the configuration file to use it.");
+}
+
+void Engine::build_lr_scheduler(LRSchedulerFactory lr_scheduler) {
   if (lr_scheduler) {
     lr_scheduler_ = lr_scheduler(*optimizer_);
   } else if (config_.scheduler.present) {
-    std::vector<double> base;
-    for (auto& g : optimizer_->param_groups()) base.push_back(g.options().get_lr());
-    auto* opt = optimizer_.get();
-    lr_scheduler_ = std::make_unique<optim::LRScheduler>(
-        optim::make_lr_function(config_.scheduler, config_.source), base,
-        [opt](size_t g, double lr) { opt->param_groups()[g].options().set_lr(lr); });
+    lr_scheduler_ = optim::make_lr_scheduler(config_.scheduler, *optimizer_, config_.source);
   }
 }
 
 void Engine::forward_begin() {
   comm::set_phase(comm::Phase::kForward);
+  // Matches DeepSpeed: the profiler records the forward of global step profile_step on rank 0.
+  if (flops_profiler_ && comm::get_rank() == 0 &&
+      global_steps_ == config_.flops_profiler.profile_step && !flops_profiler_->started()) {
+    flops_profiler_->start_profile();
+    profiling_step_ = true;
+  }
   timers_->start("fwd_microstep");
   timers_->start("fwd");
 }
@@ -151,6 +218,7 @@ void Engine::forward_begin() {
 void Engine::forward_end() {
   timers_->stop("fwd");
   timers_->stop("fwd_microstep");
+  if (profiling_step_ && flops_profiler_->started()) flops_profiler_->stop_profile();
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {
@@ -177,34 +245,36 @@ at::Tensor Engine::backward(const at::Tensor& loss) {
   timers_->start("bwd_microstep");
   timers_->start("bwd");
   const bool boundary = is_gradient_accumulation_boundary();
-  if (reducer_ && boundary) reducer_->prepare();
+  zero_->begin_backward(boundary);
   // Matches DeepSpeed: gradients are averaged over the accumulation steps (reference §5.2).
   const int64_t gas = config_.managed_gradient_accumulation
                           ? config_.batch.gradient_accumulation_steps
                           : 1;
   at::Tensor scaled = gas > 1 ? loss / static_cast<double>(gas) : loss;
+  // fp16: the loss is scaled so that small gradients survive in half precision.
+  if (loss_scaler_) scaled = scaled * loss_scale();
   timers_->start("bwd_inner_microstep");
   timers_->start("bwd_inner");
-  scaled.backward();
+  with_memory_report("backward", [&] { scaled.backward(); });
   timers_->stop("bwd_inner");
   timers_->stop("bwd_inner_microstep");
-  if (reducer_ && boundary) {
-    timers_->start("bwd_allreduce_microstep");
-    timers_->start("bwd_allreduce");
-    reducer_->finish();
-    timers_->stop("bwd_allreduce");
-    timers_->stop("bwd_allreduce_microstep");
-  }
+  timers_->start("bwd_allreduce_microstep");
+  timers_->start("bwd_allreduce");
+  with_memory_report("gradient reduction", [&] { zero_->end_backward(boundary); });
+  timers_->stop("bwd_allreduce");
+  timers_->stop("bwd_allreduce_microstep");
   timers_->stop("bwd");
   timers_->stop("bwd_microstep");
-  return scaled.detach();
+  at::Tensor result = loss_scaler_ ? (scaled / loss_scale()).detach() : scaled.detach();
+  interval_loss_ += result.to(at::kDouble).item<double>();
+  return result;
 }
 
 void Engine::step() {
   DS_CHECK(optimizer_ != nullptr, UsageError,
            "engine.step(): the engine has no optimizer; give one in the config's \"optimizer\" "
            "section or to deepspeed::initialize()");
-  DS_CHECK(reducer_ == nullptr || !reducer_->armed(), UsageError,
+  DS_CHECK(!zero_->backward_pending(), UsageError,
            "engine.step(): the last backward on the accumulation boundary did not finish");
   comm::PhaseScope phase(comm::Phase::kStep);
   timers_->start("step_microstep");
@@ -212,31 +282,26 @@ void Engine::step() {
   if (boundary) {
     timers_->start("step");
     torch::NoGradGuard no_grad;
-    // Matches DeepSpeed's ZeRO-0 reduction: a trainable parameter that got no gradient (unused
-    // in this step's graph) steps with a zero gradient, on one rank as on many, so that the
-    // result does not depend on the world size (the reducer zero-fills them when W > 1).
-    for (auto& p : trainable_params_) {
-      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    }
-    double norm = runtime::global_grad_norm(trainable_params_);
-    global_grad_norm_ = norm;
-    runtime::clip_grads_by_norm(trainable_params_, norm, config_.gradient_clipping);
-    optimizer_->step();
+    bool applied = false;
+    with_memory_report("optimizer step", [&] { applied = take_model_step(); });
     zero_grad();
-    // Matches DeepSpeed: the schedule advances after the optimizer (never on skipped steps).
-    if (lr_scheduler_) lr_scheduler_->step();
+    // Matches DeepSpeed: the schedule advances after the optimizer, never on skipped steps.
+    if (lr_scheduler_ && applied) lr_scheduler_->step();
     if (config_.steps_per_print && (global_steps_ + 1) % *config_.steps_per_print == 0) {
       print_progress();
     }
     global_steps_ += 1;
     global_samples_ += config_.batch.train_batch_size;
     timers_->stop("step");
+    write_monitor_events();
   }
   timers_->stop("step_microstep");
   if (config_.wall_clock_breakdown) log_timers(boundary);
   for (const auto& t : kMicroTimers) timers_->reset(t);
   if (boundary) {
     for (const auto& t : kGlobalTimers) last_step_timers_[t] = timers_->elapsed_ms(t);
+    finish_profile();
+    write_timer_events();
     for (const auto& t : kGlobalTimers) timers_->reset(t);
   }
   micro_steps_ += 1;
@@ -244,7 +309,91 @@ void Engine::step() {
   comm::set_phase(comm::Phase::kOther);
 }
 
+bool Engine::take_model_step() {
+  // Overflow: fp16 always, bf16 with check_grad_overflow (reference §2.4); one vote over ranks.
+  const bool check = model_dtype_ == at::kHalf ||
+                     (model_dtype_ == at::kBFloat16 && config_.bf16.check_grad_overflow);
+  if (check) {
+    if (runtime::any_rank_overflow(zero_->local_overflow())) {
+      // The dynamic scaler logs DeepSpeed's "OVERFLOW! ..." line itself.
+      if (loss_scaler_) {
+        loss_scaler_->update_scale(true);
+      } else {
+        log::info_rank0("OVERFLOW! inf/nan in the bf16 gradients (bf16.check_grad_overflow); "
+                        "skipping step");
+      }
+      skipped_steps_ += 1;
+      global_grad_norm_.reset();
+      return false;
+    }
+  }
+  const double used_scale = loss_scale();
+  const double norm = std::sqrt(zero_->grad_norm_squared()) / used_scale;
+  global_grad_norm_ = norm;
+  // Matches DeepSpeed (reference §2.5): the scale is updated before unscaling, and unscaling
+  // and clipping are one multiply by 1/combined.
+  if (loss_scaler_) loss_scaler_->update_scale(false);
+  const double combined =
+      runtime::combined_scale(norm * used_scale, loss_scale(), config_.gradient_clipping);
+  if (combined != 1.0) zero_->scale_gradients(1.0 / combined);
+  zero_->optimizer_step();
+  return true;
+}
+
+double Engine::loss_scale() const { return loss_scaler_ ? loss_scaler_->loss_scale() : 1.0; }
+
+at::ScalarType Engine::communication_dtype() const {
+  // Matches DeepSpeed's engine: the configured type, else the model's training dtype.
+  if (config_.communication_data_type) {
+    const auto& t = *config_.communication_data_type;
+    if (t == "fp16") return at::kHalf;
+    if (t == "bf16") return at::kBFloat16;
+    return at::kFloat;
+  }
+  return model_dtype_;
+}
+
+void Engine::write_monitor_events() {
+  last_loss_ = interval_loss_;
+  interval_loss_ = 0.0;
+  if (!monitor_->enabled()) return;
+  // Matches DeepSpeed: the loss at the samples before this step, lr (and scale) after it.
+  std::vector<monitor::Event> events{
+      {monitor::kTrainLoss, last_loss_, global_samples_ - config_.batch.train_batch_size},
+      {monitor::kLr, get_lr().empty() ? 0.0 : get_lr()[0], global_samples_}};
+  if (loss_scaler_) events.push_back({monitor::kLossScale, loss_scale(), global_samples_});
+  monitor_->write_events(events);
+}
+
+void Engine::write_timer_events() {
+  if (!monitor_->enabled() || !(config_.wall_clock_breakdown || flops_profiler_)) return;
+  monitor_->write_events({{monitor::kElapsedForward, last_step_timers_["fwd"], global_samples_},
+                          {monitor::kElapsedBackward, last_step_timers_["bwd"], global_samples_},
+                          {monitor::kElapsedBackwardInner, last_step_timers_["bwd_inner"],
+                           global_samples_},
+                          {monitor::kElapsedBackwardAllreduce, last_step_timers_["bwd_allreduce"],
+                           global_samples_},
+                          {monitor::kElapsedStep, last_step_timers_["step"], global_samples_}});
+}
+
+void Engine::finish_profile() {
+  if (!profiling_step_) return;
+  profiling_step_ = false;
+  profiling::ProfileContext ctx;
+  ctx.world_size = comm::get_world_size();
+  ctx.dp_world_size = config_.batch.dp_world_size;
+  ctx.train_micro_batch_size_per_gpu = config_.batch.train_micro_batch_size_per_gpu;
+  if (config_.wall_clock_breakdown) {
+    ctx.fwd_latency_s = last_step_timers_["fwd"] / 1e3;
+    ctx.bwd_latency_s = last_step_timers_["bwd"] / 1e3;
+    ctx.step_latency_s = last_step_timers_["step"] / 1e3;
+  }
+  flops_profiler_->print_model_profile(global_steps_ - 1, ctx);
+  flops_profiler_->end_profile();
+}
+
 void Engine::zero_grad() {
+  if (zero_) zero_->zero_grad();
   for (auto& p : module_->parameters()) {
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();
   }
@@ -263,7 +412,40 @@ MemoryStats Engine::memory_stats() const {
   s.rss_bytes = m.rss_bytes;
   s.peak_rss_bytes = m.peak_rss_bytes;
   s.host_cached_bytes = runtime::host_cache_stats().cached_bytes;
+  if (zero_) {
+    auto z = zero_->memory();
+    s.param_bytes = z.param_bytes;
+    s.master_param_bytes = z.master_param_bytes;
+    s.grad_bytes = z.grad_bytes;
+    s.optimizer_state_bytes = z.optimizer_state_bytes;
+    s.comm_buffer_bytes = z.bucket_bytes;
+    s.padding_elements = z.padding_elements;
+  }
   return s;
+}
+
+runtime::ReductionStats Engine::reduction_stats() const {
+  return zero_ ? zero_->reduction_stats() : runtime::ReductionStats{};
+}
+
+std::string Engine::memory_report(const std::string& when) const {
+  auto m = memory_stats();
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "memory %s (rank %d, ZeRO-%lld): parameters %.2f MB, master weights %.2f MB, "
+                "gradients %.2f MB, optimizer states %.2f MB, reduction buffers %.2f MB, "
+                "padding %lld elements; RSS %.2f MB (peak %.2f MB)",
+                when.c_str(), comm::get_rank(),
+                static_cast<long long>(config_.zero_optimization.stage), m.param_bytes / 1e6,
+                m.master_param_bytes / 1e6, m.grad_bytes / 1e6, m.optimizer_state_bytes / 1e6,
+                m.comm_buffer_bytes / 1e6, static_cast<long long>(m.padding_elements),
+                m.rss_bytes / 1e6, m.peak_rss_bytes / 1e6);
+  return buf;
+}
+
+void Engine::report_out_of_memory(const std::string& during) const {
+  // Every rank prints its own figures: the one that failed is rarely rank 0.
+  log::warn(memory_report("at out-of-memory during " + during));
 }
 
 std::vector<std::pair<std::string, double>> Engine::get_wall_clock_timers() const {
@@ -280,22 +462,40 @@ void Engine::print_progress() {
   os << "step=" << global_steps_ + 1 << ", skipped=" << skipped_steps_
      << ", lr=" << format_list(get_lr()) << ", mom=" << format_list(momentum_of(*optimizer_));
   log::info_rank0(os.str());
+  // One readable line with what people watch: samples, loss, scale, norm, speed.
+  const auto now = std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(now - progress_start_).count();
+  const int64_t samples = (global_steps_ + 1) * config_.batch.train_batch_size;
+  const double sps = secs > 0 ? (samples - progress_samples_) / secs : 0.0;
+  std::ostringstream line;
+  line.setf(std::ios::fixed);
+  line.precision(4);
+  line << "step " << global_steps_ + 1 << " | samples " << samples << " | loss "
+       << interval_loss_ << " | lr " << std::scientific << std::setprecision(3)
+       << (get_lr().empty() ? 0.0 : get_lr()[0]) << std::fixed << std::setprecision(4);
+  if (loss_scaler_) line << " | loss_scale " << loss_scale();
+  if (global_grad_norm_) line << " | grad_norm " << *global_grad_norm_;
+  line << " | skipped " << skipped_steps_ << " | samples/s " << std::setprecision(2) << sps;
+  if (tokens_per_sample_ > 0) line << " | tokens/s " << sps * tokens_per_sample_;
+  log::info_rank0(line.str());
+  progress_start_ = now;
+  progress_samples_ = samples;
   if (!config_.timers_throughput.enabled) return;
   // Throughput over the steps since the last print (DeepSpeed starts after 2 warm-up steps).
-  auto now = std::chrono::steady_clock::now();
-  double secs = std::chrono::duration<double>(now - throughput_start_).count();
-  int64_t samples = (global_steps_ + 1) * config_.batch.train_batch_size - throughput_samples_;
+  const double tp_secs = std::chrono::duration<double>(now - throughput_start_).count();
+  const int64_t tp_samples = samples - throughput_samples_;
   auto mem = memory_stats();
   char buf[256];
   std::snprintf(buf, sizeof(buf),
                 "epoch=0/micro_step=%lld/global_step=%lld, CurrSamplesPerSec=%.2f, "
                 "RSS=%.2fGB, MaxRSS=%.2fGB",
                 static_cast<long long>(micro_steps_ + 1),
-                static_cast<long long>(global_steps_ + 1), secs > 0 ? samples / secs : 0.0,
+                static_cast<long long>(global_steps_ + 1),
+                tp_secs > 0 ? tp_samples / tp_secs : 0.0,
                 mem.rss_bytes / 1e9, mem.peak_rss_bytes / 1e9);
   log::info_rank0(buf);
   throughput_start_ = now;
-  throughput_samples_ += samples;
+  throughput_samples_ += tp_samples;
 }
 
 void Engine::log_timers(bool boundary) {

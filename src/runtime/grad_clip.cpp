@@ -18,6 +18,12 @@ double global_grad_norm(const std::vector<at::Tensor>& params) {
   return std::sqrt(sum_sq);
 }
 
+double clip_coefficient(double norm, double max_norm) {
+  if (max_norm <= 0.0) return 1.0;
+  const double coef = max_norm / (norm + 1e-6);
+  return coef < 1.0 ? coef : 1.0;
+}
+
 double clip_grads_by_norm(const std::vector<at::Tensor>& params, double norm, double max_norm) {
   if (max_norm <= 0.0) return 1.0;
   double coef = max_norm / (norm + 1e-6);

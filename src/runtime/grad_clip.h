@@ -15,4 +15,7 @@ double global_grad_norm(const std::vector<at::Tensor>& params);
 /// coef < 1. Returns the coefficient applied (1.0 when nothing was clipped).
 double clip_grads_by_norm(const std::vector<at::Tensor>& params, double norm, double max_norm);
 
+/// Matches DeepSpeed: max_norm / (norm + 1e-6) when that is below 1 (and max_norm > 0), else 1.
+double clip_coefficient(double norm, double max_norm);
+
 }  // namespace deepspeed::runtime

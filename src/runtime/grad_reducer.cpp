@@ -93,6 +93,8 @@ void GradReducer::prepare() {
   }
   std::fill(ready_.begin(), ready_.end(), false);
   next_to_launch_ = 0;
+  launched_ = 0;
+  launched_from_hooks_ = 0;
   armed_ = true;
 }
 
@@ -139,6 +141,8 @@ void GradReducer::launch(Bucket& b) {
   }
   b.pending = 0;
   b.launched = true;
+  ++launched_;
+  if (!in_finish_) ++launched_from_hooks_;
   b.handle = comm::all_reduce(b.flat, comm::ReduceOp::kSum, /*async_op=*/true);
 }
 
@@ -146,7 +150,9 @@ void GradReducer::finish() {
   if (!armed_) return;
   auto t0 = std::chrono::steady_clock::now();
   for (auto& b : buckets_) b.pending = 0;  // what is left launches now, in order
+  in_finish_ = true;
   launch_ready_buckets();
+  in_finish_ = false;
   for (auto& b : buckets_) {
     b.handle.wait();
     if (options_.average && !options_.prescale &&
@@ -162,6 +168,12 @@ void GradReducer::finish() {
   armed_ = false;
   last_wait_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t GradReducer::bucket_bytes() const {
+  int64_t total = 0;
+  for (const auto& b : buckets_) total += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
+  return total;
 }
 
 }  // namespace deepspeed::runtime

@@ -43,6 +43,10 @@ class GradReducer {
   size_t num_buckets() const { return buckets_.size(); }
   /// Milliseconds finish() spent waiting for communication (the non-overlapped part).
   double last_wait_ms() const { return last_wait_ms_; }
+  /// Buckets the last armed backward launched, and how many of them from gradient hooks.
+  int64_t last_buckets_launched() const { return launched_; }
+  int64_t last_buckets_launched_from_hooks() const { return launched_from_hooks_; }
+  int64_t bucket_bytes() const;
 
  private:
   struct Bucket {
@@ -70,6 +74,9 @@ class GradReducer {
   bool armed_ = false;
   double last_wait_ms_ = 0.0;
   int world_size_ = 1;
+  int64_t launched_ = 0;
+  int64_t launched_from_hooks_ = 0;
+  bool in_finish_ = false;
 };
 
 }  // namespace deepspeed::runtime

@@ -20,14 +20,14 @@ namespace {
 void print_lr_schedule(const deepspeed::DeepSpeedConfig& cfg, int64_t steps) {
   double base_lr = 1e-3;  // DeepSpeed's Adam default when no optimizer section is given
   if (cfg.optimizer.present) {
-    base_lr = deepspeed::optim::parse_adam_params(cfg.optimizer, cfg.source).lr;
+    base_lr = deepspeed::optim::configured_lr(cfg.optimizer, cfg.source);
   }
   std::vector<double> lrs{base_lr};
   std::unique_ptr<deepspeed::optim::LRScheduler> sched;
   double current = base_lr;
   if (cfg.scheduler.present) {
     sched = std::make_unique<deepspeed::optim::LRScheduler>(
-        deepspeed::optim::make_lr_function(cfg.scheduler, cfg.source), lrs,
+        deepspeed::optim::make_lr_schedule(cfg.scheduler, 1, cfg.source), lrs,
         [&current](size_t, double lr) { current = lr; });
   }
   std::printf("step,lr\n");

@@ -134,5 +134,33 @@ TEST(Engine, UsageErrors) {
                     "zero_optimization.stage 3 is not supported yet");
 }
 
+// An allocation failure in backward is reported with this rank's memory figures, then rethrown.
+struct FailsInBackward : torch::nn::Module {
+  FailsInBackward() { w = register_parameter("w", torch::ones({4})); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto y = w * x;
+    y.register_hook([](torch::Tensor g) -> torch::Tensor { throw std::bad_alloc(); });
+    return y.sum();
+  }
+  torch::Tensor w;
+};
+
+TEST(Engine, OutOfMemoryInBackwardLogsTheMemoryReport) {
+  for (int stage : {0, 2}) {
+    auto model = std::make_shared<FailsInBackward>();
+    json cfg = base_config(1, 1);
+    cfg["zero_optimization"] = {{"stage", stage}};
+    auto [engine, optimizer, sched] = initialize(model, cfg);
+    ::testing::internal::CaptureStderr();
+    EXPECT_ANY_THROW(engine->backward(engine->forward(torch::ones({4}))));
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("memory at out-of-memory during backward (rank 0, ZeRO-" +
+                       std::to_string(stage) + "): parameters"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("optimizer states"), std::string::npos) << err;
+  }
+}
+
 }  // namespace
 }  // namespace deepspeed

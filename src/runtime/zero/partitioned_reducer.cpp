@@ -1,0 +1,273 @@
+// PartitionedGradReducer implementation (see the header and Note [Static buckets]).
+#include "runtime/zero/partitioned_reducer.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "util/check.h"
+
+namespace deepspeed::runtime {
+
+// Fires after AccumulateGrad has written this backward's gradient into param.grad.
+class PartitionedGradReducer::Hook : public torch::autograd::FunctionPostHook {
+ public:
+  Hook(PartitionedGradReducer* owner, size_t index) : owner_(owner), index_(index) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    owner_->on_grad_ready(index_);
+    return outputs;
+  }
+  const PartitionedGradReducer* owner() const { return owner_; }
+
+ private:
+  PartitionedGradReducer* owner_;
+  size_t index_;
+};
+
+PartitionedGradReducer::PartitionedGradReducer(std::vector<FlatGroup>* groups,
+                                               std::vector<at::Tensor>* grad_partitions,
+                                               PartitionedReducerOptions options)
+    : groups_(groups), grad_partitions_(grad_partitions), options_(options),
+      world_size_(comm::get_world_size()), rank_(comm::get_rank()) {
+  DS_CHECK(options_.bucket_numel > 0, ConfigError,
+           "zero_optimization.reduce_bucket_size must be positive");
+  for (size_t g = 0; g < groups_->size(); ++g) {
+    for (size_t s = 0; s < (*groups_)[g].slots().size(); ++s) param_at_.emplace_back(g, s);
+  }
+  build_buckets();
+  ready_.assign(param_at_.size(), false);
+  copied_.assign(param_at_.size(), false);
+
+  int64_t largest = 0;
+  for (const auto& b : buckets_) largest = std::max(largest, b.numel);
+  const int count = options_.overlap_comm ? 2 : 1;
+  if (largest > 0) {
+    at::TensorOptions o = (*groups_)[0].flat().options().dtype(options_.bucket_dtype);
+    for (int i = 0; i < count; ++i) {
+      buffers_.push_back(at::empty({largest}, o));
+      free_buffers_.push_back(i);
+    }
+  }
+
+  for (size_t i = 0; i < param_at_.size(); ++i) {
+    const at::Tensor& p = (*groups_)[param_at_[i].first].slots()[param_at_[i].second].param;
+    auto acc = torch::autograd::impl::grad_accumulator(p);
+    DS_INTERNAL_ASSERT(acc != nullptr, "parameter ", i, " has no gradient accumulator");
+    acc->add_post_hook(std::make_unique<Hook>(this, i));
+    accumulators_.push_back(std::move(acc));
+  }
+}
+
+PartitionedGradReducer::~PartitionedGradReducer() {
+  // Remove our hooks: the model may outlive the engine.
+  for (auto& acc : accumulators_) {
+    auto& hooks = acc->post_hooks();
+    for (auto it = hooks.begin(); it != hooks.end();) {
+      auto* h = dynamic_cast<Hook*>(it->get());
+      it = (h != nullptr && h->owner() == this) ? hooks.erase(it) : it + 1;
+    }
+  }
+}
+
+void PartitionedGradReducer::build_buckets() {
+  const size_t n = param_at_.size();
+  bucket_of_.assign(n, 0);
+  slot_in_bucket_.assign(n, 0);
+  Bucket current;
+  auto close = [&]() {
+    if (current.params.empty()) return;
+    buckets_.push_back(std::move(current));
+    current = Bucket{};
+  };
+  // Reverse order: the order in which backward usually finishes gradients.
+  for (size_t k = n; k-- > 0;) {
+    auto [g, s] = param_at_[k];
+    const FlatSlot& slot = (*groups_)[g].slots()[s];
+    // Matches DeepSpeed: a gradient that would overflow the bucket closes it first.
+    if (!current.params.empty() && current.numel + slot.numel > options_.bucket_numel) close();
+    bucket_of_[k] = buckets_.size();
+    slot_in_bucket_[k] = current.params.size();
+    current.params.push_back(k);
+    current.entries.push_back(Entry{g, s, current.numel});
+    current.numel += slot.numel;
+  }
+  close();
+
+  // Owner ranges: a parameter spanning two partitions is split; adjacent ranges of one owner
+  // (in bucket order) merge, so a bucket costs at most one reduce per owner boundary.
+  for (auto& b : buckets_) {
+    for (const auto& e : b.entries) {
+      const FlatGroup& fg = (*groups_)[e.group];
+      const FlatSlot& slot = fg.slots()[e.slot];
+      int64_t done = 0;
+      while (done < slot.numel) {
+        const int64_t flat_index = slot.offset + done;
+        const int owner = fg.owner_of(flat_index);
+        const int64_t part_end = static_cast<int64_t>(owner + 1) * fg.partition_numel();
+        const int64_t len = std::min(slot.numel - done, part_end - flat_index);
+        const int64_t at = e.bucket_offset + done;
+        if (!b.runs.empty() && b.runs.back().owner == owner &&
+            b.runs.back().bucket_offset + b.runs.back().numel == at) {
+          b.runs.back().numel += len;
+        } else {
+          b.runs.push_back(Run{owner, at, len});
+        }
+        if (owner == fg.rank()) {
+          b.copies.push_back(Copy{e.group, at,
+                                  flat_index - static_cast<int64_t>(owner) * fg.partition_numel(),
+                                  len});
+        }
+        done += len;
+      }
+    }
+  }
+}
+
+void PartitionedGradReducer::prepare() {
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.handles.clear();
+    DS_INTERNAL_ASSERT(b.buffer < 0, "a bucket kept its buffer across backward passes");
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  std::fill(copied_.begin(), copied_.end(), false);
+  next_to_launch_ = 0;
+  stats_ = ReductionStats{};
+  armed_ = true;
+}
+
+at::Tensor PartitionedGradReducer::bucket_view(const Bucket& b) const {
+  return buffers_[static_cast<size_t>(b.buffer)].narrow(0, 0, b.numel);
+}
+
+void PartitionedGradReducer::on_grad_ready(size_t i) {
+  if (!armed_) return;
+  Bucket& b = buckets_[bucket_of_[i]];
+  const auto [g, s] = param_at_[i];
+  DS_CHECK(!ready_[i], UsageError, "the gradient of '", (*groups_)[g].slots()[s].name,
+           "' was computed twice in one backward; call engine.backward() once per micro-batch");
+  DS_CHECK(bucket_of_[i] >= next_to_launch_, UsageError, "the gradient of '",
+           (*groups_)[g].slots()[s].name, "' arrived after its bucket was reduced");
+  ready_[i] = true;
+  // contiguous_gradients: the bucket being filled takes the gradient now and param.grad is freed.
+  if (options_.contiguous_gradients && bucket_of_[i] == next_to_launch_) {
+    acquire_buffer(b);
+    copy_in(b, slot_in_bucket_[i]);
+  }
+  if (--b.pending == 0) launch_ready_buckets();
+}
+
+void PartitionedGradReducer::copy_in(Bucket& b, size_t k) {
+  const size_t index = b.params[k];
+  if (copied_[index]) return;
+  const Entry& e = b.entries[k];
+  at::Tensor p = (*groups_)[e.group].slots()[e.slot].param;
+  at::Tensor dst = bucket_view(b).narrow(0, e.bucket_offset, p.numel());
+  const at::Tensor& grad = p.grad();
+  if (grad.defined()) {
+    dst.copy_(grad.reshape({-1}));
+  } else {
+    // No gradient this backward (unused, or its bucket was flushed by finish()): zeros.
+    dst.zero_();
+  }
+  p.mutable_grad() = at::Tensor();  // this rank keeps only its owned range, in the partition
+  copied_[index] = true;
+}
+
+void PartitionedGradReducer::acquire_buffer(Bucket& b) {
+  if (b.buffer >= 0) return;
+  if (free_buffers_.empty()) complete_oldest();
+  DS_INTERNAL_ASSERT(!free_buffers_.empty(), "no reduction buffer came free");
+  b.buffer = free_buffers_.back();
+  free_buffers_.pop_back();
+}
+
+void PartitionedGradReducer::launch_ready_buckets() {
+  while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
+    launch(buckets_[next_to_launch_]);
+    ++next_to_launch_;
+  }
+}
+
+void PartitionedGradReducer::launch(Bucket& b) {
+  acquire_buffer(b);
+  for (size_t k = 0; k < b.params.size(); ++k) copy_in(b, k);
+  at::Tensor flat = bucket_view(b);
+  const double w = static_cast<double>(world_size_);
+  if (options_.average) {
+    if (options_.reduce_scatter || options_.prescale) {
+      flat.mul_(1.0 / w);
+    } else if (options_.predivide_factor != 1.0) {
+      flat.mul_(1.0 / options_.predivide_factor);
+    }
+  }
+  if (!options_.reduce_scatter || options_.multi_rank_bucket_allreduce) {
+    b.handles.push_back(comm::all_reduce(flat, comm::ReduceOp::kSum, /*async_op=*/true));
+  } else {
+    for (const Run& r : b.runs) {
+      at::Tensor range = flat.narrow(0, r.bucket_offset, r.numel);
+      b.handles.push_back(comm::reduce(range, r.owner, comm::ReduceOp::kSum, /*async_op=*/true));
+    }
+  }
+  stats_.buckets_launched += 1;
+  stats_.reductions_issued += static_cast<int64_t>(b.handles.size());
+  if (!in_finish_) stats_.buckets_launched_from_hooks += 1;
+  in_flight_.push_back(static_cast<size_t>(&b - buckets_.data()));
+  // Without overlap_comm the reduction completes before backward goes on (DeepSpeed reduces on
+  // the compute stream then).
+  if (!options_.overlap_comm) complete_oldest();
+}
+
+void PartitionedGradReducer::complete_oldest() {
+  DS_INTERNAL_ASSERT(!in_flight_.empty(), "no reduction in flight");
+  Bucket& b = buckets_[in_flight_.front()];
+  in_flight_.pop_front();
+  for (auto& h : b.handles) h.wait();
+  b.handles.clear();
+  at::Tensor flat = bucket_view(b);
+  const double w = static_cast<double>(world_size_);
+  if (options_.average && !options_.reduce_scatter && !options_.prescale &&
+      options_.predivide_factor != w) {
+    flat.mul_(options_.predivide_factor / w);
+  }
+  // Accumulates across micro-steps (stage 2); stage 1 reduces once into a zeroed partition.
+  for (const Copy& c : b.copies) {
+    (*grad_partitions_)[c.group]
+        .narrow(0, c.partition_offset, c.numel)
+        .add_(flat.narrow(0, c.bucket_offset, c.numel));
+  }
+  free_buffers_.push_back(b.buffer);
+  b.buffer = -1;
+}
+
+void PartitionedGradReducer::finish() {
+  if (!armed_) return;
+  if (!options_.ignore_unused_parameters) {
+    for (size_t i = 0; i < ready_.size(); ++i) {
+      const auto [g, s] = param_at_[i];
+      const FlatSlot& slot = (*groups_)[g].slots()[s];
+      DS_CHECK(ready_[i] || slot.param.grad().defined(), UsageError, "parameter '", slot.name,
+               "' got no gradient in this backward (it is unused by the forward pass) while "
+               "zero_optimization.ignore_unused_parameters is false");
+    }
+  }
+  for (auto& b : buckets_) b.pending = 0;  // what is left launches now, in order
+  in_finish_ = true;
+  launch_ready_buckets();
+  while (!in_flight_.empty()) complete_oldest();
+  in_finish_ = false;
+  armed_ = false;
+}
+
+int64_t PartitionedGradReducer::buffer_bytes() const {
+  int64_t total = 0;
+  for (const auto& b : buffers_) total += b.numel() * static_cast<int64_t>(b.element_size());
+  return total;
+}
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,109 @@
+// ZeRO stage 0: replicated parameters, gradients and optimizer states. Gradients are averaged by
+// the bucketed all-reduce of GradReducer on the accumulation boundary; the optimizer then steps
+// every parameter on every rank.
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+
+#include "comm/communicator.h"
+#include "runtime/grad_clip.h"
+#include "runtime/precision/overflow_check.h"
+#include "runtime/grad_reducer.h"
+#include "runtime/zero/zero_optimizer.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+class Stage0 final : public ZeroOptimizer {
+ public:
+  explicit Stage0(const ZeroContext& ctx)
+      : optimizer_(ctx.optimizer), params_(ctx.trainable_params) {
+    const auto& cfg = *ctx.config;
+    if (comm::get_world_size() > 1 && !params_.empty()) {
+      GradReducerOptions ro;
+      ro.bucket_numel = cfg.zero_optimization.reduce_bucket_size;
+      ro.prescale = cfg.prescale_gradients;
+      ro.predivide_factor = cfg.gradient_predivide_factor;
+      ro.average = cfg.gradient_allreduce_op == "mean";
+      reducer_ = std::make_unique<GradReducer>(params_, ro);
+    }
+  }
+
+  void begin_backward(bool boundary) override {
+    if (reducer_ && boundary) reducer_->prepare();
+  }
+  void end_backward(bool boundary) override {
+    if (reducer_ && boundary) reducer_->finish();
+  }
+
+  double grad_norm_squared() override {
+    // Matches DeepSpeed's ZeRO-0 reduction: a trainable parameter that got no gradient (unused
+    // in this step's graph) steps with a zero gradient, on one rank as on many, so that the
+    // result does not depend on the world size (the reducer zero-fills them when W > 1).
+    for (auto& p : params_) {
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    }
+    double n = global_grad_norm(params_);  // replicated after the all-reduce: local is global
+    return n * n;
+  }
+
+  void scale_gradients(double coef) override {
+    for (auto& p : params_) {
+      if (p.grad().defined()) p.mutable_grad().mul_(coef);
+    }
+  }
+
+  void optimizer_step() override { optimizer_->step(); }
+
+  bool local_overflow() override {
+    std::vector<at::Tensor> grads;
+    for (const auto& p : params_) grads.push_back(p.grad());
+    return has_inf_or_nan(grads);
+  }
+
+  void zero_grad() override {
+    for (auto& p : params_) {
+      if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+    }
+  }
+
+  ZeroMemory memory() const override {
+    ZeroMemory m;
+    for (const auto& p : params_) {
+      m.param_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+      m.grad_bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    }
+    m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
+    m.bucket_bytes = reducer_ ? reducer_->bucket_bytes() : 0;
+    return m;
+  }
+
+  ReductionStats reduction_stats() const override {
+    ReductionStats s;
+    if (reducer_) {
+      s.buckets_launched = reducer_->last_buckets_launched();
+      s.buckets_launched_from_hooks = reducer_->last_buckets_launched_from_hooks();
+      s.reductions_issued = s.buckets_launched;
+    }
+    return s;
+  }
+  int64_t num_buckets() const override {
+    return reducer_ ? static_cast<int64_t>(reducer_->num_buckets()) : 0;
+  }
+  bool backward_pending() const override { return reducer_ && reducer_->armed(); }
+
+ private:
+  torch::optim::Optimizer* optimizer_;
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<GradReducer> reducer_;
+};
+
+}  // namespace
+
+std::unique_ptr<ZeroOptimizer> make_stage0(const ZeroContext& context) {
+  if (context.model_dtype != at::kFloat) return make_stage1_2(context);
+  return std::make_unique<Stage0>(context);
+}
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,255 @@
+// ZeRO stages 1 and 2 (reference §7.2-7.4), and stage 0 with fp16/bf16 parameters (one
+// replicated "partition" holding everything, with fp32 master weights). Each optimizer param group is flattened into a
+// FlatGroup; this rank's slice of it is the only parameter the inner optimizer sees, so the
+// optimizer state exists for the owned slice alone. Gradients are reduced to their owners by
+// PartitionedGradReducer: at the accumulation boundary only (stage 1) or in every backward,
+// accumulating into the owned gradient partition (stage 2). After the step the updated slices
+// are all-gathered back into every rank's flat buffer, which the model's parameters view.
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+
+#include "deepspeed/comm.h"
+#include "runtime/precision/overflow_check.h"
+#include "runtime/zero/flat_group.h"
+#include "runtime/zero/partitioned_reducer.h"
+#include "runtime/zero/zero_optimizer.h"
+#include "util/check.h"
+#include "util/logging.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+void check_config(const DeepSpeedConfig& cfg) {
+  const auto& z = cfg.zero_optimization;
+  const std::string stage = "ZeRO-" + std::to_string(z.stage);
+  // Matches DeepSpeed's assertions for the reduce-scatter path (reference §7.1).
+  DS_CHECK(!(z.reduce_scatter && cfg.gradient_predivide_factor != 1.0), ConfigError, cfg.source,
+           ": gradient_predivide_factor != 1.0 is not yet supported with ", stage,
+           " with reduce scatter enabled (zero_optimization.reduce_scatter)");
+  DS_CHECK(!(z.reduce_scatter && cfg.prescale_gradients), ConfigError, cfg.source,
+           ": pre-scale gradients is not yet supported with ", stage,
+           " with reduce scatter enabled (prescale_gradients, zero_optimization.reduce_scatter)");
+  DS_CHECK(z.allgather_bucket_size % 2 == 0, ConfigError, cfg.source,
+           ": zero_optimization.allgather_bucket_size must be a multiple of "
+           "nccl_start_alignment_factor, 2 (got ", z.allgather_bucket_size, ")");
+  DS_CHECK(z.allgather_bucket_size > 0, ConfigError, cfg.source,
+           ": zero_optimization.allgather_bucket_size must be positive");
+}
+
+class Stage12 final : public ZeroOptimizer {
+ public:
+  explicit Stage12(const ZeroContext& ctx)
+      : config_(*ctx.config), optimizer_(ctx.optimizer),
+        stage_(static_cast<int>(ctx.config->zero_optimization.stage)),
+        world_(comm::get_world_size()), rank_(comm::get_rank()),
+        partitions_(stage_ == 0 ? 1 : world_), partition_(stage_ == 0 ? 0 : rank_),
+        model_dtype_(ctx.model_dtype), grad_accum_dtype_(ctx.grad_accum_dtype) {
+    if (stage_ > 0) check_config(config_);
+    const auto& z = config_.zero_optimization;
+    std::map<const void*, std::string> name_of;
+    for (size_t i = 0; i < ctx.trainable_params.size(); ++i) {
+      name_of[ctx.trainable_params[i].unsafeGetTensorImpl()] = ctx.param_names[i];
+    }
+    std::map<const void*, bool> seen;
+    for (auto& group : optimizer_->param_groups()) {
+      std::vector<at::Tensor> params;
+      std::vector<std::string> names;
+      for (auto& p : group.params()) {
+        if (!p.requires_grad()) continue;  // frozen: stays a plain tensor, never stepped
+        const void* key = p.unsafeGetTensorImpl();
+        auto it = name_of.find(key);
+        const std::string name = it == name_of.end() ? "<not a module parameter>" : it->second;
+        DS_CHECK(!seen[key], ConfigError, "parameter '", name,
+                 "' appears in more than one optimizer param group");
+        seen[key] = true;
+        DS_CHECK(p.scalar_type() == model_dtype_, UsageError, "parameter '", name, "' is ",
+                 p.scalar_type(), " but the engine trains in ", model_dtype_,
+                 " (fp16.enabled / bf16.enabled); keep every trainable parameter in that dtype");
+        params.push_back(p);
+        names.push_back(name);
+      }
+      if (params.empty()) {
+        group.params().clear();
+        continue;
+      }
+      groups_.emplace_back(std::move(params), std::move(names), partitions_, partition_,
+                           z.round_robin_gradients);
+      FlatGroup& fg = groups_.back();
+      const auto fp32 = fg.flat().options().dtype(at::kFloat);
+      grad_partitions_.push_back(
+          at::zeros({fg.partition_numel()}, fg.flat().options().dtype(grad_accum_dtype_)));
+      // The owned slice is the inner optimizer's only parameter. For fp32 models it is a view
+      // of the flat buffer itself, so the update lands in the model's parameters directly;
+      // fp16/bf16 models get an fp32 master copy that is written back after each step.
+      at::Tensor master = fg.partition(partition_);
+      if (model_dtype_ != at::kFloat) master = master.to(fp32, /*non_blocking=*/false, /*copy=*/true);
+      if (grad_accum_dtype_ == at::kFloat) master.mutable_grad() = grad_partitions_.back();
+      masters_.push_back(master);
+      group.params() = {master};
+    }
+    std::vector<std::string> orphans;
+    for (const auto& p : ctx.trainable_params) {
+      if (!seen[p.unsafeGetTensorImpl()]) orphans.push_back(name_of[p.unsafeGetTensorImpl()]);
+    }
+    if (!orphans.empty()) {
+      std::ostringstream os;
+      os << orphans.size() << " trainable parameter(s) are in no optimizer param group and will "
+         << "not be updated (first: '" << orphans.front() << "')";
+      log::warn_rank0(os.str());
+    }
+    if (!groups_.empty()) {
+      PartitionedReducerOptions ro;
+      ro.bucket_numel = z.reduce_bucket_size;
+      ro.overlap_comm = z.overlap_comm_enabled();
+      ro.contiguous_gradients = z.contiguous_gradients;
+      ro.reduce_scatter = z.reduce_scatter;
+      ro.multi_rank_bucket_allreduce = z.use_multi_rank_bucket_allreduce;
+      ro.average = config_.gradient_allreduce_op == "mean";
+      ro.prescale = config_.prescale_gradients;
+      ro.predivide_factor = config_.gradient_predivide_factor;
+      ro.ignore_unused_parameters = z.ignore_unused_parameters;
+      ro.bucket_dtype = ctx.communication_dtype;
+      if (partitions_ == 1) ro.reduce_scatter = false;  // replicated (stage 0): plain all-reduce
+      reducer_ = std::make_unique<PartitionedGradReducer>(&groups_, &grad_partitions_, ro);
+    }
+  }
+
+  void begin_backward(bool boundary) override {
+    // Stage 2 reduces every micro-step into the owned partition; stage 1 lets param.grad
+    // accumulate and reduces once, on the boundary.
+    if (reducer_ && (stage_ == 2 || boundary)) reducer_->prepare();
+  }
+
+  void end_backward(bool /*boundary*/) override {
+    if (reducer_ && reducer_->armed()) reducer_->finish();
+  }
+
+  double grad_norm_squared() override {
+    // Each rank sums the squares of what it owns (padding is zero); one small all-reduce.
+    double local = 0.0;
+    for (const auto& g : grad_partitions_) {
+      local += g.to(at::kDouble).pow(2).sum().item<double>();
+    }
+    at::Tensor t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
+    comm::all_reduce(t, comm::ReduceOp::kSum);
+    return t.item<double>();
+  }
+
+  void scale_gradients(double coef) override {
+    for (auto& g : grad_partitions_) g.mul_(coef);
+  }
+
+  void optimizer_step() override {
+    // Gradients accumulated in a 16-bit grad_accum_dtype reach the optimizer as fp32.
+    if (grad_accum_dtype_ != at::kFloat) {
+      for (size_t g = 0; g < masters_.size(); ++g) {
+        masters_[g].mutable_grad() = grad_partitions_[g].to(at::kFloat);
+      }
+    }
+    optimizer_->step();
+    if (grad_accum_dtype_ != at::kFloat) {
+      for (auto& m : masters_) m.mutable_grad() = at::Tensor();
+    }
+    if (model_dtype_ != at::kFloat) {
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        groups_[g].partition(partition_).copy_(masters_[g]);
+      }
+    }
+    gather_partitions();
+  }
+
+  bool local_overflow() override {
+    return has_inf_or_nan(grad_partitions_);
+  }
+
+  void zero_grad() override {
+    for (auto& g : grad_partitions_) g.zero_();
+    for (auto& fg : groups_) {
+      for (const auto& s : fg.slots()) {
+        at::Tensor param = s.param;  // a handle: the gradient belongs to the shared impl
+        if (param.grad().defined()) param.mutable_grad() = at::Tensor();
+      }
+    }
+  }
+
+  ZeroMemory memory() const override {
+    ZeroMemory m;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const FlatGroup& fg = groups_[g];
+      m.param_bytes += fg.padded_numel() * static_cast<int64_t>(fg.flat().element_size());
+      if (model_dtype_ != at::kFloat) m.master_param_bytes += 4 * fg.partition_numel();
+      m.padding_elements += fg.padded_numel() - fg.numel();
+      m.grad_bytes += grad_partitions_[g].numel() *
+                      static_cast<int64_t>(grad_partitions_[g].element_size());
+      // Gradients still held by the model (stage 1 between micro-steps).
+      for (const auto& s : fg.slots()) {
+        if (s.param.grad().defined()) {
+          m.grad_bytes += s.param.grad().numel() * static_cast<int64_t>(s.param.element_size());
+        }
+      }
+    }
+    m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
+    m.bucket_bytes = reducer_ ? reducer_->buffer_bytes() : 0;
+    return m;
+  }
+
+  ReductionStats reduction_stats() const override {
+    return reducer_ ? reducer_->stats() : ReductionStats{};
+  }
+  int64_t num_buckets() const override {
+    return reducer_ ? static_cast<int64_t>(reducer_->num_buckets()) : 0;
+  }
+  bool backward_pending() const override { return reducer_ && reducer_->armed(); }
+
+ private:
+  // Re-replicates the parameters: every rank's updated slice into every rank's flat buffer, in
+  // shards of about allgather_bucket_size elements in total (reference §7.4 step 4), by
+  // all-gather (allgather_partitions) or by one broadcast per owner.
+  void gather_partitions() {
+    if (partitions_ == 1) return;
+    const auto& z = config_.zero_optimization;
+    for (auto& fg : groups_) {
+      const int64_t p = fg.partition_numel();
+      const int64_t shards = std::max<int64_t>(1, p * world_ / z.allgather_bucket_size);
+      int64_t shard = std::max<int64_t>(2, (p / shards) & ~int64_t{1});
+      for (int64_t start = 0; start < p; start += shard) {
+        const int64_t len = std::min(shard, p - start);
+        std::vector<at::Tensor> outs;
+        for (int r = 0; r < world_; ++r) {
+          outs.push_back(fg.flat().narrow(0, static_cast<int64_t>(r) * p + start, len));
+        }
+        if (z.allgather_partitions) {
+          comm::all_gather(outs, outs[static_cast<size_t>(rank_)]);
+        } else {
+          for (int r = 0; r < world_; ++r) comm::broadcast(outs[static_cast<size_t>(r)], r);
+        }
+      }
+    }
+  }
+
+  const DeepSpeedConfig& config_;
+  torch::optim::Optimizer* optimizer_;
+  int stage_;
+  int world_;
+  int rank_;
+  int partitions_;  // W for stages 1/2; 1 when replicated (stage 0 in fp16/bf16)
+  int partition_;   // the slice this rank owns
+  at::ScalarType model_dtype_;
+  at::ScalarType grad_accum_dtype_;  // dtype of the gradient partitions
+  std::vector<FlatGroup> groups_;
+  std::vector<at::Tensor> grad_partitions_;
+  std::vector<at::Tensor> masters_;
+  std::unique_ptr<PartitionedGradReducer> reducer_;
+};
+
+}  // namespace
+
+std::unique_ptr<ZeroOptimizer> make_stage1_2(const ZeroContext& context) {
+  return std::make_unique<Stage12>(context);
+}
+
+}  // namespace deepspeed::runtime

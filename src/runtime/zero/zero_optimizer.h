@@ -1,0 +1,85 @@
+// ZeroOptimizer: what the engine asks of a ZeRO stage. The engine owns the step's order
+// (forward, backward, clip, optimizer, schedule); a stage owns where gradients and optimizer
+// states live and which collectives move them.
+//
+//   begin_backward(boundary)   arm gradient hooks for the coming backward
+//   end_backward(boundary)     after autograd: flush the reductions still pending
+//   grad_norm_squared()        sum of squares of the averaged gradient over every rank
+//   scale_gradients(coef)      multiply the averaged gradient (clipping)
+//   optimizer_step()           the inner optimizer on what this rank owns, then re-replicate
+//   zero_grad()                drop gradients
+//   local_overflow()           inf/nan in this rank's gradient (fp16 loss scaling)
+//   memory()                   bytes this rank holds, by kind
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "deepspeed/config.h"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace deepspeed::runtime {
+
+/// Bytes held on this rank, by kind (see docs/zero.md for the formula per stage).
+struct ZeroMemory {
+  int64_t param_bytes = 0;            // model parameters (the flat buffers under ZeRO 1/2)
+  int64_t master_param_bytes = 0;     // fp32 master copies kept apart from the parameters
+  int64_t grad_bytes = 0;             // gradients kept between backward and step
+  int64_t optimizer_state_bytes = 0;  // the inner optimizer's state tensors
+  int64_t bucket_bytes = 0;           // reduction / gather buffers
+  int64_t padding_elements = 0;       // flat-buffer padding (alignment to 2*W elements)
+};
+
+/// Counters tests and logs use to see what a backward did.
+struct ReductionStats {
+  int64_t buckets_launched = 0;              // in the last backward
+  int64_t buckets_launched_from_hooks = 0;   // of those, issued while autograd was running
+  int64_t reductions_issued = 0;             // collectives issued in the last backward
+};
+
+class ZeroOptimizer {
+ public:
+  virtual ~ZeroOptimizer() = default;
+
+  virtual void begin_backward(bool boundary) = 0;
+  virtual void end_backward(bool boundary) = 0;
+  virtual double grad_norm_squared() = 0;
+  virtual void scale_gradients(double coef) = 0;
+  virtual void optimizer_step() = 0;
+  virtual void zero_grad() = 0;
+  /// Whether this rank's averaged gradient holds an inf or nan (before any cross-rank vote).
+  virtual bool local_overflow() = 0;
+  virtual ZeroMemory memory() const = 0;
+  virtual ReductionStats reduction_stats() const = 0;
+  virtual int64_t num_buckets() const = 0;
+  /// True while a backward on the boundary has armed hooks that end_backward did not settle.
+  virtual bool backward_pending() const = 0;
+};
+
+/// What every stage needs to be built.
+struct ZeroContext {
+  const DeepSpeedConfig* config = nullptr;
+  torch::optim::Optimizer* optimizer = nullptr;  // built over the model's trainable params
+  std::vector<at::Tensor> trainable_params;      // every parameter requiring grad
+  std::vector<std::string> param_names;          // same order, for messages
+  at::ScalarType model_dtype = at::kFloat;       // fp32, or fp16/bf16 with fp32 master weights
+  at::ScalarType communication_dtype = at::kFloat;  // dtype of the gradient reduction buckets
+  at::ScalarType grad_accum_dtype = at::kFloat;     // dtype of the gradient partitions
+};
+
+/// Stage 0: replicated. fp32 models all-reduce param.grad (GradReducer); fp16/bf16 models use the
+/// flat machinery of stages 1/2 with a single replicated partition and fp32 master weights.
+std::unique_ptr<ZeroOptimizer> make_stage0(const ZeroContext& context);
+std::unique_ptr<ZeroOptimizer> make_stage1_2(const ZeroContext& context);
+
+/// Bytes of every tensor in the optimizer's state (0 before its first step).
+int64_t optimizer_state_bytes(torch::optim::Optimizer& optimizer);
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,102 @@
+// The engine's observability wiring: tensorboard and csv series written at each step with
+// DeepSpeed's names and steps, the step log line, the wall-clock timers covering the step, and
+// the flops profiler report at profile_step.
+#include "deepspeed/deepspeed.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "monitor/event_file_format.h"
+#include "support/temp_dir.h"
+#include "support/tiny_model.h"
+
+namespace deepspeed {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+using testing::TinyNetImpl;
+using testing::tiny_batch;
+
+json observed_config(const std::string& dir) {
+  return json{{"train_micro_batch_size_per_gpu", 2},
+              {"gradient_accumulation_steps", 2},
+              {"steps_per_print", 1},
+              {"wall_clock_breakdown", true},
+              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}}},
+              {"tensorboard", {{"enabled", true}, {"output_path", dir}, {"job_name", "tb"}}},
+              {"csv_monitor", {{"enabled", true}, {"output_path", dir}, {"job_name", "csv"}}},
+              {"flops_profiler", {{"enabled", true}, {"profile_step", 1},
+                                  {"output_file", dir + "/flops.txt"}}}};
+}
+
+TEST(EngineObservability, MonitorsProfilerAndStepLog) {
+  TempDir dir;
+  auto model = std::make_shared<TinyNetImpl>();
+  auto [engine, optimizer, sched] = initialize(model, observed_config(dir.path()));
+  engine->set_tokens_per_sample(4);
+  std::vector<double> losses;
+  ::testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStdout();
+  for (int s = 0; s < 3; ++s) {
+    double sum = 0.0;
+    for (int m = 0; m < 2; ++m) {
+      auto [x, y] = tiny_batch((s * 2 + m) * 2, 2);
+      sum += engine->backward(engine->forward(x, y)).item<double>();
+      engine->step();
+    }
+    losses.push_back(sum);
+    EXPECT_DOUBLE_EQ(engine->last_loss(), sum);
+    // The timers cover the step: backward contains its inner part, all are positive.
+    auto timers = engine->get_wall_clock_timers();
+    std::map<std::string, double> t(timers.begin(), timers.end());
+    EXPECT_GT(t["fwd"], 0.0);
+    EXPECT_GE(t["bwd"], t["bwd_inner"]);
+    EXPECT_GT(t["step"], 0.0);
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr() +
+                          ::testing::internal::GetCapturedStdout();
+  EXPECT_NE(log.find("step 3 | samples 12 | loss"), std::string::npos) << log;
+  EXPECT_NE(log.find("| grad_norm "), std::string::npos) << log;
+  EXPECT_NE(log.find("| tokens/s "), std::string::npos) << log;
+
+  // TensorBoard: train_loss at the samples before each step, lr after it.
+  std::string event_file;
+  for (auto& e : fs::directory_iterator(dir.file("tb"))) event_file = e.path().string();
+  ASSERT_FALSE(event_file.empty());
+  std::vector<std::pair<int64_t, double>> loss_events, lr_events, fwd_events;
+  for (const auto& r : monitor::detail::read_event_file(event_file)) {
+    for (const auto& v : r.values) {
+      if (v.tag == "Train/Samples/train_loss") loss_events.emplace_back(r.step, v.simple_value);
+      if (v.tag == "Train/Samples/lr") lr_events.emplace_back(r.step, v.simple_value);
+      if (v.tag == "Train/Samples/elapsed_time_ms_forward") fwd_events.emplace_back(r.step, v.simple_value);
+    }
+  }
+  ASSERT_EQ(loss_events.size(), 3u);
+  ASSERT_EQ(lr_events.size(), 3u);
+  EXPECT_EQ(fwd_events.size(), 3u);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(loss_events[s].first, s * 4);
+    EXPECT_NEAR(loss_events[s].second, losses[s], 1e-6 * std::abs(losses[s]));
+    EXPECT_EQ(lr_events[s].first, (s + 1) * 4);
+    EXPECT_NEAR(lr_events[s].second, 0.01, 1e-9);
+  }
+  // CSV: one file per series.
+  std::ifstream csv(dir.file("csv/Train_Samples_train_loss.csv"));
+  ASSERT_TRUE(csv.good());
+  std::string header, first;
+  std::getline(csv, header);
+  std::getline(csv, first);
+  EXPECT_EQ(first.rfind("0,", 0), 0u) << first;
+  // The flops profile of step 1 went to its output_file.
+  std::ifstream flops(dir.file("flops.txt"));
+  std::stringstream text;
+  text << flops.rdbuf();
+  EXPECT_NE(text.str().find("params"), std::string::npos) << text.str();
+}
+
+}  // namespace
+}  // namespace deepspeed
