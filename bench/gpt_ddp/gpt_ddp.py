@@ -9,6 +9,9 @@ train_gpt links):
 Mirrors examples/train_gpt/{gpt_model.cpp,main.cpp} and the ZeRO-0 step of
 src/runtime/engine.cpp; it does not measure anything itself beyond per-step wall time and RSS.
 `--check_data` only checks the token cache against the text (no torch import, no ranks).
+`--zero_redundancy` wraps AdamW in torch.distributed.optim.ZeroRedundancyOptimizer (PyTorch's
+ZeRO stage-1 analogue: each rank keeps the optimizer state of its own share of the parameters);
+the config must then say zero_optimization.stage 1 (bench/zero_stages/run.sh).
 """
 import argparse
 import hashlib
@@ -44,6 +47,8 @@ def parse_args():
     p.add_argument("--eval_batches", type=int, default=8)
     p.add_argument("--val_fraction", type=float, default=0.05)
     p.add_argument("--local_rank", type=int, default=-1)  # appended by the launcher; RANK is used
+    p.add_argument("--zero_redundancy", action="store_true",
+                   help="shard AdamW's state with ZeroRedundancyOptimizer (needs a stage-1 config)")
     p.add_argument("--check_data", action="store_true",
                    help="exit 0 if <data>.gpt2.u16 matches <data>, 1 if missing or stale")
     return p.parse_args()
@@ -232,7 +237,7 @@ def build_model(torch, vocab_size, block_size, n_layer, n_head, n_embd):
 # ----------------------------------------------------------------------------------------------
 # Training step settings from the same ds_config.json train_gpt reads.
 
-def read_ds_config(path, world):
+def read_ds_config(path, world, zero_redundancy=False):
     with open(path) as f:
         cfg = json.load(f)
     micro = int(cfg.get("train_micro_batch_size_per_gpu", 1))
@@ -246,8 +251,12 @@ def read_ds_config(path, world):
     if opt.get("type", "AdamW").lower() == "adam" and op.get("adam_w_mode", True) is False:
         raise ValueError(f"{path}: adam_w_mode false (L2 Adam) is not mirrored by this peer")
     zero = cfg.get("zero_optimization", {}).get("stage", 0)
-    if zero != 0:
-        raise ValueError(f"{path}: zero_optimization.stage {zero}; the DDP peer mirrors stage 0 only")
+    if zero_redundancy and zero != 1:
+        raise ValueError(f"{path}: zero_optimization.stage {zero}; --zero_redundancy "
+                         "(ZeroRedundancyOptimizer) mirrors stage 1 only")
+    if not zero_redundancy and zero != 0:
+        raise ValueError(f"{path}: zero_optimization.stage {zero}; the DDP peer mirrors stage 0 only "
+                         "(stage 1: --zero_redundancy)")
     sched = cfg.get("scheduler")
     if sched and sched.get("type") != "WarmupLR":
         raise ValueError(f"{path}: scheduler {sched.get('type')!r}; this peer mirrors WarmupLR only")
@@ -283,13 +292,27 @@ def warmup_lr_fn(params, base_lr):
 
 
 def process_memory():
-    """(VmRSS, peak) in bytes; the peak is getrusage's ru_maxrss (KiB on Linux)."""
-    rss = 0
+    """(VmRSS, VmHWM, ru_maxrss) in bytes. The peak is VmHWM from /proc/self/status, exactly what
+    train_gpt reports (src/util/memory.cpp). ru_maxrss (KiB on Linux) is kept as a cross-check: it
+    is the same high-water mark, except that it also covers the image this process exec'd from."""
+    rss = hwm = 0
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
                 rss = int(line.split()[1]) * 1024
-    return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            elif line.startswith("VmHWM:"):
+                hwm = int(line.split()[1]) * 1024
+    return rss, hwm, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def tensor_bytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def optimizer_state_bytes(torch, optimizer):
+    """Bytes of the tensors in this rank's optimizer state (the local shard under ZeRO)."""
+    inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's local optimizer
+    return tensor_bytes(v for st in inner.state.values() for v in st.values() if torch.is_tensor(v))
 
 
 def mapped_blas():
@@ -315,7 +338,7 @@ def main():
 
     dist.init_process_group("gloo")  # env://, from the launcher's MASTER_ADDR/PORT, RANK, ...
     rank, world = dist.get_rank(), dist.get_world_size()
-    c = read_ds_config(a.deepspeed_config, world)
+    c = read_ds_config(a.deepspeed_config, world, a.zero_redundancy)
     micro, gas = c["micro"], c["gas"]
 
     tokens = load_tokens(torch, a.data)
@@ -326,8 +349,15 @@ def main():
     module = build_model(torch, a.vocab_size, a.seq_len, a.n_layer, a.n_head, a.n_embd)
     n_params = sum(p.numel() for p in module.parameters())
     model = torch.nn.parallel.DistributedDataParallel(module)  # default buckets; broadcasts rank 0
-    optimizer = torch.optim.AdamW(module.parameters(), lr=c["lr"], betas=c["betas"], eps=c["eps"],
-                                  weight_decay=c["weight_decay"])
+    adamw = dict(lr=c["lr"], betas=c["betas"], eps=c["eps"], weight_decay=c["weight_decay"])
+    if a.zero_redundancy:
+        # Default arguments: parameters assigned to ranks whole (greedy by size), updated shards
+        # broadcast after each step; no overlap with DDP.
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        optimizer = ZeroRedundancyOptimizer(module.parameters(), optimizer_class=torch.optim.AdamW,
+                                            **adamw)
+    else:
+        optimizer = torch.optim.AdamW(module.parameters(), **adamw)
     lr_fn = warmup_lr_fn(c["sched"], c["lr"])
 
     def set_lr(k):
@@ -344,7 +374,8 @@ def main():
               f"{n_params} params, {world} ranks x micro-batch {micro} x accumulation {gas} = "
               f"{micro * gas * world} sequences of {a.seq_len} tokens per step")
         print(f"INFO gpt_ddp torch={torch.__version__} python={sys.version.split()[0]} "
-              f"threads={torch.get_num_threads()} blas={mapped_blas()}")
+              f"threads={torch.get_num_threads()} blas={mapped_blas()} "
+              f"optimizer={'ZeroRedundancyOptimizer(AdamW)' if a.zero_redundancy else 'AdamW'}")
 
     def held_out_loss():
         batches = min(a.eval_batches, ((val.numel() - 1) // a.seq_len) // (micro * world))
@@ -392,8 +423,19 @@ def main():
         stats = torch.tensor([loss_sum / gas], dtype=torch.float64)
         dist.all_reduce(stats)
         mem = torch.tensor(process_memory(), dtype=torch.float64)
-        all_mem = [torch.empty(2, dtype=torch.float64) for _ in range(world)]
+        all_mem = [torch.empty(3, dtype=torch.float64) for _ in range(world)]
         dist.all_gather(all_mem, mem)
+        if step == 1:
+            # AdamW allocates its state in the first step: report what each rank holds then.
+            held = torch.tensor([tensor_bytes(params), optimizer_state_bytes(torch, optimizer)],
+                                dtype=torch.float64)
+            all_held = [torch.empty(2, dtype=torch.float64) for _ in range(world)]
+            dist.all_gather(all_held, held)
+            if rank == 0:
+                kind = "ZeroRedundancyOptimizer" if a.zero_redundancy else "DDP"
+                for r, h in enumerate(all_held):
+                    print(f"gpt_ddp: memory after step 1 (rank {r}, {kind}): parameters "
+                          f"{h[0].item() / 1e6:.2f} MB, optimizer states {h[1].item() / 1e6:.2f} MB")
         mean_loss = stats.item() / world
         if first_loss is None:
             first_loss = mean_loss
@@ -406,7 +448,8 @@ def main():
                    "tokens_per_s": tokens_per_step / secs, "step_time_s": secs,
                    "grad_norm": float(norm) if norm is not None else 0.0,
                    "rss_bytes": [int(t[0].item()) for t in all_mem],
-                   "peak_rss_bytes": [int(t[1].item()) for t in all_mem]}
+                   "peak_rss_bytes": [int(t[1].item()) for t in all_mem],
+                   "ru_maxrss_bytes": [int(t[2].item()) for t in all_mem]}
             metrics.write(json.dumps(row) + "\n")
             metrics.flush()
 

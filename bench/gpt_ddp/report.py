@@ -4,8 +4,8 @@
     report.py round R OURS.jsonl PEER.jsonl --skip K   # RESULT lines of one round
     report.py summary DIR --skip K                     # table over DIR/round*_{ours,peer}.jsonl
 Each metrics file is rank 0's JSONL (one object per optimizer step: step, step_time_s, loss,
-rss_bytes and peak_rss_bytes per rank, ...), as train_gpt --metrics_file and gpt_ddp.py write
-it. tokens/s = tokens per step / median step time over the steps after the first K.
+rss_bytes and peak_rss_bytes (VmHWM) per rank, ...), as train_gpt --metrics_file and gpt_ddp.py
+write it. tokens/s = tokens per step / median step time over the steps after the first K.
 Standard library only.
 """
 import argparse
@@ -39,6 +39,7 @@ def load(path, skip):
         "first_loss": rows[0]["loss"],
         "last_loss": last["loss"],
         "peak_rss": last["peak_rss_bytes"],
+        "ru_maxrss": last.get("ru_maxrss_bytes"),  # the peer's cross-check of its VmHWM
     }
 
 
