@@ -21,6 +21,7 @@ import sys
 def _gpt_ddp_report():
     """bench/gpt_ddp/report.py, loaded by path: it has the same file name as this script."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpt_ddp", "report.py")
+    sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
     spec = importlib.util.spec_from_file_location("gpt_ddp_report", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
