@@ -131,8 +131,10 @@ class Stage12 final : public ZeroOptimizer {
   double grad_norm_squared() override {
     // Each rank sums the squares of what it owns (padding is zero); one small all-reduce.
     double local = 0.0;
+    // One norm() per partition, squared in double: no full-size temporaries (as stage 0).
     for (const auto& g : grad_partitions_) {
-      local += g.to(at::kDouble).pow(2).sum().item<double>();
+      const double n = g.norm().item<double>();
+      local += n * n;
     }
     at::Tensor t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
     comm::all_reduce(t, comm::ReduceOp::kSum);
