@@ -141,7 +141,8 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
     auto c = DeepSpeedConfig::from_string(text, 1);
     EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, what + " is not supported yet");
   };
-  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3}})", "zero_optimization.stage 3");
+  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "mics_shard_size": 2}})",
+         "zero_optimization.mics_shard_size (MiCS)");
   refuse(R"({"train_batch_size": 8, "zero_optimization": {"elastic_checkpoint": true}})",
          "zero_optimization.elastic_checkpoint");
   refuse(R"({"train_batch_size": 8, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})",

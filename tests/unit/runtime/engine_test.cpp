@@ -128,10 +128,10 @@ TEST(Engine, UsageErrors) {
                     "the loss must be a scalar");
   EXPECT_THROW_WITH(initialize(std::shared_ptr<TinyNetImpl>(), base_config(2, 1)), UsageError,
                     "requires a model");
-  json stage3 = base_config(2, 1);
-  stage3["zero_optimization"] = {{"stage", 3}};
-  EXPECT_THROW_WITH(initialize(std::make_shared<TinyNetImpl>(), stage3), NotSupportedError,
-                    "zero_optimization.stage 3 is not supported yet");
+  json mics = base_config(2, 1);
+  mics["zero_optimization"] = {{"stage", 3}, {"mics_shard_size", 2}};
+  EXPECT_THROW_WITH(initialize(std::make_shared<TinyNetImpl>(), mics), NotSupportedError,
+                    "zero_optimization.mics_shard_size (MiCS) is not supported yet");
 }
 
 // An allocation failure in backward is reported with this rank's memory figures, then rethrown.

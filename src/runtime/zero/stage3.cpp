@@ -1,0 +1,407 @@
+// ZeRO stage 3 (reference §7.6-7.8): parameters, gradients and optimizer states partitioned.
+// Construction partitions every parameter (adopting zero::Init's shards), lays the trainable
+// shards out in sub-groups, finds the units and hands them to the ParamCoordinator, and arms the
+// gradient reduce-scatter. The step works sub-group by sub-group; afterwards only the
+// persistent parameters are gathered again (the others are gathered when their unit runs).
+#include <algorithm>
+#include <exception>
+#include <map>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "deepspeed/comm.h"
+#include "runtime/precision/overflow_check.h"
+#include "runtime/zero/stage3.h"
+#include "runtime/zero/stage3_grad_reducer.h"
+#include "runtime/zero/stage3_init.h"
+#include "runtime/zero/stage3_units.h"
+#include "util/check.h"
+#include "util/logging.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+void check_config(const DeepSpeedConfig& cfg) {
+  const auto& z = cfg.zero_optimization;
+  // Matches DeepSpeed's stage-3 assertions (reference §7.1).
+  DS_CHECK(cfg.gradient_predivide_factor == 1.0, ConfigError, cfg.source,
+           ": gradient_predivide_factor != 1.0 is not yet supported with ZeRO-3");
+  DS_CHECK(!cfg.prescale_gradients, ConfigError, cfg.source,
+           ": pre-scale gradients (prescale_gradients) is not yet supported with ZeRO-3");
+  DS_CHECK(z.stage3_module_granularity_threshold == 0, NotSupportedError, cfg.source,
+           ": zero_optimization.stage3_module_granularity_threshold ",
+           z.stage3_module_granularity_threshold,
+           " is not supported: units are the model's zero::Unit modules and Sequential "
+           "children, each already gathered with all its descendants (see docs/zero.md)");
+}
+
+const c10::TensorImpl* key(const at::Tensor& t) { return t.unsafeGetTensorImpl(); }
+
+class Stage3 final : public Stage3ZeroOptimizer {
+ public:
+  explicit Stage3(const ZeroContext& ctx)
+      : config_(*ctx.config), optimizer_(ctx.optimizer), module_(ctx.module),
+        world_(comm::get_world_size()), rank_(comm::get_rank()), model_dtype_(ctx.model_dtype),
+        grad_accum_dtype_(ctx.grad_accum_dtype), communication_dtype_(ctx.communication_dtype) {
+    DS_INTERNAL_ASSERT(module_ != nullptr, "ZeRO-3 needs the model");
+    check_config(config_);
+    at::NoGradGuard no_grad;
+    const auto& z = config_.zero_optimization;
+    UnitDiscovery found = discover_units(module_);
+    collect_params();
+    std::vector<Stage3Unit> units = map_units(found);
+    choose_persistent(found, units);
+    std::vector<std::vector<size_t>> group_params = map_param_groups();
+    at::TensorOptions options = params_.empty() ? at::TensorOptions() : params_[0].param.options();
+    sub_groups_ = build_sub_groups(group_params, params_, z.sub_group_size, model_dtype_,
+                                   grad_accum_dtype_, options);
+    fill_shards();
+    for (auto& sg : sub_groups_) {
+      if (!sg.model_flat.is_same(sg.fp32)) sg.fp32.copy_(sg.model_flat);
+    }
+    for (size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
+      std::vector<at::Tensor> masters;
+      for (const auto& sg : sub_groups_) {
+        if (sg.param_group == g) masters.push_back(sg.fp32);
+      }
+      optimizer_->param_groups()[g].params() = std::move(masters);
+    }
+    start_coordinator(std::move(units), found);
+    start_reducer();
+  }
+
+  ~Stage3() override {
+    for (const auto& u : coordinator_->units()) unregister_unit(u.module);
+    // The model may outlive the engine: leave it whole (every rank destroys its engine at the
+    // same point, so this gather is collective like the rest).
+    try {
+      if (std::uncaught_exceptions() == 0) {
+        at::NoGradGuard no_grad;
+        for (auto& p : params_) start_gather(p, world_, rank_, /*async=*/false, false);
+      }
+    } catch (const std::exception& e) {
+      log::warn(std::string("ZeRO-3: could not gather the parameters back on engine "
+                            "destruction; the model stays partitioned: ") + e.what());
+    }
+  }
+
+  void begin_backward(bool /*boundary*/) override {
+    // Matches DeepSpeed: stage 3 reduce-scatters in every micro-step's backward.
+    if (reducer_) reducer_->prepare();
+  }
+
+  void end_backward(bool /*boundary*/) override {
+    if (reducer_ && reducer_->armed()) reducer_->finish();
+    coordinator_->end_iteration();
+  }
+
+  double grad_norm_squared() override {
+    double local = 0.0;
+    for (const auto& sg : sub_groups_) {
+      const double n = sg.grad.norm().item<double>();
+      local += n * n;
+    }
+    at::Tensor t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
+    comm::all_reduce(t, comm::ReduceOp::kSum);
+    return t.item<double>();
+  }
+
+  void scale_gradients(double coef) override {
+    for (auto& sg : sub_groups_) sg.grad.mul_(coef);
+  }
+
+  void optimizer_step() override {
+    for (size_t i = 0; i < sub_groups_.size(); ++i) step_sub_group(i);
+    refresh_gathered_params();
+  }
+
+  void zero_grad() override {
+    for (auto& sg : sub_groups_) sg.grad.zero_();
+    for (auto& p : params_) {
+      at::Tensor handle = p.param;
+      if (handle.grad().defined()) handle.mutable_grad() = at::Tensor();
+    }
+  }
+
+  bool local_overflow() override {
+    std::vector<at::Tensor> grads;
+    for (const auto& sg : sub_groups_) grads.push_back(sg.grad);
+    return has_inf_or_nan(grads);
+  }
+
+  ZeroMemory memory() const override {
+    ZeroMemory m;
+    std::set<const void*> counted;
+    for (const auto& sg : sub_groups_) {
+      m.param_bytes += sg.model_flat.numel() * static_cast<int64_t>(sg.model_flat.element_size());
+      if (!sg.model_flat.is_same(sg.fp32)) m.master_param_bytes += 4 * sg.fp32.numel();
+      m.grad_bytes += sg.grad.numel() * static_cast<int64_t>(sg.grad.element_size());
+    }
+    for (const auto& p : params_) {
+      if (!p.trainable) m.param_bytes += p.shard.numel() * static_cast<int64_t>(p.shard.element_size());
+      // Gathered parameters: their storage is allocated right now.
+      if (p.available) m.param_bytes += p.param.storage().nbytes();
+      if (p.param.grad().defined()) {
+        m.grad_bytes += p.param.grad().numel() * static_cast<int64_t>(p.param.element_size());
+      }
+      m.padding_elements += p.padded_numel(world_) - p.numel;
+    }
+    m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
+    m.bucket_bytes = reducer_ ? reducer_->buffer_bytes() : 0;
+    return m;
+  }
+
+  ReductionStats reduction_stats() const override {
+    return reducer_ ? reducer_->stats() : ReductionStats{};
+  }
+  int64_t num_buckets() const override {
+    return reducer_ ? static_cast<int64_t>(reducer_->num_buckets()) : 0;
+  }
+  bool backward_pending() const override { return reducer_ && reducer_->armed(); }
+
+  // Checkpoint hooks of ZeroOptimizer: the masters are the sub-groups' fp32 flats.
+  at::Tensor master_partition(size_t g) override {
+    return g < sub_groups_.size() ? sub_groups_[g].fp32 : at::Tensor();
+  }
+  void masters_to_params() override {
+    at::NoGradGuard no_grad;
+    for (auto& sg : sub_groups_) {
+      if (!sg.model_flat.is_same(sg.fp32)) sg.model_flat.copy_(sg.fp32);
+    }
+    refresh_gathered_params();
+  }
+  void params_to_masters() override {
+    at::NoGradGuard no_grad;
+    for (auto& sg : sub_groups_) {
+      if (!sg.model_flat.is_same(sg.fp32)) sg.fp32.copy_(sg.model_flat);
+    }
+  }
+
+  std::vector<Stage3SubGroup>& sub_groups() override { return sub_groups_; }
+  std::vector<Stage3ParamInfo> param_infos() const override {
+    std::vector<Stage3ParamInfo> out;
+    for (size_t s = 0; s < sub_groups_.size(); ++s) {
+      for (const auto& e : sub_groups_[s].entries) {
+        const PartitionedParam& p = params_[e.param];
+        out.push_back(Stage3ParamInfo{p.name, p.param.sizes().vec(), p.numel, p.shard_numel, s,
+                                      e.offset});
+      }
+    }
+    return out;
+  }
+  void step_sub_group(size_t index) override {
+    runtime::step_sub_group(*optimizer_, sub_groups_, index);
+  }
+  void refresh_gathered_params() override {
+    at::NoGradGuard no_grad;
+    coordinator_->refresh_gathered();
+  }
+  CoordinatorStats coordinator_stats() const override { return coordinator_->stats(); }
+  int world_size() const override { return world_; }
+
+ private:
+  // Every distinct parameter of the model (a tied one once, under its first name).
+  void collect_params() {
+    for (auto& item : module_->named_parameters(/*recurse=*/true)) {
+      if (index_of_.count(key(item.value()))) continue;
+      index_of_[key(item.value())] = params_.size();
+      PartitionedParam p;
+      p.param = item.value();
+      p.name = item.key();
+      p.numel = item.value().numel();
+      p.shard_numel = shard_numel_for(p.numel, world_);
+      params_.push_back(std::move(p));
+    }
+  }
+
+  std::vector<Stage3Unit> map_units(const UnitDiscovery& found) {
+    std::vector<Stage3Unit> units;
+    for (const auto& f : found.units) {
+      Stage3Unit u;
+      u.module = f.module.get();
+      u.name = f.name;
+      std::set<size_t> ids;
+      for (const auto& t : f.module->parameters(/*recurse=*/true)) ids.insert(index_of_.at(key(t)));
+      u.params.assign(ids.begin(), ids.end());
+      units.push_back(std::move(u));
+    }
+    return units;
+  }
+
+  // Matches DeepSpeed: parameters of at most stage3_param_persistence_threshold elements stay
+  // gathered while their total stays within stage3_model_persistence_threshold. Parameters
+  // registered outside every unit cannot be gathered on demand, so they persist too.
+  void choose_persistent(const UnitDiscovery& found, const std::vector<Stage3Unit>& units) {
+    const auto& z = config_.zero_optimization;
+    std::vector<bool> in_unit(params_.size(), false);
+    for (const auto& u : units) {
+      for (size_t i : u.params) in_unit[i] = true;
+    }
+    int64_t persisted = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      PartitionedParam& p = params_[i];
+      const bool small = p.numel <= z.stage3_param_persistence_threshold &&
+                         persisted + p.numel <= z.stage3_model_persistence_threshold;
+      if (small) persisted += p.numel;
+      p.persistent = small || !in_unit[i] || found.outside_units.count(key(p.param)) > 0;
+    }
+  }
+
+  std::vector<std::vector<size_t>> map_param_groups() {
+    auto& groups = optimizer_->param_groups();
+    std::vector<std::vector<size_t>> out(groups.size());
+    std::map<size_t, size_t> group_of;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (const auto& t : groups[g].params()) {
+        if (!t.requires_grad()) continue;
+        auto it = index_of_.find(key(t));
+        DS_CHECK(it != index_of_.end(), UsageError, "optimizer param group ", g,
+                 " holds a tensor that is not a parameter of the model; ZeRO-3 partitions and "
+                 "steps the model's own parameters");
+        const size_t i = it->second;
+        auto [prev, inserted] = group_of.emplace(i, g);
+        if (!inserted) {
+          DS_CHECK(prev->second == g, ConfigError, "parameter '", params_[i].name,
+                   "' appears in more than one optimizer param group");
+          continue;  // a tied parameter listed under two names
+        }
+        DS_CHECK(t.scalar_type() == model_dtype_, UsageError, "parameter '", params_[i].name,
+                 "' is ", t.scalar_type(), " but the engine trains in ", model_dtype_,
+                 " (fp16.enabled / bf16.enabled); keep every trainable parameter in that dtype");
+        params_[i].trainable = true;
+        out[g].push_back(i);
+      }
+    }
+    std::vector<std::string> orphans;
+    for (const auto& p : params_) {
+      if (p.param.requires_grad() && !p.trainable) orphans.push_back(p.name);
+    }
+    if (!orphans.empty()) {
+      std::ostringstream os;
+      os << orphans.size() << " trainable parameter(s) are in no optimizer param group and will "
+         << "not be updated (first: '" << orphans.front() << "')";
+      log::warn_rank0(os.str());
+    }
+    return out;
+  }
+
+  // Each rank's shard: zero::Init's if it cut one, else rank 0's values (broadcast, as the
+  // engine does for the other stages) sliced here. Then persistent parameters end gathered and
+  // the others released.
+  void fill_shards() {
+    for (auto& p : params_) {
+      if (!p.trainable) p.shard = at::zeros({p.shard_numel}, p.param.options());
+      if (auto pre = take_pre_partitioned(p.param)) {
+        DS_CHECK(pre->world == world_, UsageError, "parameter '", p.name,
+                 "' was partitioned by zero::Init for ", pre->world, " ranks; this job has ",
+                 world_);
+        DS_CHECK(pre->shard.scalar_type() == p.shard.scalar_type(), UsageError, "parameter '",
+                 p.name, "' was partitioned by zero::Init as ", pre->shard.scalar_type(),
+                 " but the engine trains in ", p.shard.scalar_type(),
+                 "; give zero::Init the engine's config");
+        p.shard.copy_(pre->shard);
+        p.available = false;
+        continue;
+      }
+      p.available = true;
+      if (p.numel == 0) continue;
+      ensure_own_storage(p.param);
+      at::Tensor full = storage_as_flat(p.param, p.numel);
+      if (world_ > 1) comm::broadcast(full, 0);
+      const int64_t begin = std::min<int64_t>(p.numel, static_cast<int64_t>(rank_) * p.shard_numel);
+      const int64_t len = std::min<int64_t>(p.shard_numel, p.numel - begin);
+      if (len > 0) p.shard.narrow(0, 0, len).copy_(full.narrow(0, begin, len));
+    }
+    for (auto& p : params_) {
+      if (p.persistent && !p.available) start_gather(p, world_, rank_, /*async=*/false, false);
+      if (!p.persistent && p.available) release(p);
+    }
+  }
+
+  void start_coordinator(std::vector<Stage3Unit> units, const UnitDiscovery& found) {
+    const auto& z = config_.zero_optimization;
+    // A unit whose parameters all persist has nothing to gather: it runs unintercepted.
+    std::vector<Stage3Unit> kept;
+    std::vector<std::shared_ptr<torch::nn::SequentialImpl>> parents;
+    for (size_t k = 0; k < units.size(); ++k) {
+      Stage3Unit& u = units[k];
+      u.numel = 0;
+      for (size_t i : u.params) {
+        if (!params_[i].persistent) u.numel += params_[i].padded_numel(world_);
+      }
+      if (u.numel == 0) continue;
+      kept.push_back(std::move(u));
+      parents.push_back(found.units[k].sequential);
+    }
+    CoordinatorOptions o;
+    o.prefetch_bucket_numel = z.stage3_prefetch_bucket_size;
+    // Matches DeepSpeed: stage3_allgather_sequential forces a prefetch bucket of 1.
+    if (z.stage3_allgather_sequential) o.prefetch_bucket_numel = std::min<int64_t>(o.prefetch_bucket_numel, 1);
+    o.max_live_numel = z.stage3_max_live_parameters;
+    o.max_reuse_distance_numel = z.stage3_max_reuse_distance;
+    o.use_all_reduce_for_fetch = z.stage3_use_all_reduce_for_fetch_params;
+    coordinator_ = std::make_shared<ParamCoordinator>(&params_, kept, o);
+    register_coordinator(coordinator_);
+    for (size_t u = 0; u < kept.size(); ++u) {
+      register_unit(kept[u].module, coordinator_, u);
+      if (parents[u]) interception_.intercept(parents[u], kept[u].module);
+    }
+  }
+
+  void start_reducer() {
+    const auto& z = config_.zero_optimization;
+    std::vector<size_t> trainable;
+    std::vector<at::Tensor> grad_shards;
+    for (auto& sg : sub_groups_) {
+      for (const auto& e : sg.entries) {
+        trainable.push_back(e.param);
+        grad_shards.push_back(sg.grad.narrow(0, e.offset, e.numel));
+      }
+    }
+    if (trainable.empty()) return;
+    Stage3ReducerOptions ro;
+    ro.bucket_numel = z.reduce_bucket_size;
+    ro.overlap_comm = z.overlap_comm_enabled();
+    ro.contiguous_gradients = z.contiguous_gradients;
+    ro.reduce_scatter = z.reduce_scatter;
+    ro.average = config_.gradient_allreduce_op == "mean";
+    ro.ignore_unused_parameters = z.ignore_unused_parameters;
+    ro.bucket_dtype = communication_dtype_;
+    // Gloo has no reduce-scatter and comm's emulation cannot sum bf16 (comm::all_reduce
+    // widens it): take DeepSpeed's all-reduce path, which keeps the same chunks.
+    // TODO(comm): drop once comm::reduce_scatter widens bf16 like all_reduce.
+    if (ro.bucket_dtype == at::kBFloat16 && params_[trainable[0]].param.is_cpu()) {
+      ro.reduce_scatter = false;
+    }
+    reducer_ = std::make_unique<Stage3GradReducer>(&params_, std::move(trainable),
+                                                   std::move(grad_shards), ro);
+  }
+
+  const DeepSpeedConfig& config_;
+  torch::optim::Optimizer* optimizer_;
+  std::shared_ptr<torch::nn::Module> module_;
+  int world_;
+  int rank_;
+  at::ScalarType model_dtype_;
+  at::ScalarType grad_accum_dtype_;
+  at::ScalarType communication_dtype_;
+  std::vector<PartitionedParam> params_;
+  std::unordered_map<const c10::TensorImpl*, size_t> index_of_;
+  std::vector<Stage3SubGroup> sub_groups_;
+  std::shared_ptr<ParamCoordinator> coordinator_;
+  SequentialInterception interception_;
+  std::unique_ptr<Stage3GradReducer> reducer_;
+};
+
+}  // namespace
+
+std::unique_ptr<ZeroOptimizer> make_stage3(const ZeroContext& context) {
+  return std::make_unique<Stage3>(context);
+}
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,43 @@
+// Stage3ZeroOptimizer: what ZeRO stage 3 exposes beyond the ZeroOptimizer interface, for
+// checkpoints (each rank's fp32 shards in DeepSpeed's stage-3 fp32_flat_groups layout, the
+// parameters' names and shapes in that order, the inner optimizer's state over the shards),
+// offload (one sub-group stepped at a time) and tests (gather counters).
+// make_stage3() (zero_optimizer.h) returns one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/zero/stage3_coordinator.h"
+#include "runtime/zero/stage3_sub_group.h"
+#include "runtime/zero/zero_optimizer.h"
+
+namespace deepspeed::runtime {
+
+/// One trainable parameter as a stage-3 checkpoint sees it.
+struct Stage3ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;        // unpartitioned
+  int64_t shard_numel = 0;  // ceil(numel / W), the elements each rank holds (padding included)
+  size_t sub_group = 0;     // where this rank's shard lives
+  int64_t offset = 0;       // its first element in that sub-group's flat
+};
+
+class Stage3ZeroOptimizer : public ZeroOptimizer {
+ public:
+  /// The sub-groups in step order; sub_groups()[i].fp32 is this rank's fp32 shard flat
+  /// (DeepSpeed's fp32_flat_groups[i]) and the inner optimizer's parameter for it.
+  virtual std::vector<Stage3SubGroup>& sub_groups() = 0;
+  /// Trainable parameters in sub-group order (DeepSpeed's param_shapes for stage 3).
+  virtual std::vector<Stage3ParamInfo> param_infos() const = 0;
+  /// Inner optimizer + write-back for one sub-group (see stage3_sub_group.h).
+  virtual void step_sub_group(size_t index) = 0;
+  /// After the optimizer step: refreshes the parameters that are gathered (persistent ones).
+  virtual void refresh_gathered_params() = 0;
+  virtual CoordinatorStats coordinator_stats() const = 0;
+  virtual int world_size() const = 0;
+};
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,105 @@
+// Stage3GradReducer: ZeRO-3 gradient reduction (reference §7.8). Each trainable parameter's
+// full gradient, once autograd has accumulated it (a post hook on its AccumulateGrad node), is
+// cut into W chunks of its shard size (the last ones zero-padded) and copied rank-major into
+// the bucket being filled: rank r's chunks of every parameter in the bucket are contiguous.
+// A full bucket is divided by W and reduce-scattered, so rank r receives the averaged chunks it
+// owns, which are added into each parameter's gradient shard (a view of its sub-group's flat
+// gradient), and param.grad is dropped. Buckets hold at most reduce_bucket_size elements
+// (padded); a larger parameter gets a bucket of its own.
+//
+// Buckets are fixed at construction in reverse parameter order and launched in index order on
+// every rank (as Note [Static buckets] for stages 1/2): a gradient that arrives before its
+// bucket is the one being filled waits in param.grad. A parameter without a gradient in this
+// backward counts as zeros (ignore_unused_parameters) or is an error naming it.
+//
+// reduce_scatter false: the bucket is all-reduced and each rank keeps its own chunks (the same
+// result, DeepSpeed's non-reduce-scatter path). overlap_comm: two buffers; a launched bucket
+// completes while the next fills, else each completes inside the hook that launched it.
+// contiguous_gradients false: gradients stay in param.grad until their bucket launches.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "deepspeed/comm.h"
+#include "runtime/zero/stage3_param.h"
+#include "runtime/zero/zero_optimizer.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace deepspeed::runtime {
+
+struct Stage3ReducerOptions {
+  int64_t bucket_numel = 500000000;  // reduce_bucket_size
+  bool overlap_comm = true;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  bool average = true;  // gradient_allreduce_op "mean"
+  bool ignore_unused_parameters = true;
+  at::ScalarType bucket_dtype = at::kFloat;  // communication_data_type
+};
+
+class Stage3GradReducer {
+ public:
+  /// `trainable` lists the parameters to reduce; `grad_shards[k]` is where parameter
+  /// `trainable[k]`'s owned gradient chunk accumulates. `params` must outlive the reducer.
+  Stage3GradReducer(std::vector<PartitionedParam>* params, std::vector<size_t> trainable,
+                    std::vector<at::Tensor> grad_shards, Stage3ReducerOptions options);
+  ~Stage3GradReducer();
+
+  void prepare();
+  void finish();
+  bool armed() const { return armed_; }
+  size_t num_buckets() const { return buckets_.size(); }
+  int64_t buffer_bytes() const;
+  const ReductionStats& stats() const { return stats_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> members;   // positions in trainable_
+    std::vector<int64_t> offsets;  // each member's chunk offset inside a rank's region
+    int64_t region = 0;            // elements per rank (sum of the members' shard sizes)
+    size_t pending = 0;
+    int buffer = -1;
+    comm::Handle handle;
+  };
+  class Hook;
+
+  void on_grad_ready(size_t k);
+  void copy_in(Bucket& b, size_t m);
+  void launch_ready();
+  void launch(Bucket& b);
+  void acquire_buffer(Bucket& b);
+  void complete_oldest();
+  at::Tensor send_view(const Bucket& b) const;
+  at::Tensor receive_view(const Bucket& b) const;
+
+  std::vector<PartitionedParam>* params_;
+  std::vector<size_t> trainable_;
+  std::vector<at::Tensor> grad_shards_;
+  Stage3ReducerOptions options_;
+  int world_ = 1;
+  int rank_ = 0;
+  std::vector<Bucket> buckets_;
+  std::vector<size_t> bucket_of_;
+  std::vector<size_t> member_of_;
+  std::vector<bool> ready_;
+  std::vector<bool> copied_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<at::Tensor> send_buffers_;     // W * region elements
+  std::vector<at::Tensor> receive_buffers_;  // region elements (reduce_scatter output)
+  std::vector<int> free_buffers_;
+  std::deque<size_t> in_flight_;
+  size_t next_to_launch_ = 0;
+  bool armed_ = false;
+  bool in_finish_ = false;
+  ReductionStats stats_;
+};
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,90 @@
+// PartitionedParam: storage release and gather (see Note [Release by storage resize]).
+#include "runtime/zero/stage3_param.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/StorageImpl.h>
+
+#include "util/check.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+c10::StorageImpl* storage_of(const at::Tensor& t) {
+  return t.unsafeGetTensorImpl()->storage().unsafeGetStorageImpl();
+}
+
+void resize_storage_bytes(const at::Tensor& t, size_t nbytes) {
+  c10::StorageImpl* s = storage_of(t);
+  if (s->nbytes() == nbytes) return;
+  DS_INTERNAL_ASSERT(s->allocator() != nullptr, "a ZeRO-3 parameter's storage has no allocator");
+  at::DataPtr fresh = nbytes > 0 ? s->allocator()->allocate(nbytes)
+                                 : at::DataPtr(nullptr, s->device());
+  s->set_data_ptr_noswap(std::move(fresh));
+  s->set_nbytes(nbytes);
+}
+
+}  // namespace
+
+void ensure_own_storage(const at::Tensor& param) {
+  const auto bytes = static_cast<size_t>(param.numel()) * param.element_size();
+  const bool own = param.is_contiguous() && param.storage_offset() == 0 &&
+                   storage_of(param)->nbytes() == bytes && storage_of(param)->allocator() &&
+                   param.storage().use_count() == 1;
+  if (own) return;
+  at::NoGradGuard no_grad;
+  at::Tensor handle = param;  // set_data acts on the shared TensorImpl
+  handle.set_data(param.detach().clone(at::MemoryFormat::Contiguous));
+}
+
+bool storage_is_allocated(const at::Tensor& param) {
+  return storage_of(param)->nbytes() > 0 || param.numel() == 0;
+}
+
+at::Tensor storage_as_flat(const at::Tensor& param, int64_t numel) {
+  const auto bytes = static_cast<size_t>(numel) * param.element_size();
+  if (storage_of(param)->nbytes() < bytes) resize_storage_bytes(param, bytes);
+  at::NoGradGuard no_grad;
+  at::Tensor flat = at::empty({0}, at::TensorOptions().dtype(param.dtype()).device(param.device()));
+  flat.set_(param.storage(), 0, {numel}, {1});
+  return flat;
+}
+
+void free_storage(const at::Tensor& param) { resize_storage_bytes(param, 0); }
+
+void start_gather(PartitionedParam& p, int world, int rank, bool async, bool use_all_reduce) {
+  if (p.available || p.numel == 0) {
+    p.available = true;
+    return;
+  }
+  at::NoGradGuard no_grad;
+  at::Tensor full = storage_as_flat(p.param, p.padded_numel(world));
+  if (world == 1) {
+    full.copy_(p.shard);
+  } else if (use_all_reduce) {
+    full.zero_();
+    full.narrow(0, static_cast<int64_t>(rank) * p.shard_numel, p.shard_numel).copy_(p.shard);
+    p.inflight = comm::all_reduce(full, comm::ReduceOp::kSum, async);
+  } else {
+    p.inflight = comm::all_gather(full, p.shard, async);
+  }
+  p.gather_target = full;
+  p.available = true;
+  if (!async) finish_gather(p);
+}
+
+void finish_gather(PartitionedParam& p) {
+  if (p.inflight.valid()) {
+    p.inflight.wait();
+    p.inflight = comm::Handle();
+  }
+  p.gather_target = at::Tensor();
+}
+
+void release(PartitionedParam& p) {
+  if (!p.available) return;
+  finish_gather(p);
+  free_storage(p.param);
+  p.available = false;
+}
+
+}  // namespace deepspeed::runtime

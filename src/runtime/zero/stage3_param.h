@@ -1,0 +1,67 @@
+// PartitionedParam: one model parameter under ZeRO-3 (reference §7.6) and the two operations on
+// it: gather (all ranks' shards into the parameter's own storage) and release (the storage
+// shrunk to 0 bytes). It owns nothing of the optimizer: the shard it gathers from is a view
+// that the sub-group (stage3_sub_group.h) writes after each step.
+//
+// Note [Release by storage resize]: autograd keeps the parameter (and views of it, e.g. W.t()
+// saved by addmm) for backward. Those all share the parameter's StorageImpl, so release keeps
+// that StorageImpl and swaps its DataPtr for an empty one; gather allocates a fresh DataPtr of
+// the padded size and all-gathers into it. Writes go through a separate tensor over the same
+// storage, so the parameter's version counter does not move and autograd does not report an
+// in-place modification. Replacing the tensor instead (set_data) would free nothing: the saved
+// views would keep the old storage alive.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "deepspeed/comm.h"
+
+namespace deepspeed::runtime {
+
+/// DeepSpeed's shard rule: ceil(numel / world) elements per rank; rank r holds flat elements
+/// [r * shard, (r + 1) * shard), the tail of the last shards past numel is padding.
+inline int64_t shard_numel_for(int64_t numel, int world) {
+  return (numel + world - 1) / world;
+}
+
+/// Gives `param` a storage of its own holding exactly its elements (contiguous, offset 0) so
+/// that resizing that storage touches no other tensor. Keeps the Variable's identity.
+void ensure_own_storage(const at::Tensor& param);
+/// Whether the parameter's storage currently holds its data (false once released).
+bool storage_is_allocated(const at::Tensor& param);
+/// The parameter's storage as a flat tensor of `numel` elements (after resizing the storage to
+/// at least that size). Writing it does not bump the parameter's version counter.
+at::Tensor storage_as_flat(const at::Tensor& param, int64_t numel);
+/// Frees the parameter's storage, keeping the StorageImpl (see Note [Release by storage resize]).
+void free_storage(const at::Tensor& param);
+
+struct PartitionedParam {
+  at::Tensor param;  // the model's Variable; its sizes never change
+  std::string name;
+  int64_t numel = 0;
+  int64_t shard_numel = 0;  // ceil(numel / W)
+  at::Tensor shard;         // this rank's shard in the model dtype (DeepSpeed's ds_tensor)
+  bool trainable = false;   // stepped by the optimizer (requires grad and in a param group)
+  bool persistent = false;  // stays gathered: small, or used outside any unit
+  bool available = false;   // the full data is in the storage (or arriving: see `inflight`)
+  int active_users = 0;     // unit calls that are running (forward or backward) and need it
+  comm::Handle inflight;    // the all-gather filling the storage, while not yet waited for
+  at::Tensor gather_target; // the flat padded storage the in-flight all-gather writes
+
+  int64_t padded_numel(int world) const { return shard_numel * world; }
+};
+
+/// Starts gathering `p` (asynchronously when `async`): allocates its storage at the padded size
+/// and all-gathers every rank's shard into it, or, with `use_all_reduce`, all-reduces a
+/// zero-filled buffer holding only this rank's shard (stage3_use_all_reduce_for_fetch_params).
+void start_gather(PartitionedParam& p, int world, int rank, bool async, bool use_all_reduce);
+/// Waits for an in-flight gather of `p` (no-op if none).
+void finish_gather(PartitionedParam& p);
+/// Releases `p`'s storage (waits for an in-flight gather first).
+void release(PartitionedParam& p);
+
+}  // namespace deepspeed::runtime

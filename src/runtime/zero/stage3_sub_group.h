@@ -1,0 +1,57 @@
+// Stage3SubGroup: the unit of ZeRO-3's optimizer step (reference §7.6 "Sub-groups"). Each
+// optimizer param group's trainable parameters are taken in group order and their shards laid
+// end to end; a sub-group closes once it holds sub_group_size elements or more. A sub-group
+// owns its flat fp32 master shard (the inner optimizer's parameter), its flat gradient and,
+// for fp16/bf16 models, its flat shard in the model dtype; each parameter's shard is a view
+// of that flat (for fp32 models the master itself, so the update lands in the shard).
+//
+// The layout per sub-group is DeepSpeed's fp32_flat_groups layout: parameter k's shard of
+// ceil(numel_k / W) elements follows parameter k-1's, padding included.
+//
+// step_sub_group() runs the inner optimizer on one sub-group alone, so that a caller (CPU or
+// NVMe offload) can bring one sub-group's state in, step it and put it back.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace deepspeed::runtime {
+
+struct PartitionedParam;
+
+struct SubGroupEntry {
+  size_t param = 0;     // index into the stage's PartitionedParam list
+  int64_t offset = 0;   // first element of its shard in the flat
+  int64_t numel = 0;    // its shard's elements
+};
+
+struct Stage3SubGroup {
+  size_t param_group = 0;  // the inner optimizer's param group it belongs to
+  std::vector<SubGroupEntry> entries;
+  int64_t numel = 0;
+  at::Tensor fp32;        // master shard: the optimizer's parameter
+  at::Tensor grad;        // gradient shard (grad_accum dtype); fp32.grad() when that is fp32
+  at::Tensor model_flat;  // shards in the model dtype (fp32 models: the same tensor as fp32)
+};
+
+/// Lays out sub-groups for `group_params` (per optimizer param group, indices into `params` of
+/// trainable parameters, in group order), allocates the flats on `options`' device and points
+/// every parameter's `shard` at its view of the model-dtype flat (contents zero).
+std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_t>>& group_params,
+                                             std::vector<PartitionedParam>& params,
+                                             int64_t sub_group_size, at::ScalarType model_dtype,
+                                             at::ScalarType grad_dtype,
+                                             const at::TensorOptions& options);
+
+/// Runs `optimizer` on sub-group `index` alone (the other sub-groups' state is not touched),
+/// then writes the updated master into the model-dtype shards.
+void step_sub_group(torch::optim::Optimizer& optimizer, std::vector<Stage3SubGroup>& groups,
+                    size_t index);
+
+}  // namespace deepspeed::runtime
