@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <regex>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -96,6 +98,76 @@ TEST(EngineObservability, MonitorsProfilerAndStepLog) {
   std::stringstream text;
   text << flops.rdbuf();
   EXPECT_NE(text.str().find("params"), std::string::npos) << text.str();
+}
+
+// wall_clock_breakdown + memory_breakdown + the throughput timer, through the engine: DeepSpeed's
+// line shapes, its warm-up (no throughput line at step 2) and steps_per_print cadence (step 4).
+TEST(EngineObservability, TimerLinesAndRunningAverageThroughput) {
+  auto model = std::make_shared<TinyNetImpl>();
+  json cfg = {{"train_micro_batch_size_per_gpu", 2},
+              {"gradient_accumulation_steps", 2},
+              {"steps_per_print", 2},
+              {"wall_clock_breakdown", true},
+              {"memory_breakdown", true},
+              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}}}};
+  auto [engine, optimizer, sched] = initialize(model, cfg);
+  ::testing::internal::CaptureStdout();
+  for (int s = 0; s < 4; ++s) {
+    for (int m = 0; m < 2; ++m) {
+      auto [x, y] = tiny_batch((s * 2 + m) * 2, 2);
+      engine->backward(engine->forward(x, y));
+      engine->step();
+    }
+    // DeepSpeed's ThroughputTimer: the first 2 optimizer steps are not timed.
+    EXPECT_EQ(engine->running_avg_samples_per_sec().has_value(), s >= 2) << "step " << s + 1;
+  }
+  const std::string log = ::testing::internal::GetCapturedStdout();
+  EXPECT_GT(*engine->running_avg_samples_per_sec(), 0.0);
+  const std::string num = R"(\d+\.\d{2})", gb = R"( GB)";
+  const std::regex micro("time \\(ms\\) \\| fwd_microstep: " + num + " \\| bwd_microstep: " + num +
+                         " \\| bwd_inner_microstep: " + num + " \\| bwd_allreduce_microstep: " +
+                         num + " \\| step_microstep: " + num + " \\| mem_allocated: \\d+\\.\\d{4}" +
+                         gb + " \\| max_mem_allocated: \\d+\\.\\d{4}" + gb +
+                         " \\| cache_allocated: \\d+\\.\\d{4}" + gb +
+                         " \\| max_cache_allocated: \\d+\\.\\d{4}" + gb + "\n");
+  const std::regex global("time \\(ms\\) \\| fwd: " + num + " \\| bwd: " + num +
+                          " \\| bwd_inner: " + num + " \\| bwd_allreduce: " + num +
+                          " \\| step: " + num + "\n");
+  auto count = [&](const std::regex& re) {
+    return std::distance(std::sregex_iterator(log.begin(), log.end(), re), std::sregex_iterator());
+  };
+  EXPECT_EQ(count(micro), 8) << log;   // every step() call
+  EXPECT_EQ(count(global), 4) << log;  // every optimizer step
+  EXPECT_EQ(log.find("global_step=2,"), std::string::npos) << log;
+  const std::regex tput(R"(epoch=0/micro_step=8/global_step=4, RunningAvgSamplesPerSec=[0-9.e+]+, )"
+                        R"(CurrSamplesPerSec=[0-9.e+]+, MemAllocated=[0-9.]+GB, )"
+                        R"(MaxMemAllocated=[0-9.]+GB\n)");
+  EXPECT_EQ(count(tput), 1) << log;
+  EXPECT_NE(log.find("step=4, skipped=0, lr=[0.01], mom=[0.9]"), std::string::npos) << log;
+  EXPECT_NE(log.find("(running avg "), std::string::npos) << log;
+}
+
+// A client that runs the model itself (not engine->forward) never starts the forward timers or
+// the throughput timer: DeepSpeed leaves timers never started out of the line.
+TEST(EngineObservability, TimersNeverStartedAreLeftOutOfTheLine) {
+  auto model = std::make_shared<TinyNetImpl>();
+  json cfg = {{"train_micro_batch_size_per_gpu", 2},
+              {"steps_per_print", 1},
+              {"wall_clock_breakdown", true},
+              {"optimizer", {{"type", "AdamW"}}}};
+  auto [engine, optimizer, sched] = initialize(model, cfg);
+  ::testing::internal::CaptureStdout();
+  for (int s = 0; s < 4; ++s) {
+    auto [x, y] = tiny_batch(s * 2, 2);
+    engine->backward(model->forward(x, y));
+    engine->step();
+  }
+  const std::string log = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(log.find("fwd"), std::string::npos) << log;
+  EXPECT_NE(log.find("time (ms) | bwd_microstep: "), std::string::npos) << log;
+  EXPECT_NE(log.find("time (ms) | bwd: "), std::string::npos) << log;
+  EXPECT_EQ(log.find("RunningAvgSamplesPerSec"), std::string::npos) << log;
+  EXPECT_FALSE(engine->running_avg_samples_per_sec());
 }
 
 }  // namespace
