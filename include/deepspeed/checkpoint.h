@@ -298,7 +298,9 @@ struct LossScalerState {
   bool raise_error_at_min_scale = true;
   at::ScalarType dtype = at::kHalf;
 
-  c10::IValue to_ivalue() const;
+  /// DeepSpeed's pickled object, or (`as_object` false) a plain dict of its attributes
+  /// with the dtype as a string ("torch.float16").
+  c10::IValue to_ivalue(bool as_object = true) const;
   /// From the object DeepSpeed pickled (or a plain dict of the same attributes).
   static LossScalerState from_ivalue(const c10::IValue& value, const std::string& where);
 };
@@ -329,6 +331,10 @@ struct ZeroOptimizerStates {
   /// Other keys found on load (e.g. base_optimizer_state_step of elastic checkpoints); written
   /// back as they are.
   std::vector<std::pair<std::string, c10::IValue>> extra;
+  /// Write the loss scaler and the fragment addresses as DeepSpeed's Python objects (Python
+  /// DeepSpeed can resume from the file; torch.load needs weights_only=False and DeepSpeed
+  /// importable) or, when false, as plain dicts (weights_only=True loads the file).
+  bool python_objects = true;
 
   c10::IValue to_ivalue() const;
   static ZeroOptimizerStates from_ivalue(const c10::IValue& value, const std::string& source);

@@ -20,6 +20,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
 #include "deepspeed/lr_schedules.h"
@@ -35,6 +36,7 @@ class FlopsProfiler;
 }
 namespace runtime {
 class LossScaler;
+class ThroughputTimer;
 class Timers;
 class ZeroOptimizer;
 struct ReductionStats;
@@ -54,6 +56,27 @@ struct MemoryStats {
   int64_t optimizer_state_bytes = 0;  // optimizer state tensors (after the first step)
   int64_t comm_buffer_bytes = 0;      // gradient reduction buckets
   int64_t padding_elements = 0;       // alignment padding of the flat buffers
+  int64_t offloaded_optimizer_bytes = 0;  // offload_optimizer: masters + state in host memory
+};
+
+/// Keys merged into the model-states file at the top level (DeepSpeed's client_state).
+using ClientState = std::vector<std::pair<std::string, c10::IValue>>;
+
+/// Engine::load_checkpoint's switches (DeepSpeed's keyword arguments).
+struct LoadCheckpointOptions {
+  bool load_module_strict = true;        // missing/unexpected module keys are an error
+  bool load_optimizer_states = true;     // fp32 masters + optimizer state (+ loss scaler)
+  bool load_lr_scheduler_states = true;
+  bool load_module_only = false;         // the weights alone: no optimizer, scheduler, counters
+};
+
+/// What load_checkpoint returns: DeepSpeed's (load_path, client_state).
+struct LoadedCheckpoint {
+  std::optional<std::string> load_path;  // "<dir>/<tag>"; nullopt when `latest` was missing
+  /// Every top-level key of the model-states file that is not engine state (DeepSpeed's rule,
+  /// checkpoint::client_state_of): the client_state given to save_checkpoint and a few
+  /// informational keys (buffer_names, param_shapes, ds_config, ds_version, ...).
+  checkpoint::Dict client_state = checkpoint::new_dict();
 };
 
 /// Makes an LR scheduler for the optimizer the engine uses (DeepSpeed's callable form).
@@ -141,9 +164,49 @@ class Engine {
   /// What the last backward's gradient reduction did (buckets, how many launched from hooks).
   runtime::ReductionStats reduction_stats() const;
 
+  // Checkpoints (docs/checkpoints.md). Every rank must call these.
+  /// DeepSpeed's save_checkpoint: "<save_dir>/<tag>/" with mp_rank_00_model_states.pt (rank 0:
+  /// module, counters, scheduler, stage-0 optimizer, client_state, every rank's RNG state) and,
+  /// under ZeRO 1/2, one [bf16_]zero_pp_rank_<r>_mp_rank_00_optim_states.pt per rank (its fp32
+  /// master partition, optimizer state and loss scaler). Files are written atomically and
+  /// `latest` moves only after every rank finished. Default tag "global_step<N>". Throws
+  /// UsageError for an empty save_dir, inside an unfinished accumulation boundary backward, or
+  /// (checkpoint.tag_validation FAIL) for a tag that differs across ranks; CheckpointError on
+  /// I/O failure (the previous checkpoint and `latest` stay as they were). Returns true.
+  bool save_checkpoint(const std::string& save_dir,
+                       const std::optional<std::string>& tag = std::nullopt,
+                       const ClientState& client_state = {}, bool save_latest = true,
+                       bool exclude_frozen_parameters = false);
+  /// DeepSpeed's load_checkpoint. `tag` defaults to the content of "<load_dir>/latest" (when
+  /// that file is missing: a warning and {nullopt, {}}, as DeepSpeed). Restores module, fp32
+  /// masters and optimizer state (re-partitioned when the checkpoint was written by another
+  /// number of ranks), scheduler, loss scaler, counters, RNG state; logs what it restored.
+  /// Everything is read and checked before anything changes: on any error (missing tag
+  /// directory or file, truncated or corrupt file, parameter names/shapes that differ, another
+  /// ZeRO stage, a part the options ask for that the checkpoint lacks) every rank throws
+  /// CheckpointError naming the file or part, and the engine is unchanged.
+  LoadedCheckpoint load_checkpoint(const std::string& load_dir,
+                                   const std::optional<std::string>& tag = std::nullopt,
+                                   const LoadCheckpointOptions& options = {});
+  /// DeepSpeed's save_16bit_model: the module's state dict in the training dtype, written by
+  /// rank 0 as "<save_dir>/<save_filename>" (torch.save format; safetensors when the name ends
+  /// in ".safetensors"). Tied parameters are stored once. Returns true.
+  bool save_16bit_model(const std::string& save_dir,
+                        const std::string& save_filename = "pytorch_model.bin",
+                        bool exclude_frozen_parameters = false);
+  /// Tied parameters: alias name -> name of the parameter holding the data (first occurrence).
+  const std::vector<std::pair<std::string, std::string>>& shared_params() const {
+    return shared_params_;
+  }
+
   /// Elapsed milliseconds of the named wall-clock timers over the last optimizer step
   /// (fwd, bwd, bwd_inner, bwd_allreduce, step), as logged with wall_clock_breakdown.
   std::vector<std::pair<std::string, double>> get_wall_clock_timers() const;
+  /// DeepSpeed's RunningAvgSamplesPerSec: train_batch_size * timed optimizer steps / their time,
+  /// counting each micro-step from forward to the end of step() and skipping the first 2
+  /// optimizer steps (warm-up). nullopt before a step was timed or with
+  /// timers.throughput.enabled false. See docs/observability.md.
+  std::optional<double> running_avg_samples_per_sec() const;
 
  protected:
   void forward_begin();
@@ -154,6 +217,7 @@ class Engine {
   void build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
                        std::vector<ParamGroup> model_parameters);
   void check_zero_optimizer();
+  void check_offload_client_optimizer() const;  // zero_force_ds_cpu_optimizer
   /// Overflow vote, unscale + clip, optimizer; false when the step was skipped (overflow).
   bool take_model_step();
   at::ScalarType communication_dtype() const;
@@ -176,15 +240,25 @@ class Engine {
       throw;
     }
   }
+  void report_progress();
   void print_progress();
+  void log_throughput();
   void log_timers(bool boundary);
+  // engine_checkpoint.cpp
+  c10::IValue stage0_optimizer_state();
+  checkpoint::ZeroOptimizerFile zero_optimizer_file();
+  checkpoint::LossScalerState scaler_state() const;
+  checkpoint::ModelStates model_states(const ClientState& client_state,
+                                       bool exclude_frozen_parameters);
   void write_monitor_events();
   void write_timer_events();
   void finish_profile();
 
   std::shared_ptr<torch::nn::Module> module_;
   DeepSpeedConfig config_;
-  std::vector<at::Tensor> trainable_params_;
+  std::vector<at::Tensor> trainable_params_;  // each tensor once, in named_parameters order
+  std::vector<std::string> trainable_names_;
+  std::vector<std::pair<std::string, std::string>> shared_params_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LRScheduler> lr_scheduler_;
   std::unique_ptr<runtime::ZeroOptimizer> zero_;
@@ -205,8 +279,7 @@ class Engine {
   std::optional<bool> boundary_override_;
   std::optional<double> global_grad_norm_;
   std::map<std::string, double> last_step_timers_;
-  std::chrono::steady_clock::time_point throughput_start_;
-  int64_t throughput_samples_ = 0;
+  std::unique_ptr<runtime::ThroughputTimer> tput_timer_;
   std::chrono::steady_clock::time_point progress_start_;
   int64_t progress_samples_ = 0;
 };

@@ -27,10 +27,28 @@ bool enabled_flag(const json& raw, const char* section) {
 
 void DeepSpeedConfig::check_supported() const {
   const auto& z = zero_optimization;
-  if (z.stage == 3) refuse(*this, "zero_optimization.stage 3");
   if (z.elastic_checkpoint) refuse(*this, "zero_optimization.elastic_checkpoint");
   if (z.offload_optimizer && z.offload_optimizer->device != "none") {
-    refuse(*this, "zero_optimization.offload_optimizer.device \"" + z.offload_optimizer->device + "\"");
+    // docs/offload.md: device "cpu" with ZeRO 1/2; nvme (DeepSpeed: stage 3 only) comes with
+    // stage 3's sub-groups (the swapper is runtime/swap).
+    const auto& o = *z.offload_optimizer;
+    const std::string key = "zero_optimization.offload_optimizer";
+    if (z.stage == 0) {
+      throw ConfigError(source + ": " + key + " needs zero_optimization.stage 1, 2 or 3 "
+                        "(the offloaded optimizer steps a ZeRO partition); stage is 0");
+    }
+    if (o.device == "nvme") {
+      refuse(*this, key + ".device \"nvme\"" +
+                        (z.stage < 3 ? " with ZeRO stage " + std::to_string(z.stage) +
+                                           " (DeepSpeed swaps optimizer state with stage 3 only)"
+                                     : std::string(" with ZeRO stage 3")));
+    }
+    if (z.stage == 3) refuse(*this, key + " with ZeRO stage 3");
+    if (o.ratio < 1.0) {
+      refuse(*this, key + ".ratio < 1 (partial offload keeps part of the optimizer state on the "
+                          "GPU; this build trains on CPU, and DeepSpeed applies it with stage 3 only)");
+    }
+    if (o.super_offload) refuse(*this, key + ".super_offload");
   }
   if (z.offload_param && z.offload_param->device != "none") {
     refuse(*this, "zero_optimization.offload_param.device \"" + z.offload_param->device + "\"");

@@ -7,8 +7,11 @@
 #include <new>
 #include <iomanip>
 #include <sstream>
+#include <typeinfo>
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Type.h>
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -38,6 +41,21 @@ const std::vector<std::string> kMicroTimers = {"fwd_microstep", "bwd_microstep",
                                                "step_microstep"};
 const std::vector<std::string> kGlobalTimers = {"fwd", "bwd", "bwd_inner", "bwd_allreduce",
                                                 "step"};
+
+// Waits for the device of `params` (nothing on CPU), so that host clocks time finished work.
+std::function<void()> device_synchronizer(const std::vector<at::Tensor>& params) {
+  if (params.empty() || params.front().device().is_cpu()) return {};
+  const at::Device device = params.front().device();
+  return [device] {
+    c10::impl::getDeviceGuardImpl(device.type())->getStream(device).synchronize();
+  };
+}
+
+// DeepSpeed's CPU accelerator reports the resident set as allocated and as cached memory.
+runtime::TimerMemoryUsage process_memory_usage() {
+  const auto m = util::read_process_memory();
+  return {m.rss_bytes, m.peak_rss_bytes, m.rss_bytes, m.peak_rss_bytes};
+}
 
 std::string format_list(const std::vector<double>& v) {
   std::ostringstream os;
@@ -86,11 +104,18 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config
   for (const auto& w : config_.warnings) log::warn_rank0(w);
   if (config_.seed) torch::manual_seed(static_cast<uint64_t>(*config_.seed));
 
-  std::vector<std::string> names;
+  // C++ modules list a tied parameter under each name that registers it (Python dedups): the
+  // engine reduces and steps each tensor once and remembers the aliases for checkpoints.
+  std::map<const void*, std::string> first_name;
   for (auto& item : module_->named_parameters()) {
+    auto [it, inserted] = first_name.emplace(item.value().unsafeGetTensorImpl(), item.key());
+    if (!inserted) {
+      shared_params_.emplace_back(item.key(), it->second);
+      continue;
+    }
     if (item.value().requires_grad()) {
       trainable_params_.push_back(item.value());
-      names.push_back(item.key());
+      trainable_names_.push_back(item.key());
     }
   }
   // Matches DeepSpeed: fp16/bf16 training casts the module; the optimizer steps fp32 masters.
@@ -100,24 +125,29 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config
     model_dtype_ = at::kBFloat16;
   }
   if (model_dtype_ != at::kFloat) module_->to(model_dtype_);
-  broadcast_parameters();
+  // ZeRO-3 broadcasts while it partitions, one parameter at a time (never the whole model).
+  const bool stage3 = config_.zero_optimization.stage == 3;
+  if (!stage3) broadcast_parameters();
   // The ZeRO stage re-points the optimizer's param groups, so the optimizer is built over the
   // model's parameters first and the scheduler after the stage exists.
   build_optimizer(std::move(optimizer), std::move(model_parameters));
+  if (stage3 && !optimizer_) broadcast_parameters();
   if (optimizer_) {
     check_zero_optimizer();
     runtime::ZeroContext ctx;
     ctx.config = &config_;
     ctx.optimizer = optimizer_.get();
     ctx.trainable_params = trainable_params_;
-    ctx.param_names = names;
+    ctx.param_names = trainable_names_;
     ctx.model_dtype = model_dtype_;
     ctx.communication_dtype = communication_dtype();
     // data_types.grad_accum_dtype; unset: fp32 (more accurate than DeepSpeed's default of the
     // model dtype, at 2 extra bytes per owned element).
     const auto& gad = config_.data_types.grad_accum_dtype;
     ctx.grad_accum_dtype = gad == "fp16" ? at::kHalf : gad == "bf16" ? at::kBFloat16 : at::kFloat;
+    ctx.module = module_;
     zero_ = config_.zero_optimization.stage == 0 ? runtime::make_stage0(ctx)
+            : stage3                             ? runtime::make_stage3(ctx)
                                                  : runtime::make_stage1_2(ctx);
     build_lr_scheduler(std::move(lr_scheduler));
     if (config_.fp16.enabled) {
@@ -144,8 +174,20 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config
      << " buckets=" << (zero_ ? zero_->num_buckets() : 0);
   log::info_rank0(os.str());
   if (zero_) log::info_rank0(memory_report("after initialization"));
-  throughput_start_ = std::chrono::steady_clock::now();
-  progress_start_ = throughput_start_;
+  // Matches DeepSpeed: the wall-clock timers are synchronized (they time device events), the
+  // throughput timer when timers.throughput.synchronized.
+  if (config_.wall_clock_breakdown) {
+    timers_->set_synchronize(device_synchronizer(trainable_params_));
+  }
+  runtime::ThroughputTimerOptions tput;
+  tput.enabled = config_.timers_throughput.enabled;
+  tput.batch_size = config_.batch.train_batch_size;
+  tput.steps_per_output = config_.steps_per_print;
+  tput_timer_ = std::make_unique<runtime::ThroughputTimer>(
+      tput, runtime::steady_clock_seconds,
+      config_.timers_throughput.synchronized ? device_synchronizer(trainable_params_)
+                                             : std::function<void()>());
+  progress_start_ = std::chrono::steady_clock::now();
 }
 
 Engine::~Engine() = default;
@@ -175,6 +217,7 @@ void Engine::build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
                              std::vector<ParamGroup> model_parameters) {
   if (client) {
     optimizer_ = std::move(client);
+    check_offload_client_optimizer();
   } else if (config_.optimizer.present) {
     if (model_parameters.empty()) model_parameters.push_back(ParamGroup{trainable_params_, json::object()});
     optim::OptimizerBuildOptions options;
@@ -184,6 +227,24 @@ void Engine::build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
                                         options);
   }
   // Without an optimizer backward()/step() refuse later, as DeepSpeed's DummyOptim does.
+}
+
+void Engine::check_offload_client_optimizer() const {
+  const auto& off = config_.zero_optimization.offload_optimizer;
+  if (!off || off->device == "none" || !config_.zero_force_ds_cpu_optimizer) return;
+  // Matches DeepSpeed (zero_force_ds_cpu_optimizer): with offload a client optimizer must be
+  // DeepSpeedCPUAdam / DeepSpeedCPULion, here deepspeed::optim::Adam / Lion (CPU-Adam kernel).
+  const auto* o = optimizer_.get();
+  if (dynamic_cast<const optim::Adam*>(o) || dynamic_cast<const optim::Lion*>(o)) return;
+  const auto* ds = dynamic_cast<const optim::DsOptimizer*>(o);
+  const std::string type = ds ? ds->type_name() : c10::demangle(typeid(*o).name());
+  DS_CHECK(false, ConfigError, config_.source,
+           ": You are using ZeRO-Offload with a client provided optimizer (", type,
+           ") which in most cases will yield poor performance. Please either use "
+           "deepspeed::optim::Adam (DeepSpeedCPUAdam) or set an optimizer in your ds_config. If "
+           "you really want to use a custom optimizer w. ZeRO-Offload and understand the "
+           "performance impacts you can also set <\"zero_force_ds_cpu_optimizer\": false> in "
+           "your configuration file.");
 }
 
 void Engine::check_zero_optimizer() {
@@ -211,6 +272,8 @@ void Engine::forward_begin() {
     flops_profiler_->start_profile();
     profiling_step_ = true;
   }
+  // Matches DeepSpeed: without its own data loader the throughput timer starts in forward.
+  tput_timer_->start();
   timers_->start("fwd_microstep");
   timers_->start("fwd");
 }
@@ -279,6 +342,7 @@ void Engine::step() {
   comm::PhaseScope phase(comm::Phase::kStep);
   timers_->start("step_microstep");
   const bool boundary = is_gradient_accumulation_boundary();
+  bool progress = false;  // a steps_per_print boundary
   if (boundary) {
     timers_->start("step");
     torch::NoGradGuard no_grad;
@@ -287,11 +351,15 @@ void Engine::step() {
     zero_grad();
     // Matches DeepSpeed: the schedule advances after the optimizer, never on skipped steps.
     if (lr_scheduler_ && applied) lr_scheduler_->step();
-    if (config_.steps_per_print && (global_steps_ + 1) % *config_.steps_per_print == 0) {
-      print_progress();
-    }
+    progress = config_.steps_per_print && (global_steps_ + 1) % *config_.steps_per_print == 0;
+    if (progress) report_progress();
     global_steps_ += 1;
     global_samples_ += config_.batch.train_batch_size;
+  }
+  // Matches DeepSpeed: the throughput timer ends every micro-step after the model step.
+  if (tput_timer_->stop(boundary)) log_throughput();
+  if (boundary) {
+    if (progress) print_progress();
     timers_->stop("step");
     write_monitor_events();
   }
@@ -420,6 +488,7 @@ MemoryStats Engine::memory_stats() const {
     s.optimizer_state_bytes = z.optimizer_state_bytes;
     s.comm_buffer_bytes = z.bucket_bytes;
     s.padding_elements = z.padding_elements;
+    s.offloaded_optimizer_bytes = z.offloaded_optimizer_bytes;
   }
   return s;
 }
@@ -430,16 +499,23 @@ runtime::ReductionStats Engine::reduction_stats() const {
 
 std::string Engine::memory_report(const std::string& when) const {
   auto m = memory_stats();
-  char buf[512];
+  char offloaded[128] = "";
+  if (config_.zero_optimization.offload_optimizer &&
+      config_.zero_optimization.offload_optimizer->device != "none") {
+    std::snprintf(offloaded, sizeof(offloaded),
+                  "; offload_optimizer: %.2f MB of master weights and optimizer states in host "
+                  "memory", m.offloaded_optimizer_bytes / 1e6);
+  }
+  char buf[640];
   std::snprintf(buf, sizeof(buf),
                 "memory %s (rank %d, ZeRO-%lld): parameters %.2f MB, master weights %.2f MB, "
                 "gradients %.2f MB, optimizer states %.2f MB, reduction buffers %.2f MB, "
-                "padding %lld elements; RSS %.2f MB (peak %.2f MB)",
+                "padding %lld elements; RSS %.2f MB (peak %.2f MB)%s",
                 when.c_str(), comm::get_rank(),
                 static_cast<long long>(config_.zero_optimization.stage), m.param_bytes / 1e6,
                 m.master_param_bytes / 1e6, m.grad_bytes / 1e6, m.optimizer_state_bytes / 1e6,
                 m.comm_buffer_bytes / 1e6, static_cast<long long>(m.padding_elements),
-                m.rss_bytes / 1e6, m.peak_rss_bytes / 1e6);
+                m.rss_bytes / 1e6, m.peak_rss_bytes / 1e6, offloaded);
   return buf;
 }
 
@@ -457,50 +533,54 @@ std::vector<std::pair<std::string, double>> Engine::get_wall_clock_timers() cons
   return out;
 }
 
-void Engine::print_progress() {
+void Engine::report_progress() {
+  // Matches DeepSpeed's _report_progress (rank 0), printed before global_steps moves.
   std::ostringstream os;
   os << "step=" << global_steps_ + 1 << ", skipped=" << skipped_steps_
      << ", lr=" << format_list(get_lr()) << ", mom=" << format_list(momentum_of(*optimizer_));
   log::info_rank0(os.str());
-  // One readable line with what people watch: samples, loss, scale, norm, speed.
+}
+
+void Engine::print_progress() {
+  // One readable line with what people watch: samples, loss, scale, norm, speed. samples/s is
+  // wall time since the last line (data loading included); the running average is DeepSpeed's
+  // (micro-steps only, warm-up skipped).
   const auto now = std::chrono::steady_clock::now();
   const double secs = std::chrono::duration<double>(now - progress_start_).count();
-  const int64_t samples = (global_steps_ + 1) * config_.batch.train_batch_size;
-  const double sps = secs > 0 ? (samples - progress_samples_) / secs : 0.0;
+  const double sps = secs > 0 ? (global_samples_ - progress_samples_) / secs : 0.0;
   std::ostringstream line;
   line.setf(std::ios::fixed);
   line.precision(4);
-  line << "step " << global_steps_ + 1 << " | samples " << samples << " | loss "
+  line << "step " << global_steps_ << " | samples " << global_samples_ << " | loss "
        << interval_loss_ << " | lr " << std::scientific << std::setprecision(3)
        << (get_lr().empty() ? 0.0 : get_lr()[0]) << std::fixed << std::setprecision(4);
   if (loss_scaler_) line << " | loss_scale " << loss_scale();
   if (global_grad_norm_) line << " | grad_norm " << *global_grad_norm_;
   line << " | skipped " << skipped_steps_ << " | samples/s " << std::setprecision(2) << sps;
+  if (auto avg = running_avg_samples_per_sec()) line << " (running avg " << *avg << ")";
   if (tokens_per_sample_ > 0) line << " | tokens/s " << sps * tokens_per_sample_;
   log::info_rank0(line.str());
   progress_start_ = now;
-  progress_samples_ = samples;
-  if (!config_.timers_throughput.enabled) return;
-  // Throughput over the steps since the last print (DeepSpeed starts after 2 warm-up steps).
-  const double tp_secs = std::chrono::duration<double>(now - throughput_start_).count();
-  const int64_t tp_samples = samples - throughput_samples_;
-  auto mem = memory_stats();
-  char buf[256];
-  std::snprintf(buf, sizeof(buf),
-                "epoch=0/micro_step=%lld/global_step=%lld, CurrSamplesPerSec=%.2f, "
-                "RSS=%.2fGB, MaxRSS=%.2fGB",
-                static_cast<long long>(micro_steps_ + 1),
-                static_cast<long long>(global_steps_ + 1),
-                tp_secs > 0 ? tp_samples / tp_secs : 0.0,
-                mem.rss_bytes / 1e9, mem.peak_rss_bytes / 1e9);
-  log::info_rank0(buf);
-  throughput_start_ = now;
-  throughput_samples_ += tp_samples;
+  progress_samples_ = global_samples_;
+}
+
+void Engine::log_throughput() {
+  const auto m = process_memory_usage();
+  log::info_rank0(tput_timer_->report(m.allocated_bytes, m.max_allocated_bytes));
+}
+
+std::optional<double> Engine::running_avg_samples_per_sec() const {
+  return tput_timer_->avg_samples_per_sec();
 }
 
 void Engine::log_timers(bool boundary) {
-  log::info_rank0(timers_->format(kMicroTimers));
-  if (boundary) log::info_rank0(timers_->format(kGlobalTimers));
+  // Matches DeepSpeed: micro timers every step() (with memory_breakdown, the memory figures
+  // appended), global timers on the boundary; timers never started are left out. The engine
+  // resets them itself after reading the step's totals.
+  std::optional<runtime::TimerMemoryUsage> memory;
+  if (config_.memory_breakdown) memory = process_memory_usage();
+  log::info_rank0(timers_->log(kMicroTimers, 1.0, /*reset=*/false, memory));
+  if (boundary) log::info_rank0(timers_->log(kGlobalTimers, 1.0, /*reset=*/false));
 }
 
 }  // namespace deepspeed

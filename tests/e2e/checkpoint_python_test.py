@@ -7,6 +7,12 @@ users (torch.load, DeepSpeed) read them, and writes files the way Python DeepSpe
   write_values FILE                   torch.save of values the C++ test checks
   write_zero2 DIR TAG W               a ZeRO-2 checkpoint laid out as DeepSpeed writes it, plus
                                       DIR/expected.pt with the full fp32 tensors
+  check_engine_checkpoint DIR TAG W STAGE BF16
+                                      every file an engine save wrote (and DIR/pytorch_model.bin)
+                                      loads under the weights_only allowlist with DeepSpeed's
+                                      keys; the fp32 partitions rebuild the module's weights
+  write_engine_zero2 DIR W            a Python-DeepSpeed ZeRO-2 checkpoint of a two-Linear model
+                                      (fc1 4->8, fc2 8->2) with Adam state, plus DIR/expected.pt
 
 Exits non-zero with a message on the first mismatch; prints OK otherwise. DeepSpeed itself is
 not needed: its classes are replaced by stand-ins registered under DeepSpeed's module names.
@@ -348,6 +354,177 @@ def write_zero2(directory, tag, world):
     for g in groups:
         expected.update(g)
     expected["lm_head.weight"] = expected["wte.weight"]
+    torch.save(expected, os.path.join(directory, "expected.pt"))
+    print("OK")
+
+
+MODEL_STATE_KEYS = ["module", "buffer_names", "optimizer", "param_shapes", "frozen_param_shapes",
+                    "shared_params", "frozen_param_fragments", "lr_scheduler", "data_sampler",
+                    "random_ltd", "sparse_tensor_module_names", "skipped_steps", "global_steps",
+                    "global_samples", "dp_world_size", "mp_world_size",
+                    "checkpoint_parallel_dimensions", "ds_config", "ds_version"]
+OPTIM_KEYS = ["loss_scaler", "dynamic_loss_scale", "overflow", "clip_grad", "base_optimizer_state",
+              "single_partition_of_fp32_groups", "zero_stage", "group_paddings", "partition_count",
+              "ds_version", "param_slice_mappings"]
+
+
+def check_engine_checkpoint(directory, tag, world, stage, bf16):
+    world, stage, bf16 = int(world), int(stage), bf16 == "1"
+    tag_dir = os.path.join(directory, tag)
+    check(open(os.path.join(directory, "latest")).read() == tag, "latest")
+    if stage == 3:
+        check_engine_zero3(directory, tag_dir, world, bf16)
+        return
+    ms = restricted_load(os.path.join(tag_dir, "mp_rank_00_model_states.pt"))
+    if TORCH_MAJOR >= 2:
+        weights_only_load(os.path.join(tag_dir, "mp_rank_00_model_states.pt"))
+    for key in MODEL_STATE_KEYS:
+        check(key in ms, f"model states key {key}")
+    check(ms["global_steps"] > 0 and ms["dp_world_size"] == world, "counters")
+    check(len(ms["rng_state"]) == world and ms["rng_state"][0]["torch_rng_state"].dtype == torch.uint8,
+          "rng states of every rank")
+    module = ms["module"]
+    if stage == 0:
+        check(ms["optimizer"] is not None and ms["param_shapes"] is None, "stage 0 optimizer")
+        print("OK")
+        return
+    prefix = "bf16_" if bf16 else ""
+    groups = ms["param_shapes"]
+    partitions = [[] for _ in groups]
+    for r in range(world):
+        path = os.path.join(tag_dir, f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+        f = restricted_load(path)
+        if TORCH_MAJOR >= 2:
+            weights_only_load(path)
+        check(sorted(f.keys()) == ["ds_config", "ds_version", "optimizer_state_dict"], f"{path} keys")
+        osd = f["optimizer_state_dict"]
+        for key in OPTIM_KEYS:
+            check(key in osd, f"{path}: optimizer_state_dict key {key}")
+        check(osd["zero_stage"] == stage, f"zero_stage {osd['zero_stage']}")
+        check(list(osd["partition_count"]) == [world] * len(groups), "partition_count")
+        for g, t in enumerate(osd["single_partition_of_fp32_groups"]):
+            check(t.dtype == torch.float32, "fp32 partitions")
+            partitions[g].append(t)
+    # zero_to_fp32's rule: concatenate the ranks' partitions, cut by param_shapes in order; the
+    # offsets rounded to 2 * world must agree.
+    for g, shapes in enumerate(groups):
+        full = torch.cat(partitions[g])
+        offset = 0
+        for name, shape in shapes.items():
+            n = math.prod(shape)
+            weight = full[offset:offset + n].view(shape)
+            check(torch.equal(weight.to(module[name].dtype), module[name]),
+                  f"{name}: fp32 partition differs from the module's weight")
+            offset += n
+        align = 2 * world
+        check(math.ceil(offset / align) * align == math.ceil(full.numel() / align) * align,
+              f"consumed {offset} of {full.numel()}")
+    bin_path = os.path.join(directory, "pytorch_model.bin")
+    if os.path.exists(bin_path):
+        sd = restricted_load(bin_path)
+        for name, t in sd.items():
+            check(torch.equal(t, module[name]), f"16-bit model {name}")
+    print("OK")
+
+
+def check_engine_zero3(directory, tag_dir, world, bf16):
+    """ZeRO-3: per-rank model states and optimizer files; zero_to_fp32's stage-3 rule (each
+    parameter's ceil(numel/W) shard at the same offset of every rank's concatenated flats)
+    rebuilds the weights that save_16bit_model gathered."""
+    prefix = "bf16_" if bf16 else ""
+    flats, shapes = [], None
+    for r in range(world):
+        path = os.path.join(tag_dir, f"zero_pp_rank_{r}_mp_rank_00_model_states.pt")
+        ms = restricted_load(path)
+        if TORCH_MAJOR >= 2:
+            weights_only_load(path)
+        for key in MODEL_STATE_KEYS:
+            check(key in ms, f"{path}: key {key}")
+        for name in ms["param_shapes"][0]:
+            check(ms["module"][name].numel() == 0, f"{name} is a placeholder")
+        shapes = ms["param_shapes"]
+        opath = os.path.join(tag_dir, f"{prefix}zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+        osd = restricted_load(opath)["optimizer_state_dict"]
+        check(osd["zero_stage"] == 3 and osd["partition_count"] == world, f"{opath} stage/world")
+        flats.append(torch.cat(list(osd["fp32_flat_groups"])))
+    merged = collections.OrderedDict()
+    for group in shapes:
+        merged.update(group)
+    full, offset = {}, 0
+    for name, shape in merged.items():
+        n = math.prod(shape)
+        part = math.ceil(n / world)
+        full[name] = torch.cat([f[offset:offset + part] for f in flats])[:n].view(shape)
+        offset += part
+    check(offset * world == world * flats[0].numel(), f"consumed {offset} of {flats[0].numel()}")
+    sd = restricted_load(os.path.join(directory, "pytorch_model.bin"))
+    for name, t in full.items():
+        check(torch.equal(t.to(sd[name].dtype), sd[name]), f"zero_to_fp32 rule: {name} differs")
+    print("OK")
+
+
+def write_engine_zero2(directory, world):
+    """DeepSpeed ZeRO-2 (fp32, torch Adam) files for fc1 = Linear(4, 8), fc2 = Linear(8, 2)."""
+    world = int(world)
+    gen = torch.Generator().manual_seed(7)
+    params = collections.OrderedDict([("fc1.weight", torch.randn(8, 4, generator=gen)),
+                                      ("fc1.bias", torch.randn(8, generator=gen)),
+                                      ("fc2.weight", torch.randn(2, 8, generator=gen)),
+                                      ("fc2.bias", torch.randn(2, generator=gen))])
+    exp_avg = {n: torch.randn(t.shape, generator=gen) / 10 for n, t in params.items()}
+    exp_avg_sq = {n: torch.rand(t.shape, generator=gen) / 100 for n, t in params.items()}
+    tag_dir = os.path.join(directory, "global_step3")
+    os.makedirs(tag_dir, exist_ok=True)
+    cfg = {"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+           "zero_optimization": {"stage": 2}}
+    torch.save(dict(module=collections.OrderedDict(params), buffer_names=[], optimizer=None,
+                    param_shapes=[collections.OrderedDict((n, t.shape) for n, t in params.items())],
+                    frozen_param_shapes=collections.OrderedDict(), shared_params={},
+                    frozen_param_fragments=collections.OrderedDict(), lr_scheduler=None,
+                    data_sampler=None, random_ltd=None, sparse_tensor_module_names=set(),
+                    skipped_steps=0, global_steps=3, global_samples=24, dp_world_size=world,
+                    mp_world_size=1, checkpoint_parallel_dimensions={"pp_degree": 1, "tp_degree": 1},
+                    ds_config=cfg, ds_version="0.19.6"),
+               os.path.join(tag_dir, "mp_rank_00_model_states.pt"))
+
+    def flat(d):
+        f = torch.cat([t.reshape(-1) for t in d.values()])
+        padded = math.ceil(f.numel() / (2 * world)) * 2 * world
+        return torch.cat([f, torch.zeros(padded - f.numel())]), f.numel()
+
+    weights, numel = flat(params)
+    m1, _ = flat(collections.OrderedDict((n, exp_avg[n]) for n in params))
+    m2, _ = flat(collections.OrderedDict((n, exp_avg_sq[n]) for n in params))
+    part = weights.numel() // world
+    for r in range(world):
+        real = max(0, min(part, numel - r * part))
+        mapping, offset = collections.OrderedDict(), 0
+        for name, t in params.items():
+            a, b = max(offset, r * part), min(offset + t.numel(), r * part + real)
+            if a < b:
+                mapping[name] = fragment_address(numel=b - a, start=a - r * part)
+            offset += t.numel()
+        osd = {"loss_scaler": LossScaler(), "dynamic_loss_scale": False, "overflow": False,
+               "clip_grad": 0.0,
+               "base_optimizer_state": {
+                   "state": {0: {"step": torch.tensor(3.0),
+                                 "exp_avg": m1[r * part:(r + 1) * part].clone(),
+                                 "exp_avg_sq": m2[r * part:(r + 1) * part].clone()}},
+                   "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8,
+                                     "weight_decay": 0.0, "amsgrad": False, "params": [0]}]},
+               "single_partition_of_fp32_groups": [weights[r * part:r * part + real].clone()],
+               "zero_stage": ZeroStageEnum.gradients, "group_paddings": [part - real],
+               "partition_count": [world], "ds_version": "0.19.6",
+               "param_slice_mappings": [mapping]}
+        osd["loss_scaler"].__dict__.update(cur_scale=1.0, dynamic=False)
+        torch.save({"optimizer_state_dict": osd, "ds_config": cfg, "ds_version": "0.19.6"},
+                   os.path.join(tag_dir, f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt"))
+    with open(os.path.join(directory, "latest"), "w") as f:
+        f.write("global_step3")
+    expected = collections.OrderedDict(params)
+    for n in params:
+        expected["exp_avg." + n] = exp_avg[n]
+        expected["exp_avg_sq." + n] = exp_avg_sq[n]
     torch.save(expected, os.path.join(directory, "expected.pt"))
     print("OK")
 

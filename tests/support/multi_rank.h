@@ -2,7 +2,10 @@
 // The parent re-executes this test binary N times (only the current test, via --gtest_filter)
 // with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set; in each child run_ranks() initializes
 // deepspeed::comm, runs `body`, and exits. Re-exec (not fork) keeps children free of the
-// parent's OpenMP and LibTorch state. One run_ranks() call per TEST.
+// parent's OpenMP and LibTorch state. A TEST may call run_ranks() several times (e.g. train and
+// save, then load in new processes): the n-th call's processes skip the earlier calls, which
+// return an empty result in them, so code between two calls must not assume it runs only in
+// the parent (guard it with `if (!in_rank_process())`).
 #pragma once
 
 #include <functional>

@@ -1,6 +1,8 @@
 // ZeroOptimizerStates <-> the dict of [bf16_]zero_pp_rank_R_mp_rank_XX_optim_states.pt: what
-// DeepSpeed's ZeRO-1/2 optimizer state_dict() returns (reference §6.3), including its
-// Python objects (the loss scaler, fragment_address), so that Python DeepSpeed resumes from it.
+// DeepSpeed's ZeRO-1/2 optimizer state_dict() returns (reference §6.3). The loss scaler and the
+// fragment addresses are written either as DeepSpeed's Python objects (so that Python DeepSpeed
+// resumes from the file) or as plain dicts of the same attributes (so that torch.load's
+// weights_only loader accepts it); the reader takes both.
 #include <algorithm>
 
 #include "deepspeed/checkpoint.h"
@@ -38,9 +40,11 @@ std::string dtype_global(at::ScalarType dtype) {
 }
 
 at::ScalarType dtype_from_global(const IValue& value, const std::string& where) {
+  // torch.float16 itself (DeepSpeed's pickle) or its name (our plain-values files).
   auto object = as_python_object(value);
-  DS_CHECK(object && object->is_global, CheckpointError, where, " is not a torch dtype");
-  const std::string& name = object->class_path;
+  DS_CHECK((object && object->is_global) || value.isString(), CheckpointError, where,
+           " is not a torch dtype");
+  const std::string name = object ? object->class_path : value.toStringRef();
   if (name == "torch.float16" || name == "torch.half") return at::kHalf;
   if (name == "torch.bfloat16") return at::kBFloat16;
   if (name == "torch.float32" || name == "torch.float") return at::kFloat;
@@ -63,12 +67,12 @@ std::vector<int64_t> ints_from(const IValue& value, const std::string& where) {
 
 }  // namespace
 
-IValue LossScalerState::to_ivalue() const {
+IValue LossScalerState::to_ivalue(bool as_object) const {
   // LossScalerBase.__init__ sets cur_scale and dynamic; DynamicLossScaler adds the rest.
   Dict state = new_dict();
   state.insert("cur_scale", cur_scale);
   state.insert("dynamic", dynamic);
-  if (!dynamic) return python_object(kStaticScaler, {}, state);
+  if (!dynamic) return as_object ? python_object(kStaticScaler, {}, state) : IValue(state);
   state.insert("cur_iter", cur_iter);
   state.insert("last_overflow_iter", last_overflow_iter);
   state.insert("scale_factor", scale_factor);
@@ -78,6 +82,10 @@ IValue LossScalerState::to_ivalue() const {
   state.insert("cur_hysteresis", cur_hysteresis);
   state.insert("consecutive_hysteresis", consecutive_hysteresis);
   state.insert("raise_error_at_min_scale", raise_error_at_min_scale);
+  if (!as_object) {
+    state.insert("dtype", dtype_global(dtype));
+    return IValue(state);
+  }
   state.insert("dtype", python_global(dtype_global(dtype)));
   return python_object(kDynamicScaler, {}, state);
 }
@@ -109,7 +117,7 @@ IValue ZeroOptimizerStates::to_ivalue() const {
   DS_CHECK(zero_stage == 1 || zero_stage == 2, UsageError, "ZeroOptimizerStates.zero_stage is ",
            zero_stage, ", expected 1 or 2");
   Dict d = new_dict();
-  d.insert("loss_scaler", loss_scaler.to_ivalue());
+  d.insert("loss_scaler", loss_scaler.to_ivalue(python_objects));
   d.insert("dynamic_loss_scale", dynamic_loss_scale);
   d.insert("overflow", overflow);
   d.insert("clip_grad", clip_grad);
@@ -130,7 +138,8 @@ IValue ZeroOptimizerStates::to_ivalue() const {
       Dict address = new_dict();
       address.insert("numel", item.value().numel);
       address.insert("start", item.value().start);
-      names.insert(item.key(), python_object(kFragmentAddress, {}, address));
+      names.insert(item.key(), python_objects ? python_object(kFragmentAddress, {}, address)
+                                              : IValue(address));
     }
     mappings.push_back(IValue(names));
   }

@@ -49,6 +49,8 @@ class Stage12 final : public ZeroOptimizer {
         partitions_(stage_ == 0 ? 1 : world_), partition_(stage_ == 0 ? 0 : rank_),
         model_dtype_(ctx.model_dtype), grad_accum_dtype_(ctx.grad_accum_dtype) {
     if (stage_ > 0) check_config(config_);
+    const auto& offload = ctx.config->zero_optimization.offload_optimizer;
+    offload_ = offload && offload->device == "cpu";  // nvme is refused by check_supported()
     const auto& z = config_.zero_optimization;
     std::map<const void*, std::string> name_of;
     for (size_t i = 0; i < ctx.trainable_params.size(); ++i) {
@@ -76,6 +78,11 @@ class Stage12 final : public ZeroOptimizer {
         group.params().clear();
         continue;
       }
+      // ZeRO-Offload keeps masters and optimizer state in host memory next to parameters
+      // that live on the accelerator; a CPU-only build has them in host memory already.
+      DS_CHECK(!offload_ || params.front().device().is_cpu(), NotSupportedError,
+               "zero_optimization.offload_optimizer with parameters on ",
+               params.front().device(), ": this build offloads CPU-resident training only");
       groups_.emplace_back(std::move(params), std::move(names), partitions_, partition_,
                            z.round_robin_gradients);
       FlatGroup& fg = groups_.back();
@@ -105,7 +112,8 @@ class Stage12 final : public ZeroOptimizer {
       PartitionedReducerOptions ro;
       ro.bucket_numel = z.reduce_bucket_size;
       ro.overlap_comm = z.overlap_comm_enabled();
-      ro.contiguous_gradients = z.contiguous_gradients;
+      // Matches DeepSpeed: CPU offload forces contiguous_gradients on.
+      ro.contiguous_gradients = z.contiguous_gradients || offload_;
       ro.reduce_scatter = z.reduce_scatter;
       ro.multi_rank_bucket_allreduce = z.use_multi_rank_bucket_allreduce;
       ro.average = config_.gradient_allreduce_op == "mean";
@@ -195,6 +203,7 @@ class Stage12 final : public ZeroOptimizer {
       }
     }
     m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
+    if (offload_) m.offloaded_optimizer_bytes = m.optimizer_state_bytes + m.master_param_bytes;
     m.bucket_bytes = reducer_ ? reducer_->buffer_bytes() : 0;
     return m;
   }
@@ -206,6 +215,36 @@ class Stage12 final : public ZeroOptimizer {
     return reducer_ ? static_cast<int64_t>(reducer_->num_buckets()) : 0;
   }
   bool backward_pending() const override { return reducer_ && reducer_->armed(); }
+
+  std::vector<FlatGroupLayout> flat_layout() const override {
+    std::vector<FlatGroupLayout> out;
+    for (const auto& fg : groups_) {
+      FlatGroupLayout layout;
+      for (const auto& s : fg.slots()) layout.params.emplace_back(s.name, s.param.sizes().vec());
+      layout.numel = fg.numel();
+      layout.partition_numel = fg.partition_numel();
+      layout.partitions = partitions_;
+      layout.partition = partition_;
+      out.push_back(std::move(layout));
+    }
+    return out;
+  }
+
+  at::Tensor master_partition(size_t g) override { return masters_.at(g); }
+
+  void masters_to_params() override {
+    at::NoGradGuard no_grad;
+    if (model_dtype_ != at::kFloat) {
+      for (size_t g = 0; g < groups_.size(); ++g) groups_[g].partition(partition_).copy_(masters_[g]);
+    }
+    gather_partitions();
+  }
+
+  void params_to_masters() override {
+    at::NoGradGuard no_grad;
+    if (model_dtype_ == at::kFloat) return;  // the masters are the parameters' own memory
+    for (size_t g = 0; g < groups_.size(); ++g) masters_[g].copy_(groups_[g].partition(partition_));
+  }
 
  private:
   // Re-replicates the parameters: every rank's updated slice into every rank's flat buffer, in
@@ -242,6 +281,7 @@ class Stage12 final : public ZeroOptimizer {
   int partition_;   // the slice this rank owns
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;  // dtype of the gradient partitions
+  bool offload_ = false;  // offload_optimizer.device "cpu" (docs/offload.md)
   std::vector<FlatGroup> groups_;
   std::vector<at::Tensor> grad_partitions_;
   std::vector<at::Tensor> masters_;

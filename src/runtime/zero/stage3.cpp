@@ -194,6 +194,13 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
     return out;
   }
+  std::vector<std::pair<std::string, at::Tensor>> frozen_shards() override {
+    std::vector<std::pair<std::string, at::Tensor>> out;
+    for (auto& p : params_) {
+      if (!p.trainable) out.emplace_back(p.name, p.shard);
+    }
+    return out;
+  }
   void step_sub_group(size_t index) override {
     runtime::step_sub_group(*optimizer_, sub_groups_, index);
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/zero/stage3_coordinator.h"
@@ -32,10 +33,19 @@ class Stage3ZeroOptimizer : public ZeroOptimizer {
   virtual std::vector<Stage3SubGroup>& sub_groups() = 0;
   /// Trainable parameters in sub-group order (DeepSpeed's param_shapes for stage 3).
   virtual std::vector<Stage3ParamInfo> param_infos() const = 0;
+  /// Frozen (untrained) parameters: name and this rank's shard in the model dtype (a view:
+  /// writing it changes the parameter once it is gathered again; refresh_gathered_params()
+  /// re-gathers the persistent ones). DeepSpeed's frozen_param_fragments.
+  virtual std::vector<std::pair<std::string, at::Tensor>> frozen_shards() = 0;
   /// Inner optimizer + write-back for one sub-group (see stage3_sub_group.h).
   virtual void step_sub_group(size_t index) = 0;
   /// After the optimizer step: refreshes the parameters that are gathered (persistent ones).
   virtual void refresh_gathered_params() = 0;
+  /// Checkpoints: with NVMe offload the sub-groups' fp32 shards and optimizer state live in swap
+  /// files between steps; a save or load brings all of them into memory first and lets them go
+  /// after (no-ops while everything is in memory).
+  virtual void swap_in_optimizer_states() {}
+  virtual void swap_out_optimizer_states() {}
   virtual CoordinatorStats coordinator_stats() const = 0;
   virtual int world_size() const = 0;
 };
