@@ -219,7 +219,10 @@ Handle reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op, 
            ")");
   // Gloo in LibTorch 1.13 has no reduce_scatter: all-reduce a copy and keep this rank's slice.
   // Same result at twice the traffic. TODO(comm): NCCL's native reduce-scatter for CUDA tensors.
-  at::Tensor work_buf = c.world_size() == 1 ? input : input.clone();
+  // bf16 (which 1.13's Gloo lacks) reduces in an fp32 copy, as all_reduce does.
+  at::Tensor work_buf = gloo_lacks_dtype(input) ? input.to(at::kFloat)
+                        : c.world_size() == 1   ? input
+                                                : input.clone();
   auto state = start("reduce_scatter", input, [&] { return issue_allreduce(c, work_buf, op); });
   at::Tensor out = output;
   int w = c.world_size();

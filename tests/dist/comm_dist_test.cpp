@@ -41,6 +41,14 @@ void check_collectives(int rank, int world) {
     comm::reduce_scatter(rs_out, rs_in);
     float factor = world * (world + 1) / 2.0f;
     EXPECT_TRUE(torch::allclose(rs_out, torch::arange(rank * n, (rank + 1) * n, torch::kFloat) * factor));
+    // bf16 (no Gloo kernel in LibTorch 1.13): reduced in fp32, rounded once.
+    auto rs_bf16 = torch::empty({n}, torch::kBFloat16);
+    comm::reduce_scatter(rs_bf16, rs_in.to(torch::kBFloat16));
+    auto want = torch::zeros({n * world});
+    for (int r = 0; r < world; ++r) {
+      want += (torch::arange(n * world, torch::kFloat) * (r + 1)).to(torch::kBFloat16).to(torch::kFloat);
+    }
+    EXPECT_TRUE(torch::equal(rs_bf16, want.narrow(0, rank * n, n).to(torch::kBFloat16)));
 
     auto b = rank == 1 ? torch::full({n}, 42.0f) : torch::zeros({n});
     comm::broadcast(b, 1);
