@@ -43,7 +43,6 @@ void DeepSpeedConfig::check_supported() const {
                                            " (DeepSpeed swaps optimizer state with stage 3 only)"
                                      : std::string(" with ZeRO stage 3")));
     }
-    if (z.stage == 3) refuse(*this, key + " with ZeRO stage 3");
     if (o.ratio < 1.0) {
       refuse(*this, key + ".ratio < 1 (partial offload keeps part of the optimizer state on the "
                           "GPU; this build trains on CPU, and DeepSpeed applies it with stage 3 only)");

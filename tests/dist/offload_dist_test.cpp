@@ -89,6 +89,9 @@ TEST(OffloadDist, CpuOffloadStage1MatchesNoOffloadOn2Ranks) {
 TEST(OffloadDist, CpuOffloadStage2MatchesNoOffloadOn2Ranks) {
   run_ranks(2, offload_matches_on_rank<2, false>);
 }
+TEST(OffloadDist, CpuOffloadStage3MatchesNoOffloadOn2Ranks) {
+  run_ranks(2, offload_matches_on_rank<3, false>);
+}
 TEST(OffloadDist, CpuOffloadStage2Bf16MatchesNoOffloadOn2Ranks) {
   run_ranks(2, offload_matches_on_rank<2, true>);
 }

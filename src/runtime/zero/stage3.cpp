@@ -50,6 +50,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
         grad_accum_dtype_(ctx.grad_accum_dtype), communication_dtype_(ctx.communication_dtype) {
     DS_INTERNAL_ASSERT(module_ != nullptr, "ZeRO-3 needs the model");
     check_config(config_);
+    // offload_optimizer "cpu": the fp32 shards and optimizer state in host memory, stepped by
+    // the CPU optimizer (the config's optimizer is built as DeepSpeed's CPU variant). A
+    // CPU-only build keeps them there already; nvme is refused by check_supported().
+    const auto& offload = config_.zero_optimization.offload_optimizer;
+    offload_ = offload && offload->device == "cpu";
     at::NoGradGuard no_grad;
     const auto& z = config_.zero_optimization;
     UnitDiscovery found = discover_units(module_);
@@ -153,6 +158,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
     m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
     m.bucket_bytes = reducer_ ? reducer_->buffer_bytes() : 0;
+    if (offload_) m.offloaded_optimizer_bytes = m.optimizer_state_bytes + m.master_param_bytes;
     return m;
   }
 
@@ -394,6 +400,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   std::shared_ptr<torch::nn::Module> module_;
   int world_;
   int rank_;
+  bool offload_ = false;  // offload_optimizer.device "cpu" (docs/offload.md)
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;
   at::ScalarType communication_dtype_;
