@@ -57,6 +57,14 @@ struct MemoryStats {
   int64_t comm_buffer_bytes = 0;      // gradient reduction buckets
   int64_t padding_elements = 0;       // alignment padding of the flat buffers
   int64_t offloaded_optimizer_bytes = 0;  // offload_optimizer: masters + state in host memory
+  int64_t offloaded_param_bytes = 0;      // offload_param: parameter shards in host memory
+  int64_t swap_buffer_bytes = 0;          // NVMe offload: host buffers sub-groups/shards pass through
+  int64_t nvme_optimizer_bytes = 0;       // offload_optimizer "nvme": in swap files (stage 3)
+  int64_t nvme_param_bytes = 0;           // offload_param "nvme": in swap files (stage 3)
+  /// Where the training tensors above live: on the training device (the accelerator; the CPU in a
+  /// CPU-only run) and in host memory because of offload. Gathered parameters count on the device.
+  int64_t device_bytes() const;
+  int64_t host_offload_bytes() const;
 };
 
 /// Keys merged into the model-states file at the top level (DeepSpeed's client_state).

@@ -146,6 +146,12 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   if (op.present()) c.offload_param = parse_offload_param(op);
   ConfigReader oo = rr.section("offload_optimizer", Strictness::kStrict);
   if (oo.present()) c.offload_optimizer = parse_offload_optimizer(oo);
+  if (c.offload_optimizer && c.offload_optimizer->device == "nvme" && (c.stage == 1 || c.stage == 2)) {
+    warnings->push_back(oo.where("device") + " \"nvme\" with ZeRO stage " +
+                        std::to_string(c.stage) +
+                        ": the optimizer state stays in host memory, as with \"cpu\" (DeepSpeed "
+                        "swaps optimizer state to NVMe with stage 3 only)");
+  }
   // Deprecated booleans mapped to their replacements, as DeepSpeed does.
   if (rr.get_bool("cpu_offload", false)) {
     if (c.offload_optimizer) rr.fail("cpu_offload", "and offload_optimizer are both set; keep offload_optimizer");

@@ -37,12 +37,7 @@ void DeepSpeedConfig::check_supported() const {
       throw ConfigError(source + ": " + key + " needs zero_optimization.stage 1, 2 or 3 "
                         "(the offloaded optimizer steps a ZeRO partition); stage is 0");
     }
-    if (o.device == "nvme") {
-      refuse(*this, key + ".device \"nvme\"" +
-                        (z.stage < 3 ? " with ZeRO stage " + std::to_string(z.stage) +
-                                           " (DeepSpeed swaps optimizer state with stage 3 only)"
-                                     : std::string(" with ZeRO stage 3")));
-    }
+    // device "nvme" with stages 1/2 is DeepSpeed's host-memory offload (ds_config.cpp warns).
     if (o.ratio < 1.0) {
       refuse(*this, key + ".ratio < 1 (partial offload keeps part of the optimizer state on the "
                           "GPU; this build trains on CPU, and DeepSpeed applies it with stage 3 only)");

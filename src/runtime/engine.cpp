@@ -489,8 +489,21 @@ MemoryStats Engine::memory_stats() const {
     s.comm_buffer_bytes = z.bucket_bytes;
     s.padding_elements = z.padding_elements;
     s.offloaded_optimizer_bytes = z.offloaded_optimizer_bytes;
+    s.offloaded_param_bytes = z.offloaded_param_bytes;
+    s.swap_buffer_bytes = z.swap_buffer_bytes;
+    s.nvme_optimizer_bytes = z.nvme_optimizer_bytes;
+    s.nvme_param_bytes = z.nvme_param_bytes;
   }
   return s;
+}
+
+int64_t MemoryStats::device_bytes() const {
+  return param_bytes + master_param_bytes + grad_bytes + optimizer_state_bytes +
+         comm_buffer_bytes - offloaded_optimizer_bytes - offloaded_param_bytes;
+}
+
+int64_t MemoryStats::host_offload_bytes() const {
+  return offloaded_optimizer_bytes + offloaded_param_bytes + swap_buffer_bytes;
 }
 
 runtime::ReductionStats Engine::reduction_stats() const {
@@ -498,24 +511,32 @@ runtime::ReductionStats Engine::reduction_stats() const {
 }
 
 std::string Engine::memory_report(const std::string& when) const {
+  // One line per rank: what the engine holds where (device / host offload / NVMe), then the
+  // breakdown and the process's resident set. docs/offload.md has the per-combination table.
   auto m = memory_stats();
-  char offloaded[128] = "";
-  if (config_.zero_optimization.offload_optimizer &&
-      config_.zero_optimization.offload_optimizer->device != "none") {
-    std::snprintf(offloaded, sizeof(offloaded),
-                  "; offload_optimizer: %.2f MB of master weights and optimizer states in host "
-                  "memory", m.offloaded_optimizer_bytes / 1e6);
+  const auto mb = [](int64_t b) { return b / 1e6; };
+  const auto& z = config_.zero_optimization;
+  std::string offload = "none";
+  if (z.offload_optimizer && z.offload_optimizer->device != "none") {
+    offload = "optimizer " + z.offload_optimizer->device;
   }
-  char buf[640];
+  if (z.offload_param && z.offload_param->device != "none") {
+    offload += (offload == "none" ? std::string() : ", ") + "param " + z.offload_param->device;
+  }
+  char buf[1024];
   std::snprintf(buf, sizeof(buf),
-                "memory %s (rank %d, ZeRO-%lld): parameters %.2f MB, master weights %.2f MB, "
-                "gradients %.2f MB, optimizer states %.2f MB, reduction buffers %.2f MB, "
-                "padding %lld elements; RSS %.2f MB (peak %.2f MB)%s",
-                when.c_str(), comm::get_rank(),
-                static_cast<long long>(config_.zero_optimization.stage), m.param_bytes / 1e6,
-                m.master_param_bytes / 1e6, m.grad_bytes / 1e6, m.optimizer_state_bytes / 1e6,
-                m.comm_buffer_bytes / 1e6, static_cast<long long>(m.padding_elements),
-                m.rss_bytes / 1e6, m.peak_rss_bytes / 1e6, offloaded);
+                "memory %s (rank %d, ZeRO-%lld, offload %s): device %.2f MB | host offload %.2f MB "
+                "(optimizer %.2f, params %.2f, swap buffers %.2f) | nvme %.2f MB (optimizer %.2f, "
+                "params %.2f) | parameters %.2f MB, master weights %.2f MB, gradients %.2f MB, "
+                "optimizer states %.2f MB, reduction buffers %.2f MB, padding %lld elements; "
+                "RSS %.2f MB (peak %.2f MB)",
+                when.c_str(), comm::get_rank(), static_cast<long long>(z.stage), offload.c_str(),
+                mb(m.device_bytes()), mb(m.host_offload_bytes()), mb(m.offloaded_optimizer_bytes),
+                mb(m.offloaded_param_bytes), mb(m.swap_buffer_bytes),
+                mb(m.nvme_optimizer_bytes + m.nvme_param_bytes), mb(m.nvme_optimizer_bytes),
+                mb(m.nvme_param_bytes), mb(m.param_bytes), mb(m.master_param_bytes),
+                mb(m.grad_bytes), mb(m.optimizer_state_bytes), mb(m.comm_buffer_bytes),
+                static_cast<long long>(m.padding_elements), mb(m.rss_bytes), mb(m.peak_rss_bytes));
   return buf;
 }
 

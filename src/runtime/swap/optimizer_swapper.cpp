@@ -17,7 +17,8 @@ namespace {
 // Matches DeepSpeed: tensors below max(1 MiB, block_size) are not worth an I/O request.
 constexpr int64_t kMinAioBytes = 1 << 20;
 
-enum class Where { kResident, kOnDisk, kReading, kInMemory, kWriting };
+// kHeld: in memory of its own (swap_in_all), not in a pool buffer.
+enum class Where { kResident, kOnDisk, kReading, kInMemory, kWriting, kHeld };
 
 struct Entry {
   std::string name;
@@ -127,7 +128,9 @@ class OptimizerSwapper::Impl {
 
   void swap_in(int id) {
     SubGroup& g = group(id);
-    if (g.where == Where::kResident || g.where == Where::kInMemory) return;
+    if (g.where == Where::kResident || g.where == Where::kInMemory || g.where == Where::kHeld) {
+      return;
+    }
     if (g.where == Where::kWriting) settle_writes();  // its buffer's write must end first
     if (g.where == Where::kOnDisk) start_read(id, /*required=*/true);
     settle_reads();
@@ -142,7 +145,7 @@ class OptimizerSwapper::Impl {
 
   void swap_out(int id) {
     SubGroup& g = group(id);
-    if (g.where == Where::kResident) return;
+    if (g.where == Where::kResident || g.where == Where::kHeld) return;
     DS_CHECK(g.where == Where::kInMemory, UsageError, "optimizer swapper: sub-group ", id,
              " is not in memory (swap_in before swap_out)");
     try {
@@ -172,6 +175,74 @@ class OptimizerSwapper::Impl {
     }
     settle_writes();
     if (first) throw *first;
+  }
+
+  void swap_in_all() {
+    synchronize();
+    // Sub-groups in a pool buffer go out first, so that every swapped one is read the same way.
+    for (size_t id = 0; id < groups_.size(); ++id) {
+      if (groups_[id].where == Where::kInMemory) swap_out(static_cast<int>(id));
+    }
+    settle_writes();
+    std::vector<std::pair<Entry*, at::Tensor>> targets;
+    try {
+      for (size_t id = 0; id < groups_.size(); ++id) {
+        SubGroup& g = groups_[id];
+        if (g.where != Where::kOnDisk) continue;
+        for (auto& e : g.entries) {
+          at::Tensor own = aio::new_aligned_tensor(e.numel, e.dtype);
+          read_.async_pread(own, path(static_cast<int>(id), e.name));
+          targets.emplace_back(&e, own);
+        }
+        reads_ += static_cast<int64_t>(g.entries.size());
+      }
+      read_.wait();
+    } catch (const aio::AioError& err) {
+      try {
+        read_.wait();
+      } catch (const aio::AioError&) {
+      }
+      throw aio::AioError(std::string(err.what()) +
+                          " (while swapping in all optimizer state for a checkpoint)");
+    }
+    for (auto& [e, own] : targets) e->tensor.set_data(own.view(e->sizes));
+    for (auto& g : groups_) {
+      if (g.where == Where::kOnDisk) g.where = Where::kHeld;
+    }
+  }
+
+  void swap_out_all() {
+    try {
+      for (size_t id = 0; id < groups_.size(); ++id) {
+        SubGroup& g = groups_[id];
+        if (g.where != Where::kHeld) continue;
+        for (const auto& e : g.entries) {
+          // The caller may have re-pointed a handle at memory of its own (a load copies into
+          // them): a bounce copy keeps O_DIRECT's alignment.
+          at::Tensor src = e.tensor.reshape({-1});
+          if (!aio::is_aligned(src) || !src.is_contiguous()) {
+            at::Tensor aligned = aio::new_aligned_tensor(e.numel, e.dtype);
+            aligned.copy_(src);
+            src = aligned;
+          }
+          write_.async_pwrite(src, path(static_cast<int>(id), e.name));
+        }
+        writes_ += static_cast<int64_t>(g.entries.size());
+      }
+      write_.wait();
+    } catch (const aio::AioError& err) {
+      try {
+        write_.wait();
+      } catch (const aio::AioError&) {
+      }
+      throw aio::AioError(std::string(err.what()) +
+                          " (while swapping out all optimizer state after a checkpoint)");
+    }
+    for (auto& g : groups_) {
+      if (g.where != Where::kHeld) continue;
+      release(g);
+      g.where = Where::kOnDisk;
+    }
   }
 
   void step_sub_groups(const std::function<void(int)>& step) {
@@ -310,6 +381,8 @@ void OptimizerSwapper::swap_in(int id) { impl_->swap_in(id); }
 void OptimizerSwapper::prefetch(int id) { impl_->prefetch(id); }
 void OptimizerSwapper::swap_out(int id) { impl_->swap_out(id); }
 void OptimizerSwapper::synchronize() { impl_->synchronize(); }
+void OptimizerSwapper::swap_in_all() { impl_->swap_in_all(); }
+void OptimizerSwapper::swap_out_all() { impl_->swap_out_all(); }
 void OptimizerSwapper::step_sub_groups(const std::function<void(int)>& step) {
   impl_->step_sub_groups(step);
 }
@@ -319,7 +392,7 @@ bool OptimizerSwapper::swappable(int id) const {
 }
 bool OptimizerSwapper::in_memory(int id) const {
   const Where w = impl_->group(id).where;
-  return w == Where::kResident || w == Where::kInMemory;
+  return w == Where::kResident || w == Where::kInMemory || w == Where::kHeld;
 }
 const std::string& OptimizerSwapper::swap_folder() const { return impl_->folder_; }
 std::string OptimizerSwapper::swap_path(int id, const std::string& name) const {

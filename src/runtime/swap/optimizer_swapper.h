@@ -70,6 +70,13 @@ class OptimizerSwapper {
   /// Waits for every read and write in flight; reports the first failure.
   void synchronize();
 
+  /// Checkpoints: brings every sub-group into memory at once, each into memory of its own (the
+  /// `buffer_count` buffers cannot hold them all), and swap_out_all() writes them back and lets
+  /// that memory go. Between the two, swap_in/swap_out/prefetch are no-ops for those sub-groups
+  /// and the caller may write the tensors (their new contents are what swap_out_all writes).
+  void swap_in_all();
+  void swap_out_all();
+
   /// See Note [Swap pipeline].
   void step_sub_groups(const std::function<void(int)>& step);
 

@@ -50,7 +50,9 @@ class Stage12 final : public ZeroOptimizer {
         model_dtype_(ctx.model_dtype), grad_accum_dtype_(ctx.grad_accum_dtype) {
     if (stage_ > 0) check_config(config_);
     const auto& offload = ctx.config->zero_optimization.offload_optimizer;
-    offload_ = offload && offload->device == "cpu";  // nvme is refused by check_supported()
+    // Matches DeepSpeed (engine.zero_cpu_offload): with stages 1/2, device "nvme" offloads to
+    // host memory like "cpu"; only stage 3 swaps to files (check_supported() warns).
+    offload_ = offload && (offload->device == "cpu" || offload->device == "nvme");
     const auto& z = config_.zero_optimization;
     std::map<const void*, std::string> name_of;
     for (size_t i = 0; i < ctx.trainable_params.size(); ++i) {
@@ -281,7 +283,7 @@ class Stage12 final : public ZeroOptimizer {
   int partition_;   // the slice this rank owns
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;  // dtype of the gradient partitions
-  bool offload_ = false;  // offload_optimizer.device "cpu" (docs/offload.md)
+  bool offload_ = false;  // offload_optimizer.device "cpu" or "nvme" (docs/offload.md)
   std::vector<FlatGroup> groups_;
   std::vector<at::Tensor> grad_partitions_;
   std::vector<at::Tensor> masters_;

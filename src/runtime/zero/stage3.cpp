@@ -15,7 +15,9 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/optimizers.h"
 #include "runtime/precision/overflow_check.h"
+#include "runtime/swap/optimizer_swapper.h"
 #include "runtime/zero/stage3.h"
 #include "runtime/zero/stage3_grad_reducer.h"
 #include "runtime/zero/stage3_init.h"
@@ -52,9 +54,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
     check_config(config_);
     // offload_optimizer "cpu": the fp32 shards and optimizer state in host memory, stepped by
     // the CPU optimizer (the config's optimizer is built as DeepSpeed's CPU variant). A
-    // CPU-only build keeps them there already; nvme is refused by check_supported().
+    // CPU-only build keeps them there already. "nvme": in swap files between steps as well
+    // (Note [NVMe sub-groups]).
     const auto& offload = config_.zero_optimization.offload_optimizer;
-    offload_ = offload && offload->device == "cpu";
+    offload_ = offload && (offload->device == "cpu" || offload->device == "nvme");
+    nvme_ = offload && offload->device == "nvme";
     at::NoGradGuard no_grad;
     const auto& z = config_.zero_optimization;
     UnitDiscovery found = discover_units(module_);
@@ -64,7 +68,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     std::vector<std::vector<size_t>> group_params = map_param_groups();
     at::TensorOptions options = params_.empty() ? at::TensorOptions() : params_[0].param.options();
     sub_groups_ = build_sub_groups(group_params, params_, z.sub_group_size, model_dtype_,
-                                   grad_accum_dtype_, options);
+                                   grad_accum_dtype_, options, /*separate_master=*/nvme_);
     fill_shards();
     for (auto& sg : sub_groups_) {
       if (!sg.model_flat.is_same(sg.fp32)) sg.fp32.copy_(sg.model_flat);
@@ -76,6 +80,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
       }
       optimizer_->param_groups()[g].params() = std::move(masters);
     }
+    if (nvme_) start_swapper();
     start_coordinator(std::move(units), found);
     start_reducer();
   }
@@ -121,7 +126,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
   }
 
   void optimizer_step() override {
-    for (size_t i = 0; i < sub_groups_.size(); ++i) step_sub_group(i);
+    if (swapper_) {
+      swapper_->step_sub_groups([this](int k) { step_sub_group(static_cast<size_t>(k)); });
+    } else {
+      for (size_t i = 0; i < sub_groups_.size(); ++i) step_sub_group(i);
+    }
     refresh_gathered_params();
   }
 
@@ -159,6 +168,10 @@ class Stage3 final : public Stage3ZeroOptimizer {
     m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
     m.bucket_bytes = reducer_ ? reducer_->buffer_bytes() : 0;
     if (offload_) m.offloaded_optimizer_bytes = m.optimizer_state_bytes + m.master_param_bytes;
+    if (swapper_) {
+      m.nvme_optimizer_bytes = swapper_->swapped_bytes();
+      m.swap_buffer_bytes = swapper_->buffer_bytes();
+    }
     return m;
   }
 
@@ -208,7 +221,31 @@ class Stage3 final : public Stage3ZeroOptimizer {
     return out;
   }
   void step_sub_group(size_t index) override {
+    Stage3SubGroup& sg = sub_groups_[index];
+    // A swapped master was re-pointed at a buffer: its grad is attached again for the step.
+    if (sg.grad.scalar_type() == at::kFloat) sg.fp32.mutable_grad() = sg.grad;
     runtime::step_sub_group(*optimizer_, sub_groups_, index);
+  }
+  void swap_in_optimizer_states() override {
+    if (swapper_) swapper_->swap_in_all();
+  }
+  void swap_out_optimizer_states() override {
+    if (!swapper_) return;
+    // A checkpoint load may have replaced state tensors with tensors of its own; the swapper
+    // moves the ones it registered, so the loaded values go into those.
+    at::NoGradGuard no_grad;
+    for (size_t k = 0; k < sub_groups_.size(); ++k) {
+      optim::ParamState* state = ds_optimizer_->find_state(sub_groups_[k].fp32);
+      if (state == nullptr) continue;
+      for (auto& [name, t] : state->tensors) {
+        for (auto& registered : swap_handles_[k]) {
+          if (registered.name != name || !t.defined() || t.is_same(registered.tensor)) continue;
+          registered.tensor.copy_(t);
+          t = registered.tensor;
+        }
+      }
+    }
+    swapper_->swap_out_all();
   }
   void refresh_gathered_params() override {
     at::NoGradGuard no_grad;
@@ -366,6 +403,41 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
   }
 
+  // Note [NVMe sub-groups]: each sub-group's fp32 master and optimizer state tensors form one
+  // swapper sub-group (runtime/swap/optimizer_swapper.h), written out here and brought back
+  // only for that sub-group's step, with read-ahead of the next and write-behind of the last
+  // (offload_optimizer.pipeline_read/write). The state must exist to be swapped, so it is
+  // created now (zeros, as the first step would); the gradients and the model-dtype shards stay
+  // in memory, as in DeepSpeed.
+  void start_swapper() {
+    const auto& offload = *config_.zero_optimization.offload_optimizer;
+    ds_optimizer_ = dynamic_cast<optim::DsOptimizer*>(optimizer_);
+    DS_CHECK(ds_optimizer_ != nullptr, ConfigError, config_.source,
+             ": zero_optimization.offload_optimizer.device \"nvme\" needs the optimizer from the "
+             "config's \"optimizer\" section (its state is created up front and swapped); a "
+             "client optimizer cannot be swapped");
+    swap::SwapperOptions so;
+    so.nvme_path = offload.nvme_path;
+    so.rank = rank_;
+    so.buffer_count = offload.buffer_count;
+    so.pipeline_read = offload.pipeline_read;
+    so.pipeline_write = offload.pipeline_write;
+    so.aio = aio::AioOptions::from_config(config_.aio, config_.source);
+    swapper_ = std::make_unique<swap::OptimizerSwapper>(so);
+    for (size_t k = 0; k < sub_groups_.size(); ++k) {
+      Stage3SubGroup& sg = sub_groups_[k];
+      optim::ParamState& state = ds_optimizer_->get_or_create_state(
+          sg.fp32, ds_optimizer_->group_options(sg.param_group));
+      std::vector<swap::NamedTensor> tensors{{"fp32", sg.fp32}};
+      for (auto& [name, t] : state.tensors) {
+        if (t.defined()) tensors.push_back({name, t});
+      }
+      swap_handles_.push_back(tensors);
+      const int id = swapper_->add_sub_group(std::move(tensors));
+      DS_INTERNAL_ASSERT(id == static_cast<int>(k), "swapper ids follow the sub-groups");
+    }
+  }
+
   void start_reducer() {
     const auto& z = config_.zero_optimization;
     std::vector<size_t> trainable;
@@ -400,7 +472,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
   std::shared_ptr<torch::nn::Module> module_;
   int world_;
   int rank_;
-  bool offload_ = false;  // offload_optimizer.device "cpu" (docs/offload.md)
+  bool offload_ = false;  // offload_optimizer.device "cpu" or "nvme" (docs/offload.md)
+  bool nvme_ = false;     // offload_optimizer.device "nvme"
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;
   at::ScalarType communication_dtype_;
@@ -410,6 +483,9 @@ class Stage3 final : public Stage3ZeroOptimizer {
   std::shared_ptr<ParamCoordinator> coordinator_;
   SequentialInterception interception_;
   std::unique_ptr<Stage3GradReducer> reducer_;
+  optim::DsOptimizer* ds_optimizer_ = nullptr;  // set with NVMe offload
+  std::vector<std::vector<swap::NamedTensor>> swap_handles_;  // per sub-group
+  std::unique_ptr<swap::OptimizerSwapper> swapper_;  // declared last: destroyed first
 };
 
 }  // namespace

@@ -13,7 +13,8 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
                                              std::vector<PartitionedParam>& params,
                                              int64_t sub_group_size, at::ScalarType model_dtype,
                                              at::ScalarType grad_dtype,
-                                             const at::TensorOptions& options) {
+                                             const at::TensorOptions& options,
+                                             bool separate_master) {
   std::vector<Stage3SubGroup> out;
   for (size_t g = 0; g < group_params.size(); ++g) {
     Stage3SubGroup current;
@@ -34,7 +35,9 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
   }
   for (auto& sg : out) {
     sg.fp32 = at::zeros({sg.numel}, options.dtype(at::kFloat));
-    sg.model_flat = model_dtype == at::kFloat ? sg.fp32 : at::zeros({sg.numel}, options.dtype(model_dtype));
+    sg.model_flat = model_dtype == at::kFloat && !separate_master
+                        ? sg.fp32
+                        : at::zeros({sg.numel}, options.dtype(model_dtype));
     sg.grad = at::zeros({sg.numel}, options.dtype(grad_dtype));
     if (grad_dtype == at::kFloat) sg.fp32.mutable_grad() = sg.grad;
     for (const auto& e : sg.entries) params[e.param].shard = sg.model_flat.narrow(0, e.offset, e.numel);

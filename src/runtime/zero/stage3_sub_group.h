@@ -43,11 +43,14 @@ struct Stage3SubGroup {
 /// Lays out sub-groups for `group_params` (per optimizer param group, indices into `params` of
 /// trainable parameters, in group order), allocates the flats on `options`' device and points
 /// every parameter's `shard` at its view of the model-dtype flat (contents zero).
+/// `separate_master`: an fp32 model gets an fp32 master apart from its shards too (NVMe offload
+/// swaps the master out while the shards stay for the all-gathers; DeepSpeed always keeps both).
 std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_t>>& group_params,
                                              std::vector<PartitionedParam>& params,
                                              int64_t sub_group_size, at::ScalarType model_dtype,
                                              at::ScalarType grad_dtype,
-                                             const at::TensorOptions& options);
+                                             const at::TensorOptions& options,
+                                             bool separate_master = false);
 
 /// Runs `optimizer` on sub-group `index` alone (the other sub-groups' state is not touched),
 /// then writes the updated master into the model-dtype shards.

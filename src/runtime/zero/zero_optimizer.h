@@ -42,6 +42,13 @@ struct ZeroMemory {
   /// offload_optimizer.device "cpu": the fp32 masters (separate copies only) and optimizer state
   /// the CPU optimizer keeps in host memory; 0 without offload (docs/offload.md).
   int64_t offloaded_optimizer_bytes = 0;
+  /// offload_optimizer.device "nvme" (stage 3): masters and optimizer state in swap files now,
+  /// and the swap buffers holding sub-groups in memory during a step.
+  int64_t nvme_optimizer_bytes = 0;
+  int64_t swap_buffer_bytes = 0;
+  /// offload_param (stage 3): parameter shards kept in host memory / in swap files now.
+  int64_t offloaded_param_bytes = 0;
+  int64_t nvme_param_bytes = 0;
 };
 
 /// One flattened optimizer param group as a checkpoint sees it (reference §6.2-6.3): parameters
