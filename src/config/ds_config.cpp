@@ -146,6 +146,11 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   if (op.present()) c.offload_param = parse_offload_param(op);
   ConfigReader oo = rr.section("offload_optimizer", Strictness::kStrict);
   if (oo.present()) c.offload_optimizer = parse_offload_optimizer(oo);
+  if (c.offload_param && c.offload_param->device != "none" && c.stage != 3) {
+    warnings->push_back(op.where("device") + " \"" + c.offload_param->device +
+                        "\" is ignored with ZeRO stage " + std::to_string(c.stage) +
+                        " (parameters are offloaded with stage 3 only, as in DeepSpeed)");
+  }
   if (c.offload_optimizer && c.offload_optimizer->device == "nvme" && (c.stage == 1 || c.stage == 2)) {
     warnings->push_back(oo.where("device") + " \"nvme\" with ZeRO stage " +
                         std::to_string(c.stage) +

@@ -44,9 +44,6 @@ void DeepSpeedConfig::check_supported() const {
     }
     if (o.super_offload) refuse(*this, key + ".super_offload");
   }
-  if (z.offload_param && z.offload_param->device != "none") {
-    refuse(*this, "zero_optimization.offload_param.device \"" + z.offload_param->device + "\"");
-  }
   if (z.zero_quantized_weights || z.zero_quantized_gradients || z.zero_hpz_partition_size > 1) {
     refuse(*this, "ZeRO++ (zero_optimization.zero_quantized_* / zero_hpz_partition_size)");
   }

@@ -516,13 +516,14 @@ std::string Engine::memory_report(const std::string& when) const {
   auto m = memory_stats();
   const auto mb = [](int64_t b) { return b / 1e6; };
   const auto& z = config_.zero_optimization;
-  std::string offload = "none";
+  std::string offload;
   if (z.offload_optimizer && z.offload_optimizer->device != "none") {
     offload = "optimizer " + z.offload_optimizer->device;
   }
   if (z.offload_param && z.offload_param->device != "none") {
-    offload += (offload == "none" ? std::string() : ", ") + "param " + z.offload_param->device;
+    offload += (offload.empty() ? "" : ", ") + ("param " + z.offload_param->device);
   }
+  if (offload.empty()) offload = "none";
   char buf[1024];
   std::snprintf(buf, sizeof(buf),
                 "memory %s (rank %d, ZeRO-%lld, offload %s): device %.2f MB | host offload %.2f MB "

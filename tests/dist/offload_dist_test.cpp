@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "deepspeed/aio.h"
+#include "deepspeed/zero3.h"
 #include "support/expect_throw.h"
 #include "support/multi_rank.h"
 #include "support/temp_dir.h"
@@ -156,9 +157,28 @@ struct WideNet : torch::nn::Module {
   torch::nn::Sequential layers{nullptr};
 };
 
+// One ZeRO-3 unit holding two 512x512 weights.
+struct PairImpl : torch::nn::Module {
+  PairImpl() {
+    a = register_module("a", torch::nn::Linear(512, 512));
+    b = register_module("b", torch::nn::Linear(512, 512));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return b(a(x)); }
+  torch::nn::Linear a{nullptr}, b{nullptr};
+};
+struct PairNet : torch::nn::Module {
+  PairNet() { pair = register_module("pair", std::make_shared<zero::Unit<PairImpl>>()); }
+  torch::Tensor forward(const torch::Tensor& x) { return pair->forward(x).pow(2).mean(); }
+  std::shared_ptr<zero::Unit<PairImpl>> pair;
+};
+
 json nvme_config(const std::string& offload, const std::string& nvme_path,
-                 const std::string& dtype) {
+                 const std::string& dtype, const std::string& offload_param = "none") {
   json zero = {{"stage", 3}, {"sub_group_size", 100000}, {"reduce_bucket_size", 300000}};
+  if (offload_param != "none") {
+    zero["offload_param"] = {{"device", offload_param}, {"nvme_path", nvme_path},
+                             {"max_in_cpu", 0}};
+  }
   if (offload == "nvme") {
     zero["offload_optimizer"] = {{"device", "nvme"}, {"nvme_path", nvme_path},
                                  {"buffer_count", 2}, {"pipeline_read", true},
@@ -230,6 +250,49 @@ void nvme_matches_on_rank(int rank, int) {
                                        std::to_string(rank) + "/0_fp32.tensor.swp"));
 }
 
+// offload_param "cpu" and "nvme" (alone and with the optimizer on NVMe): the same parameters as
+// without offload, bit for bit, over steps that record the trace and then read ahead along it.
+// The engine's end gathers every swapped shard back into the model.
+void param_offload_matches_on_rank(int rank, int) {
+  testing::TempDir nvme("ds_nvme_param");
+  std::vector<at::Tensor> plain;
+  {
+    auto model = std::make_shared<WideNet>();
+    auto engine = initialize(model, nvme_config("none", "", "fp32")).engine;
+    train_wide(*engine, rank, kSteps, 200);
+    engine.reset();
+    plain = wide_params(model);
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"none", "cpu"}, {"none", "nvme"}, {"nvme", "nvme"}};
+  for (const auto& [optimizer, param] : cases) {
+    auto model = std::make_shared<WideNet>();
+    auto engine =
+        initialize(model, nvme_config(optimizer, nvme.path(), "fp32", param)).engine;
+    const std::string folder =
+        nvme.path() + "/zero_stage_3/float32params/rank" + std::to_string(rank);
+    EXPECT_EQ(std::filesystem::exists(folder + "/0_param.tensor.swp"), param == "nvme");
+    train_wide(*engine, rank, kSteps, 200);
+    if (param == "nvme") {
+      // Between steps the weights' shards are on disk only; the biases are persistent, their
+      // shards (256 elements per rank) stay in host memory.
+      EXPECT_EQ(engine->memory_stats().nvme_param_bytes, 3 * 4 * 131072);
+      EXPECT_EQ(engine->memory_stats().offloaded_param_bytes, 3 * 4 * 256);
+    }
+    engine.reset();
+    auto got = wide_params(model);
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_TRUE(torch::equal(plain[i], got[i]))
+          << "offload_optimizer " << optimizer << ", offload_param " << param << ", tensor " << i
+          << ": max difference " << (plain[i] - got[i]).abs().max().item<double>();
+    }
+  }
+}
+
+TEST(OffloadDist, ParamOffloadStage3MatchesNoOffloadOn2Ranks) {
+  run_ranks(2, param_offload_matches_on_rank);
+}
+
 TEST(OffloadDist, NvmeOffloadStage3MatchesNoOffloadOn2Ranks) {
   run_ranks(2, nvme_matches_on_rank<false>);
 }
@@ -261,9 +324,12 @@ TEST(OffloadDist, NvmeOffloadStage3CheckpointResumesExactly) {
       engine.reset();
       uninterrupted = wide_params(model);
     }
-    for (const std::string offload : {"nvme", "none"}) {
+    for (const std::string offload : {"nvme", "none", "nvme+param"}) {
       auto model = std::make_shared<WideNet>();
-      auto engine = initialize(model, nvme_config(offload, nvme.path(), "fp32")).engine;
+      const bool param = offload == "nvme+param";
+      auto engine = initialize(model, nvme_config(param ? "nvme" : offload, nvme.path(), "fp32",
+                                                  param ? "nvme" : "none"))
+                        .engine;
       engine->load_checkpoint(dir, "mid");
       train_wide(*engine, rank, 2, 20);
       engine.reset();
@@ -298,6 +364,40 @@ TEST(OffloadConfig, NvmeSwapFileErrorsNameTheFile) {
   EXPECT_THROW_WITH(engine->step(), aio::AioError, victim);
 }
 
+// The parameter side: an uncreatable folder, a swap file gone bad before the forward that
+// reads it, and buffers too small for a shard or for a unit.
+TEST(OffloadConfig, NvmeParamSwapErrorsNameTheFileOrKey) {
+  testing::TempDir tmp("ds_nvme_param");
+  testing::write_text_file(tmp.file("a_file"), "not a folder");
+  EXPECT_THROW_WITH(initialize(std::make_shared<WideNet>(),
+                               nvme_config("none", tmp.file("a_file"), "fp32", "nvme")),
+                    aio::AioError, "cannot create the parameter swap folder " + tmp.file("a_file"));
+
+  json small = nvme_config("none", tmp.path(), "fp32", "nvme");
+  small["zero_optimization"]["offload_param"]["buffer_size"] = 1000;
+  EXPECT_THROW_WITH(initialize(std::make_shared<WideNet>(), small), ConfigError,
+                    "zero_optimization.offload_param.buffer_size (1000 elements) is smaller than "
+                    "a parameter shard of 262144 elements");
+
+  // One unit with two weights needs two shards at once: one buffer is too few.
+  {
+    json few = nvme_config("none", tmp.path(), "fp32", "nvme");
+    few["zero_optimization"]["offload_param"]["buffer_count"] = 1;
+    auto model = std::make_shared<PairNet>();
+    auto engine = initialize(model, few).engine;
+    EXPECT_THROW_WITH(engine->forward(torch::randn({2, 512})), ConfigError,
+                      "zero_optimization.offload_param.buffer_count (1) buffers cannot hold the 2 "
+                      "parameter shards");
+  }
+
+  auto model = std::make_shared<WideNet>();
+  auto engine = initialize(model, nvme_config("none", tmp.path(), "fp32", "nvme")).engine;
+  const std::string victim = tmp.path() + "/zero_stage_3/float32params/rank0/1_param.tensor.swp";
+  ASSERT_TRUE(std::filesystem::exists(victim));
+  std::filesystem::remove(victim);
+  EXPECT_THROW_WITH(engine->forward(torch::randn({2, 512})), aio::AioError, victim);
+}
+
 // Single process: what this build refuses, by key.
 TEST(OffloadConfig, RefusesWhatItDoesNotImplementByName) {
   auto init = [](json zero) {
@@ -326,8 +426,17 @@ TEST(OffloadConfig, RefusesWhatItDoesNotImplementByName) {
   EXPECT_THROW_WITH(
       init({{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}, {"super_offload", true}}}}),
       NotSupportedError, "offload_optimizer.super_offload");
-  EXPECT_THROW_WITH(init({{"stage", 2}, {"offload_param", {{"device", "cpu"}}}}),
-                    NotSupportedError, "offload_param.device");
+  // offload_param with stages 0-2: ignored with a warning by name, as DeepSpeed ignores it.
+  {
+    json zero = {{"stage", 2}, {"offload_param", {{"device", "cpu"}}}};
+    auto cfg = DeepSpeedConfig::from_json(
+        {{"train_batch_size", 2}, {"optimizer", {{"type", "AdamW"}}}, {"zero_optimization", zero}},
+        1, "ds_config.json");
+    ASSERT_EQ(cfg.warnings.size(), 1u);
+    EXPECT_NE(cfg.warnings[0].find("offload_param.device \"cpu\" is ignored with ZeRO stage 2"),
+              std::string::npos)
+        << cfg.warnings[0];
+  }
   // Accepted: the keys that mean nothing without a GPU or NVMe (docs/offload.md).
   EXPECT_NO_THROW(init({{"stage", 2},
                         {"offload_optimizer",

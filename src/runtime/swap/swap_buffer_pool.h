@@ -19,6 +19,7 @@ class SwapBufferPool {
   int acquire();
   void release(int index);
   bool any_free() const { return !free_.empty(); }
+  int64_t free_count() const { return static_cast<int64_t>(free_.size()); }
   /// A view of buffer `index` from byte `offset` as `numel` elements of `dtype`.
   at::Tensor view(int index, int64_t offset, int64_t numel, at::ScalarType dtype);
   /// Bytes allocated so far.

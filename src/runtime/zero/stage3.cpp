@@ -18,6 +18,7 @@
 #include "deepspeed/optimizers.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/swap/optimizer_swapper.h"
+#include "runtime/zero/stage3_nvme_shards.h"
 #include "runtime/zero/stage3.h"
 #include "runtime/zero/stage3_grad_reducer.h"
 #include "runtime/zero/stage3_init.h"
@@ -59,6 +60,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
     const auto& offload = config_.zero_optimization.offload_optimizer;
     offload_ = offload && (offload->device == "cpu" || offload->device == "nvme");
     nvme_ = offload && offload->device == "nvme";
+    // offload_param: the shards in host memory ("cpu": where a CPU-only build keeps them
+    // anyway) or in swap files read in for each all-gather ("nvme", Note [NVMe shards]).
+    const auto& offload_param = config_.zero_optimization.offload_param;
+    param_offload_ = offload_param && offload_param->device != "none";
+    param_nvme_ = offload_param && offload_param->device == "nvme";
     at::NoGradGuard no_grad;
     const auto& z = config_.zero_optimization;
     UnitDiscovery found = discover_units(module_);
@@ -67,12 +73,15 @@ class Stage3 final : public Stage3ZeroOptimizer {
     choose_persistent(found, units);
     std::vector<std::vector<size_t>> group_params = map_param_groups();
     at::TensorOptions options = params_.empty() ? at::TensorOptions() : params_[0].param.options();
+    DS_CHECK(!(offload_ || param_offload_) || options.device().is_cpu(), NotSupportedError,
+             config_.source, ": zero_optimization.offload_optimizer / offload_param with "
+             "parameters on ", options.device(), ": this build offloads CPU-resident training only");
     sub_groups_ = build_sub_groups(group_params, params_, z.sub_group_size, model_dtype_,
-                                   grad_accum_dtype_, options, /*separate_master=*/nvme_);
+                                   grad_accum_dtype_, options,
+                                   /*separate_master=*/nvme_ || param_nvme_,
+                                   /*own_shards=*/param_nvme_);
     fill_shards();
-    for (auto& sg : sub_groups_) {
-      if (!sg.model_flat.is_same(sg.fp32)) sg.fp32.copy_(sg.model_flat);
-    }
+    for (size_t k = 0; k < sub_groups_.size(); ++k) shards_to_master(k);
     for (size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
       std::vector<at::Tensor> masters;
       for (const auto& sg : sub_groups_) {
@@ -82,6 +91,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
     if (nvme_) start_swapper();
     start_coordinator(std::move(units), found);
+    if (param_nvme_) start_shard_store();
     start_reducer();
   }
 
@@ -92,12 +102,13 @@ class Stage3 final : public Stage3ZeroOptimizer {
     try {
       if (std::uncaught_exceptions() == 0) {
         at::NoGradGuard no_grad;
-        for (auto& p : params_) start_gather(p, world_, rank_, /*async=*/false, false);
+        for (size_t i = 0; i < params_.size(); ++i) coordinator_->gather_now(i);
       }
     } catch (const std::exception& e) {
       log::warn(std::string("ZeRO-3: could not gather the parameters back on engine "
                             "destruction; the model stays partitioned: ") + e.what());
     }
+    coordinator_->set_shard_store(nullptr);  // the store goes with this engine
   }
 
   void begin_backward(bool /*boundary*/) override {
@@ -150,14 +161,27 @@ class Stage3 final : public Stage3ZeroOptimizer {
 
   ZeroMemory memory() const override {
     ZeroMemory m;
-    std::set<const void*> counted;
+    int64_t shard_bytes = 0;  // this rank's shards in memory
     for (const auto& sg : sub_groups_) {
-      m.param_bytes += sg.model_flat.numel() * static_cast<int64_t>(sg.model_flat.element_size());
+      if (sg.model_flat.defined()) {
+        shard_bytes += sg.model_flat.numel() * static_cast<int64_t>(sg.model_flat.element_size());
+      }
       if (!sg.model_flat.is_same(sg.fp32)) m.master_param_bytes += 4 * sg.fp32.numel();
       m.grad_bytes += sg.grad.numel() * static_cast<int64_t>(sg.grad.element_size());
     }
     for (const auto& p : params_) {
-      if (!p.trainable) m.param_bytes += p.shard.numel() * static_cast<int64_t>(p.shard.element_size());
+      // Frozen shards, and with own shards every shard that is in memory (numel 0 if swapped).
+      if (!p.trainable || param_nvme_) {
+        shard_bytes += p.shard.numel() * static_cast<int64_t>(p.shard.element_size());
+      }
+    }
+    m.param_bytes += shard_bytes;
+    if (param_offload_) m.offloaded_param_bytes = shard_bytes;
+    if (shard_store_) {
+      m.nvme_param_bytes = shard_store_->swapped_bytes();
+      m.swap_buffer_bytes += shard_store_->buffer_bytes();
+    }
+    for (const auto& p : params_) {
       // Gathered parameters: their storage is allocated right now.
       if (p.available) m.param_bytes += p.param.storage().nbytes();
       if (p.param.grad().defined()) {
@@ -170,7 +194,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     if (offload_) m.offloaded_optimizer_bytes = m.optimizer_state_bytes + m.master_param_bytes;
     if (swapper_) {
       m.nvme_optimizer_bytes = swapper_->swapped_bytes();
-      m.swap_buffer_bytes = swapper_->buffer_bytes();
+      m.swap_buffer_bytes += swapper_->buffer_bytes();
     }
     return m;
   }
@@ -189,16 +213,12 @@ class Stage3 final : public Stage3ZeroOptimizer {
   }
   void masters_to_params() override {
     at::NoGradGuard no_grad;
-    for (auto& sg : sub_groups_) {
-      if (!sg.model_flat.is_same(sg.fp32)) sg.model_flat.copy_(sg.fp32);
-    }
+    for (size_t k = 0; k < sub_groups_.size(); ++k) master_to_shards(k);
     refresh_gathered_params();
   }
   void params_to_masters() override {
     at::NoGradGuard no_grad;
-    for (auto& sg : sub_groups_) {
-      if (!sg.model_flat.is_same(sg.fp32)) sg.fp32.copy_(sg.model_flat);
-    }
+    for (size_t k = 0; k < sub_groups_.size(); ++k) shards_to_master(k);
   }
 
   std::vector<Stage3SubGroup>& sub_groups() override { return sub_groups_; }
@@ -225,6 +245,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     // A swapped master was re-pointed at a buffer: its grad is attached again for the step.
     if (sg.grad.scalar_type() == at::kFloat) sg.fp32.mutable_grad() = sg.grad;
     runtime::step_sub_group(*optimizer_, sub_groups_, index);
+    if (!sg.model_flat.defined()) master_to_shards(index);
   }
   void swap_in_optimizer_states() override {
     if (swapper_) swapper_->swap_in_all();
@@ -403,6 +424,62 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
   }
 
+  // The model-dtype shards from the fp32 master of sub-group k, and back. With a flat they are
+  // one copy (none when the master is the flat); with own shards, one per parameter, through
+  // the shard store for swapped ones.
+  void master_to_shards(size_t k) {
+    Stage3SubGroup& sg = sub_groups_[k];
+    if (sg.model_flat.defined()) {
+      if (!sg.model_flat.is_same(sg.fp32)) sg.model_flat.copy_(sg.fp32);
+      return;
+    }
+    for (const auto& e : sg.entries) {
+      at::Tensor values = sg.fp32.narrow(0, e.offset, e.numel).to(model_dtype_);
+      if (shard_store_ && shard_store_->registered(e.param)) {
+        shard_store_->write(e.param, values);
+      } else {
+        params_[e.param].shard.copy_(values);
+      }
+    }
+  }
+  void shards_to_master(size_t k) {
+    Stage3SubGroup& sg = sub_groups_[k];
+    if (sg.model_flat.defined()) {
+      if (!sg.model_flat.is_same(sg.fp32)) sg.fp32.copy_(sg.model_flat);
+      return;
+    }
+    for (const auto& e : sg.entries) {
+      const bool swapped = shard_store_ && shard_store_->swapped(e.param);
+      if (swapped) shard_store_->swap_in({e.param});
+      sg.fp32.narrow(0, e.offset, e.numel).copy_(params_[e.param].shard);
+      if (swapped) shard_store_->release({e.param});
+    }
+  }
+
+  // Note [NVMe shards]: with offload_param "nvme" every trainable parameter that is not
+  // persistent has a shard of its own (build_sub_groups' own_shards), registered here with the
+  // shard store, which writes it to a swap file and frees it. The coordinator reads shards in
+  // for the all-gathers (read-ahead along the trace) and drops them after; the step writes the
+  // updated shards through. Persistent and frozen parameters keep their shards in memory.
+  void start_shard_store() {
+    const auto& o = *config_.zero_optimization.offload_param;
+    swap::ShardSwapperOptions so;
+    so.nvme_path = o.nvme_path;
+    so.rank = rank_;
+    so.dtype = model_dtype_;
+    so.buffer_count = o.buffer_count;
+    so.buffer_size = o.buffer_size;
+    so.max_in_cpu = o.max_in_cpu;
+    so.aio = aio::AioOptions::from_config(config_.aio, config_.source);
+    shard_store_ = std::make_unique<NvmeShardStore>(&params_, so);
+    for (const auto& sg : sub_groups_) {
+      for (const auto& e : sg.entries) {
+        if (!params_[e.param].persistent) shard_store_->add(e.param);
+      }
+    }
+    coordinator_->set_shard_store(shard_store_.get());
+  }
+
   // Note [NVMe sub-groups]: each sub-group's fp32 master and optimizer state tensors form one
   // swapper sub-group (runtime/swap/optimizer_swapper.h), written out here and brought back
   // only for that sub-group's step, with read-ahead of the next and write-behind of the last
@@ -474,6 +551,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
   int rank_;
   bool offload_ = false;  // offload_optimizer.device "cpu" or "nvme" (docs/offload.md)
   bool nvme_ = false;     // offload_optimizer.device "nvme"
+  bool param_offload_ = false;  // offload_param.device "cpu" or "nvme"
+  bool param_nvme_ = false;     // offload_param.device "nvme"
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;
   at::ScalarType communication_dtype_;
@@ -485,7 +564,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
   std::unique_ptr<Stage3GradReducer> reducer_;
   optim::DsOptimizer* ds_optimizer_ = nullptr;  // set with NVMe offload
   std::vector<std::vector<swap::NamedTensor>> swap_handles_;  // per sub-group
-  std::unique_ptr<swap::OptimizerSwapper> swapper_;  // declared last: destroyed first
+  std::unique_ptr<swap::OptimizerSwapper> swapper_;  // declared late: destroyed early
+  std::unique_ptr<NvmeShardStore> shard_store_;
 };
 
 }  // namespace

@@ -80,9 +80,34 @@ ParamCoordinator::ParamCoordinator(std::vector<PartitionedParam>* params,
   stats_.peak_live_numel = stats_.live_numel;
 }
 
+void ParamCoordinator::swap_in_for_gather(const std::vector<size_t>& params) {
+  if (store_ == nullptr) return;
+  std::vector<size_t> wanted;
+  for (size_t i : params) {
+    if (!(*params_)[i].available && store_->swapped(i)) wanted.push_back(i);
+  }
+  if (!wanted.empty()) store_->swap_in(wanted);
+}
+
+void ParamCoordinator::settle(const std::vector<size_t>& params) {
+  std::vector<size_t> swapped;
+  for (size_t i : params) {
+    finish_gather((*params_)[i]);
+    if (store_ != nullptr && store_->swapped(i)) swapped.push_back(i);
+  }
+  if (!swapped.empty()) store_->release(swapped);
+}
+
+void ParamCoordinator::gather_now(size_t i) {
+  swap_in_for_gather({i});
+  gather(i, /*async=*/false);
+  settle({i});
+}
+
 void ParamCoordinator::gather(size_t i, bool async) {
   PartitionedParam& p = (*params_)[i];
   if (p.available) return;
+  swap_in_for_gather({i});
   start_gather(p, world_, rank_, async, options_.use_all_reduce_for_fetch);
   stats_.gathers += 1;
   if (!p.persistent) {
@@ -119,31 +144,40 @@ void ParamCoordinator::fetch(size_t unit, bool traced) {
   stats_.fetches += 1;
   advance_trace(unit, traced);
   const Stage3Unit& u = units_[unit];
-  // All of this unit's gathers are issued before any is waited for, and before the prefetch.
+  // All of this unit's gathers are issued before any is waited for, and before the prefetch
+  // (with NVMe, its shards are read in one batch first).
+  swap_in_for_gather(u.params);
   for (size_t i : u.params) {
     (*params_)[i].active_users += 1;
     prefetched_[i] = false;
     gather(i, /*async=*/true);
   }
   if (mode_ == Mode::kComplete && traced) prefetch();
-  for (size_t i : u.params) finish_gather((*params_)[i]);
+  settle(u.params);
 }
 
 void ParamCoordinator::prefetch() {
   const int64_t room = options_.max_live_numel - stats_.live_numel;
   const int64_t budget = std::min(options_.prefetch_bucket_numel, room);
   int64_t issued = 0;
+  std::vector<size_t> read_ahead;
   for (size_t pos = cursor_; pos < trace_.size() && issued < budget; ++pos) {
     for (size_t i : units_[trace_[pos]].params) {
       PartitionedParam& p = (*params_)[i];
       if (p.available || p.persistent) continue;
       if (issued >= budget) break;
+      issued += p.padded_numel(world_);
+      // A swapped shard is read ahead; its all-gather waits for the fetch that needs it.
+      if (store_ != nullptr && store_->swapped(i)) {
+        read_ahead.push_back(i);
+        continue;
+      }
       gather(i, /*async=*/true);
       prefetched_[i] = true;
       stats_.prefetched_gathers += 1;
-      issued += p.padded_numel(world_);
     }
   }
+  if (!read_ahead.empty()) store_->prefetch(read_ahead);
 }
 
 bool ParamCoordinator::reused_soon(size_t param) const {
@@ -195,7 +229,10 @@ void ParamCoordinator::refresh_gathered() {
     if (!p.available) continue;
     finish_gather(p);
     p.available = false;  // the storage stays allocated; start_gather refills it in place
+    const size_t i = static_cast<size_t>(&p - params_->data());
+    swap_in_for_gather({i});
     start_gather(p, world_, rank_, /*async=*/false, options_.use_all_reduce_for_fetch);
+    settle({i});
   }
 }
 
@@ -205,12 +242,18 @@ std::vector<size_t> ParamCoordinator::gather_held(const std::vector<at::Tensor>&
     for (size_t i = 0; i < params_->size(); ++i) {
       if (!(*params_)[i].param.is_same(t)) continue;
       (*params_)[i].active_users += 1;
-      gather(i, /*async=*/true);
+      // Swapped shards one at a time: the whole model may be asked for, and the swap buffers
+      // hold only a few shards.
+      if (store_ != nullptr && store_->swapped(i)) {
+        gather_now(i);
+      } else {
+        gather(i, /*async=*/true);
+      }
       held.push_back(i);
       break;
     }
   }
-  for (size_t i : held) finish_gather((*params_)[i]);
+  settle(held);
   return held;
 }
 

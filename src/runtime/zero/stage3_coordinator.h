@@ -28,6 +28,7 @@
 
 #include "deepspeed/zero3.h"
 #include "runtime/zero/stage3_param.h"
+#include "runtime/zero/stage3_shard_store.h"
 
 namespace deepspeed::runtime {
 
@@ -72,7 +73,11 @@ class ParamCoordinator {
   /// them (as an active user) until release_held() with the returned indices.
   std::vector<size_t> gather_held(const std::vector<at::Tensor>& tensors);
   void release_held(const std::vector<size_t>& indices);
+  /// Gathers parameter `i` now (swapping its shard in and out around the all-gather).
+  void gather_now(size_t i);
   uint64_t epoch() const { return epoch_; }
+  /// offload_param "nvme": shards come from `store` (not owned; outlives the coordinator's use).
+  void set_shard_store(ShardStore* store) { store_ = store; }
 
   const std::vector<Stage3Unit>& units() const { return units_; }
   const CoordinatorStats& stats() const { return stats_; }
@@ -83,6 +88,10 @@ class ParamCoordinator {
   enum class Mode { kRecord, kComplete, kInvalid };
 
   void gather(size_t param, bool async);
+  /// Waits for these parameters' gathers and lets their swapped shards go.
+  void settle(const std::vector<size_t>& params);
+  /// Brings in the swapped shards among `params` that are about to be gathered.
+  void swap_in_for_gather(const std::vector<size_t>& params);
   void free(size_t param);
   void advance_trace(size_t unit, bool traced);
   void prefetch();
@@ -98,6 +107,7 @@ class ParamCoordinator {
   size_t cursor_ = 0;          // next trace position (kComplete)
   std::vector<bool> prefetched_;  // gathered ahead and not yet fetched
   uint64_t epoch_ = 0;
+  ShardStore* store_ = nullptr;
   CoordinatorStats stats_;
 };
 

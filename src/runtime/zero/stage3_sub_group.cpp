@@ -14,7 +14,7 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
                                              int64_t sub_group_size, at::ScalarType model_dtype,
                                              at::ScalarType grad_dtype,
                                              const at::TensorOptions& options,
-                                             bool separate_master) {
+                                             bool separate_master, bool own_shards) {
   std::vector<Stage3SubGroup> out;
   for (size_t g = 0; g < group_params.size(); ++g) {
     Stage3SubGroup current;
@@ -35,12 +35,17 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
   }
   for (auto& sg : out) {
     sg.fp32 = at::zeros({sg.numel}, options.dtype(at::kFloat));
-    sg.model_flat = model_dtype == at::kFloat && !separate_master
-                        ? sg.fp32
-                        : at::zeros({sg.numel}, options.dtype(model_dtype));
+    if (!own_shards) {
+      sg.model_flat = model_dtype == at::kFloat && !separate_master
+                          ? sg.fp32
+                          : at::zeros({sg.numel}, options.dtype(model_dtype));
+    }
     sg.grad = at::zeros({sg.numel}, options.dtype(grad_dtype));
     if (grad_dtype == at::kFloat) sg.fp32.mutable_grad() = sg.grad;
-    for (const auto& e : sg.entries) params[e.param].shard = sg.model_flat.narrow(0, e.offset, e.numel);
+    for (const auto& e : sg.entries) {
+      params[e.param].shard = own_shards ? at::zeros({e.numel}, options.dtype(model_dtype))
+                                         : sg.model_flat.narrow(0, e.offset, e.numel);
+    }
   }
   return out;
 }
@@ -69,7 +74,7 @@ void step_sub_group(torch::optim::Optimizer& optimizer, std::vector<Stage3SubGro
   }
   for (size_t g = 0; g < param_groups.size(); ++g) param_groups[g].params() = std::move(saved[g]);
   if (cast_grad) sg.fp32.mutable_grad() = at::Tensor();
-  if (!sg.model_flat.is_same(sg.fp32)) sg.model_flat.copy_(sg.fp32);
+  if (sg.model_flat.defined() && !sg.model_flat.is_same(sg.fp32)) sg.model_flat.copy_(sg.fp32);
 }
 
 }  // namespace deepspeed::runtime

@@ -37,7 +37,8 @@ struct Stage3SubGroup {
   int64_t numel = 0;
   at::Tensor fp32;        // master shard: the optimizer's parameter
   at::Tensor grad;        // gradient shard (grad_accum dtype); fp32.grad() when that is fp32
-  at::Tensor model_flat;  // shards in the model dtype (fp32 models: the same tensor as fp32)
+  at::Tensor model_flat;  // shards in the model dtype (fp32 models: the same tensor as fp32);
+                          // undefined with own shards (see build_sub_groups)
 };
 
 /// Lays out sub-groups for `group_params` (per optimizer param group, indices into `params` of
@@ -45,15 +46,19 @@ struct Stage3SubGroup {
 /// every parameter's `shard` at its view of the model-dtype flat (contents zero).
 /// `separate_master`: an fp32 model gets an fp32 master apart from its shards too (NVMe offload
 /// swaps the master out while the shards stay for the all-gathers; DeepSpeed always keeps both).
+/// `own_shards` (offload_param "nvme", which swaps shards one by one): no model-dtype flat; each
+/// parameter's shard is a tensor of its own (implies separate_master).
 std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_t>>& group_params,
                                              std::vector<PartitionedParam>& params,
                                              int64_t sub_group_size, at::ScalarType model_dtype,
                                              at::ScalarType grad_dtype,
                                              const at::TensorOptions& options,
-                                             bool separate_master = false);
+                                             bool separate_master = false,
+                                             bool own_shards = false);
 
 /// Runs `optimizer` on sub-group `index` alone (the other sub-groups' state is not touched),
-/// then writes the updated master into the model-dtype shards.
+/// then writes the updated master into the model-dtype flat (when there is one: with own shards
+/// the caller writes them).
 void step_sub_group(torch::optim::Optimizer& optimizer, std::vector<Stage3SubGroup>& groups,
                     size_t index);
 
