@@ -41,11 +41,39 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return c_proj(torch::gelu(c_fc(x), "tanh"));
 }
 
+namespace {
+
+// GPT-2's initialization by parameter name: LayerNorm weights 1, biases 0, the residual
+// projections (c_proj) N(0, 0.02/sqrt(2*n_layer)), everything else N(0, 0.02).
+void init_gpt2_weights(torch::nn::Module& module, int64_t n_layer) {
+  torch::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(n_layer));
+  for (auto& item : module.named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    auto ends_with = [&](const std::string& s) {
+      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+    };
+    if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || ends_with("ln_f.weight")) {
+      p.fill_(1.0);
+    } else if (ends_with("bias")) {
+      p.zero_();
+    } else if (ends_with("c_proj.weight")) {
+      p.normal_(0.0, residual_std);
+    } else {
+      p.normal_(0.0, 0.02);
+    }
+  }
+}
+
+}  // namespace
+
 BlockImpl::BlockImpl(const GptConfig& cfg) {
   ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
   attn = register_module("attn", CausalSelfAttention(cfg));
   ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
   mlp = register_module("mlp", Mlp(cfg));
+  init_gpt2_weights(*this, cfg.n_layer);
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
@@ -57,27 +85,16 @@ GptImpl::GptImpl(const GptConfig& cfg) : cfg_(cfg) {
   wte = register_module("wte", torch::nn::Embedding(cfg.vocab_size, cfg.n_embd));
   wpe = register_module("wpe", torch::nn::Embedding(cfg.block_size, cfg.n_embd));
   h = register_module("h", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg.n_layer; ++i) h->push_back(Block(cfg));
-  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
-
-  torch::NoGradGuard no_grad;
-  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
-  for (auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    torch::Tensor& p = item.value();
-    auto ends_with = [&](const std::string& s) {
-      return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-    };
-    if (ends_with("ln_1.weight") || ends_with("ln_2.weight") || ends_with("ln_f.weight")) {
-      p.fill_(1.0);
-    } else if (ends_with(".bias")) {
-      p.zero_();
-    } else if (ends_with("c_proj.weight")) {
-      p.normal_(0.0, residual_std);
-    } else {
-      p.normal_(0.0, 0.02);
-    }
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    blocks.push_back(std::make_shared<zero::Unit<BlockImpl>>(cfg));
+    h->push_back(blocks.back());
   }
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
+  // The blocks initialized themselves (before a zero::Init scope partitioned them).
+  init_gpt2_weights(*wte, cfg.n_layer);
+  init_gpt2_weights(*wpe, cfg.n_layer);
+  ln_f->weight.detach().fill_(1.0);
+  ln_f->bias.detach().zero_();
 }
 
 torch::Tensor GptImpl::logits(const torch::Tensor& idx) {
@@ -86,7 +103,7 @@ torch::Tensor GptImpl::logits(const torch::Tensor& idx) {
               cfg_.block_size);
   auto pos = torch::arange(T, idx.options().dtype(torch::kLong));
   auto x = wte(idx) + wpe(pos);
-  for (const auto& block : *h) x = block->as<Block>()->forward(x);
+  for (const auto& block : blocks) x = block->forward(x);
   x = ln_f(x);
   // Tied embeddings: the output projection is the token embedding matrix.
   return torch::matmul(x, wte->weight.t());

@@ -4,12 +4,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
+
+#include "deepspeed/zero3.h"
 
 namespace deepspeed::examples {
 
@@ -45,6 +49,8 @@ TORCH_MODULE(Mlp);
 
 class BlockImpl : public torch::nn::Module {
  public:
+  /// Initializes its own weights (GPT-2's way, see GptImpl), so that a block built inside a
+  /// zero::Init scope is complete before it is partitioned.
   explicit BlockImpl(const GptConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);
 
@@ -57,7 +63,8 @@ TORCH_MODULE(Block);
 class GptImpl : public torch::nn::Module {
  public:
   /// Initializes weights GPT-2's way from the current torch generator state: N(0, 0.02), the
-  /// residual projections N(0, 0.02/sqrt(2*n_layer)), zero biases, LayerNorm 1/0.
+  /// residual projections N(0, 0.02/sqrt(2*n_layer)), zero biases, LayerNorm 1/0 (each block
+  /// as it is built, then the embeddings and the final LayerNorm).
   explicit GptImpl(const GptConfig& cfg);
 
   /// idx: [B, T] int64 token ids -> logits [B, T, vocab].
@@ -69,7 +76,10 @@ class GptImpl : public torch::nn::Module {
   int64_t num_parameters();
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
-  torch::nn::ModuleList h{nullptr};
+  torch::nn::ModuleList h{nullptr};  // the blocks, registered as h.0, h.1, ...
+  /// The same blocks, each a ZeRO-3 unit (gathered around its forward and backward under
+  /// stage 3; a plain block otherwise). forward() calls them through this type.
+  std::vector<std::shared_ptr<zero::Unit<BlockImpl>>> blocks;
   torch::nn::LayerNorm ln_f{nullptr};
 
  private:

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <memory>
 #include <numeric>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
@@ -201,7 +202,14 @@ int run(const Args& a) {
   gcfg.n_layer = a.n_layer;
   gcfg.n_head = a.n_head;
   gcfg.n_embd = a.n_embd;
-  auto model = std::make_shared<deepspeed::examples::GptImpl>(gcfg);
+  // Under ZeRO-3 the blocks are partitioned as they are built (DeepSpeed's zero.Init), so no
+  // rank ever holds the whole model.
+  std::shared_ptr<deepspeed::examples::GptImpl> model;
+  {
+    std::optional<ds::zero::Init> partitioned;
+    if (config.zero_optimization.stage == 3) partitioned.emplace(config);
+    model = std::make_shared<deepspeed::examples::GptImpl>(gcfg);
+  }
   auto [engine, optimizer, lr_scheduler] = ds::initialize(model, config);
 
   DistributedBatchSampler sampler(deepspeed::examples::num_windows(split.train.size(), a.seq_len),
@@ -343,6 +351,8 @@ int run(const Args& a) {
       std::printf("train_gpt: wrote loss and lr curves to %s\n", a.plot.c_str());
     }
   }
+  // The engine first: under ZeRO-3 it gathers the model back (a collective) as it goes.
+  engine.reset();
   ds::comm::destroy_process_group();
   return 0;
 }

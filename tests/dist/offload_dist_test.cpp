@@ -379,15 +379,17 @@ TEST(OffloadConfig, NvmeParamSwapErrorsNameTheFileOrKey) {
                     "zero_optimization.offload_param.buffer_size (1000 elements) is smaller than "
                     "a parameter shard of 262144 elements");
 
-  // One unit with two weights needs two shards at once: one buffer is too few.
+  // One unit with two weights needs two shards at once: one buffer of one shard is too few.
   {
     json few = nvme_config("none", tmp.path(), "fp32", "nvme");
     few["zero_optimization"]["offload_param"]["buffer_count"] = 1;
+    few["zero_optimization"]["offload_param"]["buffer_size"] = 262144;
     auto model = std::make_shared<PairNet>();
     auto engine = initialize(model, few).engine;
     EXPECT_THROW_WITH(engine->forward(torch::randn({2, 512})), ConfigError,
-                      "zero_optimization.offload_param.buffer_count (1) buffers cannot hold the 2 "
-                      "parameter shards");
+                      "zero_optimization.offload_param.buffer_count (1) buffers of 262144 "
+                      "elements (offload_param.buffer_size 262144) cannot hold the 2 parameter "
+                      "shards");
   }
 
   auto model = std::make_shared<WideNet>();

@@ -20,6 +20,13 @@ struct Shard {
   int64_t numel = 0;
   Where where = Where::kResident;
   int buffer = -1;
+  int64_t offset = 0;  // bytes into the buffer
+};
+
+// Shards packed end to end into a buffer; it goes back to the pool when its last one leaves.
+struct BufferUse {
+  int64_t used = 0;
+  int users = 0;
 };
 
 std::string dtype_folder(at::ScalarType dtype) {
@@ -88,6 +95,7 @@ class ShardSwapper::Impl {
              " elements) is smaller than a parameter shard of ", s.numel,
              " elements; raise buffer_size to at least that");
     largest_numel_ = std::max(largest_numel_, s.numel);
+    swapped_numel_ += s.numel;
     shards_.push_back(std::move(s));
     Shard& added = shards_.back();
     try {
@@ -111,14 +119,17 @@ class ShardSwapper::Impl {
   }
 
   void swap_in(const std::vector<int>& ids) {
-    int64_t needed = 0;
-    for (int id : ids) needed += shard(id).where == Where::kOnDisk ? 1 : 0;
     ensure_pool();
-    DS_CHECK(needed <= pool_->free_count(), ConfigError,
-             "zero_optimization.offload_param.buffer_count (", options_.buffer_count,
-             ") buffers cannot hold the ", needed, " parameter shards one all-gather needs (",
-             options_.buffer_count - pool_->free_count(),
-             " hold others); raise buffer_count");
+    std::vector<int64_t> sizes;
+    for (int id : ids) {
+      if (shard(id).where == Where::kOnDisk) sizes.push_back(shard_bytes(shard(id)));
+    }
+    DS_CHECK(fits(sizes), ConfigError, "zero_optimization.offload_param.buffer_count (",
+             options_.buffer_count, ") buffers of ", buffer_bytes_ / element_bytes(),
+             " elements (offload_param.buffer_size ", options_.buffer_size,
+             ") cannot hold the ", sizes.size(),
+             " parameter shards one all-gather needs next to the ones held now; raise "
+             "buffer_count or buffer_size");
     for (int id : ids) {
       if (shard(id).where == Where::kOnDisk) start_read(id, /*required=*/true);
     }
@@ -130,8 +141,7 @@ class ShardSwapper::Impl {
       Shard& s = shard(id);
       if (s.where != Where::kInMemory) continue;
       drop(s);
-      pool_->release(s.buffer);
-      s.buffer = -1;
+      give_back(s);
       s.where = Where::kOnDisk;
     }
   }
@@ -188,7 +198,11 @@ class ShardSwapper::Impl {
   std::vector<Shard> shards_;
   int64_t kept_numel_ = 0;
   int64_t largest_numel_ = 0;
+  int64_t swapped_numel_ = 0;
   std::unique_ptr<SwapBufferPool> pool_;
+  int64_t buffer_bytes_ = 0;
+  std::vector<BufferUse> uses_;
+  int current_ = -1;    // the buffer new reads are packed into
   at::Tensor staging_;  // aligned source of write()
   int64_t reads_ = 0;
   int64_t writes_ = 0;
@@ -196,26 +210,78 @@ class ShardSwapper::Impl {
  private:
   static void drop(Shard& s) { s.handle.set_data(at::empty({0}, s.handle.options())); }
 
+  int64_t element_bytes() const {
+    return static_cast<int64_t>(c10::elementSize(options_.dtype));
+  }
+  int64_t shard_bytes(const Shard& s) const { return aligned_bytes(s.numel * element_bytes()); }
+
+  // Buffers of buffer_size elements, or less when the swapped shards all fit in less.
   void ensure_pool() {
     if (pool_) return;
-    const int64_t element = static_cast<int64_t>(c10::elementSize(options_.dtype));
-    pool_ = std::make_unique<SwapBufferPool>(options_.buffer_count,
-                                             aligned_bytes(largest_numel_ * element));
+    const int64_t numel = std::min(options_.buffer_size, std::max<int64_t>(swapped_numel_, 1));
+    buffer_bytes_ = aligned_bytes(std::max(numel, largest_numel_) * element_bytes());
+    pool_ = std::make_unique<SwapBufferPool>(options_.buffer_count, buffer_bytes_);
+    uses_.assign(static_cast<size_t>(options_.buffer_count), BufferUse{});
+  }
+
+  // Whether shards of these byte sizes can be packed into the room left now.
+  bool fits(const std::vector<int64_t>& sizes) const {
+    int64_t room = current_ >= 0 ? buffer_bytes_ - uses_[static_cast<size_t>(current_)].used : 0;
+    int64_t free_buffers = pool_->free_count();
+    for (int64_t b : sizes) {
+      if (b <= room) {
+        room -= b;
+      } else if (free_buffers > 0) {
+        free_buffers -= 1;
+        room = buffer_bytes_ - b;
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Room for `bytes` in the current buffer or a fresh one: {buffer, offset}, or {-1, 0}.
+  std::pair<int, int64_t> place(int64_t bytes) {
+    if (current_ < 0 || uses_[static_cast<size_t>(current_)].used + bytes > buffer_bytes_) {
+      current_ = pool_->acquire();
+      if (current_ < 0) return {-1, 0};
+    }
+    BufferUse& u = uses_[static_cast<size_t>(current_)];
+    const int64_t offset = u.used;
+    u.used += bytes;
+    u.users += 1;
+    return {current_, offset};
+  }
+
+  void give_back(Shard& s) {
+    BufferUse& u = uses_[static_cast<size_t>(s.buffer)];
+    u.users -= 1;
+    if (u.users == 0) {
+      u.used = 0;
+      pool_->release(s.buffer);
+      if (current_ == s.buffer) current_ = -1;
+    }
+    s.buffer = -1;
+  }
+
+  at::Tensor view_of(const Shard& s) {
+    return pool_->view(s.buffer, s.offset, s.numel, options_.dtype);
   }
 
   bool start_read(int id, bool required) {
     ensure_pool();
-    const int b = pool_->acquire();
-    DS_INTERNAL_ASSERT(b >= 0 || !required, "swap_in counted its buffers");
-    if (b < 0) return false;
     Shard& s = shard(id);
+    auto [b, offset] = place(shard_bytes(s));
+    DS_INTERNAL_ASSERT(b >= 0 || !required, "swap_in checked that its shards fit");
+    if (b < 0) return false;
     s.buffer = b;
+    s.offset = offset;
     s.where = Where::kReading;
     try {
-      read_.async_pread(pool_->view(b, 0, s.numel, options_.dtype), path(id));
+      read_.async_pread(view_of(s), path(id));
     } catch (const aio::AioError& err) {
-      pool_->release(b);
-      s.buffer = -1;
+      give_back(s);
       s.where = Where::kOnDisk;
       throw aio::AioError(std::string(err.what()) + " (while swapping in parameter shard " +
                           std::to_string(id) + ")");
@@ -234,12 +300,11 @@ class ShardSwapper::Impl {
     for (auto& s : shards_) {
       if (s.where != Where::kReading) continue;
       if (failure) {
-        pool_->release(s.buffer);
-        s.buffer = -1;
+        give_back(s);
         s.where = Where::kOnDisk;
         continue;
       }
-      s.handle.set_data(pool_->view(s.buffer, 0, s.numel, options_.dtype));
+      s.handle.set_data(view_of(s));
       s.where = Where::kInMemory;
     }
     if (failure) {

@@ -8,9 +8,10 @@
 //
 // offload_param.max_in_cpu: shards are kept in host memory, never swapped, in registration
 // order while their running total stays within max_in_cpu elements (DeepSpeed: "number of
-// parameter elements to maintain in CPU memory"). One shard per buffer, as in DeepSpeed; each
-// buffer is as large as the largest swapped shard (at most buffer_size elements, which a larger
-// shard may not exceed), so small models do not pay for buffer_size.
+// parameter elements to maintain in CPU memory"). Buffers hold buffer_size elements each (no
+// shard may be larger), or less when all swapped shards fit in less. Unlike DeepSpeed, which
+// gives each shard a buffer of its own, shards are packed end to end (4 KiB-aligned) into the
+// buffers, so a unit of many small parameters does not need as many buffers as parameters.
 #pragma once
 
 #include <cstdint>
@@ -51,7 +52,8 @@ class ShardSwapper {
   /// Starts reading these swapped shards into free buffers (as many as are free).
   void prefetch(const std::vector<int>& ids);
   /// Afterwards each shard holds its values in memory (reads in flight are waited for).
-  /// ConfigError naming offload_param.buffer_count when the buffers cannot hold them all.
+  /// ConfigError naming offload_param.buffer_count and buffer_size when the buffers cannot hold
+  /// them all next to the shards held now.
   void swap_in(const std::vector<int>& ids);
   /// Frees the in-memory copies (nothing is written: the file holds the same values). Shards
   /// that are not in memory are skipped.

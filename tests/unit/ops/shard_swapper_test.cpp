@@ -1,5 +1,6 @@
 // ShardSwapper (src/runtime/swap/shard_swapper.h): parameter shards go to files in DeepSpeed's
-// folder layout and come back intact through few buffers, read ahead when asked; max_in_cpu
+// folder layout and come back intact through few buffers (packed several to a buffer), read
+// ahead when asked; max_in_cpu
 // keeps the first ones in memory; updated shards are written through; undersized buffers are
 // errors naming the key, missing or truncated files errors naming the file.
 #include "runtime/swap/shard_swapper.h"
@@ -63,6 +64,29 @@ TEST(ShardSwapper, ShardsRoundTripThroughTwoBuffers) {
   }
 }
 
+TEST(ShardSwapper, SmallShardsShareABuffer) {
+  TempDir dir("ds_shards");
+  auto o = options(dir.path(), at::kFloat);
+  o.buffer_count = 1;
+  ShardSwapper swapper(o);
+  std::vector<at::Tensor> shards, want;
+  for (int k = 0; k < 4; ++k) {
+    want.push_back(torch::randn({1000}));
+    shards.push_back(want.back().clone());
+    swapper.add(shards.back());
+  }
+  swapper.swap_in({0, 1, 2, 3});  // 4 x 4 KiB in one buffer of 4000 elements (16 KiB)
+  for (int k = 0; k < 4; ++k) EXPECT_TRUE(torch::equal(shards[k], want[k])) << k;
+  EXPECT_EQ(swapper.buffer_bytes(), 16384);
+  swapper.release({0, 1});
+  // The buffer returns to the pool only when its last shard leaves.
+  EXPECT_THROW_WITH(swapper.swap_in({0}), ConfigError, "cannot hold the 1 parameter shards");
+  swapper.release({2, 3});
+  swapper.swap_in({3, 0});
+  EXPECT_TRUE(torch::equal(shards[0], want[0]));
+  EXPECT_TRUE(torch::equal(shards[3], want[3]));
+}
+
 TEST(ShardSwapper, PrefetchReadsOnceAndWritesGoThrough) {
   TempDir dir("ds_shards");
   ShardSwapper swapper(options(dir.path(), at::kFloat));
@@ -114,8 +138,11 @@ TEST(ShardSwapper, ErrorsNameTheKeyOrTheFile) {
                       "than a parameter shard of 5001 elements");
     std::vector<at::Tensor> shards = {torch::randn({10}), torch::randn({10}), torch::randn({10})};
     for (auto& s : shards) swapper.add(s);
+    // Buffers shrink to what the swapped shards need (30 elements: one 4 KiB page), so each
+    // holds one of these and three do not fit in two.
     EXPECT_THROW_WITH(swapper.swap_in({0, 1, 2}), ConfigError,
-                      "zero_optimization.offload_param.buffer_count (2) buffers cannot hold the 3");
+                      "zero_optimization.offload_param.buffer_count (2) buffers of 1024 elements "
+                      "(offload_param.buffer_size 5000) cannot hold the 3 parameter shards");
     std::filesystem::resize_file(swapper.swap_path(1), 4);
     EXPECT_THROW_WITH(swapper.swap_in({1}), aio::AioError, swapper.swap_path(1));
     std::filesystem::remove(swapper.swap_path(2));
