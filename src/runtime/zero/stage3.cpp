@@ -16,6 +16,7 @@
 
 #include "deepspeed/comm.h"
 #include "deepspeed/optimizers.h"
+#include "runtime/host_caching_allocator.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/swap/optimizer_swapper.h"
 #include "runtime/zero/stage3_nvme_shards.h"
@@ -76,12 +77,21 @@ class Stage3 final : public Stage3ZeroOptimizer {
     DS_CHECK(!(offload_ || param_offload_) || options.device().is_cpu(), NotSupportedError,
              config_.source, ": zero_optimization.offload_optimizer / offload_param with "
              "parameters on ", options.device(), ": this build offloads CPU-resident training only");
+    SubGroupAllocation allocation;
+    allocation.separate_master = nvme_ || param_nvme_;
+    allocation.own_shards = param_nvme_;
+    allocation.deferred = nvme_ || param_nvme_;
     sub_groups_ = build_sub_groups(group_params, params_, z.sub_group_size, model_dtype_,
-                                   grad_accum_dtype_, options,
-                                   /*separate_master=*/nvme_ || param_nvme_,
-                                   /*own_shards=*/param_nvme_);
+                                   grad_accum_dtype_, options, allocation);
     fill_shards();
-    for (size_t k = 0; k < sub_groups_.size(); ++k) shards_to_master(k);
+    // With NVMe offload of the optimizer, start_swapper() makes each master in turn; otherwise
+    // they are made now.
+    if (!nvme_) {
+      for (size_t k = 0; k < sub_groups_.size(); ++k) {
+        if (allocation.deferred) sub_groups_[k].fp32.set_data(at::zeros({sub_groups_[k].numel}, options.dtype(at::kFloat)));
+        shards_to_master(k);
+      }
+    }
     for (size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
       std::vector<at::Tensor> masters;
       for (const auto& sg : sub_groups_) {
@@ -92,6 +102,13 @@ class Stage3 final : public Stage3ZeroOptimizer {
     if (nvme_) start_swapper();
     start_coordinator(std::move(units), found);
     if (param_nvme_) start_shard_store();
+    // Gradients last: by now the shards and masters that NVMe offload swaps are on disk.
+    if (allocation.deferred) {
+      for (auto& sg : sub_groups_) allocate_grad(sg, grad_accum_dtype_, options);
+    }
+    // What NVMe offload swapped out is free now: give it back to the system rather than keep it
+    // cached for reuse (the point was to need less memory).
+    if (allocation.deferred) empty_host_cache();
     start_reducer();
   }
 
@@ -367,7 +384,19 @@ class Stage3 final : public Stage3ZeroOptimizer {
   void fill_shards() {
     for (auto& p : params_) {
       if (!p.trainable) p.shard = at::zeros({p.shard_numel}, p.param.options());
-      if (auto pre = take_pre_partitioned(p.param)) {
+      auto pre = take_pre_partitioned(p.param);
+      // Own shards (offload_param "nvme") adopt zero::Init's shard as it is: no copy.
+      if (!p.shard.defined()) {
+        const bool adopt = pre && pre->world == world_ && pre->shard.scalar_type() == model_dtype_ &&
+                           pre->shard.is_contiguous() && pre->shard.numel() == p.shard_numel;
+        if (adopt) {
+          p.shard = pre->shard;
+          p.available = false;
+          continue;
+        }
+        p.shard = at::zeros({p.shard_numel}, p.param.options().dtype(model_dtype_));
+      }
+      if (pre) {
         DS_CHECK(pre->world == world_, UsageError, "parameter '", p.name,
                  "' was partitioned by zero::Init for ", pre->world, " ranks; this job has ",
                  world_);
@@ -503,6 +532,9 @@ class Stage3 final : public Stage3ZeroOptimizer {
     swapper_ = std::make_unique<swap::OptimizerSwapper>(so);
     for (size_t k = 0; k < sub_groups_.size(); ++k) {
       Stage3SubGroup& sg = sub_groups_[k];
+      // One master at a time: made from the shards, written out with its state, released.
+      sg.fp32.set_data(at::zeros({sg.numel}, sg.fp32.options()));
+      shards_to_master(k);
       optim::ParamState& state = ds_optimizer_->get_or_create_state(
           sg.fp32, ds_optimizer_->group_options(sg.param_group));
       std::vector<swap::NamedTensor> tensors{{"fp32", sg.fp32}};

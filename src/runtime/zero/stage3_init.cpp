@@ -10,8 +10,10 @@
 
 #include "deepspeed/comm.h"
 #include "deepspeed/zero3.h"
+#include "runtime/host_caching_allocator.h"
 #include "runtime/zero/stage3_param.h"
 #include "util/check.h"
+#include "util/env.h"
 
 namespace deepspeed::runtime {
 namespace {
@@ -84,6 +86,11 @@ Init::Init(const DeepSpeedConfig& config) {
            ": zero::Init partitions parameters for ZeRO stage 3, but zero_optimization.stage is ",
            z.stage);
   comm::init_distributed();
+  // The shards are made here, before the engine exists: through the engine's allocator, so that
+  // memory given back later (NVMe offload swaps them out) is unmapped, not kept by glibc's heap.
+  if (env::get_int("DS_HOST_CACHING_ALLOCATOR").value_or(1) != 0) {
+    runtime::install_host_caching_allocator();
+  }
   dtype_ = config.fp16.enabled ? at::kHalf : config.bf16.enabled ? at::kBFloat16 : at::kFloat;
   persistence_threshold_ = z.stage3_param_persistence_threshold;
   previous_ = runtime::active_init;

@@ -2,6 +2,7 @@
 #include "runtime/zero/stage3_param.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 
 #include "util/check.h"
@@ -17,8 +18,11 @@ void resize_storage_bytes(const at::Tensor& t, size_t nbytes) {
   c10::StorageImpl* s = storage_of(t);
   if (s->nbytes() == nbytes) return;
   DS_INTERNAL_ASSERT(s->allocator() != nullptr, "a ZeRO-3 parameter's storage has no allocator");
-  at::DataPtr fresh = nbytes > 0 ? s->allocator()->allocate(nbytes)
-                                 : at::DataPtr(nullptr, s->device());
+  // On CPU, the allocator in force now (the engine's host caching allocator, which maps large
+  // blocks and gives them back) rather than the one the parameter was created with: glibc's
+  // heap keeps freed blocks of a gather-release cycle mapped once its mmap threshold has grown.
+  c10::Allocator* allocator = s->device().is_cpu() ? c10::GetCPUAllocator() : s->allocator();
+  at::DataPtr fresh = nbytes > 0 ? allocator->allocate(nbytes) : at::DataPtr(nullptr, s->device());
   s->set_data_ptr_noswap(std::move(fresh));
   s->set_nbytes(nbytes);
 }

@@ -14,7 +14,7 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
                                              int64_t sub_group_size, at::ScalarType model_dtype,
                                              at::ScalarType grad_dtype,
                                              const at::TensorOptions& options,
-                                             bool separate_master, bool own_shards) {
+                                             const SubGroupAllocation& allocation) {
   std::vector<Stage3SubGroup> out;
   for (size_t g = 0; g < group_params.size(); ++g) {
     Stage3SubGroup current;
@@ -34,20 +34,25 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
     close();
   }
   for (auto& sg : out) {
-    sg.fp32 = at::zeros({sg.numel}, options.dtype(at::kFloat));
-    if (!own_shards) {
-      sg.model_flat = model_dtype == at::kFloat && !separate_master
+    sg.fp32 = allocation.deferred ? at::empty({0}, options.dtype(at::kFloat))
+                                  : at::zeros({sg.numel}, options.dtype(at::kFloat));
+    if (!allocation.own_shards) {
+      sg.model_flat = model_dtype == at::kFloat && !allocation.separate_master
                           ? sg.fp32
                           : at::zeros({sg.numel}, options.dtype(model_dtype));
     }
-    sg.grad = at::zeros({sg.numel}, options.dtype(grad_dtype));
-    if (grad_dtype == at::kFloat) sg.fp32.mutable_grad() = sg.grad;
+    if (!allocation.deferred) allocate_grad(sg, grad_dtype, options);
     for (const auto& e : sg.entries) {
-      params[e.param].shard = own_shards ? at::zeros({e.numel}, options.dtype(model_dtype))
-                                         : sg.model_flat.narrow(0, e.offset, e.numel);
+      params[e.param].shard = allocation.own_shards ? at::Tensor()
+                                                    : sg.model_flat.narrow(0, e.offset, e.numel);
     }
   }
   return out;
+}
+
+void allocate_grad(Stage3SubGroup& sg, at::ScalarType grad_dtype, const at::TensorOptions& options) {
+  sg.grad = at::zeros({sg.numel}, options.dtype(grad_dtype));
+  if (grad_dtype == at::kFloat) sg.fp32.mutable_grad() = sg.grad;
 }
 
 void step_sub_group(torch::optim::Optimizer& optimizer, std::vector<Stage3SubGroup>& groups,

@@ -41,20 +41,34 @@ struct Stage3SubGroup {
                           // undefined with own shards (see build_sub_groups)
 };
 
+/// How build_sub_groups allocates (offload changes it, see stage3.cpp).
+struct SubGroupAllocation {
+  /// An fp32 model gets an fp32 master apart from its shards too (NVMe offload swaps the master
+  /// out while the shards stay for the all-gathers; DeepSpeed always keeps both).
+  bool separate_master = false;
+  /// offload_param "nvme", which swaps shards one by one: no model-dtype flat; each parameter's
+  /// shard is a tensor of its own, left undefined here for the caller to fill (implies
+  /// separate_master).
+  bool own_shards = false;
+  /// NVMe offload: the fp32 masters are empty handles and the gradient flats undefined; the
+  /// caller allocates them one at a time (masters) or after the shards went to disk
+  /// (gradients), so that construction never holds everything at once.
+  bool deferred = false;
+};
+
 /// Lays out sub-groups for `group_params` (per optimizer param group, indices into `params` of
 /// trainable parameters, in group order), allocates the flats on `options`' device and points
 /// every parameter's `shard` at its view of the model-dtype flat (contents zero).
-/// `separate_master`: an fp32 model gets an fp32 master apart from its shards too (NVMe offload
-/// swaps the master out while the shards stay for the all-gathers; DeepSpeed always keeps both).
-/// `own_shards` (offload_param "nvme", which swaps shards one by one): no model-dtype flat; each
-/// parameter's shard is a tensor of its own (implies separate_master).
 std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_t>>& group_params,
                                              std::vector<PartitionedParam>& params,
                                              int64_t sub_group_size, at::ScalarType model_dtype,
                                              at::ScalarType grad_dtype,
                                              const at::TensorOptions& options,
-                                             bool separate_master = false,
-                                             bool own_shards = false);
+                                             const SubGroupAllocation& allocation = {});
+
+/// Allocates sub-group `sg`'s gradient flat (zeros) and, for fp32 gradients, attaches it to the
+/// master as its grad.
+void allocate_grad(Stage3SubGroup& sg, at::ScalarType grad_dtype, const at::TensorOptions& options);
 
 /// Runs `optimizer` on sub-group `index` alone (the other sub-groups' state is not touched),
 /// then writes the updated master into the model-dtype flat (when there is one: with own shards
