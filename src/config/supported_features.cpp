@@ -38,9 +38,9 @@ void DeepSpeedConfig::check_supported() const {
                         "(the offloaded optimizer steps a ZeRO partition); stage is 0");
     }
     // device "nvme" with stages 1/2 is DeepSpeed's host-memory offload (ds_config.cpp warns).
-    if (o.ratio < 1.0) {
-      refuse(*this, key + ".ratio < 1 (partial offload keeps part of the optimizer state on the "
-                          "GPU; this build trains on CPU, and DeepSpeed applies it with stage 3 only)");
+    if (o.ratio < 1.0 && z.stage < 3) {
+      refuse(*this, key + ".ratio < 1 with ZeRO stage " + std::to_string(z.stage) +
+                        " (partial offload, DeepSpeed's Twin-Flow, works with stage 3 only)");
     }
     if (o.super_offload) refuse(*this, key + ".super_offload");
   }

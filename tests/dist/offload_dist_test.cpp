@@ -209,6 +209,12 @@ std::vector<at::Tensor> wide_params(const std::shared_ptr<WideNet>& model) {
   return out;
 }
 
+// While the engine lives (offload_param "nvme" leaves the model partitioned when it goes).
+std::vector<at::Tensor> gathered_params(const std::shared_ptr<WideNet>& model) {
+  zero::GatheredParameters gathered(*model);
+  return wide_params(model);
+}
+
 template <bool kBf16>
 void nvme_matches_on_rank(int rank, int) {
   const std::string dtype = kBf16 ? "bf16" : "fp32";
@@ -252,7 +258,7 @@ void nvme_matches_on_rank(int rank, int) {
 
 // offload_param "cpu" and "nvme" (alone and with the optimizer on NVMe): the same parameters as
 // without offload, bit for bit, over steps that record the trace and then read ahead along it.
-// The engine's end gathers every swapped shard back into the model.
+// GatheredParameters brings every swapped shard back into the model while the engine lives.
 void param_offload_matches_on_rank(int rank, int) {
   testing::TempDir nvme("ds_nvme_param");
   std::vector<at::Tensor> plain;
@@ -279,8 +285,12 @@ void param_offload_matches_on_rank(int rank, int) {
       EXPECT_EQ(engine->memory_stats().nvme_param_bytes, 3 * 4 * 131072);
       EXPECT_EQ(engine->memory_stats().offloaded_param_bytes, 3 * 4 * 256);
     }
+    auto got = gathered_params(model);
     engine.reset();
-    auto got = wide_params(model);
+    if (param == "nvme") {
+      // The engine's end leaves the swapped parameters empty, as DeepSpeed's partitioned ones.
+      EXPECT_EQ(model->layers[0]->as<torch::nn::Linear>()->weight.numel(), 0);
+    }
     for (size_t i = 0; i < plain.size(); ++i) {
       EXPECT_TRUE(torch::equal(plain[i], got[i]))
           << "offload_optimizer " << optimizer << ", offload_param " << param << ", tensor " << i
@@ -298,6 +308,49 @@ TEST(OffloadDist, NvmeOffloadStage3MatchesNoOffloadOn2Ranks) {
 }
 TEST(OffloadDist, NvmeOffloadStage3Bf16MatchesNoOffloadOn2Ranks) {
   run_ranks(2, nvme_matches_on_rank<true>);
+}
+
+// offload_optimizer.ratio 0.5 (Twin-Flow): on 2 ranks the sub-groups are [fc0.w 131072],
+// [fc0.b + fc2.w 131328], [fc2.b + fc4.w 131328], [fc4.b 256] elements; only the first stays
+// under half of the 393984 when added, so only it is offloaded (and, with nvme, swapped). The
+// numbers are those of no offload.
+TEST(OffloadDist, RatioOffloadsTheLeadingSubGroupsOnly) {
+  run_ranks(2, [](int rank, int) {
+    testing::TempDir nvme("ds_ratio");
+    std::vector<at::Tensor> plain;
+    {
+      auto model = std::make_shared<WideNet>();
+      auto engine = initialize(model, nvme_config("none", "", "fp32")).engine;
+      train_wide(*engine, rank, 2, 300);
+      engine.reset();
+      plain = wide_params(model);
+    }
+    for (const std::string device : {"cpu", "nvme"}) {
+      json cfg = nvme_config("nvme", nvme.path(), "fp32");
+      cfg["zero_optimization"]["offload_optimizer"]["device"] = device;
+      cfg["zero_optimization"]["offload_optimizer"]["ratio"] = 0.5;
+      auto model = std::make_shared<WideNet>();
+      auto engine = initialize(model, cfg).engine;
+      train_wide(*engine, rank, 2, 300);
+      const MemoryStats m = engine->memory_stats();
+      const int64_t device_elements = 131328 + 131328 + 256;
+      if (device == "cpu") {
+        EXPECT_EQ(m.optimizer_state_bytes, 8 * (131072 + device_elements));
+        EXPECT_EQ(m.offloaded_optimizer_bytes, 8 * 131072);
+        EXPECT_EQ(m.nvme_optimizer_bytes, 0);
+      } else {
+        // The swapped sub-group: master and moments on disk; the others' state in memory.
+        EXPECT_EQ(m.nvme_optimizer_bytes, 12 * 131072);
+        EXPECT_EQ(m.optimizer_state_bytes, 8 * device_elements);
+        EXPECT_EQ(m.offloaded_optimizer_bytes, 0);
+      }
+      engine.reset();
+      auto got = wide_params(model);
+      for (size_t i = 0; i < plain.size(); ++i) {
+        EXPECT_TRUE(torch::equal(plain[i], got[i])) << device << ", tensor " << i;
+      }
+    }
+  });
 }
 
 // A checkpoint of a swapped engine holds the swapped state, and loading one (from a run with or
@@ -332,8 +385,8 @@ TEST(OffloadDist, NvmeOffloadStage3CheckpointResumesExactly) {
                         .engine;
       engine->load_checkpoint(dir, "mid");
       train_wide(*engine, rank, 2, 20);
+      auto resumed = gathered_params(model);
       engine.reset();
-      auto resumed = wide_params(model);
       for (size_t i = 0; i < resumed.size(); ++i) {
         EXPECT_TRUE(torch::equal(uninterrupted[i], resumed[i]))
             << "resumed with offload " << offload << ", tensor " << i;
@@ -424,7 +477,7 @@ TEST(OffloadConfig, RefusesWhatItDoesNotImplementByName) {
     EXPECT_NO_THROW(init(zero));
   }
   EXPECT_THROW_WITH(init({{"stage", 1}, {"offload_optimizer", {{"device", "cpu"}, {"ratio", 0.5}}}}),
-                    NotSupportedError, "offload_optimizer.ratio < 1");
+                    NotSupportedError, "offload_optimizer.ratio < 1 with ZeRO stage 1");
   EXPECT_THROW_WITH(
       init({{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}, {"super_offload", true}}}}),
       NotSupportedError, "offload_optimizer.super_offload");

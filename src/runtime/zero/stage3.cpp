@@ -84,6 +84,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     sub_groups_ = build_sub_groups(group_params, params_, z.sub_group_size, model_dtype_,
                                    grad_accum_dtype_, options, allocation);
     fill_shards();
+    choose_offloaded_sub_groups();
     // With NVMe offload of the optimizer, start_swapper() makes each master in turn; otherwise
     // they are made now.
     if (!nvme_) {
@@ -114,6 +115,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
 
   ~Stage3() override {
     for (const auto& u : coordinator_->units()) unregister_unit(u.module);
+    if (param_nvme_) {
+      leave_partitioned();
+      coordinator_->set_shard_store(nullptr);
+      return;
+    }
     // The model may outlive the engine: leave it whole (every rank destroys its engine at the
     // same point, so this gather is collective like the rest).
     try {
@@ -155,7 +161,13 @@ class Stage3 final : public Stage3ZeroOptimizer {
 
   void optimizer_step() override {
     if (swapper_) {
-      swapper_->step_sub_groups([this](int k) { step_sub_group(static_cast<size_t>(k)); });
+      // The sub-groups ratio < 1 keeps on the device first, then the swapped ones in the
+      // swapper's pipeline.
+      for (size_t i = 0; i < sub_groups_.size(); ++i) {
+        if (swap_id_[i] < 0) step_sub_group(i);
+      }
+      swapper_->step_sub_groups(
+          [this](int id) { step_sub_group(swapped_sub_group_[static_cast<size_t>(id)]); });
     } else {
       for (size_t i = 0; i < sub_groups_.size(); ++i) step_sub_group(i);
     }
@@ -208,7 +220,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
     m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
     m.bucket_bytes = reducer_ ? reducer_->buffer_bytes() : 0;
-    if (offload_) m.offloaded_optimizer_bytes = m.optimizer_state_bytes + m.master_param_bytes;
+    if (offload_) m.offloaded_optimizer_bytes = offloaded_optimizer_bytes();
     if (swapper_) {
       m.nvme_optimizer_bytes = swapper_->swapped_bytes();
       m.swap_buffer_bytes += swapper_->buffer_bytes();
@@ -272,11 +284,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
     // A checkpoint load may have replaced state tensors with tensors of its own; the swapper
     // moves the ones it registered, so the loaded values go into those.
     at::NoGradGuard no_grad;
-    for (size_t k = 0; k < sub_groups_.size(); ++k) {
-      optim::ParamState* state = ds_optimizer_->find_state(sub_groups_[k].fp32);
+    for (size_t id = 0; id < swapped_sub_group_.size(); ++id) {
+      optim::ParamState* state = ds_optimizer_->find_state(sub_groups_[swapped_sub_group_[id]].fp32);
       if (state == nullptr) continue;
       for (auto& [name, t] : state->tensors) {
-        for (auto& registered : swap_handles_[k]) {
+        for (auto& registered : swap_handles_[id]) {
           if (registered.name != name || !t.defined() || t.is_same(registered.tensor)) continue;
           registered.tensor.copy_(t);
           t = registered.tensor;
@@ -453,6 +465,26 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
   }
 
+  // offload_param "nvme" is for models that need not fit in memory whole, so the engine's end
+  // does not gather them: as DeepSpeed's partitioned parameters (param.data is empty, the
+  // values are in ds_tensor), they are left with no elements; zero::GatheredParameters before
+  // the engine goes, save_16bit_model or a checkpoint get the values.
+  void leave_partitioned() {
+    at::NoGradGuard no_grad;
+    bool emptied = false;
+    for (auto& p : params_) {
+      if (p.available && p.persistent) continue;  // gathered and small: stays usable
+      at::Tensor handle = p.param;
+      handle.set_data(at::empty({0}, p.param.options()));
+      emptied = true;
+    }
+    if (emptied) {
+      log::warn_rank0("ZeRO-3 with offload_param \"nvme\": the engine leaves the model's "
+                      "partitioned parameters empty (gather them with zero::GatheredParameters "
+                      "before the engine goes, or use save_16bit_model / save_checkpoint)");
+    }
+  }
+
   // The model-dtype shards from the fp32 master of sub-group k, and back. With a flat they are
   // one copy (none when the master is the flat); with own shards, one per parameter, through
   // the shard store for swapped ones.
@@ -530,11 +562,13 @@ class Stage3 final : public Stage3ZeroOptimizer {
     so.pipeline_write = offload.pipeline_write;
     so.aio = aio::AioOptions::from_config(config_.aio, config_.source);
     swapper_ = std::make_unique<swap::OptimizerSwapper>(so);
+    swap_id_.assign(sub_groups_.size(), -1);
     for (size_t k = 0; k < sub_groups_.size(); ++k) {
       Stage3SubGroup& sg = sub_groups_[k];
       // One master at a time: made from the shards, written out with its state, released.
       sg.fp32.set_data(at::zeros({sg.numel}, sg.fp32.options()));
       shards_to_master(k);
+      if (!offloaded_[k]) continue;  // ratio < 1: stays on the device
       optim::ParamState& state = ds_optimizer_->get_or_create_state(
           sg.fp32, ds_optimizer_->group_options(sg.param_group));
       std::vector<swap::NamedTensor> tensors{{"fp32", sg.fp32}};
@@ -542,9 +576,52 @@ class Stage3 final : public Stage3ZeroOptimizer {
         if (t.defined()) tensors.push_back({name, t});
       }
       swap_handles_.push_back(tensors);
-      const int id = swapper_->add_sub_group(std::move(tensors));
-      DS_INTERNAL_ASSERT(id == static_cast<int>(k), "swapper ids follow the sub-groups");
+      swap_id_[k] = swapper_->add_sub_group(std::move(tensors));
+      swapped_sub_group_.push_back(k);
     }
+  }
+
+  // offload_optimizer.ratio (ZeRO-Offload++ "Twin-Flow", stage 3 only, as in DeepSpeed): the
+  // sub-groups are offloaded in order while the elements placed so far plus the next
+  // sub-group's stay below ratio x all of this rank's elements; the rest keep master and state
+  // on the device. A CPU-only build steps both parts on the CPU with the same kernel, so ratio
+  // changes where the memory report counts them and which ones NVMe swaps, not the numbers.
+  void choose_offloaded_sub_groups() {
+    offloaded_.assign(sub_groups_.size(), offload_);
+    const auto& offload = config_.zero_optimization.offload_optimizer;
+    if (!offload_ || offload->ratio >= 1.0) return;
+    int64_t total = 0;
+    for (const auto& sg : sub_groups_) total += sg.numel;
+    int64_t placed = 0;
+    for (size_t k = 0; k < sub_groups_.size(); ++k) {
+      offloaded_[k] = static_cast<double>(placed + sub_groups_[k].numel) <
+                      offload->ratio * static_cast<double>(total);
+      placed += sub_groups_[k].numel;
+    }
+    ds_optimizer_ = dynamic_cast<optim::DsOptimizer*>(optimizer_);
+    DS_CHECK(ds_optimizer_ != nullptr, ConfigError, config_.source,
+             ": zero_optimization.offload_optimizer.ratio < 1 needs the optimizer from the "
+             "config's \"optimizer\" section (its state is split between device and host)");
+  }
+
+  // Master copies and optimizer state of the offloaded sub-groups now in memory.
+  int64_t offloaded_optimizer_bytes() const {
+    int64_t bytes = 0;
+    for (size_t k = 0; k < sub_groups_.size(); ++k) {
+      const Stage3SubGroup& sg = sub_groups_[k];
+      if (offloaded_[k] && !sg.model_flat.is_same(sg.fp32)) bytes += 4 * sg.fp32.numel();
+    }
+    // Without a per-parameter view (ratio 1 with any optimizer): all of its state is offloaded.
+    if (ds_optimizer_ == nullptr) return bytes + optimizer_state_bytes(*optimizer_);
+    for (size_t k = 0; k < sub_groups_.size(); ++k) {
+      if (!offloaded_[k]) continue;
+      if (const optim::ParamState* state = ds_optimizer_->find_state(sub_groups_[k].fp32)) {
+        for (const auto& [name, t] : state->tensors) {
+          if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
+        }
+      }
+    }
+    return bytes;
   }
 
   void start_reducer() {
@@ -594,8 +671,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
   std::shared_ptr<ParamCoordinator> coordinator_;
   SequentialInterception interception_;
   std::unique_ptr<Stage3GradReducer> reducer_;
-  optim::DsOptimizer* ds_optimizer_ = nullptr;  // set with NVMe offload
-  std::vector<std::vector<swap::NamedTensor>> swap_handles_;  // per sub-group
+  optim::DsOptimizer* ds_optimizer_ = nullptr;  // set with NVMe offload or ratio < 1
+  std::vector<bool> offloaded_;                  // per sub-group (offload_optimizer.ratio)
+  std::vector<int> swap_id_;                     // per sub-group, -1 when not swapped
+  std::vector<size_t> swapped_sub_group_;        // per swapper id
+  std::vector<std::vector<swap::NamedTensor>> swap_handles_;  // per swapper id
   std::unique_ptr<swap::OptimizerSwapper> swapper_;  // declared late: destroyed early
   std::unique_ptr<NvmeShardStore> shard_store_;
 };
