@@ -55,14 +55,14 @@ base = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
         "steps_per_print": 1, "gradient_clipping": 1.0,
         "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.1}}}
 nvme = dict(base, zero_optimization={
-    "stage": 3, "sub_group_size": 100000000, "reduce_bucket_size": 50000000,
+    "stage": 3, "sub_group_size": 50000000, "reduce_bucket_size": 50000000,
     "stage3_prefetch_bucket_size": 50000000, "stage3_max_live_parameters": 100000000,
     "stage3_max_reuse_distance": 50000000,
     "offload_optimizer": {"device": "nvme", "nvme_path": swap, "buffer_count": 2,
                           "pipeline_read": True, "pipeline_write": True},
     "offload_param": {"device": "nvme", "nvme_path": swap, "buffer_count": 4,
-                      "buffer_size": 100000000, "max_in_cpu": 0}},
-    aio={"block_size": 1048576, "queue_depth": 16, "thread_count": 2})
+                      "buffer_size": 50000000, "max_in_cpu": 0}},
+    aio={"block_size": 1048576, "queue_depth": 16, "intra_op_parallelism": 2})
 cpu = dict(base, zero_optimization={"stage": 2, "reduce_bucket_size": 50000000,
                                     "offload_optimizer": {"device": "cpu"}})
 for name, cfg in (("nvme", nvme), ("cpu", cpu)):

@@ -152,13 +152,21 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c) {
     r.finish();
   }
   // Present sections that only configure APIs this build does not have yet.
-  for (const char* key : {"activation_checkpointing", "pipeline", "aio"}) {
+  for (const char* key : {"activation_checkpointing", "pipeline"}) {
     if (top.has(key)) {
       c.warnings.push_back(top.where(key) + " is read but has no effect yet: this build has no " +
-                           (std::string(key) == "aio" ? "NVMe offload"
-                            : std::string(key) == "pipeline" ? "pipeline engine"
-                                                             : "activation-checkpointing API"));
+                           (std::string(key) == "pipeline" ? "pipeline engine"
+                                                           : "activation-checkpointing API"));
     }
+  }
+  // aio drives NVMe offload (stage 3); without it the section changes nothing.
+  const auto& z = c.zero_optimization;
+  const bool nvme = z.stage == 3 && ((z.offload_optimizer && z.offload_optimizer->device == "nvme") ||
+                                     (z.offload_param && z.offload_param->device == "nvme"));
+  if (top.has("aio") && !nvme) {
+    c.warnings.push_back(top.where("aio") + " has no effect: it configures NVMe offload "
+                         "(zero_optimization stage 3 with offload_optimizer or offload_param "
+                         "device \"nvme\"), which this config does not use");
   }
 }
 

@@ -37,8 +37,14 @@ TEST(FeatureSections, LegacyAioThreadCountAndDtypeSpellings) {
   EXPECT_EQ(c.aio.intra_op_parallelism, 4);
   EXPECT_EQ(c.data_types.grad_accum_dtype, "fp32");
   EXPECT_NO_THROW(c.check_supported());
-  // aio deprecation + "has no effect yet"
-  EXPECT_EQ(c.warnings.size(), 2u);
+  // aio deprecation + "has no effect" (no NVMe offload configured)
+  ASSERT_EQ(c.warnings.size(), 2u);
+  EXPECT_NE(c.warnings[1].find("aio has no effect: it configures NVMe offload"), std::string::npos)
+      << c.warnings[1];
+  auto nvme = parse(R"({"train_batch_size": 4, "aio": {"block_size": 4096},
+                        "zero_optimization": {"stage": 3, "offload_param":
+                          {"device": "nvme", "nvme_path": "/tmp"}}})");
+  EXPECT_TRUE(nvme.warnings.empty()) << nvme.warnings.front();
 }
 
 TEST(FeatureSections, ErrorsNameTheKey) {
