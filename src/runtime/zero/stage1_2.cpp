@@ -13,6 +13,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/comm.h"
+#include "runtime/grad_clip.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/zero/flat_group.h"
 #include "runtime/zero/partitioned_reducer.h"
@@ -141,11 +142,7 @@ class Stage12 final : public ZeroOptimizer {
   double grad_norm_squared() override {
     // Each rank sums the squares of what it owns (padding is zero); one small all-reduce.
     double local = 0.0;
-    // One norm() per partition, squared in double: no full-size temporaries (as stage 0).
-    for (const auto& g : grad_partitions_) {
-      const double n = g.norm().item<double>();
-      local += n * n;
-    }
+    for (const auto& g : grad_partitions_) local += squared_l2_norm(g);
     at::Tensor t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
     comm::all_reduce(t, comm::ReduceOp::kSum);
     return t.item<double>();

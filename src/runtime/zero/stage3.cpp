@@ -16,6 +16,7 @@
 
 #include "deepspeed/comm.h"
 #include "deepspeed/optimizers.h"
+#include "runtime/grad_clip.h"
 #include "runtime/host_caching_allocator.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/swap/optimizer_swapper.h"
@@ -146,10 +147,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
 
   double grad_norm_squared() override {
     double local = 0.0;
-    for (const auto& sg : sub_groups_) {
-      const double n = sg.grad.norm().item<double>();
-      local += n * n;
-    }
+    for (const auto& sg : sub_groups_) local += squared_l2_norm(sg.grad);
     at::Tensor t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
     comm::all_reduce(t, comm::ReduceOp::kSum);
     return t.item<double>();

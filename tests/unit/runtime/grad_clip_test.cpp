@@ -33,3 +33,28 @@ TEST(GradClip, NoClipBelowThresholdOrWhenDisabled) {
 
 }  // namespace
 }  // namespace deepspeed::runtime
+
+namespace deepspeed::runtime {
+namespace {
+
+// A ZeRO partition's worth of elements: the sum of squares is exact to double rounding, where a
+// float accumulation drifts (LibTorch 1.13's CPU norm()).
+TEST(GradClip, SquaredNormAccumulatesInDoubleOverLargeTensors) {
+  const int64_t n = 30'000'001;
+  const float v = 0.1f;
+  const double exact = static_cast<double>(n) * static_cast<double>(v) * static_cast<double>(v);
+  at::Tensor big = torch::full({n}, v);
+  EXPECT_NEAR(squared_l2_norm(big), exact, exact * 1e-8);
+  const double torch_norm = big.norm().item<double>();
+  std::printf("float norm()^2 relative error %.3g, ours %.3g\n",
+              torch_norm * torch_norm / exact - 1.0, squared_l2_norm(big) / exact - 1.0);
+  // Other paths: bf16 (chunked through double), a strided view, an empty tensor.
+  at::Tensor bf = torch::full({3 * (int64_t{1} << 20) + 5}, 0.5, torch::kBFloat16);
+  EXPECT_DOUBLE_EQ(squared_l2_norm(bf), 0.25 * static_cast<double>(bf.numel()));
+  at::Tensor strided = torch::arange(10, torch::kFloat).view({5, 2}).t();
+  EXPECT_DOUBLE_EQ(squared_l2_norm(strided), 285.0);
+  EXPECT_EQ(squared_l2_norm(torch::empty({0})), 0.0);
+}
+
+}  // namespace
+}  // namespace deepspeed::runtime
