@@ -40,16 +40,21 @@ struct Net : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
 
-json config(int stage, bool offload, const std::string& dtype) {
-  json zero = {{"stage", stage}, {"reduce_bucket_size", 40}};
-  if (offload) zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+// The training setup every case shares, around its zero_optimization section.
+json with_zero(json zero, const std::string& dtype) {
   json cfg = {{"train_micro_batch_size_per_gpu", 2},
               {"gradient_accumulation_steps", kGas},
               {"gradient_clipping", 0.5},
               {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.1}}}}},
-              {"zero_optimization", zero}};
+              {"zero_optimization", std::move(zero)}};
   if (dtype == "bf16") cfg["bf16"] = {{"enabled", true}};
   return cfg;
+}
+
+json config(int stage, bool offload, const std::string& dtype) {
+  json zero = {{"stage", stage}, {"reduce_bucket_size", 40}};
+  if (offload) zero["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+  return with_zero(std::move(zero), dtype);
 }
 
 // Trains on this rank's slice of a fixed data set; returns the parameters (as fp32) and the
@@ -184,13 +189,7 @@ json nvme_config(const std::string& offload, const std::string& nvme_path,
                                  {"buffer_count", 2}, {"pipeline_read", true},
                                  {"pipeline_write", true}};
   }
-  json cfg = {{"train_micro_batch_size_per_gpu", 2},
-              {"gradient_accumulation_steps", kGas},
-              {"gradient_clipping", 0.5},
-              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.1}}}}},
-              {"zero_optimization", zero}};
-  if (dtype == "bf16") cfg["bf16"] = {{"enabled", true}};
-  return cfg;
+  return with_zero(std::move(zero), dtype);
 }
 
 template <typename E>

@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 
+#include "runtime/swap/aio_wait.h"
 #include "runtime/swap/swap_buffer_pool.h"
 #include "util/check.h"
 #include "util/logging.h"
@@ -113,10 +114,7 @@ class OptimizerSwapper::Impl {
       for (const auto& e : sg.entries) write_.async_pwrite(e.tensor, path(id, e.name));
       write_.wait();
     } catch (const aio::AioError& err) {
-      try {
-        write_.wait();  // the writes already started end before the caller's tensors may go
-      } catch (const aio::AioError&) {
-      }
+      wait_all(write_);  // the writes already started end before the caller's tensors may go
       throw aio::AioError(std::string(err.what()) + " (while writing optimizer sub-group " +
                           std::to_string(id) + " to " + folder_ + " for the first time)");
     }
@@ -198,10 +196,7 @@ class OptimizerSwapper::Impl {
       }
       read_.wait();
     } catch (const aio::AioError& err) {
-      try {
-        read_.wait();
-      } catch (const aio::AioError&) {
-      }
+      wait_all(read_);
       throw aio::AioError(std::string(err.what()) +
                           " (while swapping in all optimizer state for a checkpoint)");
     }
@@ -231,10 +226,7 @@ class OptimizerSwapper::Impl {
       }
       write_.wait();
     } catch (const aio::AioError& err) {
-      try {
-        write_.wait();
-      } catch (const aio::AioError&) {
-      }
+      wait_all(write_);
       throw aio::AioError(std::string(err.what()) +
                           " (while swapping out all optimizer state after a checkpoint)");
     }
@@ -310,7 +302,7 @@ class OptimizerSwapper::Impl {
         read_.async_pread(pool_->view(b, e.offset, e.numel, e.dtype), path(id, e.name));
       }
     } catch (const aio::AioError& err) {
-      read_.wait();  // let the reads already started finish before the buffer goes back
+      wait_all(read_);  // let the reads already started finish before the buffer goes back
       pool_->release(b);
       g.buffer = -1;
       g.where = Where::kOnDisk;
@@ -322,12 +314,7 @@ class OptimizerSwapper::Impl {
 
   // Every read in flight is done: point their tensors at the buffers.
   void settle_reads() {
-    std::optional<aio::AioError> failure;
-    try {
-      read_.wait();
-    } catch (const aio::AioError& e) {
-      failure = e;
-    }
+    const std::optional<aio::AioError> failure = wait_all(read_);
     for (auto& g : groups_) {
       if (g.where != Where::kReading) continue;
       if (failure) {
@@ -349,12 +336,7 @@ class OptimizerSwapper::Impl {
 
   // Every write in flight is done: their buffers go back to the pool.
   void settle_writes() {
-    std::optional<aio::AioError> failure;
-    try {
-      write_.wait();
-    } catch (const aio::AioError& e) {
-      failure = e;
-    }
+    const std::optional<aio::AioError> failure = wait_all(write_);
     for (auto& g : groups_) {
       if (g.where != Where::kWriting) continue;
       pool_->release(g.buffer);

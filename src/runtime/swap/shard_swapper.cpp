@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include "runtime/swap/aio_wait.h"
 #include "runtime/swap/swap_buffer_pool.h"
 #include "util/check.h"
 #include "util/logging.h"
@@ -291,12 +292,7 @@ class ShardSwapper::Impl {
   }
 
   void settle_reads() {
-    std::optional<aio::AioError> failure;
-    try {
-      read_.wait();
-    } catch (const aio::AioError& e) {
-      failure = e;
-    }
+    const std::optional<aio::AioError> failure = wait_all(read_);
     for (auto& s : shards_) {
       if (s.where != Where::kReading) continue;
       if (failure) {
