@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <unordered_map>
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -25,20 +26,31 @@ size_t round_size(size_t n) {
   return (n + step - 1) / step * step;
 }
 
-struct Block {
-  void* ptr;
-  size_t size;
-};
-
+// Every DataPtr this allocator hands out has context == data and one deleter, `release`, which
+// also serves as raw_deleter(): LibTorch's raw interface (raw_allocate/raw_deallocate, used by
+// the oneDNN bf16 kernels on CPUs with native bf16) requires both. `release` tells our blocks
+// from the fallback's small ones by the table of live blocks.
 class HostCachingAllocator final : public c10::Allocator {
  public:
   explicit HostCachingAllocator(c10::Allocator* fallback, size_t max_cached)
-      : fallback_(fallback), max_cached_(max_cached) {}
+      : fallback_(fallback), fallback_deleter_(fallback->raw_deleter()), max_cached_(max_cached) {
+    TORCH_CHECK(fallback_deleter_ != nullptr,
+                "deepspeed host allocator: LibTorch's CPU allocator has no raw deleter");
+  }
 
   c10::DataPtr allocate(size_t n) DS_ALLOCATOR_ALLOCATE_CONST override {
-    if (n < kMinCachedBytes) return fallback_->allocate(n);
+    if (n < kMinCachedBytes) {
+      c10::DataPtr small = fallback_->allocate(n);
+      if (small.get() != small.get_context()) return small;  // not raw-capable: keep as is
+      // The fallback's pointers are their own contexts; hand them out under our deleter so
+      // that raw_deleter() below frees them too.
+      void* ptr = small.release_context();
+      return {ptr, ptr, &HostCachingAllocator::release, c10::Device(c10::DeviceType::CPU)};
+    }
     return const_cast<HostCachingAllocator*>(this)->allocate_large(n);
   }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &HostCachingAllocator::release; }
 
 #if DS_ALLOCATOR_HAS_COPY_DATA
   void copy_data(void* dest, const void* src, std::size_t count) const override {
@@ -71,9 +83,9 @@ class HostCachingAllocator final : public c10::Allocator {
         stats_.cached_bytes -= static_cast<int64_t>(it->first);
         stats_.in_use_bytes += static_cast<int64_t>(it->first);
         ++stats_.hits;
-        auto* block = new Block{ptr, it->first};
+        live_.emplace(ptr, it->first);
         free_.erase(it);
-        return {ptr, block, &HostCachingAllocator::release, c10::Device(c10::DeviceType::CPU)};
+        return {ptr, ptr, &HostCachingAllocator::release, c10::Device(c10::DeviceType::CPU)};
       }
       ++stats_.misses;
       stats_.in_use_bytes += static_cast<int64_t>(size);
@@ -91,28 +103,41 @@ class HostCachingAllocator final : public c10::Allocator {
     }
     // Huge pages where the kernel is in "madvise" mode: 512x fewer faults on first touch.
     ::madvise(ptr, size, MADV_HUGEPAGE);
-    return {ptr, new Block{ptr, size}, &HostCachingAllocator::release,
-            c10::Device(c10::DeviceType::CPU)};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      live_.emplace(ptr, size);
+    }
+    return {ptr, ptr, &HostCachingAllocator::release, c10::Device(c10::DeviceType::CPU)};
   }
 
-  static void release(void* ctx);
+  static void release(void* ptr);
 
-  void give_back(Block* block) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stats_.in_use_bytes -= static_cast<int64_t>(block->size);
-    if (static_cast<size_t>(stats_.cached_bytes) + block->size > max_cached_) {
-      ::munmap(block->ptr, block->size);
-    } else {
-      free_.emplace(block->size, block->ptr);
-      stats_.cached_bytes += static_cast<int64_t>(block->size);
+  void give_back(void* ptr) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = live_.find(ptr);
+      if (it != live_.end()) {
+        const size_t size = it->second;
+        live_.erase(it);
+        stats_.in_use_bytes -= static_cast<int64_t>(size);
+        if (static_cast<size_t>(stats_.cached_bytes) + size > max_cached_) {
+          ::munmap(ptr, size);
+        } else {
+          free_.emplace(size, ptr);
+          stats_.cached_bytes += static_cast<int64_t>(size);
+        }
+        return;
+      }
     }
-    delete block;
+    fallback_deleter_(ptr);  // a small block: the fallback allocator's own
   }
 
   c10::Allocator* fallback_;
+  c10::DeleterFnPtr fallback_deleter_;
   size_t max_cached_;
   std::mutex mutex_;
-  std::multimap<size_t, void*> free_;
+  std::multimap<size_t, void*> free_;           // cached blocks by size
+  std::unordered_map<void*, size_t> live_;      // handed-out large blocks and their sizes
   HostCacheStats stats_;
 };
 
@@ -120,7 +145,9 @@ class HostCachingAllocator final : public c10::Allocator {
 HostCachingAllocator* g_allocator = nullptr;
 std::mutex g_install_mutex;
 
-void HostCachingAllocator::release(void* ctx) { g_allocator->give_back(static_cast<Block*>(ctx)); }
+void HostCachingAllocator::release(void* ptr) {
+  if (ptr != nullptr) g_allocator->give_back(ptr);
+}
 
 }  // namespace
 
