@@ -108,7 +108,7 @@ CommandLine parse_command_line(const std::vector<std::string>& raw_args) {
       "host and the launcher exits with its status.\n"
       "Env: DS_LAUNCHER_KILL_GRACE_S = seconds between SIGTERM and SIGKILL when stopping ranks "
       "(default 30). Multi-node runs export NCCL*, GLOO_*, OMP_*, PYTHON*, UCX*, MV2*, MLFLOW*, "
-      "DEEPSPEED_*, DS_* and the NAME=VALUE lines of .deepspeed_env to every host.");
+      "DEEPSPEED_*, DS_*, OPENBLAS_*, MKL_*, ONEDNN_*, DNNL_* and the NAME=VALUE lines of .deepspeed_env to every host.");
 
   app.add_option("--num_gpus,--num_accelerators", o.num_gpus,
                  "Ranks per host (one per GPU; processes on a CPU-only machine). Default: the "

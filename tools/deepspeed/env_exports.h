@@ -14,9 +14,13 @@ namespace deepspeed::launcher {
 
 // DeepSpeed's EXPORT_ENVS (MLFLOW, PYTHON, MV2, UCX), its CUDA accelerator's (NCCL) and Nebula's,
 // plus what deepspeed-cpp's own ranks read: GLOO_ (GLOO_SOCKET_IFNAME), OMP_ (OpenMP threads),
-// DEEPSPEED_ (DEEPSPEED_TIMEOUT) and DS_ (DS_LAUNCHER_KILL_GRACE_S, DS_CPU_ADAM_SIMD, ...).
-inline constexpr const char* kExportedPrefixes[] = {"MLFLOW", "PYTHON", "MV2", "UCX", "NCCL", "NEBULA",
-                                                    "GLOO_", "OMP_", "DEEPSPEED_", "DS_"};
+// DEEPSPEED_ (DEEPSPEED_TIMEOUT) and DS_ (DS_LAUNCHER_KILL_GRACE_S, DS_CPU_ADAM_SIMD, ...), and
+// the CPU math libraries' settings (OPENBLAS_, MKL_, ONEDNN_, DNNL_): OPENBLAS_CORETYPE picks the
+// GEMM kernels, so a host whose login environment lacks it computes other roundings (and speeds)
+// than the launching host.
+inline constexpr const char* kExportedPrefixes[] = {
+    "MLFLOW", "PYTHON",     "MV2", "UCX",      "NCCL",    "NEBULA", "GLOO_",
+    "OMP_",   "DEEPSPEED_", "DS_", "OPENBLAS_", "MKL_",   "ONEDNN_", "DNNL_"};
 
 // Parses a .deepspeed_env file: each line NAME=VALUE, split at the first '=', both sides trimmed
 // (DeepSpeed's format). Blank lines and lines starting with '#' are skipped (DeepSpeed would fail

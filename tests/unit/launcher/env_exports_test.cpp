@@ -21,6 +21,8 @@ TEST(EnvExports, PicksExportedPrefixesOnly) {
   host.environment = {{"NCCL_DEBUG", "INFO"},     {"GLOO_SOCKET_IFNAME", "eth1"}, {"OMP_NUM_THREADS", "4"},
                       {"PYTHONPATH", "/opt/lib"}, {"UCX_TLS", "rc"},              {"MLFLOW_RUN", "7"},
                       {"DEEPSPEED_TIMEOUT", "5"}, {"DS_CPU_ADAM_SIMD", "avx2"},   {"HOME", "/root"},
+                      {"OPENBLAS_CORETYPE", "Haswell"}, {"MKL_NUM_THREADS", "1"},
+                      {"ONEDNN_MAX_CPU_ISA", "AVX2"},
                       {"CUDA_VISIBLE_DEVICES", "0"}, {"LD_LIBRARY_PATH", "/x"},    {"MY_NCCL", "no"}};
   auto exports = as_map(collect_exports(host));
   EXPECT_EQ(exports["NCCL_DEBUG"], "INFO");
@@ -31,6 +33,10 @@ TEST(EnvExports, PicksExportedPrefixesOnly) {
   EXPECT_EQ(exports["MLFLOW_RUN"], "7");
   EXPECT_EQ(exports["DEEPSPEED_TIMEOUT"], "5");
   EXPECT_EQ(exports["DS_CPU_ADAM_SIMD"], "avx2");
+  // The BLAS kernels change results: remote ranks must compute as the launching host does.
+  EXPECT_EQ(exports["OPENBLAS_CORETYPE"], "Haswell");
+  EXPECT_EQ(exports["MKL_NUM_THREADS"], "1");
+  EXPECT_EQ(exports["ONEDNN_MAX_CPU_ISA"], "AVX2");
   for (const char* kept_home : {"HOME", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "MY_NCCL"}) {
     EXPECT_EQ(exports.count(kept_home), 0u) << kept_home;
   }
