@@ -1,10 +1,11 @@
 // train_gpt: trains a GPT-2-style model on a real English corpus (Jane Austen's novels by
 // default) with deepspeed-cpp, one process per rank:
 //   deepspeed --num_gpus 2 train_gpt --deepspeed_config ds_config.json --steps 200
-// Prints loss, learning rate and tokens/s every steps_per_print steps, the held-out loss before
-// and after training, and (with --metrics_file) one JSON object per optimizer step. Optional:
-// a progress bar with the estimated finish (--progress), model FLOPs utilization against a
-// device's peak (--peak_tflops), and loss / lr curves as a PNG (--plot, needs gnuplot).
+// Prints one line every steps_per_print steps (loss averaged over ranks, lr, gradient norm,
+// tokens/s, memory, progress and the estimated time left), the held-out loss before and after
+// training, and (with --metrics_file) one JSON object per optimizer step. Optional: the engine's
+// DeepSpeed-format lines (--deepspeed_log), model FLOPs utilization against a device's peak
+// (--peak_tflops), and loss / lr curves as a PNG (--plot, needs gnuplot).
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,6 +47,7 @@ struct Args {
   double val_fraction = 0.05;
   int local_rank = -1;
   bool progress = false;
+  bool deepspeed_log = false;
   double peak_tflops = 0.0;
   std::string plot;
   bool compact_vocab = false;
@@ -54,43 +56,53 @@ struct Args {
   std::string load_dir;       // resume from <load_dir>/latest
 };
 
-// A one-line progress bar on rank 0 with the estimated time left and the finish time, from the
-// mean of the last 20 step times. On a terminal it redraws in place; otherwise (--progress into
-// a file or the launcher's pipe) it prints a line each time the training log does.
+// Progress on rank 0: a bar with the estimated time left and the finish time, from the mean of
+// the last 20 step times. Every log line ends with it; on a terminal (or with --progress) it
+// also redraws in place between log lines.
 class ProgressBar {
  public:
-  ProgressBar(int64_t total, bool tty) : total_(total), tty_(tty) {}
+  ProgressBar(int64_t total, bool redraw) : total_(total), redraw_(redraw) {}
 
-  void update(int64_t step, double step_s, double loss, bool log_line_printed) {
+  void record(double step_s) {
     recent_.push_back(step_s);
     if (recent_.size() > 20) recent_.pop_front();
-    if (!tty_ && !log_line_printed) return;
-    const double mean = std::accumulate(recent_.begin(), recent_.end(), 0.0) / recent_.size();
+  }
+
+  /// "[=====>    ] 12/200 6% | ETA 0h01m43s (finish 19:40:12)"
+  std::string text(int64_t step) const {
+    const double mean =
+        recent_.empty() ? 0.0 : std::accumulate(recent_.begin(), recent_.end(), 0.0) / recent_.size();
     const double left_s = mean * static_cast<double>(total_ - step);
     const std::time_t finish = std::time(nullptr) + static_cast<std::time_t>(left_s);
     char when[16];
     std::strftime(when, sizeof when, "%H:%M:%S", std::localtime(&finish));
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * step / total_);
-    std::string bar = std::string(filled, '=') + (filled < kWidth ? ">" : "") +
-                      std::string(std::max(0, kWidth - filled - 1), ' ');
+    const std::string bar = std::string(filled, '=') + (filled < kWidth ? ">" : "") +
+                            std::string(std::max(0, kWidth - filled - 1), ' ');
     const long long left = static_cast<long long>(left_s);
-    std::printf("%s[%s] %lld/%lld %3d%% | loss %.4f | %.2f s/step | ETA %lldh%02lldm%02llds "
-                "(finish %s)%s",
-                tty_ ? "\r" : "", bar.c_str(), static_cast<long long>(step),
-                static_cast<long long>(total_), static_cast<int>(100 * step / total_), loss, mean,
-                left / 3600, left / 60 % 60, left % 60, when, tty_ ? "\033[K" : "\n");
-    if (tty_ && step == total_) std::printf("\n");
+    char out[160];
+    std::snprintf(out, sizeof out, "[%s] %lld/%lld %d%% | ETA %lldh%02lldm%02llds (finish %s)",
+                  bar.c_str(), static_cast<long long>(step), static_cast<long long>(total_),
+                  static_cast<int>(100 * step / total_), left / 3600, left / 60 % 60, left % 60,
+                  when);
+    return out;
+  }
+
+  /// Between log lines: the bar alone, redrawn in place.
+  void redraw(int64_t step, double loss) const {
+    if (!redraw_) return;
+    std::printf("\r%s | loss %.4f\033[K", text(step).c_str(), loss);
     std::fflush(stdout);
   }
-  /// On a terminal, wipes the bar so that a log line can take its place.
-  void clear() {
-    if (tty_) std::printf("\r\033[K");
+  /// Wipes a redrawn bar so that a log line can take its place.
+  void clear() const {
+    if (redraw_) std::printf("\r\033[K");
   }
 
  private:
   int64_t total_;
-  bool tty_;
+  bool redraw_;
   std::deque<double> recent_;
 };
 
@@ -179,6 +191,24 @@ double held_out_loss(ds::ModuleEngine<deepspeed::examples::GptImpl>& engine,
   return t.item<double>();
 }
 
+// The engine's memory ledger as (name, bytes) pairs, in the order the metrics file lists them.
+std::vector<std::pair<std::string, int64_t>> memory_figures(const ds::MemoryStats& m) {
+  return {{"rss", m.rss_bytes},
+          {"peak_rss", m.peak_rss_bytes},
+          {"parameters", m.param_bytes},
+          {"master_weights", m.master_param_bytes},
+          {"gradients", m.grad_bytes},
+          {"optimizer_states", m.optimizer_state_bytes},
+          {"reduction_buffers", m.comm_buffer_bytes},
+          {"offloaded_optimizer", m.offloaded_optimizer_bytes},
+          {"offloaded_params", m.offloaded_param_bytes},
+          {"swap_buffers", m.swap_buffer_bytes},
+          {"nvme_optimizer", m.nvme_optimizer_bytes},
+          {"nvme_params", m.nvme_param_bytes},
+          {"device", m.device_bytes()},
+          {"host_offload", m.host_offload_bytes()}};
+}
+
 int run(const Args& a) {
   auto config = ds::load_config(a.deepspeed_config);
   const int rank = ds::comm::get_rank(), world = ds::comm::get_world_size();
@@ -211,6 +241,8 @@ int run(const Args& a) {
     model = std::make_shared<deepspeed::examples::GptImpl>(gcfg);
   }
   auto [engine, optimizer, lr_scheduler] = ds::initialize(model, config);
+  // One readable line per print interval is this program's (below); DeepSpeed's lines on request.
+  engine->set_step_logging(a.deepspeed_log);
 
   DistributedBatchSampler sampler(deepspeed::examples::num_windows(split.train.size(), a.seq_len),
                                   micro, gas, world, rank, static_cast<uint64_t>(a.seed));
@@ -262,8 +294,8 @@ int run(const Args& a) {
                 "6N + 12LCT = %.2f MFLOP\n", a.peak_tflops, flops_per_token / 1e6);
   }
   std::unique_ptr<ProgressBar> bar;
-  if (rank == 0 && (a.progress || ::isatty(STDOUT_FILENO))) {
-    bar = std::make_unique<ProgressBar>(a.steps, ::isatty(STDOUT_FILENO));
+  if (rank == 0) {
+    bar = std::make_unique<ProgressBar>(a.steps, a.progress || ::isatty(STDOUT_FILENO));
   }
   // Fail before training, not after it.
   if (rank == 0 && !a.plot.empty() && std::system("gnuplot --version > /dev/null 2>&1") != 0) {
@@ -273,7 +305,7 @@ int run(const Args& a) {
   std::vector<double> plot_losses, plot_lrs;
   double first_loss = -1.0;
   for (int64_t step = first_step; step <= a.steps; ++step) {
-    // The engine prints its own progress line in step() at steps_per_print.
+    // With --deepspeed_log the engine prints its lines in step() at steps_per_print.
     if (bar && step % print_every == 0) bar->clear();
     auto t0 = std::chrono::steady_clock::now();
     double loss_sum = 0.0;
@@ -289,9 +321,12 @@ int run(const Args& a) {
     auto stats = torch::tensor({loss_sum / static_cast<double>(gas)}, torch::kDouble);
     ds::comm::all_reduce(stats, ds::comm::ReduceOp::kAvg);
     auto mem = engine->memory_stats();
-    auto mine = torch::tensor({static_cast<double>(mem.rss_bytes),
-                               static_cast<double>(mem.peak_rss_bytes)}, torch::kDouble);
-    auto all_mem = torch::empty({2 * world}, torch::kDouble);
+    const auto figures = memory_figures(mem);
+    std::vector<double> mine_values;
+    for (const auto& f : figures) mine_values.push_back(static_cast<double>(f.second));
+    auto mine = torch::tensor(mine_values, torch::kDouble);
+    const int64_t n_fig = static_cast<int64_t>(figures.size());
+    auto all_mem = torch::empty({n_fig * world}, torch::kDouble);
     ds::comm::all_gather(all_mem, mine);
     const double loss = stats.item<double>();
     if (first_loss < 0) first_loss = loss;
@@ -300,27 +335,41 @@ int run(const Args& a) {
     // Achieved model FLOP/s per device over its peak.
     const double mfu =
         a.peak_tflops > 0 ? flops_per_token * tps / world / (a.peak_tflops * 1e12) : 0.0;
-    const bool log_line = step % print_every == 0 || step == 1 || step == a.steps;
+    const bool log_line = step % print_every == 0 || step == first_step || step == a.steps;
+    if (bar) bar->record(secs);
     if (rank == 0 && log_line) {
-      if (bar) bar->clear();
-      std::printf("step %lld | loss %.4f | lr %.3e | tokens/s %.0f | step %.3f s | rss %.0f MiB",
-                  static_cast<long long>(step), loss, lr, tps, secs, mem.rss_bytes / 1048576.0);
+      bar->clear();
+      std::printf("step %lld | loss %.4f | lr %.3e", static_cast<long long>(step), loss, lr);
+      if (auto norm = engine->get_global_grad_norm()) std::printf(" | grad_norm %.4f", *norm);
+      if (engine->skipped_steps() > 0) {
+        std::printf(" | skipped %lld", static_cast<long long>(engine->skipped_steps()));
+      }
+      if (engine->loss_scale() != 1.0) std::printf(" | loss_scale %g", engine->loss_scale());
+      std::printf(" | tokens/s %.0f | step %.3f s | rss %.0f MiB", tps, secs,
+                  mem.rss_bytes / 1048576.0);
       if (a.peak_tflops > 0) std::printf(" | mfu %.2f%%", 100.0 * mfu);
-      std::printf("\n");
+      std::printf(" | %s\n", bar->text(step).c_str());
       std::fflush(stdout);
+    } else if (bar) {
+      bar->redraw(step, loss);
     }
-    if (bar) bar->update(step, secs, loss, log_line);
     if (rank == 0 && !a.plot.empty()) {
       plot_steps.push_back(step);
       plot_losses.push_back(loss);
       plot_lrs.push_back(lr);
     }
     if (metrics.is_open()) {
-      ds::json rss = ds::json::array(), peak = ds::json::array();
-      for (int r = 0; r < world; ++r) {
-        rss.push_back(static_cast<int64_t>(all_mem[2 * r].item<double>()));
-        peak.push_back(static_cast<int64_t>(all_mem[2 * r + 1].item<double>()));
+      // Per component, one number per rank (bytes); rss and peak also under their old keys.
+      ds::json memory = ds::json::object();
+      auto gathered = all_mem.accessor<double, 1>();
+      for (int64_t f = 0; f < n_fig; ++f) {
+        ds::json per_rank = ds::json::array();
+        for (int r = 0; r < world; ++r) {
+          per_rank.push_back(static_cast<int64_t>(gathered[r * n_fig + f]));
+        }
+        memory[figures[static_cast<size_t>(f)].first] = per_rank;
       }
+      const ds::json rss = memory["rss"], peak = memory["peak_rss"];
       ds::json row = {{"step", step},
                       {"loss", loss},
                       {"lr", lr},
@@ -329,8 +378,10 @@ int run(const Args& a) {
                       {"tokens_per_s", tps},
                       {"step_time_s", secs},
                       {"grad_norm", engine->get_global_grad_norm().value_or(0.0)},
+                      {"skipped_steps", engine->skipped_steps()},
                       {"rss_bytes", rss},
-                      {"peak_rss_bytes", peak}};
+                      {"peak_rss_bytes", peak},
+                      {"memory_bytes", memory}};
       if (a.peak_tflops > 0) row["mfu"] = mfu;
       metrics << row.dump() << "\n";
       metrics.flush();
@@ -387,7 +438,12 @@ int main(int argc, char** argv) {
                  "--steps stays the total");
   app.add_option("--local_rank", a.local_rank, "set by the launcher (LOCAL_RANK is used)");
   app.add_flag("--progress", a.progress,
-               "progress bar with the estimated finish on rank 0 (default: on a terminal)");
+               "redraw the progress bar in place after every step (default: on a terminal; every "
+               "log line ends with the progress and the estimated finish anyway)");
+  app.add_flag("--deepspeed_log", a.deepspeed_log,
+               "also print the engine's lines every steps_per_print steps: DeepSpeed's "
+               "'step=N, skipped=...' and 'RunningAvgSamplesPerSec=...' lines and its readable "
+               "line (rank 0's loss)");
   app.add_option("--peak_tflops", a.peak_tflops,
                  "peak TFLOP/s of one device: report model FLOPs utilization (MFU)")
       ->check(CLI::NonNegativeNumber);

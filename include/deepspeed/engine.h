@@ -146,6 +146,10 @@ class Engine {
   double last_loss() const { return last_loss_; }
   /// Tokens per sample, for tokens/s in the step log (0: not printed).
   void set_tokens_per_sample(int64_t tokens) { tokens_per_sample_ = tokens; }
+  /// The lines printed every steps_per_print optimizer steps (DeepSpeed's `step=N, skipped=...`
+  /// and `RunningAvgSamplesPerSec` lines and this port's readable line); on by default, as in
+  /// DeepSpeed. A client that prints its own progress line (train_gpt) turns them off.
+  void set_step_logging(bool enabled) { step_logging_ = enabled; }
   /// The current fp16 loss scale (1 without fp16 loss scaling).
   double loss_scale() const;
   /// The dtype the model trains in: fp32, or fp16/bf16 from the config.
@@ -167,7 +171,8 @@ class Engine {
   torch::optim::Optimizer* optimizer() { return optimizer_.get(); }
   optim::LRScheduler* lr_scheduler() { return lr_scheduler_.get(); }
   MemoryStats memory_stats() const;
-  /// memory_stats() as one readable line (logged at initialization and on out-of-memory).
+  /// memory_stats() as one readable line (logged at initialization, after the first optimizer
+  /// step, which creates the optimizer states, and on out-of-memory).
   std::string memory_report(const std::string& when = "on request") const;
   /// What the last backward's gradient reduction did (buckets, how many launched from hooks).
   runtime::ReductionStats reduction_stats() const;
@@ -277,6 +282,8 @@ class Engine {
   double interval_loss_ = 0.0;  // sum of backward()'s returns since the last boundary
   double last_loss_ = 0.0;      // the last optimizer step's loss (mean over micro-steps)
   int64_t tokens_per_sample_ = 0;
+  bool step_logging_ = true;
+  bool steady_state_reported_ = false;  // memory report after the first applied optimizer step
   at::ScalarType model_dtype_ = at::kFloat;
   std::unique_ptr<runtime::Timers> timers_;
 

@@ -351,13 +351,20 @@ void Engine::step() {
     zero_grad();
     // Matches DeepSpeed: the schedule advances after the optimizer, never on skipped steps.
     if (lr_scheduler_ && applied) lr_scheduler_->step();
-    progress = config_.steps_per_print && (global_steps_ + 1) % *config_.steps_per_print == 0;
+    progress = step_logging_ && config_.steps_per_print &&
+               (global_steps_ + 1) % *config_.steps_per_print == 0;
     if (progress) report_progress();
+    // The optimizer creates its states at its first update (Note [Lazy optimizer state]): the
+    // report at initialization cannot show them, this one does.
+    if (applied && zero_ && !steady_state_reported_) {
+      steady_state_reported_ = true;
+      log::info_rank0(memory_report("after the first optimizer step (steady state)"));
+    }
     global_steps_ += 1;
     global_samples_ += config_.batch.train_batch_size;
   }
   // Matches DeepSpeed: the throughput timer ends every micro-step after the model step.
-  if (tput_timer_->stop(boundary)) log_throughput();
+  if (tput_timer_->stop(boundary) && step_logging_) log_throughput();
   if (boundary) {
     if (progress) print_progress();
     timers_->stop("step");
@@ -529,14 +536,18 @@ std::string Engine::memory_report(const std::string& when) const {
                 "memory %s (rank %d, ZeRO-%lld, offload %s): device %.2f MB | host offload %.2f MB "
                 "(optimizer %.2f, params %.2f, swap buffers %.2f) | nvme %.2f MB (optimizer %.2f, "
                 "params %.2f) | parameters %.2f MB, master weights %.2f MB, gradients %.2f MB, "
-                "optimizer states %.2f MB, reduction buffers %.2f MB, padding %lld elements; "
+                "optimizer states %.2f MB%s, reduction buffers %.2f MB, padding %lld elements; "
                 "RSS %.2f MB (peak %.2f MB)",
                 when.c_str(), comm::get_rank(), static_cast<long long>(z.stage), offload.c_str(),
                 mb(m.device_bytes()), mb(m.host_offload_bytes()), mb(m.offloaded_optimizer_bytes),
                 mb(m.offloaded_param_bytes), mb(m.swap_buffer_bytes),
                 mb(m.nvme_optimizer_bytes + m.nvme_param_bytes), mb(m.nvme_optimizer_bytes),
                 mb(m.nvme_param_bytes), mb(m.param_bytes), mb(m.master_param_bytes),
-                mb(m.grad_bytes), mb(m.optimizer_state_bytes), mb(m.comm_buffer_bytes),
+                mb(m.grad_bytes), mb(m.optimizer_state_bytes),
+                m.optimizer_state_bytes == 0 && optimizer_ && !steady_state_reported_
+                    ? " (created at the first optimizer step)"
+                    : "",
+                mb(m.comm_buffer_bytes),
                 static_cast<long long>(m.padding_elements), mb(m.rss_bytes), mb(m.peak_rss_bytes));
   return buf;
 }
@@ -573,7 +584,7 @@ void Engine::print_progress() {
   std::ostringstream line;
   line.setf(std::ios::fixed);
   line.precision(4);
-  line << "step " << global_steps_ << " | samples " << global_samples_ << " | loss "
+  line << "step " << global_steps_ << " | samples " << global_samples_ << " | loss (rank 0) "
        << interval_loss_ << " | lr " << std::scientific << std::setprecision(3)
        << (get_lr().empty() ? 0.0 : get_lr()[0]) << std::fixed << std::setprecision(4);
   if (loss_scaler_) line << " | loss_scale " << loss_scale();

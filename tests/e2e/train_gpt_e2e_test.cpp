@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <regex>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -46,6 +47,20 @@ TEST(TrainGptE2E, TwoRanksTrainAndHeldOutLossDrops) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("[rank 0] step 5 | loss"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tokens/s"), std::string::npos);
+  // One line per print interval (steps 1, 5, 10, ..., 25), each with the progress and ETA;
+  // DeepSpeed's per-interval lines only with --deepspeed_log.
+  const std::regex step_line(R"(\[rank 0\] step (\d+) \| loss [0-9.]+ \| lr [0-9.e+-]+ \| grad_norm [0-9.]+ .*\| ETA \d+h\d\dm\d\ds)");
+  int step_lines = 0;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), step_line);
+       it != std::sregex_iterator(); ++it) {
+    ++step_lines;
+  }
+  EXPECT_EQ(step_lines, 6) << r.out;
+  EXPECT_EQ(r.out.find("RunningAvgSamplesPerSec"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("skipped=0, lr="), std::string::npos) << r.out;
+  // The engine reports the optimizer states once they exist.
+  EXPECT_NE(r.out.find("memory after the first optimizer step (steady state)"), std::string::npos)
+      << r.out;
 
   std::ifstream metrics(dir.file("metrics.jsonl"));
   std::string line;
@@ -56,6 +71,14 @@ TEST(TrainGptE2E, TwoRanksTrainAndHeldOutLossDrops) {
   EXPECT_EQ(rows.back()["samples"], 25 * 8);
   EXPECT_EQ(rows.back()["rss_bytes"].size(), 2u);
   EXPECT_GT(rows.back()["peak_rss_bytes"][1].get<int64_t>(), 0);
+  // The engine's ledger per component and rank: AdamW holds two fp32 moments per parameter.
+  const auto& memory = rows.back()["memory_bytes"];
+  for (const char* key : {"parameters", "gradients", "optimizer_states", "device", "rss"}) {
+    ASSERT_EQ(memory[key].size(), 2u) << key;
+    EXPECT_GT(memory[key][1].get<int64_t>(), 0) << key;
+  }
+  EXPECT_EQ(memory["optimizer_states"][0].get<int64_t>(),
+            2 * memory["parameters"][0].get<int64_t>());
   EXPECT_GT(rows[0]["tokens_per_s"].get<double>(), 0.0);
   EXPECT_LT(rows.back()["loss"].get<double>(), rows[0]["loss"].get<double>() - 1.0);
 

@@ -170,5 +170,36 @@ TEST(EngineObservability, TimersNeverStartedAreLeftOutOfTheLine) {
   EXPECT_FALSE(engine->running_avg_samples_per_sec());
 }
 
+// A client printing its own progress turns the engine's per-interval lines off; the memory
+// report after the first optimizer step shows the optimizer states the report at
+// initialization cannot (they are created at the first update).
+TEST(EngineObservability, StepLoggingOffAndSteadyStateMemoryReport) {
+  auto model = std::make_shared<TinyNetImpl>();
+  json cfg = {{"train_micro_batch_size_per_gpu", 2},
+              {"steps_per_print", 1},
+              {"zero_optimization", {{"stage", 1}}},
+              {"optimizer", {{"type", "AdamW"}}}};
+  ::testing::internal::CaptureStdout();
+  auto [engine, optimizer, sched] = initialize(model, cfg);
+  engine->set_step_logging(false);
+  for (int s = 0; s < 4; ++s) {
+    auto [x, y] = tiny_batch(s * 2, 2);
+    engine->backward(engine->forward(x, y));
+    engine->step();
+  }
+  const std::string log = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(log.find("RunningAvgSamplesPerSec"), std::string::npos) << log;
+  EXPECT_EQ(log.find("skipped=0, lr="), std::string::npos) << log;
+  EXPECT_EQ(log.find("samples/s"), std::string::npos) << log;
+  EXPECT_NE(log.find("optimizer states 0.00 MB (created at the first optimizer step)"),
+            std::string::npos) << log;
+  const auto at = log.find("memory after the first optimizer step (steady state)");
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_EQ(log.find("memory after the first optimizer step", at + 1), std::string::npos) << log;
+  const auto m = engine->memory_stats();
+  EXPECT_EQ(m.optimizer_state_bytes, 2 * m.param_bytes);  // AdamW: two fp32 moments (fp32, 1 rank)
+  EXPECT_GT(m.optimizer_state_bytes, 0);
+}
+
 }  // namespace
 }  // namespace deepspeed
