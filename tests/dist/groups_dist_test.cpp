@@ -1,8 +1,11 @@
 // comm::Group on 4 and 8 Gloo ranks: new_group() made the same way on every rank, collectives on
 // sub-groups (sums, gathers in group order, src/dst as global ranks), non-members refused, a
-// disagreement between members caught, and a timeout report and comms log that name the group.
+// disagreement between members caught, and a timeout report that names the group. Then
+// ParallelGroups / TopologyMpu: every rank agrees on every group of a topology.
 #include "deepspeed/comm.h"
 #include "deepspeed/comms_logging.h"
+#include "deepspeed/mpu.h"
+#include "deepspeed/parallel_groups.h"
 
 #include <fstream>
 #include <numeric>
@@ -223,6 +226,83 @@ TEST(GroupsDist, CommsLoggerNamesTheGroup) {
     for (const auto& e : comm::comms_log_entries()) names.push_back(e.record_name);
     const std::string mine = rank < 2 ? "all_reduce (group low)" : "all_reduce (group high)";
     EXPECT_EQ(names, (std::vector<std::string>{mine, "all_reduce"}));
+  });
+}
+
+// Every rank builds the groups of `topo`, then all ranks all-gather (over the world) each rank's
+// view of its group on every axis: each view must be the topology's list holding that rank,
+// identical on all its members, with this rank at its coordinate. Then an all-reduce on each
+// axis group sums the members' global ranks.
+void check_parallel_groups(const ProcessTopology& topo, int rank, int world) {
+  comm::ParallelGroups groups(topo);
+  for (const auto& axis : topo.get_axis_names()) {
+    const comm::Group& g = groups.group(axis);
+    EXPECT_EQ(g.name(), axis);
+    EXPECT_EQ(g.rank(), topo.get_coord(rank, axis)) << axis;
+    EXPECT_EQ(groups.coord(axis), topo.get_coord(rank, axis)) << axis;
+
+    // Each rank's view, padded to the world size with -1.
+    auto mine = torch::full({world}, -1, torch::kLong);
+    for (int i = 0; i < g.size(); ++i) mine[i] = g.ranks()[static_cast<size_t>(i)];
+    auto all = torch::empty({world * world}, torch::kLong);
+    comm::all_gather(all, mine);
+    for (int r = 0; r < world; ++r) {
+      std::vector<int> expected;
+      for (const auto& list : topo.get_axis_comm_lists(axis)) {
+        if (std::find(list.begin(), list.end(), r) != list.end()) expected = list;
+      }
+      auto view = all.narrow(0, r * world, world);
+      for (int i = 0; i < world; ++i) {
+        const int64_t want = i < static_cast<int>(expected.size()) ? expected[static_cast<size_t>(i)] : -1;
+        EXPECT_EQ(view[i].item<int64_t>(), want) << "rank " << r << "'s " << axis << " group";
+      }
+    }
+
+    auto t = torch::full({3}, static_cast<float>(rank));
+    comm::all_reduce(t, comm::ReduceOp::kSum, false, g);
+    EXPECT_EQ(t[0].item<float>(), sum_of(g.ranks(), 0.0f)) << g.describe();
+    auto rs_out = torch::empty({2});
+    comm::reduce_scatter(rs_out, torch::ones({2 * g.size()}) * static_cast<float>(rank), comm::ReduceOp::kSum,
+                         false, g);
+    EXPECT_EQ(rs_out[1].item<float>(), sum_of(g.ranks(), 0.0f)) << g.describe();
+  }
+  // Axes the topology lacks are groups of this rank alone.
+  for (const char* axis : {"data", "model", "pipe", "expert"}) {
+    if (topo.has_axis(axis)) continue;
+    EXPECT_EQ(groups.group(axis).size(), 1) << axis;
+    EXPECT_EQ(groups.group(axis).ranks(), std::vector<int>{rank}) << axis;
+  }
+  EXPECT_THROW(groups.group("sequence"), UsageError);
+}
+
+TEST(GroupsDist, ParallelGroupsAgreeOnFourRanks_Model2Data2) {
+  run_ranks(4, [](int rank, int world) {
+    check_parallel_groups(PipeModelDataParallelTopology(1, 2, 2), rank, world);
+    check_parallel_groups(ProcessTopology({"data", "expert"}, {2, 2}), rank, world);
+  });
+}
+
+TEST(GroupsDist, ParallelGroupsAgreeOnEightRanks_Pipe2Model2Data2) {
+  run_ranks(8, [](int rank, int world) {
+    check_parallel_groups(PipeModelDataParallelTopology(2, 2, 2), rank, world);
+    check_parallel_groups(PipeDataParallelTopology(2, 4), rank, world);
+  });
+}
+
+TEST(GroupsDist, TopologyMpuAnswersMegatronsQuestions) {
+  run_ranks(8, [](int rank, int) {
+    const ProcessTopology topo = PipeModelDataParallelTopology(2, 2, 2);
+    TopologyMpu mpu(topo);
+    EXPECT_EQ(mpu.get_model_parallel_world_size(), 2);
+    EXPECT_EQ(mpu.get_data_parallel_world_size(), 2);
+    EXPECT_EQ(mpu.get_pipe_parallel_world_size(), 2);
+    EXPECT_EQ(mpu.get_model_parallel_rank(), topo.get_coord(rank, "model"));
+    EXPECT_EQ(mpu.get_data_parallel_rank(), topo.get_coord(rank, "data"));
+    EXPECT_EQ(mpu.get_pipe_parallel_rank(), topo.get_coord(rank, "pipe"));
+    EXPECT_EQ(mpu.get_data_parallel_group().ranks(), topo.get_axis_comm_lists("data")[
+        static_cast<size_t>(topo.get_coord(rank, "pipe") * 2 + topo.get_coord(rank, "model"))]);
+    EXPECT_EQ(mpu.topology().get_rank_repr(rank), "model_0" + std::to_string(rank % 2));
+    EXPECT_THROW(TopologyMpu(PipeModelDataParallelTopology(1, 2, 2)), UsageError);  // 4 != 8
   });
 }
 
