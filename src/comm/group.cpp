@@ -33,6 +33,17 @@ std::string list_str(const std::vector<int>& ranks) {
   return os.str();
 }
 
+// For messages and the per-collective record in the store: long groups are abbreviated.
+std::string short_list_str(const std::vector<int>& ranks) {
+  constexpr size_t kShown = 8;
+  if (ranks.size() <= kShown) return list_str(ranks);
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i + 1 < kShown; ++i) os << ranks[i] << ", ";
+  os << "..., " << ranks.back() << "]";
+  return os.str();
+}
+
 }  // namespace
 
 bool Group::is_member() const { return impl_ && impl_->rank >= 0; }
@@ -55,7 +66,7 @@ int Group::global_rank(int group_rank) const {
 
 std::string Group::describe() const {
   if (!impl_) return "<empty group>";
-  return impl_->name + "(" + std::to_string(size()) + ") " + list_str(impl_->ranks);
+  return impl_->name + "(" + std::to_string(size()) + ") " + short_list_str(impl_->ranks);
 }
 
 Group world() { return detail::Communicator::instance().world(); }
