@@ -35,7 +35,7 @@ using List = c10::impl::GenericList;
 // of a container is known when it is placed inside another because a placed container is
 // sealed: CPython's pickler finishes a list, dict or object before placing it, and changing
 // one afterwards (only recursive structures do) is refused, so no height can grow unseen.
-constexpr int kMaxNestingDepth = 1000;
+// The pickler refuses to write deeper values (kMaxNestingDepth is in python_value.h).
 
 bool is_container(const IValue& v) {
   return v.isList() || v.isGenericDict() || v.isTuple() || v.isCapsule();

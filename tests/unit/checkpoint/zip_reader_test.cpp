@@ -53,8 +53,14 @@ struct TestRecord {
   std::optional<std::string> local_name;  // the local header's name; `name` by default
 };
 
-// A zip archive (no zip64) whose headers say what the records ask for.
-std::string build_zip(const std::vector<TestRecord>& records) {
+void put64(std::string& s, uint64_t v) {
+  put32(s, static_cast<uint32_t>(v));
+  put32(s, static_cast<uint32_t>(v >> 32));
+}
+
+// A zip archive whose headers say what the records ask for. With `zip64`, every size and
+// offset goes through the zip64 fields, as writers do for files over 4 GiB.
+std::string build_zip(const std::vector<TestRecord>& records, bool zip64 = false) {
   std::string out, directory;
   for (const auto& r : records) {
     const std::string body = r.deflate ? raw_deflate(r.data) : r.data;
@@ -62,39 +68,66 @@ std::string build_zip(const std::vector<TestRecord>& records) {
         crc32(0, reinterpret_cast<const Bytef*>(r.data.data()), static_cast<uInt>(r.data.size())));
     const uint32_t size = r.declared_size.value_or(static_cast<uint32_t>(r.data.size()));
     auto fields = [&](std::string& s) {  // version needed .. uncompressed size
-      put16(s, 20);
+      put16(s, zip64 ? 45 : 20);
       put16(s, 0);
       put16(s, r.deflate ? 8 : 0);
       put32(s, 0);  // time, date
       put32(s, crc);
-      put32(s, static_cast<uint32_t>(body.size()));
-      put32(s, size);
+      put32(s, zip64 ? 0xffffffffu : static_cast<uint32_t>(body.size()));
+      put32(s, zip64 ? 0xffffffffu : size);
     };
-    const uint32_t offset = static_cast<uint32_t>(out.size());
+    const uint64_t offset = out.size();
+    std::string extra;  // zip64 extended information: sizes (and, centrally, the offset)
+    if (zip64) {
+      put16(extra, 1);
+      put16(extra, 16);
+      put64(extra, size);
+      put64(extra, body.size());
+    }
     const std::string local_name = r.local_name.value_or(r.name);
     put32(out, 0x04034b50);
     fields(out);
     put16(out, static_cast<uint32_t>(local_name.size()));
-    put16(out, 0);
-    out += local_name + body;
+    put16(out, static_cast<uint32_t>(extra.size()));
+    out += local_name + extra + body;
+    if (zip64) {
+      extra[2] = 24;
+      put64(extra, offset);
+    }
     put32(directory, 0x02014b50);
     put16(directory, 20);  // made by
     fields(directory);
     put16(directory, static_cast<uint32_t>(r.name.size()));
-    put32(directory, 0);  // extra, comment length
+    put16(directory, static_cast<uint32_t>(extra.size()));
+    put16(directory, 0);  // comment length
     put32(directory, 0);  // disk, internal attributes
     put32(directory, 0);  // external attributes
-    put32(directory, offset);
-    directory += r.name;
+    put32(directory, zip64 ? 0xffffffffu : static_cast<uint32_t>(offset));
+    directory += r.name + extra;
   }
-  const uint32_t directory_offset = static_cast<uint32_t>(out.size());
+  const uint64_t directory_offset = out.size();
   out += directory;
+  if (zip64) {
+    const uint64_t end64_offset = out.size();
+    put32(out, 0x06064b50);
+    put64(out, 44);  // size of the rest of this record
+    put32(out, (45 << 16) | 45);  // made by, needed
+    put64(out, 0);  // disk numbers
+    put64(out, records.size());
+    put64(out, records.size());
+    put64(out, directory.size());
+    put64(out, directory_offset);
+    put32(out, 0x07064b50);  // locator
+    put32(out, 0);
+    put64(out, end64_offset);
+    put32(out, 1);
+  }
   put32(out, 0x06054b50);
   put32(out, 0);
-  put16(out, static_cast<uint32_t>(records.size()));
-  put16(out, static_cast<uint32_t>(records.size()));
-  put32(out, static_cast<uint32_t>(directory.size()));
-  put32(out, directory_offset);
+  put16(out, zip64 ? 0xffff : static_cast<uint32_t>(records.size()));
+  put16(out, zip64 ? 0xffff : static_cast<uint32_t>(records.size()));
+  put32(out, zip64 ? 0xffffffffu : static_cast<uint32_t>(directory.size()));
+  put32(out, zip64 ? 0xffffffffu : static_cast<uint32_t>(directory_offset));
   put16(out, 0);
   return out;
 }
@@ -124,17 +157,26 @@ std::string write(const testing::TempDir& dir, const std::string& name, const st
 }
 
 TEST(ZipReader, ReadsStoredAndDeflatedRecords) {
-  // Python's zipfile (and other writers) may deflate records; torch.save stores them.
-  for (bool deflate : {false, true}) {
-    const std::string zip = build_zip({{"archive/data.pkl", kSevenPickle, deflate},
-                                       {"archive/version", "3\n", deflate}});
-    EXPECT_EQ(load_from_string(zip).toInt(), 7) << deflate;
+  // Python's zipfile (and other writers) may deflate records; torch.save stores them. Files
+  // over 4 GiB carry zip64 fields.
+  for (bool zip64 : {false, true}) {
+    for (bool deflate : {false, true}) {
+      const std::string zip = build_zip(
+          {{"archive/data.pkl", kSevenPickle, deflate}, {"archive/version", "3\n", deflate}}, zip64);
+      EXPECT_EQ(load_from_string(zip).toInt(), 7) << deflate << zip64;
+    }
   }
   const float values[4] = {1.5f, -2.f, 3.f, 4.25f};
   const std::string zip = build_zip({{"archive/data.pkl", tensor_pickle(4), true},
                                      {"archive/data/0", std::string(reinterpret_cast<const char*>(values), 16), true},
                                      {"archive/version", "3\n"}});
   EXPECT_TRUE(at::equal(load_from_string(zip).toTensor(), at::tensor({1.5f, -2.f, 3.f, 4.25f})));
+  // ".data/version" is where torch >= 2.1 writes the format version.
+  EXPECT_EQ(load_from_string(build_zip({{"archive/data.pkl", kSevenPickle},
+                                        {"archive/.data/version", "3\n"}})).toInt(), 7);
+  EXPECT_THROW_WITH(load_from_string(build_zip({{"archive/data.pkl", kSevenPickle},
+                                                {"archive/version", "99\n"}})),
+                    CheckpointError, "archive format version '99\n' is not one this LibTorch reads");
 }
 
 // Every single-bit flip anywhere in a saved checkpoint either fails with a CheckpointError or
