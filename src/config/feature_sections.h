@@ -11,6 +11,14 @@ namespace deepspeed::config_detail {
 /// Reads those sections from `top` into `c` (warnings go to c.warnings).
 void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c);
 
+/// Reads the sections of features this build does not implement (amp, compression_training,
+/// compile, tensor_parallel, ...) far enough to fill c.unimplemented_requests.
+void parse_unimplemented_sections(ConfigReader& top, DeepSpeedConfig& c);
+
+/// Throws NotSupportedError naming the first configured feature this build lacks (the part of
+/// DeepSpeedConfig::check_supported() that needs no optimizer code).
+void check_features_supported(const DeepSpeedConfig& c);
+
 /// Their resolved JSON, merged into DeepSpeedConfig::resolved().
 void resolve_feature_sections(const DeepSpeedConfig& c, json& out);
 

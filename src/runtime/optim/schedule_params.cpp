@@ -18,7 +18,12 @@ const json* ScheduleParams::raw(const std::string& key) {
   known_.push_back(key);
   auto it = params_.find(key);
   if (it == params_.end() || it->is_null()) return nullptr;
-  if (it->is_string() && it->get<std::string>() == "auto") return nullptr;
+  // "auto" is Hugging Face's placeholder (warm-up steps and lrs from its TrainingArguments);
+  // no number can be derived here, so it is refused rather than read as the default.
+  DS_CHECK(!(it->is_string() && it->get_ref<const std::string&>() == "auto"), ConfigError,
+           where(key), " is \"auto\"; \"auto\" is a placeholder that the Hugging Face "
+           "integration fills in before DeepSpeed reads the config, and this build reads the "
+           "config as written: give a number here");
   return &*it;
 }
 
