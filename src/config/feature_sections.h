@@ -1,6 +1,8 @@
 // Parsing of the feature sections that do not drive the ZeRO-0 engine yet (activation
 // checkpointing, flops profiler, aio, pipeline, data types, elasticity, progressive layer drop,
-// torch autocast): typed, with DeepSpeed's defaults, so that they are validated and refusable.
+// torch autocast) and of the sections of features this build lacks (unimplemented_sections.cpp):
+// typed, with DeepSpeed's defaults, so that they are validated and refusable; and the refusal
+// itself (supported_features.cpp).
 #pragma once
 
 #include "config/json_reader.h"
