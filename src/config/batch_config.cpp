@@ -23,6 +23,14 @@ BatchConfig resolve_batch_triad(std::optional<int64_t> tb, std::optional<int64_t
   const bool mb_given = mb.has_value(), gas_given = gas.has_value();
   DS_CHECK(w > 0, ConfigError, source, ": data-parallel world size is ", w,
            "; expected a positive number of ranks");
+  // The divisors below must be positive (DeepSpeed would stop with ZeroDivisionError); given
+  // values get the message their derived counterparts get further down.
+  for (auto [value, key] : {std::pair{tb, "train_batch_size"},
+                            std::pair{mb, "train_micro_batch_size_per_gpu"},
+                            std::pair{gas, "gradient_accumulation_steps"}}) {
+    DS_CHECK(!value || *value > 0, ConfigError, source, ": ", key, " is ", *value,
+             "; it has to be greater than 0");
+  }
   // Matches DeepSpeed: floor divisions, so a bad combination shows up in the checks below.
   if (tb && mb && gas) {
     // nothing to infer

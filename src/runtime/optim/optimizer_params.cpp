@@ -8,6 +8,7 @@
 #include <cctype>
 #include <vector>
 
+#include "config/json_reader.h"
 #include "util/check.h"
 
 namespace deepspeed::optim {
@@ -142,18 +143,14 @@ bool available(Avail avail, std::optional<bool> offload) {
   return true;
 }
 
-bool is_auto(const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "auto"; }
-
 // null leaves the default (Python's None for a keyword argument with a default).
 bool is_unset(const json& v) { return v.is_null(); }
 
 // "auto" is Hugging Face's placeholder for a value its integration fills in; no number can be
 // derived here, so it is refused by key rather than silently trained with the default.
 void refuse_auto(const json& v, const std::string& where, const char* expected) {
-  DS_CHECK(!is_auto(v), ConfigError, where,
-           " is \"auto\"; \"auto\" is a placeholder that the Hugging Face integration fills in "
-           "before DeepSpeed reads the config, and this build reads the config as written: give ",
-           expected, " here");
+  DS_CHECK(!config_detail::is_auto(v), ConfigError, where, " ",
+           config_detail::auto_placeholder_message(expected));
 }
 
 double number(const json& v, const std::string& where) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "config/json_reader.h"
 #include "util/check.h"
 #include "util/logging.h"
 
@@ -20,10 +21,8 @@ const json* ScheduleParams::raw(const std::string& key) {
   if (it == params_.end() || it->is_null()) return nullptr;
   // "auto" is Hugging Face's placeholder (warm-up steps and lrs from its TrainingArguments);
   // no number can be derived here, so it is refused rather than read as the default.
-  DS_CHECK(!(it->is_string() && it->get_ref<const std::string&>() == "auto"), ConfigError,
-           where(key), " is \"auto\"; \"auto\" is a placeholder that the Hugging Face "
-           "integration fills in before DeepSpeed reads the config, and this build reads the "
-           "config as written: give a number here");
+  DS_CHECK(!config_detail::is_auto(*it), ConfigError, where(key), " ",
+           config_detail::auto_placeholder_message("a number"));
   return &*it;
 }
 

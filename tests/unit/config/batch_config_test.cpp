@@ -57,6 +57,16 @@ TEST(BatchTriad, DerivedZeroIsRejected) {
                     "train_micro_batch_size_per_gpu is 0; it has to be greater than 0");
 }
 
+TEST(BatchTriad, GivenZeroDivisorIsAnErrorNotACrash) {
+  // These divided by zero (SIGFPE; found by the config fuzzer).
+  EXPECT_THROW_WITH(resolve_batch_triad(16, nullopt, 0, 1, "cfg"), ConfigError,
+                    "cfg: gradient_accumulation_steps is 0; it has to be greater than 0");
+  EXPECT_THROW_WITH(resolve_batch_triad(16, 0, nullopt, 2, "cfg"), ConfigError,
+                    "cfg: train_micro_batch_size_per_gpu is 0; it has to be greater than 0");
+  EXPECT_THROW_WITH(resolve_batch_triad(16, -2, nullopt, 2, "cfg"), ConfigError,
+                    "train_micro_batch_size_per_gpu is -2");
+}
+
 TEST(BatchTriad, NeedsBatchOrMicroBatch) {
   EXPECT_THROW_WITH(resolve_batch_triad(nullopt, nullopt, 4, 1, "cfg"), ConfigError,
                     "either train_batch_size or train_micro_batch_size_per_gpu");
