@@ -22,3 +22,17 @@ function(ds_add_test)
   set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
     ENVIRONMENT "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
 endfunction()
+
+# ds_add_test_variant(BASE name SUFFIX s ENVIRONMENT "K=V;...")
+# The test `name` once more as `name_s` with extra environment: the suite runs on AVX2-only AMD
+# machines and on AVX-512/AMX Intel ones, and LibTorch, OpenBLAS and CPU-Adam take other kernels
+# on each; a variant runs here the kernels this machine would not pick by itself.
+function(ds_add_test_variant)
+  cmake_parse_arguments(V "" "BASE;SUFFIX;ENVIRONMENT" "" ${ARGN})
+  get_test_property(${V_BASE} LABELS labels)
+  get_test_property(${V_BASE} TIMEOUT timeout)
+  get_test_property(${V_BASE} ENVIRONMENT env)
+  add_test(NAME ${V_BASE}_${V_SUFFIX} COMMAND ${V_BASE})
+  set_tests_properties(${V_BASE}_${V_SUFFIX} PROPERTIES LABELS "${labels}" TIMEOUT ${timeout}
+    ENVIRONMENT "${env};${V_ENVIRONMENT}")
+endfunction()

@@ -3,7 +3,12 @@
 // MASTER_PORT, rendezvous through a c10d TCPStore, and builds Gloo (CPU tensors) and, in CUDA
 // builds, NCCL (CUDA tensors) process groups. Each collective gets a per-rank sequence number;
 // on a failure or timeout the job fails with a cross-rank report (which ranks never issued
-// collective #k, its name, size and phase) instead of hanging or dying mute.
+// collective #k, its name, group, size and phase) instead of hanging or dying mute.
+//
+// Every collective runs over a Group: world() by default, or a sub-group made by new_group()
+// (comm::ParallelGroups makes the data / model / pipe groups of a ProcessTopology). As in
+// torch.distributed, `src` / `dst` of broadcast and reduce are GLOBAL ranks, and all_gather /
+// reduce_scatter order their slices by group rank (the order of the ranks given to new_group).
 #pragma once
 
 #include <chrono>
@@ -42,6 +47,8 @@ bool is_initialized();
 /// Tears down the process groups and the store (after a barrier when `sync` is true).
 void destroy_process_group(bool sync = true);
 
+/// This process's rank in, and the size of, the world. Code that works on data-parallel
+/// replicas (ZeRO, the engine) asks its Group instead.
 int get_rank();
 int get_world_size();
 int get_local_rank();
@@ -63,6 +70,56 @@ class PhaseScope {
   Phase previous_;
 };
 
+/// A set of ranks that run collectives together: a shared handle to the process groups
+/// (Gloo for CPU tensors, NCCL for CUDA tensors in CUDA builds), the members' global ranks in
+/// group order, and a name used in messages, timeout reports and the comms logger
+/// ("data(2) [1, 3]"). Copies share the process groups. A rank that is not a member holds a
+/// non-member Group (is_member() false, rank() -1): it knows the members, but a collective on
+/// it throws UsageError. A default-constructed Group is empty (valid() false).
+class Group {
+ public:
+  struct Impl;
+  Group() = default;
+  explicit Group(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+  bool valid() const { return impl_ != nullptr; }
+  bool is_member() const;
+  /// This rank's position in the group (torch's get_rank(group)); -1 when not a member.
+  int rank() const;
+  /// The number of members (0 for an empty group).
+  int size() const;
+  /// The members' global ranks, in group order.
+  const std::vector<int>& ranks() const;
+  const std::string& name() const;
+  /// The group rank of global rank `global_rank`, or -1 when it is not a member.
+  int group_rank(int global_rank) const;
+  /// The global rank at group position `group_rank`.
+  int global_rank(int group_rank) const;
+  /// "data(2) [1, 3]": name, size and members, for messages.
+  std::string describe() const;
+
+  Impl* impl() const { return impl_.get(); }
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+/// The group of every rank (named "world"). Empty before init_distributed().
+Group world();
+
+/// Creates a group of `ranks` (global ranks, distinct, in the order that becomes group order).
+/// Collective over the WORLD: every rank must call new_group with the same arguments in the
+/// same order (as torch.distributed.new_group), members and non-members alike; the i-th call
+/// gets its own key space in the store, so groups never share keys. A member blocks until every
+/// member created its side of the group. A non-member gets a non-member Group. Members check
+/// that they agree on the ranks and name, and throw CommError naming both views when not.
+/// Throws UsageError for an empty list, a rank outside the world or a rank listed twice.
+Group new_group(std::vector<int> ranks, const std::string& name);
+
+/// A group of this rank alone (size 1, no process group, no communication): what a
+/// parallelism axis of size 1 uses. Local: no other rank needs to call it.
+Group self_group(const std::string& name);
+
 /// An issued collective. wait() blocks until it is complete; the tensors passed to the call
 /// must stay alive and untouched until then. wait() throws CommError with the cross-rank report
 /// when the collective failed or timed out.
@@ -81,22 +138,30 @@ class Handle {
 };
 
 /// All collectives take flat contiguous tensors. `async_op` false waits before returning.
-Handle all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum, bool async_op = false);
-/// `output` has world_size * input.numel() elements; rank r's input lands at r * input.numel().
-Handle all_gather(at::Tensor& output, const at::Tensor& input, bool async_op = false);
+/// `group` (last, so that calls on the world read as before) is world() unless given; every
+/// member of the group must make the call, and only members may (UsageError otherwise).
+/// "size" below is group.size(), "rank r" the group rank.
+Handle all_reduce(at::Tensor& tensor, ReduceOp op = ReduceOp::kSum, bool async_op = false,
+                  const Group& group = world());
+/// `output` has size * input.numel() elements; rank r's input lands at r * input.numel().
+Handle all_gather(at::Tensor& output, const at::Tensor& input, bool async_op = false,
+                  const Group& group = world());
 /// One output per rank (each contiguous, input.numel() elements); `input` may be one of them.
 Handle all_gather(std::vector<at::Tensor>& outputs, const at::Tensor& input,
-                  bool async_op = false);
-/// `input` has world_size * output.numel() elements; rank r receives the reduction of slice r.
+                  bool async_op = false, const Group& group = world());
+/// `input` has size * output.numel() elements; rank r receives the reduction of slice r.
 Handle reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op = ReduceOp::kSum,
-                      bool async_op = false);
-/// Reduces every rank's `tensor` into rank `dst`'s (other ranks' contents are unspecified
-/// afterwards, as in torch.distributed.reduce).
-Handle reduce(at::Tensor& tensor, int dst, ReduceOp op = ReduceOp::kSum, bool async_op = false);
-Handle broadcast(at::Tensor& tensor, int src, bool async_op = false);
-void barrier();
+                      bool async_op = false, const Group& group = world());
+/// Reduces every member's `tensor` into global rank `dst`'s (other ranks' contents are
+/// unspecified afterwards, as in torch.distributed.reduce). `dst` must be a member.
+Handle reduce(at::Tensor& tensor, int dst, ReduceOp op = ReduceOp::kSum, bool async_op = false,
+              const Group& group = world());
+/// Copies global rank `src`'s `tensor` to every member. `src` must be a member.
+Handle broadcast(at::Tensor& tensor, int src, bool async_op = false,
+                 const Group& group = world());
+void barrier(const Group& group = world());
 
-/// Number of collectives this rank has issued.
+/// Number of collectives this rank has issued, over all groups.
 int64_t sequence_number();
 
 }  // namespace deepspeed::comm

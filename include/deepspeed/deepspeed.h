@@ -16,6 +16,7 @@
 #include "deepspeed/engine.h"
 #include "deepspeed/errors.h"
 #include "deepspeed/lr_schedules.h"
+#include "deepspeed/mpu.h"
 #include "deepspeed/param_group.h"
 #include "deepspeed/version.h"
 
@@ -31,46 +32,55 @@ struct Initialized {
 };
 
 /// Parses `config` (a ds_config.json path, JSON text, or base64 JSON) for the data-parallel
-/// world size of the current job. Initializes deepspeed::comm from the environment if needed.
-DeepSpeedConfig load_config(const std::string& config);
-DeepSpeedConfig load_config(const json& config);
+/// size of the current job: the world size, or the mpu's data-parallel world size (DeepSpeed's
+/// train_batch_size = micro * accumulation * data-parallel size). Initializes deepspeed::comm
+/// from the environment if needed.
+DeepSpeedConfig load_config(const std::string& config, const Mpu* mpu = nullptr);
+DeepSpeedConfig load_config(const json& config, const Mpu* mpu = nullptr);
 
 /// Builds the engine: initializes distributed from the environment (RANK, WORLD_SIZE, ...),
-/// parses and checks the config, seeds torch when `seed` is set, broadcasts rank 0's
-/// parameters, and builds the optimizer and LR scheduler from the config unless given.
+/// parses and checks the config, seeds torch when `seed` is set, broadcasts the parameters of
+/// each data-parallel group's first rank, and builds the optimizer and LR scheduler from the
+/// config unless given. `mpu` (DeepSpeed's mpu, as Megatron passes it): the data- and
+/// model-parallel groups; without one the job is data-parallel over the world.
 /// Throws ConfigError / NotSupportedError naming the key.
 template <typename Module>
 Initialized<Module> initialize(std::shared_ptr<Module> model, const DeepSpeedConfig& config,
                                std::unique_ptr<torch::optim::Optimizer> optimizer = nullptr,
-                               LRSchedulerFactory lr_scheduler = nullptr) {
+                               LRSchedulerFactory lr_scheduler = nullptr,
+                               std::shared_ptr<Mpu> mpu = nullptr) {
   if (!model) throw UsageError("deepspeed::initialize requires a model");
-  auto engine = std::make_shared<ModuleEngine<Module>>(model, config, std::move(optimizer),
-                                                       std::move(lr_scheduler));
+  auto engine = std::make_shared<ModuleEngine<Module>>(
+      model, config, std::move(optimizer), std::move(lr_scheduler), std::vector<ParamGroup>{},
+      std::move(mpu));
   return {engine, engine->optimizer(), engine->lr_scheduler()};
 }
 
 template <typename Module>
 Initialized<Module> initialize(std::shared_ptr<Module> model, const std::string& config,
                                std::unique_ptr<torch::optim::Optimizer> optimizer = nullptr,
-                               LRSchedulerFactory lr_scheduler = nullptr) {
-  return initialize(std::move(model), load_config(config), std::move(optimizer),
-                    std::move(lr_scheduler));
+                               LRSchedulerFactory lr_scheduler = nullptr,
+                               std::shared_ptr<Mpu> mpu = nullptr) {
+  return initialize(std::move(model), load_config(config, mpu.get()), std::move(optimizer),
+                    std::move(lr_scheduler), mpu);
 }
 
 template <typename Module>
 Initialized<Module> initialize(std::shared_ptr<Module> model, const json& config,
                                std::unique_ptr<torch::optim::Optimizer> optimizer = nullptr,
-                               LRSchedulerFactory lr_scheduler = nullptr) {
-  return initialize(std::move(model), load_config(config), std::move(optimizer),
-                    std::move(lr_scheduler));
+                               LRSchedulerFactory lr_scheduler = nullptr,
+                               std::shared_ptr<Mpu> mpu = nullptr) {
+  return initialize(std::move(model), load_config(config, mpu.get()), std::move(optimizer),
+                    std::move(lr_scheduler), mpu);
 }
 
 template <typename Module>
 Initialized<Module> initialize(std::shared_ptr<Module> model, const char* config,
                                std::unique_ptr<torch::optim::Optimizer> optimizer = nullptr,
-                               LRSchedulerFactory lr_scheduler = nullptr) {
+                               LRSchedulerFactory lr_scheduler = nullptr,
+                               std::shared_ptr<Mpu> mpu = nullptr) {
   return initialize(std::move(model), std::string(config), std::move(optimizer),
-                    std::move(lr_scheduler));
+                    std::move(lr_scheduler), std::move(mpu));
 }
 
 /// DeepSpeed's `model_parameters` as param groups: the config's optimizer is built over these
@@ -80,18 +90,20 @@ Initialized<Module> initialize(std::shared_ptr<Module> model, const char* config
 template <typename Module, typename Config>
 Initialized<Module> initialize(std::shared_ptr<Module> model, const Config& config,
                                std::vector<ParamGroup> model_parameters,
-                               LRSchedulerFactory lr_scheduler = nullptr) {
+                               LRSchedulerFactory lr_scheduler = nullptr,
+                               std::shared_ptr<Mpu> mpu = nullptr) {
   if (!model) throw UsageError("deepspeed::initialize requires a model");
   DeepSpeedConfig resolved;
   if constexpr (std::is_same_v<Config, DeepSpeedConfig>) {
     resolved = config;
   } else if constexpr (std::is_same_v<Config, json>) {
-    resolved = load_config(config);
+    resolved = load_config(config, mpu.get());
   } else {
-    resolved = load_config(std::string(config));
+    resolved = load_config(std::string(config), mpu.get());
   }
   auto engine = std::make_shared<ModuleEngine<Module>>(
-      model, std::move(resolved), nullptr, std::move(lr_scheduler), std::move(model_parameters));
+      model, std::move(resolved), nullptr, std::move(lr_scheduler), std::move(model_parameters),
+      std::move(mpu));
   return {engine, engine->optimizer(), engine->lr_scheduler()};
 }
 

@@ -24,6 +24,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
 #include "deepspeed/lr_schedules.h"
+#include "deepspeed/mpu.h"
 #include "deepspeed/param_group.h"
 
 namespace deepspeed {
@@ -96,11 +97,13 @@ class Engine {
   /// Prefer deepspeed::initialize(). `optimizer` overrides the config's `optimizer` section,
   /// `lr_scheduler` its `scheduler` section (as in DeepSpeed).
   /// `model_parameters`: param groups for the config's optimizer (default: one group of every
-  /// trainable parameter).
+  /// trainable parameter). `mpu`: the data- and model-parallel groups (DeepSpeed's mpu);
+  /// without one the job is data-parallel over the world. The config's batch triad must have
+  /// been resolved for the data-parallel size.
   Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config,
          std::unique_ptr<torch::optim::Optimizer> optimizer = nullptr,
          LRSchedulerFactory lr_scheduler = nullptr,
-         std::vector<ParamGroup> model_parameters = {});
+         std::vector<ParamGroup> model_parameters = {}, std::shared_ptr<Mpu> mpu = nullptr);
   virtual ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -158,6 +161,14 @@ class Engine {
   int local_rank() const { return comm::get_local_rank(); }
   int world_size() const { return comm::get_world_size(); }
   int64_t dp_world_size() const { return config_.batch.dp_world_size; }
+  /// The group gradients are averaged over and ZeRO partitions across (the world without an
+  /// mpu), and the model-parallel group (this rank alone without an mpu).
+  const comm::Group& data_parallel_group() const { return dp_group_; }
+  const comm::Group& model_parallel_group() const { return mp_group_; }
+  int dp_rank() const { return dp_group_.rank(); }
+  int mp_rank() const { return mp_rank_; }
+  /// The mpu given to initialize(), or nullptr.
+  const std::shared_ptr<Mpu>& mpu() const { return mpu_; }
   int64_t train_batch_size() const { return config_.batch.train_batch_size; }
   int64_t train_micro_batch_size_per_gpu() const {
     return config_.batch.train_micro_batch_size_per_gpu;
@@ -226,7 +237,10 @@ class Engine {
   void forward_end();
 
  private:
+  void set_parallel_groups();
   void broadcast_parameters();
+  /// The squared gradient norm over the model-parallel group from the data-parallel one.
+  double model_parallel_norm_squared(double dp_norm_squared) const;
   void build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
                        std::vector<ParamGroup> model_parameters);
   void check_zero_optimizer();
@@ -269,6 +283,10 @@ class Engine {
 
   std::shared_ptr<torch::nn::Module> module_;
   DeepSpeedConfig config_;
+  std::shared_ptr<Mpu> mpu_;
+  comm::Group dp_group_;
+  comm::Group mp_group_;
+  int mp_rank_ = 0;
   std::vector<at::Tensor> trainable_params_;  // each tensor once, in named_parameters order
   std::vector<std::string> trainable_names_;
   std::vector<std::pair<std::string, std::string>> shared_params_;
@@ -305,9 +323,9 @@ class ModuleEngine : public Engine {
  public:
   ModuleEngine(std::shared_ptr<Module> module, DeepSpeedConfig config,
                std::unique_ptr<torch::optim::Optimizer> optimizer, LRSchedulerFactory lr_scheduler,
-               std::vector<ParamGroup> model_parameters = {})
+               std::vector<ParamGroup> model_parameters = {}, std::shared_ptr<Mpu> mpu = nullptr)
       : Engine(module, std::move(config), std::move(optimizer), std::move(lr_scheduler),
-               std::move(model_parameters)),
+               std::move(model_parameters), std::move(mpu)),
         typed_module_(std::move(module)) {}
 
   /// With fp16.auto_cast, floating-point tensor arguments are cast to the model's dtype.

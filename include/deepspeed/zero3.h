@@ -43,7 +43,12 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include "deepspeed/comm.h"
 #include "deepspeed/config.h"
+
+namespace deepspeed {
+class Mpu;
+}
 
 namespace deepspeed::zero {
 
@@ -159,16 +164,17 @@ class GatheredParameters {
 
 /// Partitioned construction (DeepSpeed's deepspeed.zero.Init). While an Init is alive (one per
 /// thread at a time), every zero::Unit partitions its parameters right after its constructor:
-/// each parameter is cast to the training dtype (fp16/bf16 from `config`), broadcast from rank 0
-/// (so every rank starts from rank 0's initialisation, as in DeepSpeed), and all but this
-/// rank's shard of ceil(numel / W) elements is freed. Parameters of at most
+/// each parameter is cast to the training dtype (fp16/bf16 from `config`), broadcast from the
+/// data-parallel group's first rank (so every replica starts from one initialisation, as in
+/// DeepSpeed), and all but this rank's shard of ceil(numel / W) elements is freed, W being the
+/// data-parallel size (the world without `mpu`; give the engine the same mpu). Parameters of at most
 /// stage3_param_persistence_threshold elements stay whole. Modules that are not zero::Unit
 /// (e.g. Sequential children) are partitioned by calling partition() on them once built.
 /// The engine then adopts the shards: deepspeed::initialize must get the same config (stage 3,
 /// same world size). Throws ConfigError unless zero_optimization.stage is 3.
 class Init {
  public:
-  explicit Init(const DeepSpeedConfig& config);
+  explicit Init(const DeepSpeedConfig& config, std::shared_ptr<Mpu> mpu = nullptr);
   ~Init();
   Init(const Init&) = delete;
   Init& operator=(const Init&) = delete;
@@ -189,6 +195,7 @@ class Init {
  private:
   at::ScalarType dtype_;
   int64_t persistence_threshold_;
+  comm::Group dp_group_;
   int64_t partitioned_numel_ = 0;
   int64_t shard_numel_ = 0;
   Init* previous_ = nullptr;

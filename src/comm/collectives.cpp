@@ -1,4 +1,4 @@
-// The public collectives of deepspeed::comm: each is numbered, recorded, issued on the Gloo
+// The public collectives of deepspeed::comm: each is numbered, recorded, issued on its group's
 // process group, and wrapped in a Handle whose wait() turns a failure into the cross-rank report.
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -14,6 +14,7 @@ namespace deepspeed::comm {
 
 struct Handle::State {
   c10::intrusive_ptr<c10d::Work> work;
+  Group group;  // for the report when wait() fails
   detail::CollectiveRecord record;
   std::function<void()> on_complete;  // e.g. copy a slice out after an emulated reduce_scatter
   bool done = false;
@@ -53,22 +54,41 @@ Handle finish(std::shared_ptr<Handle::State> state, bool async_op) {
   return h;
 }
 
+// Checks, before any size arithmetic, that `group` can run `name` on this rank.
+Communicator& usable(const char* name, const Group& group) {
+  auto& c = Communicator::instance();
+  DS_CHECK(c.initialized(), CommError, name,
+           ": deepspeed::comm is not initialized; call init_distributed() first");
+  c.check_usable(group, name);
+  return c;
+}
+
+// "[rank R/W] all_gather on group data(2) [0, 2]: " (the group only when not the world).
+std::string where(const Communicator& c, const char* name, const Group& group) {
+  std::string out = detail::detail_str(c.rank(), c.world_size()) + name;
+  if (group.impl()->id != 0) out += " on group " + group.describe();
+  return out + ": ";
+}
+
 // Runs `issue` (which returns the c10d work) and records it; a synchronous throw from c10d
 // (bad sizes, closed connection) also gets the report.
 template <typename Issue>
-std::shared_ptr<Handle::State> start(const char* name, const at::Tensor& t, Issue issue) {
+std::shared_ptr<Handle::State> start(const char* name, const at::Tensor& t, const Group& group,
+                                     Issue issue) {
   auto& c = Communicator::instance();
   auto state = std::make_shared<Handle::State>();
-  state->record = c.begin(name, t);
-  detail::comms_log_issue(state->record.seq, name, t, c.world_size());
-  if (c.world_size() == 1) {
+  state->record = c.begin(name, t, group);
+  state->group = group;
+  detail::comms_log_issue(state->record.rank_seq, name, t, group.size(),
+                          group.impl()->id == 0 ? std::string() : group.name());
+  if (group.size() == 1) {
     state->done = false;  // on_complete still runs in wait()
     return state;
   }
   try {
     state->work = issue();
   } catch (const std::exception& e) {
-    throw CommError(c.failure_report(state->record, error_text(e)));
+    throw CommError(c.failure_report(state->record, group, error_text(e)));
   }
   return state;
 }
@@ -96,15 +116,15 @@ void Handle::wait() {
       state_->work->wait(c.timeout());
     } catch (const std::exception& e) {
       state_->done = true;
-      throw CommError(c.failure_report(state_->record, error_text(e)));
+      throw CommError(c.failure_report(state_->record, state_->group, error_text(e)));
     }
   }
   if (state_->on_complete) state_->on_complete();
-  detail::comms_log_complete(state_->record.seq);
+  detail::comms_log_complete(state_->record.rank_seq);
   state_->done = true;
 }
 
-int64_t Handle::seq() const { return state_ ? state_->record.seq : 0; }
+int64_t Handle::seq() const { return state_ ? state_->record.rank_seq : 0; }
 
 void init_distributed(const InitOptions& options) { Communicator::instance().init(options); }
 bool is_initialized() { return Communicator::instance().initialized(); }
@@ -125,12 +145,24 @@ Phase current_phase() { return Communicator::instance().phase; }
 
 namespace {
 
-c10::intrusive_ptr<c10d::Work> issue_allreduce(Communicator& c, at::Tensor tensor, ReduceOp op) {
+c10::intrusive_ptr<c10d::Work> issue_allreduce(Communicator& c, at::Tensor tensor, ReduceOp op,
+                                               const Group& group) {
   std::vector<at::Tensor> ts{std::move(tensor)};
   c10d::AllreduceOptions o;
   o.reduceOp = to_c10d(op);
   o.timeout = c.timeout();
-  return c.backend_for(ts[0]).allreduce(ts, o);
+  return c.backend_for(group, ts[0]).allreduce(ts, o);
+}
+
+// The group rank of global rank `root` (broadcast's src, reduce's dst), which must be a member.
+int root_in_group(const Communicator& c, const char* name, const char* role, int root,
+                  const Group& group) {
+  DS_CHECK(root >= 0 && root < c.world_size(), CommError, where(c, name, group), role, " rank ",
+           root, " is outside [0, ", c.world_size(), ")");
+  const int g = group.group_rank(root);
+  DS_CHECK(g >= 0, UsageError, where(c, name, group), role, " rank ", root,
+           " is not a member of the group (", role, " is a global rank, as in torch.distributed)");
+  return g;
 }
 
 // Gloo in LibTorch 1.13 has no bfloat16 (nor int16): moves (broadcast, gather) send the bits
@@ -146,13 +178,14 @@ at::Tensor as_gloo_bits(const at::Tensor& t) {
 
 }  // namespace
 
-Handle all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
+Handle all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op, const Group& group) {
+  auto& c = usable("all_reduce", group);
   check_flat(tensor, "all_reduce", "tensor");
-  auto& c = Communicator::instance();
   at::Tensor target = tensor;
   at::Tensor wire = gloo_lacks_dtype(tensor) ? tensor.to(at::kFloat) : tensor;
-  auto state = start("all_reduce", tensor, [&] { return issue_allreduce(c, wire, op); });
-  const int w = c.world_size();
+  auto state =
+      start("all_reduce", tensor, group, [&] { return issue_allreduce(c, wire, op, group); });
+  const int w = group.size();
   const bool avg = op == ReduceOp::kAvg && w > 1;
   if (avg || !wire.is_same(target)) {
     state->on_complete = [target, wire, w, avg]() mutable {
@@ -163,70 +196,72 @@ Handle all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
   return finish(std::move(state), async_op);
 }
 
-Handle all_gather(at::Tensor& output, const at::Tensor& input, bool async_op) {
+Handle all_gather(at::Tensor& output, const at::Tensor& input, bool async_op,
+                  const Group& group) {
+  auto& c = usable("all_gather", group);
   check_flat(output, "all_gather", "output");
   check_flat(input, "all_gather", "input");
-  auto& c = Communicator::instance();
   const int64_t n = input.numel();
-  DS_CHECK(output.numel() == n * c.world_size(), CommError, detail::detail_str(c.rank(), c.world_size()),
-           "all_gather: output has ", output.numel(), " elements; expected world_size (",
-           c.world_size(), ") * input (", n, ")");
-  if (c.world_size() == 1) {
+  const int w = group.size();
+  DS_CHECK(output.numel() == n * w, CommError, where(c, "all_gather", group), "output has ",
+           output.numel(), " elements; expected group size (", w, ") * input (", n, ")");
+  if (w == 1) {
     output.copy_(input.view(output.sizes()));
   }
-  auto state = start("all_gather", input, [&] {
+  auto state = start("all_gather", input, group, [&] {
     std::vector<std::vector<at::Tensor>> outs(1);
     at::Tensor flat = output.view({-1});
-    for (int r = 0; r < c.world_size(); ++r) {
+    for (int r = 0; r < w; ++r) {
       outs[0].push_back(as_gloo_bits(flat.narrow(0, r * n, n)));
     }
     std::vector<at::Tensor> ins{as_gloo_bits(input.view({-1}))};
-    return c.backend_for(ins[0]).allgather(outs, ins);
+    return c.backend_for(group, ins[0]).allgather(outs, ins);
   });
   return finish(std::move(state), async_op);
 }
 
-Handle all_gather(std::vector<at::Tensor>& outputs, const at::Tensor& input, bool async_op) {
+Handle all_gather(std::vector<at::Tensor>& outputs, const at::Tensor& input, bool async_op,
+                  const Group& group) {
+  auto& c = usable("all_gather", group);
   check_flat(input, "all_gather", "input");
-  auto& c = Communicator::instance();
-  DS_CHECK(static_cast<int>(outputs.size()) == c.world_size(), CommError,
-           detail::detail_str(c.rank(), c.world_size()), "all_gather: ", outputs.size(),
-           " outputs for world_size ", c.world_size());
+  DS_CHECK(static_cast<int>(outputs.size()) == group.size(), CommError,
+           where(c, "all_gather", group), outputs.size(), " outputs for group size ",
+           group.size());
   for (auto& o : outputs) {
     check_flat(o, "all_gather", "output");
-    DS_CHECK(o.numel() == input.numel(), CommError, detail::detail_str(c.rank(), c.world_size()),
-             "all_gather: an output has ", o.numel(), " elements; the input has ", input.numel());
+    DS_CHECK(o.numel() == input.numel(), CommError, where(c, "all_gather", group),
+             "an output has ", o.numel(), " elements; the input has ", input.numel());
   }
-  if (c.world_size() == 1 && !outputs[0].is_same(input)) outputs[0].copy_(input);
-  auto state = start("all_gather", input, [&] {
+  if (group.size() == 1 && !outputs[0].is_same(input)) outputs[0].copy_(input);
+  auto state = start("all_gather", input, group, [&] {
     // Gloo gathers into its own flat buffer, then copies out: `input` may alias an output.
     std::vector<std::vector<at::Tensor>> outs(1);
     for (const auto& o : outputs) outs[0].push_back(as_gloo_bits(o));
     std::vector<at::Tensor> ins{as_gloo_bits(input.view({-1}))};
-    return c.backend_for(ins[0]).allgather(outs, ins);
+    return c.backend_for(group, ins[0]).allgather(outs, ins);
   });
   return finish(std::move(state), async_op);
 }
 
-Handle reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op, bool async_op) {
+Handle reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op, bool async_op,
+                      const Group& group) {
+  auto& c = usable("reduce_scatter", group);
   check_flat(output, "reduce_scatter", "output");
   check_flat(input, "reduce_scatter", "input");
-  auto& c = Communicator::instance();
   const int64_t n = output.numel();
-  DS_CHECK(input.numel() == n * c.world_size(), CommError,
-           detail::detail_str(c.rank(), c.world_size()), "reduce_scatter: input has ",
-           input.numel(), " elements; expected world_size (", c.world_size(), ") * output (", n,
-           ")");
+  const int w = group.size();
+  DS_CHECK(input.numel() == n * w, CommError, where(c, "reduce_scatter", group), "input has ",
+           input.numel(), " elements; expected group size (", w, ") * output (", n, ")");
   // Gloo in LibTorch 1.13 has no reduce_scatter: all-reduce a copy and keep this rank's slice.
   // Same result at twice the traffic. TODO(comm): NCCL's native reduce-scatter for CUDA tensors.
   // bf16 (which 1.13's Gloo lacks) reduces in an fp32 copy, as all_reduce does.
   at::Tensor work_buf = gloo_lacks_dtype(input) ? input.to(at::kFloat)
-                        : c.world_size() == 1   ? input
+                        : w == 1                ? input
                                                 : input.clone();
-  auto state = start("reduce_scatter", input, [&] { return issue_allreduce(c, work_buf, op); });
+  auto state = start("reduce_scatter", input, group,
+                     [&] { return issue_allreduce(c, work_buf, op, group); });
   at::Tensor out = output;
-  int w = c.world_size();
-  int64_t offset = static_cast<int64_t>(c.rank()) * n;
+  int64_t offset = static_cast<int64_t>(group.rank()) * n;
   state->on_complete = [out, work_buf, n, offset, w, op]() mutable {
     out.view({-1}).copy_(work_buf.view({-1}).narrow(0, offset, n));
     if (op == ReduceOp::kAvg && w > 1) out.div_(w);
@@ -234,23 +269,22 @@ Handle reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op, 
   return finish(std::move(state), async_op);
 }
 
-Handle reduce(at::Tensor& tensor, int dst, ReduceOp op, bool async_op) {
+Handle reduce(at::Tensor& tensor, int dst, ReduceOp op, bool async_op, const Group& group) {
+  auto& c = usable("reduce", group);
   check_flat(tensor, "reduce", "tensor");
-  auto& c = Communicator::instance();
-  DS_CHECK(dst >= 0 && dst < c.world_size(), CommError, "reduce: dst rank ", dst,
-           " is outside [0, ", c.world_size(), ")");
+  const int root = root_in_group(c, "reduce", "dst", dst, group);
   at::Tensor target = tensor;
   at::Tensor wire = gloo_lacks_dtype(tensor) ? tensor.to(at::kFloat) : tensor;
-  auto state = start("reduce", tensor, [&] {
+  auto state = start("reduce", tensor, group, [&] {
     std::vector<at::Tensor> ts{wire};
     c10d::ReduceOptions o;
     o.reduceOp = to_c10d(op);
-    o.rootRank = dst;
+    o.rootRank = root;
     o.timeout = c.timeout();
-    return c.backend_for(ts[0]).reduce(ts, o);
+    return c.backend_for(group, ts[0]).reduce(ts, o);
   });
-  const int w = c.world_size();
-  const bool avg = op == ReduceOp::kAvg && w > 1 && c.rank() == dst;
+  const int w = group.size();
+  const bool avg = op == ReduceOp::kAvg && w > 1 && group.rank() == root;
   if (avg || !wire.is_same(target)) {
     state->on_complete = [target, wire, w, avg]() mutable {
       if (avg) wire.div_(w);
@@ -260,30 +294,33 @@ Handle reduce(at::Tensor& tensor, int dst, ReduceOp op, bool async_op) {
   return finish(std::move(state), async_op);
 }
 
-Handle broadcast(at::Tensor& tensor, int src, bool async_op) {
+Handle broadcast(at::Tensor& tensor, int src, bool async_op, const Group& group) {
+  auto& c = usable("broadcast", group);
   check_flat(tensor, "broadcast", "tensor");
-  auto& c = Communicator::instance();
-  DS_CHECK(src >= 0 && src < c.world_size(), CommError, "broadcast: src rank ", src,
-           " is outside [0, ", c.world_size(), ")");
-  auto state = start("broadcast", tensor, [&] {
+  const int root = root_in_group(c, "broadcast", "src", src, group);
+  auto state = start("broadcast", tensor, group, [&] {
     std::vector<at::Tensor> ts{as_gloo_bits(tensor)};
     c10d::BroadcastOptions o;
-    o.rootRank = src;
+    o.rootRank = root;
     o.timeout = c.timeout();
-    return c.backend_for(ts[0]).broadcast(ts, o);
+    return c.backend_for(group, ts[0]).broadcast(ts, o);
   });
   return finish(std::move(state), async_op);
 }
 
-void barrier() { Communicator::instance().barrier(); }
+void barrier(const Group& group) {
+  usable("barrier", group);
+  Communicator::instance().barrier(group);
+}
 
 namespace detail {
 
-void Communicator::barrier() {
+void Communicator::barrier(const Group& group) {
   // An all-reduce of one element rather than c10d's barrier: it is numbered and reported like
   // every other collective.
   at::Tensor t = at::zeros({1});
-  auto state = start("barrier", t, [&] { return issue_allreduce(*this, t, ReduceOp::kSum); });
+  auto state =
+      start("barrier", t, group, [&] { return issue_allreduce(*this, t, ReduceOp::kSum, group); });
   finish(std::move(state), false);
 }
 

@@ -64,7 +64,8 @@ class CommsLogger {
   }
   bool enabled() const { return enabled_.load(std::memory_order_acquire); }
 
-  void issue(int64_t seq, const char* op, const at::Tensor& tensor, int world_size) {
+  void issue(int64_t seq, const char* op, const at::Tensor& tensor, int world_size,
+             const std::string& group) {
     if (tls_suspended > 0) return;
     Pending p;
     p.op = op;
@@ -77,6 +78,7 @@ class CommsLogger {
         return;
       }
       p.record_name = name;
+      if (!group.empty()) p.record_name += " (group " + group + ")";
       // DeepSpeed's debug appends the calling Python function; C++ has no portable caller name,
       // so the engine phase that issued the op stands in for it.
       if (config_.debug)
@@ -244,9 +246,10 @@ std::string straggler_table(const std::vector<CommsLogEntry>& entries) {
 
 }  // namespace
 
-void comms_log_issue(int64_t seq, const char* op, const at::Tensor& tensor, int world_size) {
+void comms_log_issue(int64_t seq, const char* op, const at::Tensor& tensor, int world_size,
+                     const std::string& group) {
   if (!logger().enabled()) return;
-  logger().issue(seq, op, tensor, world_size);
+  logger().issue(seq, op, tensor, world_size, group);
 }
 
 void comms_log_complete(int64_t seq) {

@@ -14,8 +14,11 @@ namespace deepspeed::comm::detail {
 /// Collective `seq` (this rank's sequence number) named `op` was issued on `tensor` (the
 /// tensor DeepSpeed sizes the message by: all_reduce / broadcast: the tensor; all_gather: the
 /// input, i.e. one rank's share; reduce_scatter: the input, i.e. all ranks' shares; barrier: 0
-/// bytes) among `world_size` ranks. Costs one atomic load when the logger is disabled.
-void comms_log_issue(int64_t seq, const char* op, const at::Tensor& tensor, int world_size);
+/// bytes) among `world_size` ranks (the group's size). A collective on a sub-group is recorded
+/// as "<op> (group <group>)" so that its latencies are not mixed with the world's; `group` is
+/// empty for the world. Costs one atomic load when the logger is disabled.
+void comms_log_issue(int64_t seq, const char* op, const at::Tensor& tensor, int world_size,
+                     const std::string& group = {});
 /// Collective `seq` completed: records its latency. Unknown `seq` (issued while disabled) is
 /// ignored.
 void comms_log_complete(int64_t seq);

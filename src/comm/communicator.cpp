@@ -32,6 +32,12 @@ namespace {
 
 constexpr const char* kRecordKeyPrefix = "deepspeed/last_collective/";
 
+// The store key of `rank`'s last collective on group `group_id` (the world keeps the bare key).
+std::string record_key(int group_id, int rank) {
+  return kRecordKeyPrefix + (group_id == 0 ? std::string() : "g" + std::to_string(group_id) + "/") +
+         std::to_string(rank);
+}
+
 int env_int_or(const char* name, int fallback) {
   auto v = env::get_int(name);
   return v ? static_cast<int>(*v) : fallback;
@@ -96,14 +102,16 @@ std::optional<RouteChoice> route_to(const std::string& host, int port) {
 
 std::string CollectiveRecord::describe() const {
   std::ostringstream os;
-  os << "#" << seq << " " << name << " (" << numel << " x " << dtype << ", phase "
-     << phase_name(phase) << ")";
+  os << "#" << seq << " " << name;
+  if (!group.empty()) os << " on group " << group;
+  os << " (" << numel << " x " << dtype << ", phase " << phase_name(phase) << ")";
   return os.str();
 }
 
 std::string CollectiveRecord::encode() const {
   std::ostringstream os;
-  os << seq << '|' << name << '|' << numel << '|' << dtype << '|' << static_cast<int>(phase);
+  os << seq << '|' << name << '|' << numel << '|' << dtype << '|' << static_cast<int>(phase) << '|'
+     << group;
   return os.str();
 }
 
@@ -113,12 +121,13 @@ CollectiveRecord CollectiveRecord::decode(const std::string& text) {
   std::string field;
   std::vector<std::string> f;
   while (std::getline(is, field, '|')) f.push_back(field);
-  if (f.size() == 5) {
+  if (f.size() == 5 || f.size() == 6) {
     r.seq = std::stoll(f[0]);
     r.name = f[1];
     r.numel = std::stoll(f[2]);
     r.dtype = f[3];
     r.phase = static_cast<Phase>(std::stoi(f[4]));
+    if (f.size() == 6) r.group = f[5];
   }
   return r;
 }
@@ -190,12 +199,8 @@ void Communicator::init(const InitOptions& o) {
     opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
   opts->threads = 2;
-  try {
-    gloo_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank_, world_size_, opts);
-  } catch (const std::exception& e) {
-    throw CommError(detail_str(rank_, world_size_) + "creating the Gloo process group failed: " +
-                    e.what());
-  }
+  gloo_options_ = opts;
+  gloo_ = make_gloo(store_, rank_, world_size_, "the Gloo process group");
 #ifdef DS_WITH_NCCL
   if (torch::cuda::is_available()) {
     // NCCL gets its own key space in the shared store, beside Gloo's.
@@ -212,45 +217,75 @@ void Communicator::init(const InitOptions& o) {
 #endif
   initialized_ = true;
   seq_ = 0;
+  ++generation_;
+  next_group_id_ = 1;
+  auto world = std::make_shared<Group::Impl>();
+  world->name = "world";
+  world->id = 0;
+  for (int r = 0; r < world_size_; ++r) world->ranks.push_back(r);
+  world->rank = rank_;
+  world->generation = generation_;
+  world->gloo = gloo_;
+  world->nccl = nccl_;
+  world_ = Group(std::move(world));
+}
+
+c10::intrusive_ptr<compat::CollectiveBackend> Communicator::make_gloo(
+    c10::intrusive_ptr<c10d::Store> store, int rank, int size, const std::string& what) {
+  try {
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(std::move(store), rank, size,
+                                                       gloo_options_);
+  } catch (const std::exception& e) {
+    throw CommError(detail_str(rank_, world_size_) + "creating " + what + " failed: " + e.what());
+  }
 }
 
 void Communicator::destroy(bool sync) {
   if (!initialized_) return;
   if (sync && world_size_ > 1) {
     try {
-      barrier();
+      barrier(world_);
     } catch (const std::exception&) {
       // Tearing down after a failure: the peers may be gone already.
     }
   }
+  world_ = Group();
   nccl_.reset();
   gloo_.reset();
   store_.reset();
   initialized_ = false;
 }
 
-compat::CollectiveBackend& Communicator::backend_for(const at::Tensor& tensor) {
-  DS_CHECK(initialized_, CommError,
-           "deepspeed::comm is not initialized; call deepspeed::comm::init_distributed() or "
-           "deepspeed::initialize() first");
+compat::CollectiveBackend& Communicator::backend_for(const Group& group,
+                                                     const at::Tensor& tensor) {
+  check_usable(group, "a collective");
+  Group::Impl& g = *group.impl();
   if (tensor.defined() && tensor.is_cuda()) {
-    DS_CHECK(nccl_, CommError, detail_str(rank_, world_size_),
-             "a CUDA tensor was passed to a collective but this build has no NCCL process group "
+    DS_CHECK(g.nccl, CommError, detail_str(rank_, world_size_),
+             "a CUDA tensor was passed to a collective on group ", group.describe(),
+             " but this build has no NCCL process group "
              "(build against a CUDA LibTorch with -DDS_BUILD_CUDA=ON)");
-    return *nccl_;
+    return *g.nccl;
   }
-  return *gloo_;
+  DS_INTERNAL_ASSERT(g.gloo, "group ", group.describe(), " of size ", group.size(),
+                     " has no Gloo process group");
+  return *g.gloo;
 }
 
-CollectiveRecord Communicator::begin(const char* name, const at::Tensor& tensor) {
+CollectiveRecord Communicator::begin(const char* name, const at::Tensor& tensor,
+                                     const Group& group) {
   DS_CHECK(initialized_, CommError, name,
            ": deepspeed::comm is not initialized; call init_distributed() first");
+  check_usable(group, name);
+  Group::Impl& g = *group.impl();
   CollectiveRecord r;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    r.seq = ++seq_;
+    r.rank_seq = ++seq_;
+    r.seq = ++g.seq;
   }
   r.name = name;
+  if (g.id != 0) r.group = group.describe();
   r.numel = tensor.defined() ? tensor.numel() : 0;
   r.dtype = "none";
   if (tensor.defined()) {
@@ -258,23 +293,24 @@ CollectiveRecord Communicator::begin(const char* name, const at::Tensor& tensor)
     for (auto& ch : r.dtype) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   }
   r.phase = phase;
-  if (world_size_ > 1) {
+  if (g.ranks.size() > 1) {
     std::string v = r.encode();
-    store_->set(kRecordKeyPrefix + std::to_string(rank_), std::vector<uint8_t>(v.begin(), v.end()));
+    store_->set(record_key(g.id, rank_), std::vector<uint8_t>(v.begin(), v.end()));
   }
   return r;
 }
 
-std::string Communicator::failure_report(const CollectiveRecord& record,
+std::string Communicator::failure_report(const CollectiveRecord& record, const Group& group,
                                          const std::string& error) {
   std::ostringstream os;
   os << detail_str(rank_, world_size_) << "collective " << record.describe() << " failed after "
      << "at most " << timeout_.count() / 1000.0 << " s: " << error;
-  if (world_size_ > 1 && store_) {
+  const Group::Impl* g = group.impl();
+  if (g != nullptr && g->ranks.size() > 1 && store_) {
     std::vector<int> missing;
     std::ostringstream states;
-    for (int r = 0; r < world_size_; ++r) {
-      std::string key = kRecordKeyPrefix + std::to_string(r);
+    for (int r : g->ranks) {
+      std::string key = record_key(g->id, r);
       CollectiveRecord last;
       bool known = false;
       try {
@@ -299,6 +335,7 @@ std::string Communicator::failure_report(const CollectiveRecord& record,
       os << "\nranks [";
       for (size_t i = 0; i < missing.size(); ++i) os << (i ? ", " : "") << missing[i];
       os << "] never issued collective #" << record.seq << " (" << record.name
+         << (g->id != 0 ? " on group " + group.describe() : std::string())
          << "); the other ranks waited for them. Look for a rank that exited, skipped a "
             "step, or ran a different number of batches.";
     } else {

@@ -86,21 +86,26 @@ std::vector<double> momentum_of(torch::optim::Optimizer& opt) {
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config,
                std::unique_ptr<torch::optim::Optimizer> optimizer,
-               LRSchedulerFactory lr_scheduler, std::vector<ParamGroup> model_parameters)
-    : module_(std::move(module)), config_(std::move(config)),
+               LRSchedulerFactory lr_scheduler, std::vector<ParamGroup> model_parameters,
+               std::shared_ptr<Mpu> mpu)
+    : module_(std::move(module)), config_(std::move(config)), mpu_(std::move(mpu)),
       timers_(std::make_unique<runtime::Timers>()) {
   DS_CHECK(module_ != nullptr, UsageError, "deepspeed::initialize requires a model");
   comm::init_distributed();
   comm::PhaseScope phase(comm::Phase::kInit);
+  set_parallel_groups();
   // See runtime/host_caching_allocator.h: large CPU activations are reused, not re-faulted.
   if (env::get_int("DS_HOST_CACHING_ALLOCATOR").value_or(1) != 0) {
     runtime::install_host_caching_allocator();
   }
   const int world = comm::get_world_size();
-  DS_CHECK(config_.batch.dp_world_size == world, ConfigError, config_.source,
+  DS_CHECK(config_.batch.dp_world_size == dp_group_.size(), ConfigError, config_.source,
            ": the batch triad was resolved for ", config_.batch.dp_world_size,
-           " data-parallel ranks but this job has WORLD_SIZE=", world,
-           "; load the config after init_distributed() or with the job's world size");
+           " data-parallel ranks but this job has ", dp_group_.size(),
+           mpu_ ? " (the mpu's data-parallel size)" : std::string(" (WORLD_SIZE=") +
+                                                          std::to_string(world) + ")",
+           "; load the config after init_distributed() with the job's data-parallel size "
+           "(deepspeed::load_config(config, mpu) with an mpu)");
   config_.check_supported();
   for (const auto& w : config_.warnings) log::warn_rank0(w);
   if (config_.seed) torch::manual_seed(static_cast<uint64_t>(*config_.seed));
@@ -152,6 +157,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config
     const auto& gad = config_.data_types.grad_accum_dtype;
     ctx.grad_accum_dtype = gad == "fp16" ? at::kHalf : gad == "bf16" ? at::kBFloat16 : at::kFloat;
     ctx.module = module_;
+    ctx.dp_group = dp_group_;
     zero_ = config_.zero_optimization.stage == 0 ? runtime::make_stage0(ctx)
             : stage3                             ? runtime::make_stage3(ctx)
                                                  : runtime::make_stage1_2(ctx);
@@ -198,10 +204,32 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config
 
 Engine::~Engine() = default;
 
+void Engine::set_parallel_groups() {
+  if (!mpu_) {
+    dp_group_ = comm::world();
+    mp_group_ = comm::self_group("model");
+    return;
+  }
+  dp_group_ = mpu_->get_data_parallel_group();
+  mp_group_ = mpu_->get_model_parallel_group();
+  for (const comm::Group* g : {&dp_group_, &mp_group_}) {
+    DS_CHECK(g->is_member(), UsageError, "deepspeed::initialize: the mpu's ",
+             g == &dp_group_ ? "data" : "model", "-parallel group ", g->describe(),
+             " does not hold this rank (", comm::get_rank(),
+             "); its get_*_parallel_group() must return the group this rank belongs to");
+  }
+  DS_CHECK(dp_group_.size() * mp_group_.size() <= comm::get_world_size(), UsageError,
+           "deepspeed::initialize: the mpu's data-parallel size (", dp_group_.size(),
+           ") times its model-parallel size (", mp_group_.size(), ") exceeds the world size (",
+           comm::get_world_size(), ")");
+  mp_rank_ = mp_group_.rank();
+}
+
 void Engine::broadcast_parameters() {
-  if (comm::get_world_size() == 1) return;
-  // Matches DeepSpeed: every rank starts from rank 0's parameters. One flat broadcast per dtype
-  // keeps this a handful of collectives whatever the number of tensors.
+  if (dp_group_.size() == 1) return;
+  // Matches DeepSpeed: every data-parallel rank starts from its group's first rank's
+  // parameters. One flat broadcast per dtype keeps this a handful of collectives whatever the
+  // number of tensors.
   torch::NoGradGuard no_grad;
   std::vector<at::Tensor> all = module_->parameters();
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
@@ -210,7 +238,7 @@ void Engine::broadcast_parameters() {
     std::vector<at::Tensor> flat_views;
     for (auto& p : ps) flat_views.push_back(p.detach().reshape({-1}));
     at::Tensor flat = at::cat(flat_views);
-    comm::broadcast(flat, 0);
+    comm::broadcast(flat, dp_group_.global_rank(0), false, dp_group_);
     int64_t off = 0;
     for (auto& p : ps) {
       p.detach().view({-1}).copy_(flat.narrow(0, off, p.numel()));
@@ -391,11 +419,14 @@ void Engine::step() {
 }
 
 bool Engine::take_model_step() {
-  // Overflow: fp16 always, bf16 with check_grad_overflow (reference §2.4); one vote over ranks.
+  // Overflow: fp16 always, bf16 with check_grad_overflow (reference §2.4); one vote over the
+  // data-parallel group, then (as DeepSpeed's ZeRO optimizers) over the model-parallel group.
   const bool check = model_dtype_ == at::kHalf ||
                      (model_dtype_ == at::kBFloat16 && config_.bf16.check_grad_overflow);
   if (check) {
-    if (runtime::any_rank_overflow(zero_->local_overflow())) {
+    bool overflow = runtime::any_rank_overflow(zero_->local_overflow(), dp_group_);
+    if (mp_group_.size() > 1) overflow = runtime::any_rank_overflow(overflow, mp_group_);
+    if (overflow) {
       // The dynamic scaler logs DeepSpeed's "OVERFLOW! ..." line itself.
       if (loss_scaler_) {
         loss_scaler_->update_scale(true);
@@ -409,7 +440,7 @@ bool Engine::take_model_step() {
     }
   }
   const double used_scale = loss_scale();
-  const double norm = std::sqrt(zero_->grad_norm_squared()) / used_scale;
+  const double norm = std::sqrt(model_parallel_norm_squared(zero_->grad_norm_squared())) / used_scale;
   global_grad_norm_ = norm;
   // Matches DeepSpeed (reference §2.5): the scale is updated before unscaling, and unscaling
   // and clipping are one multiply by 1/combined.
@@ -419,6 +450,18 @@ bool Engine::take_model_step() {
   if (combined != 1.0) zero_->scale_gradients(1.0 / combined);
   zero_->optimizer_step();
   return true;
+}
+
+double Engine::model_parallel_norm_squared(double dp_norm_squared) const {
+  if (mp_group_.size() == 1) return dp_norm_squared;
+  // Matches DeepSpeed's get_grad_norm_direct: a parameter that is not split across the
+  // model-parallel ranks counts on model-parallel rank 0 only, then the squares are summed over
+  // the model-parallel group. Every parameter here is replicated (no tensor-parallel layers
+  // yet), so this is model-parallel rank 0's norm on every rank.
+  at::Tensor t = at::full({1}, mp_group_.rank() == 0 ? dp_norm_squared : 0.0,
+                          at::TensorOptions().dtype(at::kDouble));
+  comm::all_reduce(t, comm::ReduceOp::kSum, false, mp_group_);
+  return t.item<double>();
 }
 
 double Engine::loss_scale() const { return loss_scaler_ ? loss_scaler_->loss_scale() : 1.0; }

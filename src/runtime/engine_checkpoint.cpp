@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -457,7 +458,7 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
   m.global_steps = global_steps_;
   m.global_samples = global_samples_;
   m.dp_world_size = config_.batch.dp_world_size;
-  m.mp_world_size = 1;
+  m.mp_world_size = mp_group_.size();
   m.ds_config = config_.raw;
   m.ds_version = kDeepSpeedCompatVersion;
   m.client_state = client_state;
@@ -494,7 +495,11 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
     }
   }
   const std::string tag_dir = ckpt::tag_directory(save_dir, name);
+  // The model-states file: the first data-parallel rank of each model-parallel rank writes it
+  // (as DeepSpeed's save_non_zero_checkpoint); `latest` and the directory: global rank 0.
   const bool rank0 = comm::get_rank() == 0;
+  const bool dp_rank0 = dp_group_.rank() == 0;
+  const int dp_rank = dp_group_.rank();
   const auto barrier = [] {
     if (comm::get_world_size() > 1) comm::barrier();
   };
@@ -507,8 +512,9 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
   SwappedIn swapped(zero3);
   all_ranks_or_none("save_checkpoint(" + tag_dir + ")", [&] {
     // ZeRO-3: every rank writes its own model states (its frozen shards, placeholders for the
-    // partitioned parameters); otherwise rank 0 writes the one file.
-    if (rank0 || zero3) {
+    // partitioned parameters); otherwise data-parallel rank 0 writes the one file (one per
+    // model-parallel rank).
+    if (dp_rank0 || zero3) {
       ckpt::ModelStates m = model_states(client_state, exclude_frozen_parameters);
       List states(c10::AnyType::get());
       for (int64_t r = 0; r < rng.size(0); ++r) {
@@ -518,18 +524,18 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
       }
       m.client_state.emplace_back(kRngStateKey, IValue(states));
       ckpt::save(m.to_ivalue(),
-                 tag_dir + "/" + (zero3 ? ckpt::zero3_model_states_file_name(comm::get_rank())
-                                        : ckpt::model_states_file_name()));
+                 tag_dir + "/" + (zero3 ? ckpt::zero3_model_states_file_name(dp_rank, mp_rank_)
+                                        : ckpt::model_states_file_name(mp_rank_)));
     }
     if (optimizer_ && zero3) {
       const std::string file = ckpt::zero_optim_states_file_name(
-          comm::get_rank(), 0, config_.bf16.enabled);
+          dp_rank, mp_rank_, config_.bf16.enabled);
       ckpt::save(runtime::zero3_optimizer_file(*zero3, *optimizer_, scaler_state(),
                                                python_objects(), config_.raw),
                  tag_dir + "/" + file);
     } else if (optimizer_ && config_.zero_optimization.stage > 0) {
       const std::string file = ckpt::zero_optim_states_file_name(
-          comm::get_rank(), 0, config_.bf16.enabled);
+          dp_rank, mp_rank_, config_.bf16.enabled);
       ckpt::save(zero_optimizer_file().to_ivalue(), tag_dir + "/" + file);
     }
   });
@@ -612,7 +618,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
   }
   const std::string tag_dir = ckpt::tag_directory(load_dir, *name);
   const int stage = static_cast<int>(config_.zero_optimization.stage);
-  const int world = comm::get_world_size();
+  const int world = dp_group_.size();  // the partition count this engine trains with
   const bool want_optimizer =
       optimizer_ && options.load_optimizer_states && !options.load_module_only;
   const bool want_scheduler =
@@ -629,7 +635,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     if (zero3) {
       // The weights come from the fp32 shards (re-laid for this world size when needed).
       plan.zero3 = runtime::read_zero3_checkpoint(*zero3, tag_dir, config_.bf16.enabled,
-                                                  want_optimizer);
+                                                  want_optimizer, mp_rank_);
       plan.model_file = plan.zero3->model_file;
       plan.raw_states = ckpt::load(plan.model_file);
       plan.states = plan.zero3->states;
@@ -648,7 +654,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
         plan.loss_scaler = scaler_state_to_json(plan.zero3->loss_scaler);
       }
     } else {
-      plan.model_file = tag_dir + "/" + ckpt::model_states_file_name();
+      plan.model_file = tag_dir + "/" + ckpt::model_states_file_name(mp_rank_);
       plan.raw_states = ckpt::load(plan.model_file);
       plan.states = ckpt::ModelStates::from_ivalue(plan.raw_states, plan.model_file);
       check_module_state(*module_, plan.states.module, options.load_module_strict,
@@ -674,7 +680,8 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     for (const auto& [key, value] : plan.states.client_state) {
       if (key != kRngStateKey || options.load_module_only) continue;
       const auto list = value.toListRef();
-      if (static_cast<int>(list.size()) == world) {
+      // Indexed by global rank: every process has its own generator.
+      if (static_cast<int>(list.size()) == comm::get_world_size()) {
         plan.rng_state = list[static_cast<size_t>(comm::get_rank())]
                              .toGenericDict().at("torch_rng_state").toTensor();
       }
@@ -720,7 +727,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     const auto& shapes = *plan.states.param_shapes;
     const bool bf16 = config_.bf16.enabled;
     const auto read = [&](int r, std::string* path) {
-      *path = ckpt::find_zero_optim_states_file(tag_dir, r, 0, bf16);
+      *path = ckpt::find_zero_optim_states_file(tag_dir, r, mp_rank_, bf16);
       return ckpt::ZeroOptimizerFile::from_ivalue(ckpt::load(*path), *path);
     };
     std::string path0;
@@ -734,7 +741,8 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     ckpt::ZeroOptimizerStates z;
     if (same) {
       std::string path = path0;
-      ckpt::ZeroOptimizerFile own = comm::get_rank() == 0 ? file0 : read(comm::get_rank(), &path);
+      const int dp_rank = dp_group_.rank();
+      ckpt::ZeroOptimizerFile own = dp_rank == 0 ? file0 : read(dp_rank, &path);
       own.optimizer_state_dict.check_partition_count(world, path);
       const auto& parts = own.optimizer_state_dict.single_partition_of_fp32_groups;
       DS_CHECK(parts.size() == layout.size(), CheckpointError, path, ": ", parts.size(),
@@ -751,7 +759,9 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     } else {
       // Re-partition: as many files as the checkpoint's ranks, no more (an old save's extra
       // rank files in the same tag directory would be a different checkpoint).
-      const auto present = ckpt::list_files_with_suffix(tag_dir, "optim_states.pt");
+      char mp_suffix[64];  // this model-parallel rank's files only
+      std::snprintf(mp_suffix, sizeof mp_suffix, "mp_rank_%02d_optim_states.pt", mp_rank_);
+      const auto present = ckpt::list_files_with_suffix(tag_dir, mp_suffix);
       DS_CHECK(static_cast<int64_t>(present.size()) == saved_world, CheckpointError, tag_dir,
                ": expected ", saved_world, " '*_optim_states.pt' files (partition_count) but "
                "found ", present.size(), "; possibly an overwrite of an old checkpoint");
@@ -832,7 +842,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     gen.set_state(*plan.rng_state);
     restored.push_back("RNG state");
   } else if (!options.load_module_only) {
-    log::warn_rank0(plan.model_file + ": no RNG state for " + std::to_string(world) +
+    log::warn_rank0(plan.model_file + ": no RNG state for " + std::to_string(comm::get_world_size()) +
                     " ranks (another world size, or not written by this engine); each rank "
                     "keeps its own generator");
   }

@@ -30,7 +30,8 @@ class GradReducer::Hook : public torch::autograd::FunctionPostHook {
 };
 
 GradReducer::GradReducer(std::vector<at::Tensor> params, GradReducerOptions options)
-    : params_(std::move(params)), options_(options), world_size_(comm::get_world_size()) {
+    : params_(std::move(params)), options_(options), world_size_(options_.group.size()) {
+  DS_INTERNAL_ASSERT(options_.group.is_member(), "GradReducer needs this rank's data-parallel group");
   DS_CHECK(options_.bucket_numel > 0, ConfigError,
            "zero_optimization.reduce_bucket_size must be positive");
   const size_t n = params_.size();
@@ -143,7 +144,7 @@ void GradReducer::launch(Bucket& b) {
   b.launched = true;
   ++launched_;
   if (!in_finish_) ++launched_from_hooks_;
-  b.handle = comm::all_reduce(b.flat, comm::ReduceOp::kSum, /*async_op=*/true);
+  b.handle = comm::all_reduce(b.flat, comm::ReduceOp::kSum, /*async_op=*/true, options_.group);
 }
 
 void GradReducer::finish() {

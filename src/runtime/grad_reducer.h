@@ -26,6 +26,7 @@ struct GradReducerOptions {
   bool prescale = false;             // prescale_gradients
   double predivide_factor = 1.0;     // gradient_predivide_factor
   bool average = true;               // gradient_allreduce_op "mean" (false: "sum")
+  comm::Group group;                 // the data-parallel group the gradients are averaged over
 };
 
 class GradReducer {

@@ -26,22 +26,23 @@ size_t round_size(size_t n) {
   return (n + step - 1) / step * step;
 }
 
-// Every DataPtr this allocator hands out has context == data and one deleter, `release`, which
+// Every DataPtr this allocator makes has context == data and one deleter, `release`, which
 // also serves as raw_deleter(): LibTorch's raw interface (raw_allocate/raw_deallocate, used by
 // the oneDNN bf16 kernels on CPUs with native bf16) requires both. `release` tells our blocks
-// from the fallback's small ones by the table of live blocks.
+// from the fallback's small ones by the table of live blocks. A fallback without the raw
+// interface (an allocator that wraps its blocks in contexts, e.g. one that counts bytes) keeps
+// its small blocks as they are: raw allocations then fail in LibTorch's own check for those,
+// as they would without us.
 class HostCachingAllocator final : public c10::Allocator {
  public:
   explicit HostCachingAllocator(c10::Allocator* fallback, size_t max_cached)
-      : fallback_(fallback), fallback_deleter_(fallback->raw_deleter()), max_cached_(max_cached) {
-    TORCH_CHECK(fallback_deleter_ != nullptr,
-                "deepspeed host allocator: LibTorch's CPU allocator has no raw deleter");
-  }
+      : fallback_(fallback), fallback_deleter_(fallback->raw_deleter()), max_cached_(max_cached) {}
 
   c10::DataPtr allocate(size_t n) DS_ALLOCATOR_ALLOCATE_CONST override {
     if (n < kMinCachedBytes) {
       c10::DataPtr small = fallback_->allocate(n);
-      if (small.get() != small.get_context()) return small;  // not raw-capable: keep as is
+      // Not raw-capable: keep it as it is, under the fallback's own deleter.
+      if (fallback_deleter_ == nullptr || small.get() != small.get_context()) return small;
       // The fallback's pointers are their own contexts; hand them out under our deleter so
       // that raw_deleter() below frees them too.
       void* ptr = small.release_context();

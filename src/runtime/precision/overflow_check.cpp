@@ -47,10 +47,10 @@ bool has_inf_or_nan(const std::vector<at::Tensor>& tensors) {
   return at::stack(flags).any().item<bool>();
 }
 
-bool any_rank_overflow(bool local_overflow) {
+bool any_rank_overflow(bool local_overflow, const comm::Group& group) {
   if (!comm::is_initialized()) return local_overflow;
   at::Tensor flag = at::full({1}, local_overflow ? 1.0f : 0.0f, at::kFloat);
-  comm::all_reduce(flag, comm::ReduceOp::kMax);
+  comm::all_reduce(flag, comm::ReduceOp::kMax, false, group);
   return flag.item<float>() > 0.0f;
 }
 

@@ -33,7 +33,9 @@ PartitionedGradReducer::PartitionedGradReducer(std::vector<FlatGroup>* groups,
                                                std::vector<at::Tensor>* grad_partitions,
                                                PartitionedReducerOptions options)
     : groups_(groups), grad_partitions_(grad_partitions), options_(options),
-      world_size_(comm::get_world_size()), rank_(comm::get_rank()) {
+      world_size_(options_.group.size()), rank_(options_.group.rank()) {
+  DS_INTERNAL_ASSERT(options_.group.is_member(),
+                     "PartitionedGradReducer needs this rank's data-parallel group");
   DS_CHECK(options_.bucket_numel > 0, ConfigError,
            "zero_optimization.reduce_bucket_size must be positive");
   for (size_t g = 0; g < groups_->size(); ++g) {
@@ -207,11 +209,14 @@ void PartitionedGradReducer::launch(Bucket& b) {
     }
   }
   if (!options_.reduce_scatter || options_.multi_rank_bucket_allreduce) {
-    b.handles.push_back(comm::all_reduce(flat, comm::ReduceOp::kSum, /*async_op=*/true));
+    b.handles.push_back(
+        comm::all_reduce(flat, comm::ReduceOp::kSum, /*async_op=*/true, options_.group));
   } else {
     for (const Run& r : b.runs) {
       at::Tensor range = flat.narrow(0, r.bucket_offset, r.numel);
-      b.handles.push_back(comm::reduce(range, r.owner, comm::ReduceOp::kSum, /*async_op=*/true));
+      // r.owner is a data-parallel rank; reduce's dst is a global rank.
+      b.handles.push_back(comm::reduce(range, options_.group.global_rank(r.owner),
+                                       comm::ReduceOp::kSum, /*async_op=*/true, options_.group));
     }
   }
   stats_.buckets_launched += 1;

@@ -45,6 +45,7 @@ struct PartitionedReducerOptions {
   double predivide_factor = 1.0;   // gradient_predivide_factor
   bool ignore_unused_parameters = true;
   at::ScalarType bucket_dtype = at::kFloat;  // communication_data_type
+  comm::Group group;  // the data-parallel group; partition r belongs to its group rank r
 };
 
 class PartitionedGradReducer {

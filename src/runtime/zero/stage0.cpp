@@ -20,12 +20,13 @@ class Stage0 final : public ZeroOptimizer {
   explicit Stage0(const ZeroContext& ctx)
       : optimizer_(ctx.optimizer), params_(ctx.trainable_params) {
     const auto& cfg = *ctx.config;
-    if (comm::get_world_size() > 1 && !params_.empty()) {
+    if (ctx.dp_group.size() > 1 && !params_.empty()) {
       GradReducerOptions ro;
       ro.bucket_numel = cfg.zero_optimization.reduce_bucket_numel();
       ro.prescale = cfg.prescale_gradients;
       ro.predivide_factor = cfg.gradient_predivide_factor;
       ro.average = cfg.gradient_allreduce_op == "mean";
+      ro.group = ctx.dp_group;
       reducer_ = std::make_unique<GradReducer>(params_, ro);
     }
   }

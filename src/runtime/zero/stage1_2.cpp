@@ -46,7 +46,7 @@ class Stage12 final : public ZeroOptimizer {
   explicit Stage12(const ZeroContext& ctx)
       : config_(*ctx.config), optimizer_(ctx.optimizer),
         stage_(static_cast<int>(ctx.config->zero_optimization.stage)),
-        world_(comm::get_world_size()), rank_(comm::get_rank()),
+        dp_group_(ctx.dp_group), world_(dp_group_.size()), rank_(dp_group_.rank()),
         partitions_(stage_ == 0 ? 1 : world_), partition_(stage_ == 0 ? 0 : rank_),
         model_dtype_(ctx.model_dtype), grad_accum_dtype_(ctx.grad_accum_dtype) {
     if (stage_ > 0) check_config(config_);
@@ -124,6 +124,7 @@ class Stage12 final : public ZeroOptimizer {
       ro.predivide_factor = config_.gradient_predivide_factor;
       ro.ignore_unused_parameters = z.ignore_unused_parameters;
       ro.bucket_dtype = ctx.communication_dtype;
+      ro.group = dp_group_;
       if (partitions_ == 1) ro.reduce_scatter = false;  // replicated (stage 0): plain all-reduce
       reducer_ = std::make_unique<PartitionedGradReducer>(&groups_, &grad_partitions_, ro);
     }
@@ -140,11 +141,13 @@ class Stage12 final : public ZeroOptimizer {
   }
 
   double grad_norm_squared() override {
-    // Each rank sums the squares of what it owns (padding is zero); one small all-reduce.
+    // Each rank sums the squares of what it owns (padding is zero); one small all-reduce. A
+    // replicated partition (16-bit stage 0) is already the whole averaged gradient on every rank.
     double local = 0.0;
     for (const auto& g : grad_partitions_) local += squared_l2_norm(g);
+    if (partitions_ == 1) return local;
     at::Tensor t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
-    comm::all_reduce(t, comm::ReduceOp::kSum);
+    comm::all_reduce(t, comm::ReduceOp::kSum, false, dp_group_);
     return t.item<double>();
   }
 
@@ -263,9 +266,12 @@ class Stage12 final : public ZeroOptimizer {
           outs.push_back(fg.flat().narrow(0, static_cast<int64_t>(r) * p + start, len));
         }
         if (z.allgather_partitions) {
-          comm::all_gather(outs, outs[static_cast<size_t>(rank_)]);
+          comm::all_gather(outs, outs[static_cast<size_t>(rank_)], false, dp_group_);
         } else {
-          for (int r = 0; r < world_; ++r) comm::broadcast(outs[static_cast<size_t>(r)], r);
+          for (int r = 0; r < world_; ++r) {
+            comm::broadcast(outs[static_cast<size_t>(r)], dp_group_.global_rank(r), false,
+                            dp_group_);
+          }
         }
       }
     }
@@ -274,7 +280,8 @@ class Stage12 final : public ZeroOptimizer {
   const DeepSpeedConfig& config_;
   torch::optim::Optimizer* optimizer_;
   int stage_;
-  int world_;
+  comm::Group dp_group_;
+  int world_;  // data-parallel size and rank
   int rank_;
   int partitions_;  // W for stages 1/2; 1 when replicated (stage 0 in fp16/bf16)
   int partition_;   // the slice this rank owns

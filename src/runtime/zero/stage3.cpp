@@ -51,7 +51,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
  public:
   explicit Stage3(const ZeroContext& ctx)
       : config_(*ctx.config), optimizer_(ctx.optimizer), module_(ctx.module),
-        world_(comm::get_world_size()), rank_(comm::get_rank()), model_dtype_(ctx.model_dtype),
+        dp_group_(ctx.dp_group), world_(dp_group_.size()), rank_(dp_group_.rank()),
+        model_dtype_(ctx.model_dtype),
         grad_accum_dtype_(ctx.grad_accum_dtype), communication_dtype_(ctx.communication_dtype) {
     DS_INTERNAL_ASSERT(module_ != nullptr, "ZeRO-3 needs the model");
     check_config(config_);
@@ -149,7 +150,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     double local = 0.0;
     for (const auto& sg : sub_groups_) local += squared_l2_norm(sg.grad);
     at::Tensor t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
-    comm::all_reduce(t, comm::ReduceOp::kSum);
+    comm::all_reduce(t, comm::ReduceOp::kSum, false, dp_group_);
     return t.item<double>();
   }
 
@@ -301,6 +302,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   }
   CoordinatorStats coordinator_stats() const override { return coordinator_->stats(); }
   int world_size() const override { return world_; }
+  int rank() const override { return rank_; }
 
  private:
   // Every distinct parameter of the model (a tied one once, under its first name).
@@ -422,13 +424,14 @@ class Stage3 final : public Stage3ZeroOptimizer {
       if (p.numel == 0) continue;
       ensure_own_storage(p.param);
       at::Tensor full = storage_as_flat(p.param, p.numel);
-      if (world_ > 1) comm::broadcast(full, 0);
+      // Every data-parallel rank starts from its group's first rank's values.
+      if (world_ > 1) comm::broadcast(full, dp_group_.global_rank(0), false, dp_group_);
       const int64_t begin = std::min<int64_t>(p.numel, static_cast<int64_t>(rank_) * p.shard_numel);
       const int64_t len = std::min<int64_t>(p.shard_numel, p.numel - begin);
       if (len > 0) p.shard.narrow(0, 0, len).copy_(full.narrow(0, begin, len));
     }
     for (auto& p : params_) {
-      if (p.persistent && !p.available) start_gather(p, world_, rank_, /*async=*/false, false);
+      if (p.persistent && !p.available) start_gather(p, dp_group_, /*async=*/false, false);
       if (!p.persistent && p.available) release(p);
     }
   }
@@ -455,6 +458,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     o.max_live_numel = z.stage3_max_live_parameters;
     o.max_reuse_distance_numel = z.stage3_max_reuse_distance;
     o.use_all_reduce_for_fetch = z.stage3_use_all_reduce_for_fetch_params;
+    o.group = dp_group_;
     coordinator_ = std::make_shared<ParamCoordinator>(&params_, kept, o);
     register_coordinator(coordinator_);
     for (size_t u = 0; u < kept.size(); ++u) {
@@ -524,7 +528,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     const auto& o = *config_.zero_optimization.offload_param;
     swap::ShardSwapperOptions so;
     so.nvme_path = o.nvme_path;
-    so.rank = rank_;
+    so.rank = global_rank();  // swap files are per process: model-parallel peers share dp ranks
     so.dtype = model_dtype_;
     so.buffer_count = o.buffer_count;
     so.buffer_size = o.buffer_size;
@@ -554,7 +558,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
              "client optimizer cannot be swapped");
     swap::SwapperOptions so;
     so.nvme_path = offload.nvme_path;
-    so.rank = rank_;
+    so.rank = global_rank();  // swap files are per process: model-parallel peers share dp ranks
     so.buffer_count = offload.buffer_count;
     so.pipeline_read = offload.pipeline_read;
     so.pipeline_write = offload.pipeline_write;
@@ -641,6 +645,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     ro.average = config_.gradient_allreduce_op == "mean";
     ro.ignore_unused_parameters = z.ignore_unused_parameters;
     ro.bucket_dtype = communication_dtype_;
+    ro.group = dp_group_;
     // Gloo has no reduce-scatter and comm's emulation cannot sum bf16 (comm::all_reduce
     // widens it): take DeepSpeed's all-reduce path, which keeps the same chunks.
     // TODO(comm): drop once comm::reduce_scatter widens bf16 like all_reduce.
@@ -654,7 +659,10 @@ class Stage3 final : public Stage3ZeroOptimizer {
   const DeepSpeedConfig& config_;
   torch::optim::Optimizer* optimizer_;
   std::shared_ptr<torch::nn::Module> module_;
-  int world_;
+  int global_rank() const { return dp_group_.global_rank(rank_); }
+
+  comm::Group dp_group_;
+  int world_;  // data-parallel size and rank
   int rank_;
   bool offload_ = false;  // offload_optimizer.device "cpu" or "nvme" (docs/offload.md)
   bool nvme_ = false;     // offload_optimizer.device "nvme"

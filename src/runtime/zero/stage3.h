@@ -47,7 +47,9 @@ class Stage3ZeroOptimizer : public ZeroOptimizer {
   virtual void swap_in_optimizer_states() {}
   virtual void swap_out_optimizer_states() {}
   virtual CoordinatorStats coordinator_stats() const = 0;
+  /// The data-parallel size (the partition count) and this rank's data-parallel rank.
   virtual int world_size() const = 0;
+  virtual int rank() const = 0;
 };
 
 }  // namespace deepspeed::runtime

@@ -4,6 +4,7 @@
 #include "runtime/zero/stage3_checkpoint.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <set>
@@ -57,9 +58,9 @@ struct Zero3File {
   int64_t partition_count = 0;
 };
 
-Zero3File read_optim_file(const std::string& tag_dir, int rank, bool bf16) {
+Zero3File read_optim_file(const std::string& tag_dir, int rank, int mp_rank, bool bf16) {
   Zero3File f;
-  f.path = ckpt::find_zero_optim_states_file(tag_dir, rank, 0, bf16);
+  f.path = ckpt::find_zero_optim_states_file(tag_dir, rank, mp_rank, bf16);
   DictReader top(ckpt::load(f.path), f.path);
   DictReader osd(top.at("optimizer_state_dict"), f.path + ": optimizer_state_dict");
   const int64_t stage = ckpt::detail::as_zero_stage(osd.at("zero_stage"), osd.where("zero_stage"));
@@ -87,8 +88,8 @@ Zero3File read_optim_file(const std::string& tag_dir, int rank, bool bf16) {
   return f;
 }
 
-ckpt::ModelStates read_model_states(const std::string& tag_dir, int rank) {
-  const std::string path = tag_dir + "/" + ckpt::zero3_model_states_file_name(rank);
+ckpt::ModelStates read_model_states(const std::string& tag_dir, int rank, int mp_rank) {
+  const std::string path = tag_dir + "/" + ckpt::zero3_model_states_file_name(rank, mp_rank);
   return ckpt::ModelStates::from_ivalue(ckpt::load(path), path);
 }
 
@@ -141,16 +142,16 @@ IValue zero3_optimizer_file(Stage3ZeroOptimizer& zero, torch::optim::Optimizer& 
 }
 
 Zero3Restore read_zero3_checkpoint(Stage3ZeroOptimizer& zero, const std::string& tag_dir,
-                                   bool bf16, bool want_optimizer_state) {
-  const int rank = comm::get_rank();
+                                   bool bf16, bool want_optimizer_state, int mp_rank) {
+  const int rank = zero.rank();
   const int world = zero.world_size();
   Zero3Restore out;
-  Zero3File file0 = read_optim_file(tag_dir, 0, bf16);
+  Zero3File file0 = read_optim_file(tag_dir, 0, mp_rank, bf16);
   out.saved_world = file0.partition_count;
   out.loss_scaler = file0.loss_scaler;
   const int own = rank < out.saved_world ? rank : 0;
-  out.model_file = tag_dir + "/" + ckpt::zero3_model_states_file_name(own);
-  out.states = read_model_states(tag_dir, own);
+  out.model_file = tag_dir + "/" + ckpt::zero3_model_states_file_name(own, mp_rank);
+  out.states = read_model_states(tag_dir, own, mp_rank);
   DS_CHECK(out.states.param_shapes.has_value(), CheckpointError, out.model_file,
            ": has no param_shapes, so it is not a ZeRO-3 checkpoint");
   const auto& shapes = *out.states.param_shapes;
@@ -163,7 +164,7 @@ Zero3Restore read_zero3_checkpoint(Stage3ZeroOptimizer& zero, const std::string&
     same = same_slots(stage3_slots(shapes[g], world), slots[g]);
   }
   if (same) {
-    Zero3File f = rank == 0 ? file0 : read_optim_file(tag_dir, rank, bf16);
+    Zero3File f = rank == 0 ? file0 : read_optim_file(tag_dir, rank, mp_rank, bf16);
     DS_CHECK(f.partition_count == world && f.fp32_flat_groups.size() == groups.size(),
              CheckpointError, f.path, ": partition_count ", f.partition_count, " and ",
              f.fp32_flat_groups.size(), " fp32 flat groups; rank 0's file says ", world, " and ",
@@ -188,12 +189,16 @@ Zero3Restore read_zero3_checkpoint(Stage3ZeroOptimizer& zero, const std::string&
   }
 
   // Another world size or sub-group layout: every saved rank's files, re-laid by name.
-  const auto present = ckpt::list_files_with_suffix(tag_dir, "optim_states.pt");
+  char mp_suffix[64];  // this model-parallel rank's files only
+  std::snprintf(mp_suffix, sizeof mp_suffix, "mp_rank_%02d_optim_states.pt", mp_rank);
+  const auto present = ckpt::list_files_with_suffix(tag_dir, mp_suffix);
   DS_CHECK(static_cast<int64_t>(present.size()) == out.saved_world, CheckpointError, tag_dir,
            ": expected ", out.saved_world, " '*_optim_states.pt' files (partition_count) but "
            "found ", present.size(), "; possibly an overwrite of an old checkpoint");
   std::vector<Zero3File> files{file0};
-  for (int r = 1; r < out.saved_world; ++r) files.push_back(read_optim_file(tag_dir, r, bf16));
+  for (int r = 1; r < out.saved_world; ++r) {
+    files.push_back(read_optim_file(tag_dir, r, mp_rank, bf16));
+  }
   std::vector<std::vector<Stage3Slot>> saved_slots;
   for (const auto& s : shapes) saved_slots.push_back(stage3_slots(s, out.saved_world));
   const auto flats_of = [&](size_t g, const std::function<at::Tensor(const Zero3File&)>& pick) {
@@ -289,14 +294,14 @@ Zero3Restore read_zero3_checkpoint(Stage3ZeroOptimizer& zero, const std::string&
   // Frozen parameters: every saved rank's fragment, concatenated, cut for this rank.
   if (!frozen.empty()) {
     std::vector<ckpt::ModelStates> all;
-    for (int r = 0; r < out.saved_world; ++r) all.push_back(read_model_states(tag_dir, r));
+    for (int r = 0; r < out.saved_world; ++r) all.push_back(read_model_states(tag_dir, r, mp_rank));
     for (const auto& [name, shard] : frozen) {
       std::vector<at::Tensor> pieces;
       for (int r = 0; r < out.saved_world; ++r) {
         const at::Tensor* t = all[r].frozen_param_fragments ? all[r].frozen_param_fragments->find(name)
                                                             : nullptr;
         DS_CHECK(t != nullptr, CheckpointError, tag_dir, "/",
-                 ckpt::zero3_model_states_file_name(r), ": no fragment of frozen parameter '",
+                 ckpt::zero3_model_states_file_name(r, mp_rank), ": no fragment of frozen parameter '",
                  name, "' (part 'frozen_param_fragments')");
         pieces.push_back(t->reshape({-1}));
       }

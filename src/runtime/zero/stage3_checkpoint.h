@@ -51,10 +51,11 @@ struct Zero3Restore {
   std::string model_file;
 };
 
-/// Reads `tag_dir` (every rank's files when the world size or the sub-group layout differs,
-/// only this rank's otherwise). Throws CheckpointError naming the file and the problem.
+/// Reads `tag_dir` (every data-parallel rank's files when the data-parallel size or the
+/// sub-group layout differs, only this rank's otherwise), the files of model-parallel rank
+/// `mp_rank`. Throws CheckpointError naming the file and the problem.
 Zero3Restore read_zero3_checkpoint(Stage3ZeroOptimizer& zero, const std::string& tag_dir,
-                                   bool bf16, bool want_optimizer_state);
+                                   bool bf16, bool want_optimizer_state, int mp_rank = 0);
 
 /// Writes what `restore` holds into the stage's fp32 flats and frozen shards, then the model's
 /// parameters (masters_to_params). The optimizer state is the caller's (it loads atomically).

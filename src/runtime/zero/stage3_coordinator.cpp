@@ -72,7 +72,7 @@ std::vector<std::shared_ptr<ParamCoordinator>> live_coordinators() {
 ParamCoordinator::ParamCoordinator(std::vector<PartitionedParam>* params,
                                    std::vector<Stage3Unit> units, CoordinatorOptions options)
     : params_(params), units_(std::move(units)), options_(options),
-      world_(comm::get_world_size()), rank_(comm::get_rank()),
+      world_(options_.group.size()), rank_(options_.group.rank()),
       prefetched_(params->size(), false) {
   for (const auto& p : *params_) {
     if (p.available && !p.persistent) stats_.live_numel += p.padded_numel(world_);
@@ -108,7 +108,7 @@ void ParamCoordinator::gather(size_t i, bool async) {
   PartitionedParam& p = (*params_)[i];
   if (p.available) return;
   swap_in_for_gather({i});
-  start_gather(p, world_, rank_, async, options_.use_all_reduce_for_fetch);
+  start_gather(p, options_.group, async, options_.use_all_reduce_for_fetch);
   stats_.gathers += 1;
   if (!p.persistent) {
     stats_.live_numel += p.padded_numel(world_);
@@ -231,7 +231,7 @@ void ParamCoordinator::refresh_gathered() {
     p.available = false;  // the storage stays allocated; start_gather refills it in place
     const size_t i = static_cast<size_t>(&p - params_->data());
     swap_in_for_gather({i});
-    start_gather(p, world_, rank_, /*async=*/false, options_.use_all_reduce_for_fetch);
+    start_gather(p, options_.group, /*async=*/false, options_.use_all_reduce_for_fetch);
     settle({i});
   }
 }

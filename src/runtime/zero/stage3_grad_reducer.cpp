@@ -33,7 +33,9 @@ Stage3GradReducer::Stage3GradReducer(std::vector<PartitionedParam>* params,
                                      std::vector<at::Tensor> grad_shards,
                                      Stage3ReducerOptions options)
     : params_(params), trainable_(std::move(trainable)), grad_shards_(std::move(grad_shards)),
-      options_(options), world_(comm::get_world_size()), rank_(comm::get_rank()) {
+      options_(options), world_(options_.group.size()), rank_(options_.group.rank()) {
+  DS_INTERNAL_ASSERT(options_.group.is_member(),
+                     "Stage3GradReducer needs this rank's data-parallel group");
   DS_CHECK(options_.bucket_numel > 0, ConfigError,
            "zero_optimization.reduce_bucket_size must be positive");
   const size_t n = trainable_.size();
@@ -178,9 +180,10 @@ void Stage3GradReducer::launch(Bucket& b) {
   if (options_.average && world_ > 1) send.mul_(1.0 / world_);
   if (options_.reduce_scatter) {
     at::Tensor receive = receive_view(b);
-    b.handle = comm::reduce_scatter(receive, send, comm::ReduceOp::kSum, /*async_op=*/true);
+    b.handle = comm::reduce_scatter(receive, send, comm::ReduceOp::kSum, /*async_op=*/true,
+                                    options_.group);
   } else {
-    b.handle = comm::all_reduce(send, comm::ReduceOp::kSum, /*async_op=*/true);
+    b.handle = comm::all_reduce(send, comm::ReduceOp::kSum, /*async_op=*/true, options_.group);
   }
   stats_.buckets_launched += 1;
   stats_.reductions_issued += 1;

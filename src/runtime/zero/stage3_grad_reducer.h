@@ -43,6 +43,7 @@ struct Stage3ReducerOptions {
   bool average = true;  // gradient_allreduce_op "mean"
   bool ignore_unused_parameters = true;
   at::ScalarType bucket_dtype = at::kFloat;  // communication_data_type
+  comm::Group group;  // the data-parallel group; shard r belongs to its group rank r
 };
 
 class Stage3GradReducer {

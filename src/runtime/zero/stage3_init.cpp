@@ -9,6 +9,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/mpu.h"
 #include "deepspeed/zero3.h"
 #include "runtime/host_caching_allocator.h"
 #include "runtime/zero/stage3_param.h"
@@ -80,12 +81,13 @@ bool is_pre_partitioned(const at::Tensor& param) {
 
 namespace deepspeed::zero {
 
-Init::Init(const DeepSpeedConfig& config) {
+Init::Init(const DeepSpeedConfig& config, std::shared_ptr<Mpu> mpu) {
   const auto& z = config.zero_optimization;
   DS_CHECK(z.stage == 3, ConfigError, config.source,
            ": zero::Init partitions parameters for ZeRO stage 3, but zero_optimization.stage is ",
            z.stage);
   comm::init_distributed();
+  dp_group_ = mpu ? mpu->get_data_parallel_group() : comm::world();
   // The shards are made here, before the engine exists: through the engine's allocator, so that
   // memory given back later (NVMe offload swaps them out) is unmapped, not kept by glibc's heap.
   if (env::get_int("DS_HOST_CACHING_ALLOCATOR").value_or(1) != 0) {
@@ -100,8 +102,8 @@ Init::Init(const DeepSpeedConfig& config) {
 Init::~Init() { runtime::active_init = previous_; }
 
 void Init::partition(torch::nn::Module& module) {
-  const int world = comm::get_world_size();
-  const int rank = comm::get_rank();
+  const int world = dp_group_.size();
+  const int rank = dp_group_.rank();
   at::NoGradGuard no_grad;
   for (auto& p : module.parameters(/*recurse=*/true)) {
     if (p.numel() == 0 || runtime::is_pre_partitioned(p)) continue;
@@ -111,7 +113,8 @@ void Init::partition(torch::nn::Module& module) {
     runtime::ensure_own_storage(handle);
     const int64_t numel = p.numel();
     at::Tensor full = runtime::storage_as_flat(handle, numel);
-    if (world > 1) comm::broadcast(full, 0);  // every rank starts from rank 0's values
+    // Every data-parallel rank starts from its group's first rank's values.
+    if (world > 1) comm::broadcast(full, dp_group_.global_rank(0), false, dp_group_);
     if (numel <= persistence_threshold_) continue;  // stays whole (persistent)
     const int64_t shard = runtime::shard_numel_for(numel, world);
     at::Tensor mine = at::zeros({shard}, full.options());

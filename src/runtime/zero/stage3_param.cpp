@@ -55,7 +55,9 @@ at::Tensor storage_as_flat(const at::Tensor& param, int64_t numel) {
 
 void free_storage(const at::Tensor& param) { resize_storage_bytes(param, 0); }
 
-void start_gather(PartitionedParam& p, int world, int rank, bool async, bool use_all_reduce) {
+void start_gather(PartitionedParam& p, const comm::Group& group, bool async, bool use_all_reduce) {
+  const int world = group.size();
+  const int rank = group.rank();
   if (p.available || p.numel == 0) {
     p.available = true;
     return;
@@ -67,9 +69,9 @@ void start_gather(PartitionedParam& p, int world, int rank, bool async, bool use
   } else if (use_all_reduce) {
     full.zero_();
     full.narrow(0, static_cast<int64_t>(rank) * p.shard_numel, p.shard_numel).copy_(p.shard);
-    p.inflight = comm::all_reduce(full, comm::ReduceOp::kSum, async);
+    p.inflight = comm::all_reduce(full, comm::ReduceOp::kSum, async, group);
   } else {
-    p.inflight = comm::all_gather(full, p.shard, async);
+    p.inflight = comm::all_gather(full, p.shard, async, group);
   }
   p.gather_target = full;
   p.available = true;

@@ -58,7 +58,8 @@ struct PartitionedParam {
 /// Starts gathering `p` (asynchronously when `async`): allocates its storage at the padded size
 /// and all-gathers every rank's shard into it, or, with `use_all_reduce`, all-reduces a
 /// zero-filled buffer holding only this rank's shard (stage3_use_all_reduce_for_fetch_params).
-void start_gather(PartitionedParam& p, int world, int rank, bool async, bool use_all_reduce);
+/// `group` is the data-parallel group: its rank r holds shard r.
+void start_gather(PartitionedParam& p, const comm::Group& group, bool async, bool use_all_reduce);
 /// Waits for an in-flight gather of `p` (no-op if none).
 void finish_gather(PartitionedParam& p);
 /// Releases `p`'s storage (waits for an in-flight gather first).

@@ -20,6 +20,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "deepspeed/comm.h"
 #include "deepspeed/config.h"
 
 namespace torch::optim {
@@ -112,6 +113,9 @@ struct ZeroContext {
   at::ScalarType communication_dtype = at::kFloat;  // dtype of the gradient reduction buckets
   at::ScalarType grad_accum_dtype = at::kFloat;     // dtype of the gradient partitions
   std::shared_ptr<torch::nn::Module> module;        // the model (stage 3 finds its units)
+  /// The data-parallel group: gradients are averaged over it, partitions are its ranks (the
+  /// world without an mpu). ZeRO code asks it, never the world, for sizes and ranks.
+  comm::Group dp_group;
 };
 
 /// Stage 0: replicated. fp32 models all-reduce param.grad (GradReducer); fp16/bf16 models use the
