@@ -468,5 +468,8 @@ int main(int argc, char** argv) {
     int rank = ds::comm::is_initialized() ? ds::comm::get_rank() : 0;
     std::fprintf(stderr, "train_gpt: [rank %d] error: %s\n", rank, e.what());
     return 1;
+  } catch (...) {
+    std::fprintf(stderr, "train_gpt: error: unknown exception (a bug in deepspeed-cpp)\n");
+    return 1;
   }
 }

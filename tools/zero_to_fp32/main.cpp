@@ -78,5 +78,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cerr << "zero_to_fp32: error: " << e.what() << "\n";
     return 1;
+  } catch (...) {
+    std::cerr << "zero_to_fp32: error: unknown exception (a bug in deepspeed-cpp)\n";
+    return 1;
   }
 }
