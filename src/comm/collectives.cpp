@@ -2,6 +2,7 @@
 // process group, and wrapped in a Handle whose wait() turns a failure into the cross-rank report.
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "comm/collective_fingerprint.h"
 #include "comm/communicator.h"
 #include "comm/comms_logger.h"
 #include "deepspeed/comm.h"
@@ -55,8 +56,10 @@ Handle finish(std::shared_ptr<Handle::State> state, bool async_op) {
 
 // Runs `issue` (which returns the c10d work) and records it; a synchronous throw from c10d
 // (bad sizes, closed connection) also gets the report.
+// `root` (-1: none) and `op` (-1: none) go into the cross-rank comparison (collective_fingerprint.h).
 template <typename Issue>
-std::shared_ptr<Handle::State> start(const char* name, const at::Tensor& t, Issue issue) {
+std::shared_ptr<Handle::State> start(const char* name, const at::Tensor& t, Issue issue,
+                                     int64_t root = -1, int64_t op = -1) {
   auto& c = Communicator::instance();
   auto state = std::make_shared<Handle::State>();
   state->record = c.begin(name, t);
@@ -64,6 +67,9 @@ std::shared_ptr<Handle::State> start(const char* name, const at::Tensor& t, Issu
   if (c.world_size() == 1) {
     state->done = false;  // on_complete still runs in wait()
     return state;
+  }
+  if (detail::collective_check_enabled()) {
+    detail::check_same_collective(c, state->record, t, root, op);
   }
   try {
     state->work = issue();
@@ -151,7 +157,8 @@ Handle all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
   auto& c = Communicator::instance();
   at::Tensor target = tensor;
   at::Tensor wire = gloo_lacks_dtype(tensor) ? tensor.to(at::kFloat) : tensor;
-  auto state = start("all_reduce", tensor, [&] { return issue_allreduce(c, wire, op); });
+  auto state = start("all_reduce", tensor, [&] { return issue_allreduce(c, wire, op); }, -1,
+                     static_cast<int64_t>(op));
   const int w = c.world_size();
   const bool avg = op == ReduceOp::kAvg && w > 1;
   if (avg || !wire.is_same(target)) {
@@ -223,7 +230,8 @@ Handle reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op, 
   at::Tensor work_buf = gloo_lacks_dtype(input) ? input.to(at::kFloat)
                         : c.world_size() == 1   ? input
                                                 : input.clone();
-  auto state = start("reduce_scatter", input, [&] { return issue_allreduce(c, work_buf, op); });
+  auto state = start("reduce_scatter", input, [&] { return issue_allreduce(c, work_buf, op); },
+                     -1, static_cast<int64_t>(op));
   at::Tensor out = output;
   int w = c.world_size();
   int64_t offset = static_cast<int64_t>(c.rank()) * n;
@@ -248,7 +256,7 @@ Handle reduce(at::Tensor& tensor, int dst, ReduceOp op, bool async_op) {
     o.rootRank = dst;
     o.timeout = c.timeout();
     return c.backend_for(ts[0]).reduce(ts, o);
-  });
+  }, dst, static_cast<int64_t>(op));
   const int w = c.world_size();
   const bool avg = op == ReduceOp::kAvg && w > 1 && c.rank() == dst;
   if (avg || !wire.is_same(target)) {
@@ -271,7 +279,7 @@ Handle broadcast(at::Tensor& tensor, int src, bool async_op) {
     o.rootRank = src;
     o.timeout = c.timeout();
     return c.backend_for(ts[0]).broadcast(ts, o);
-  });
+  }, src);
   return finish(std::move(state), async_op);
 }
 
