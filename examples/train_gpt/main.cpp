@@ -5,11 +5,14 @@
 // tokens/s, memory, progress and the estimated time left), the held-out loss before and after
 // training, and (with --metrics_file) one JSON object per optimizer step. Optional: the engine's
 // DeepSpeed-format lines (--deepspeed_log), model FLOPs utilization against a device's peak
-// (--peak_tflops), and loss / lr curves as a PNG (--plot, needs gnuplot).
+// (--peak_tflops), and loss / lr curves as a PNG (--plot, needs gnuplot). A nan/inf training loss
+// on an applied step stops every rank with an error naming the step and the ranks
+// (--continue_on_nonfinite_loss trains on).
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -20,6 +23,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
@@ -55,6 +59,7 @@ struct Args {
   std::string save_dir;       // checkpoints go here (DeepSpeed layout)
   int64_t save_interval = 0;  // every N steps (and after the last); 0: after the last only
   std::string load_dir;       // resume from <load_dir>/latest
+  bool continue_on_nonfinite_loss = false;  // train on after a nan/inf loss (default: stop)
 };
 
 // Progress on rank 0: a bar with the estimated time left and the finish time, from the mean of
@@ -210,6 +215,27 @@ std::vector<std::pair<std::string, int64_t>> memory_figures(const ds::MemoryStat
           {"host_offload", m.host_offload_bytes()}};
 }
 
+// Every rank's own loss of `step` (one all-gather, on the way out only), naming the ranks whose
+// loss was not finite.
+std::string non_finite_loss_message(int64_t step, double mine, int world) {
+  auto all = torch::empty({world}, torch::kDouble);
+  ds::comm::all_gather(all, torch::tensor({mine}, torch::kDouble));
+  std::ostringstream ranks, losses;
+  int bad = 0;
+  for (int r = 0; r < world; ++r) {
+    const double v = all[r].item<double>();
+    if (!std::isfinite(v)) ranks << (bad++ ? ", " : "") << r;
+    losses << (r ? ", " : "") << "rank " << r << ": " << (std::isnan(v) ? "nan" : std::to_string(v));
+  }
+  std::ostringstream os;
+  os << "step " << step << ": the training loss is not finite on rank" << (bad > 1 ? "s " : " ")
+     << ranks.str() << " (" << losses.str()
+     << "); the optimizer step was applied, so the weights are now unusable. Training diverged "
+        "or the data holds a bad value: lower the optimizer's lr, set gradient_clipping, or "
+        "pass --continue_on_nonfinite_loss to train on";
+  return os.str();
+}
+
 int run(const Args& a) {
   auto config = ds::load_config(a.deepspeed_config);
   const int rank = ds::comm::get_rank(), world = ds::comm::get_world_size();
@@ -319,6 +345,7 @@ int run(const Args& a) {
     if (bar && step % print_every == 0) bar->clear();
     auto t0 = std::chrono::steady_clock::now();
     double loss_sum = 0.0;
+    const int64_t skipped_before = engine->skipped_steps();
     for (int64_t m = 0; m < gas; ++m) {
       auto batch = make_batch(split.train, sampler.next_micro_batch(), a.seq_len);
       auto loss = engine->forward(batch.inputs, batch.targets);
@@ -339,6 +366,12 @@ int run(const Args& a) {
     auto all_mem = torch::empty({n_fig * world}, torch::kDouble);
     ds::comm::all_gather(all_mem, mine);
     const double loss = stats.item<double>();
+    // The averaged loss is the same on every rank, so all of them stop together. A step the
+    // engine skipped (fp16 overflow, bf16 check_grad_overflow) changed nothing and said so.
+    if (!std::isfinite(loss) && engine->skipped_steps() == skipped_before &&
+        !a.continue_on_nonfinite_loss) {
+      throw ds::Error(non_finite_loss_message(step, loss_sum / static_cast<double>(gas), world));
+    }
     if (first_loss < 0) first_loss = loss;
     const double lr = engine->get_lr().at(0);
     const double tps = static_cast<double>(tokens_per_step) / secs;
@@ -461,6 +494,9 @@ int main(int argc, char** argv) {
                "keep only the corpus's own token ids (a much smaller embedding and output layer)");
   app.add_option("--plot", a.plot,
                  "write loss and learning-rate curves to this PNG (needs gnuplot)");
+  app.add_flag("--continue_on_nonfinite_loss", a.continue_on_nonfinite_loss,
+               "train on when the loss is nan or inf (default: stop with an error naming the "
+               "step and the ranks)");
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);

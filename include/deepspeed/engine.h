@@ -112,7 +112,7 @@ class Engine {
   template <typename Fn>
   auto forward_with(Fn&& fn) -> decltype(fn()) {
     forward_begin();
-    auto out = fn();
+    auto out = with_memory_report("forward", std::forward<Fn>(fn));
     forward_end();
     return out;
   }
@@ -250,23 +250,26 @@ class Engine {
   at::ScalarType communication_dtype() const;
   void build_lr_scheduler(LRSchedulerFactory lr_scheduler);
   void report_out_of_memory(const std::string& during) const;
-  /// Runs fn; an allocation failure is reported with this rank's memory figures, then rethrown.
+  /// Logs report_out_of_memory and throws OutOfMemoryError carrying `error` and the ledger.
+  [[noreturn]] void throw_out_of_memory(const std::string& during, const std::string& error) const;
+  /// Runs fn; an allocation failure (std::bad_alloc, or a c10::Error from an allocator) becomes
+  /// an OutOfMemoryError with this rank's memory figures. Other errors pass through unchanged.
   template <typename Fn>
-  void with_memory_report(const std::string& during, Fn&& fn) {
+  auto with_memory_report(const std::string& during, Fn&& fn) -> decltype(fn()) {
     try {
-      fn();
-    } catch (const std::bad_alloc&) {
-      report_out_of_memory(during);
-      throw;
+      return fn();
+    } catch (const std::bad_alloc& e) {
+      throw_out_of_memory(during, e.what());
     } catch (const c10::Error& e) {
       const std::string msg = e.what_without_backtrace();
-      if (msg.find("out of memory") != std::string::npos ||
-          msg.find("can't allocate memory") != std::string::npos) {
-        report_out_of_memory(during);
-      }
+      if (is_out_of_memory_message(msg)) throw_out_of_memory(during, msg);
       throw;
     }
   }
+  static bool is_out_of_memory_message(const std::string& message);
+  /// The constructor's work, run under with_memory_report("initialization").
+  void setup(std::unique_ptr<torch::optim::Optimizer> optimizer, LRSchedulerFactory lr_scheduler,
+             std::vector<ParamGroup> model_parameters);
   void report_progress();
   void print_progress();
   void log_throughput();

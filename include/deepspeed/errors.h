@@ -38,6 +38,14 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
+/// An allocation failed inside the engine (forward, backward, step, initialization). The message
+/// names the rank and phase, gives the allocator's own text and the rank's memory ledger (what
+/// the engine holds per component, Engine::memory_report), and what to try.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
 /// Misuse of the engine API (backward without an optimizer, non-scalar loss, ...).
 class UsageError : public Error {
  public:

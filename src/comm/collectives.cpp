@@ -2,6 +2,7 @@
 // process group, and wrapped in a Handle whose wait() turns a failure into the cross-rank report.
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "comm/collective_fingerprint.h"
 #include "comm/communicator.h"
 #include "comm/comms_logger.h"
 #include "deepspeed/comm.h"
@@ -72,9 +73,10 @@ std::string where(const Communicator& c, const char* name, const Group& group) {
 
 // Runs `issue` (which returns the c10d work) and records it; a synchronous throw from c10d
 // (bad sizes, closed connection) also gets the report.
+// `root` (-1: none) and `op` (-1: none) go into the cross-rank comparison (collective_fingerprint.h).
 template <typename Issue>
 std::shared_ptr<Handle::State> start(const char* name, const at::Tensor& t, const Group& group,
-                                     Issue issue) {
+                                     Issue issue, int64_t root = -1, int64_t op = -1) {
   auto& c = Communicator::instance();
   auto state = std::make_shared<Handle::State>();
   state->record = c.begin(name, t, group);
@@ -84,6 +86,9 @@ std::shared_ptr<Handle::State> start(const char* name, const at::Tensor& t, cons
   if (group.size() == 1) {
     state->done = false;  // on_complete still runs in wait()
     return state;
+  }
+  if (detail::collective_check_enabled()) {
+    detail::check_same_collective(c, state->record, group, t, root, op);
   }
   try {
     state->work = issue();
@@ -183,8 +188,9 @@ Handle all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op, const Group& g
   check_flat(tensor, "all_reduce", "tensor");
   at::Tensor target = tensor;
   at::Tensor wire = gloo_lacks_dtype(tensor) ? tensor.to(at::kFloat) : tensor;
-  auto state =
-      start("all_reduce", tensor, group, [&] { return issue_allreduce(c, wire, op, group); });
+  auto state = start(
+      "all_reduce", tensor, group, [&] { return issue_allreduce(c, wire, op, group); }, -1,
+      static_cast<int64_t>(op));
   const int w = group.size();
   const bool avg = op == ReduceOp::kAvg && w > 1;
   if (avg || !wire.is_same(target)) {
@@ -258,8 +264,9 @@ Handle reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op, 
   at::Tensor work_buf = gloo_lacks_dtype(input) ? input.to(at::kFloat)
                         : w == 1                ? input
                                                 : input.clone();
-  auto state = start("reduce_scatter", input, group,
-                     [&] { return issue_allreduce(c, work_buf, op, group); });
+  auto state = start(
+      "reduce_scatter", input, group, [&] { return issue_allreduce(c, work_buf, op, group); }, -1,
+      static_cast<int64_t>(op));
   at::Tensor out = output;
   int64_t offset = static_cast<int64_t>(group.rank()) * n;
   state->on_complete = [out, work_buf, n, offset, w, op]() mutable {
@@ -282,7 +289,7 @@ Handle reduce(at::Tensor& tensor, int dst, ReduceOp op, bool async_op, const Gro
     o.rootRank = root;
     o.timeout = c.timeout();
     return c.backend_for(group, ts[0]).reduce(ts, o);
-  });
+  }, dst, static_cast<int64_t>(op));
   const int w = group.size();
   const bool avg = op == ReduceOp::kAvg && w > 1 && group.rank() == root;
   if (avg || !wire.is_same(target)) {
@@ -304,7 +311,7 @@ Handle broadcast(at::Tensor& tensor, int src, bool async_op, const Group& group)
     o.rootRank = root;
     o.timeout = c.timeout();
     return c.backend_for(group, ts[0]).broadcast(ts, o);
-  });
+  }, src);
   return finish(std::move(state), async_op);
 }
 

@@ -23,6 +23,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include "comm/rendezvous.h"
 #include "util/check.h"
 #include "util/env.h"
 #include "util/logging.h"
@@ -162,7 +163,7 @@ void Communicator::init(const InitOptions& o) {
     so.port = static_cast<uint16_t>(port);
     so.isServer = rank_ == 0;
     so.numWorkers = static_cast<size_t>(world_size_);
-    so.waitWorkers = true;
+    so.waitWorkers = false;  // wait_for_all_ranks below waits, and names who is missing
     so.timeout = timeout_;
     try {
       store_ = c10::make_intrusive<c10d::TCPStore>(addr, so);
@@ -170,8 +171,12 @@ void Communicator::init(const InitOptions& o) {
       throw CommError(detail_str(rank_, world_size_) + "rendezvous at MASTER_ADDR=" + addr +
                       " MASTER_PORT=" + std::to_string(port) + " failed: " + e.what() +
                       (rank_ == 0 ? " (is the port already in use? pick another --master_port)"
-                                  : " (is rank 0 running and the address reachable?)"));
+                                  : " (rank 0 serves the store: did it start within the timeout "
+                                    "of " + std::to_string(timeout_.count()) +
+                                    " ms, and is the address reachable?)"));
     }
+    wait_for_all_ranks(*store_, rank_, world_size_, timeout_,
+                       "MASTER_ADDR=" + addr + " MASTER_PORT=" + std::to_string(port));
   }
 
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout_);

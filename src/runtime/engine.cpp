@@ -82,6 +82,29 @@ std::vector<double> momentum_of(torch::optim::Optimizer& opt) {
   return out;
 }
 
+// Without a skipping overflow check (fp32; bf16 with check_grad_overflow false) a non-finite
+// gradient norm goes into the optimizer as DeepSpeed lets it, but not silently. The norm is the
+// same on every rank; rank 0 says so, and each rank whose own loss was non-finite names itself.
+std::string number_text(double v) {
+  if (std::isnan(v)) return "nan";  // never "-nan": the sign of a nan means nothing
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+void warn_non_finite_grad_norm(double norm, int64_t step, double rank_loss) {
+  const int rank = comm::get_rank();
+  if (rank != 0 && std::isfinite(rank_loss)) return;
+  std::ostringstream os;
+  os << "[rank " << rank << "/" << comm::get_world_size() << "] step " << step
+     << ": the global gradient norm is " << number_text(norm)
+     << " (this rank's loss: " << number_text(rank_loss) << "); with no overflow check (fp32, or bf16 with check_grad_overflow false) the "
+        "optimizer applies these gradients and the parameters become non-finite. Lower the "
+        "learning rate, set gradient_clipping, or train in bf16 with check_grad_overflow to skip "
+        "such steps";
+  log::warn(os.str());
+}
+
 }  // namespace
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config,
@@ -90,6 +113,13 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config
                std::shared_ptr<Mpu> mpu)
     : module_(std::move(module)), config_(std::move(config)), mpu_(std::move(mpu)),
       timers_(std::make_unique<runtime::Timers>()) {
+  with_memory_report("initialization", [&] {
+    setup(std::move(optimizer), std::move(lr_scheduler), std::move(model_parameters));
+  });
+}
+
+void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
+                   LRSchedulerFactory lr_scheduler, std::vector<ParamGroup> model_parameters) {
   DS_CHECK(module_ != nullptr, UsageError, "deepspeed::initialize requires a model");
   comm::init_distributed();
   comm::PhaseScope phase(comm::Phase::kInit);
@@ -442,6 +472,7 @@ bool Engine::take_model_step() {
   const double used_scale = loss_scale();
   const double norm = std::sqrt(model_parallel_norm_squared(zero_->grad_norm_squared())) / used_scale;
   global_grad_norm_ = norm;
+  if (!std::isfinite(norm)) warn_non_finite_grad_norm(norm, global_steps_ + 1, interval_loss_);
   // Matches DeepSpeed (reference §2.5): the scale is updated before unscaling, and unscaling
   // and clipping are one multiply by 1/combined.
   if (loss_scaler_) loss_scaler_->update_scale(false);
@@ -604,6 +635,28 @@ std::string Engine::memory_report(const std::string& when) const {
 void Engine::report_out_of_memory(const std::string& during) const {
   // Every rank prints its own figures: the one that failed is rarely rank 0.
   log::warn(memory_report("at out-of-memory during " + during));
+}
+
+bool Engine::is_out_of_memory_message(const std::string& message) {
+  // LibTorch's CPU allocator ("DefaultCPUAllocator: can't allocate memory ... Error code 12
+  // (Cannot allocate memory)"), the engine's host allocator ("out of memory allocating"), CUDA's
+  // caching allocator ("CUDA out of memory"), and a bad_alloc that crossed autograd as text.
+  for (const char* marker : {"out of memory", "can't allocate memory", "Cannot allocate memory",
+                             "could not allocate", "bad_alloc"}) {
+    if (message.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+void Engine::throw_out_of_memory(const std::string& during, const std::string& error) const {
+  report_out_of_memory(during);
+  const int rank = comm::is_initialized() ? comm::get_rank() : 0;
+  const int world = comm::is_initialized() ? comm::get_world_size() : 1;
+  throw OutOfMemoryError(
+      "[rank " + std::to_string(rank) + "/" + std::to_string(world) + "] out of memory during " +
+      during + ": " + error + "\n" + memory_report("at out-of-memory during " + during) +
+      "\nTo need less memory per rank: a smaller train_micro_batch_size_per_gpu, a higher "
+      "zero_optimization.stage, or offload_optimizer / offload_param (docs/offload.md).");
 }
 
 std::vector<std::pair<std::string, double>> Engine::get_wall_clock_timers() const {

@@ -2,6 +2,7 @@
 // fixture: the loss goes down, the metrics file is written, and a bad config fails loudly.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -38,6 +39,32 @@ std::vector<nlohmann::json> read_rows(const std::string& path) {
   std::vector<nlohmann::json> rows;
   while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
   return rows;
+}
+
+// A run that diverges for real (fp32, SGD with lr 1e6) stops at the first non-finite loss with
+// exit status 1 and an error naming the step and the ranks, after writing the steps before it;
+// --continue_on_nonfinite_loss trains on to the end as before.
+TEST(TrainGptE2E, DivergingRunStopsAtTheFirstNonFiniteLoss) {
+  testing::TempDir dir;
+  const std::string cfg = R"({"train_micro_batch_size_per_gpu": 2, "steps_per_print": 100,
+      "gradient_clipping": 0.0, "optimizer": {"type": "SGD", "params": {"lr": 1e6}}})";
+  auto r = run_command(launch(dir, cfg, 12));
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  const std::string all = r.out + r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(all, m, std::regex(R"(train_gpt: \[rank 1\] error: step (\d+): the training loss is not finite on ranks? [0-9, ]+ \(rank 0: [^,]+, rank 1: )")))
+      << all;
+  EXPECT_NE(all.find("train_gpt: [rank 0] error: step " + m[1].str()), std::string::npos) << all;
+  EXPECT_NE(all.find("--continue_on_nonfinite_loss"), std::string::npos) << all;
+  const int stop = std::stoi(m[1].str());
+  EXPECT_LE(stop, 12);
+  auto rows = read_rows(dir.file("metrics.jsonl"));
+  ASSERT_EQ(rows.size(), static_cast<size_t>(stop - 1)) << all;  // the steps before it
+  for (const auto& row : rows) EXPECT_TRUE(std::isfinite(row["loss"].get<double>())) << row;
+
+  auto go_on = run_command(launch(dir, cfg, 12, "on.jsonl", "--continue_on_nonfinite_loss"));
+  EXPECT_EQ(go_on.exit_code, 0) << go_on.out << go_on.err;
+  EXPECT_EQ(read_rows(dir.file("on.jsonl")).size(), 12u);
 }
 
 TEST(TrainGptE2E, TwoRanksTrainAndHeldOutLossDrops) {

@@ -70,7 +70,7 @@ void print_backtrace_and_die(int sig) {
   try {
     comm::InitOptions init;
     init.timeout = std::chrono::milliseconds(o.comm_timeout_ms);
-    comm::init_distributed(init);
+    if (o.init_distributed) comm::init_distributed(init);
     body(rank, world);
     comm::destroy_process_group(/*sync=*/true);
   } catch (const std::exception& e) {

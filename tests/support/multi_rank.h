@@ -27,6 +27,7 @@ struct RunOptions {
   bool expect_failure = false;  // do not fail the test when a rank fails
   std::vector<std::pair<std::string, std::string>> env;  // extra environment for every rank
   int comm_timeout_ms = 60000;  // per-collective timeout inside the ranks
+  bool init_distributed = true;  // false: the body calls comm::init_distributed itself (or not)
 };
 
 /// True inside a rank process started by run_ranks().

@@ -9,6 +9,7 @@
 
 #include "runtime/swap/aio_wait.h"
 #include "runtime/swap/swap_buffer_pool.h"
+#include "runtime/swap/swap_folder_lock.h"
 #include "util/check.h"
 #include "util/logging.h"
 
@@ -64,6 +65,8 @@ class OptimizerSwapper::Impl {
                           ec.message() + " (zero_optimization.offload_optimizer.nvme_path is " +
                           options_.nvme_path + ")");
     }
+    lock_ = std::make_unique<SwapFolderLock>(folder_, "zero_optimization.offload_optimizer",
+                                             options_.nvme_path);
     min_swap_bytes_ = options_.min_swap_bytes >= 0
                           ? options_.min_swap_bytes
                           : std::max(kMinAioBytes, options_.aio.block_size);
@@ -267,6 +270,7 @@ class OptimizerSwapper::Impl {
 
   SwapperOptions options_;
   std::string folder_;
+  std::unique_ptr<SwapFolderLock> lock_;  // released after ~Impl removed the files
   int64_t min_swap_bytes_ = 0;
   aio::AioHandle read_;
   aio::AioHandle write_;

@@ -8,6 +8,7 @@
 
 #include "runtime/swap/aio_wait.h"
 #include "runtime/swap/swap_buffer_pool.h"
+#include "runtime/swap/swap_folder_lock.h"
 #include "util/check.h"
 #include "util/logging.h"
 
@@ -61,6 +62,8 @@ class ShardSwapper::Impl {
                           ec.message() + " (zero_optimization.offload_param.nvme_path is " +
                           options_.nvme_path + ")");
     }
+    lock_ = std::make_unique<SwapFolderLock>(folder_, "zero_optimization.offload_param",
+                                             options_.nvme_path);
   }
 
   ~Impl() {
@@ -194,6 +197,7 @@ class ShardSwapper::Impl {
 
   ShardSwapperOptions options_;
   std::string folder_;
+  std::unique_ptr<SwapFolderLock> lock_;  // released after ~Impl removed the files
   aio::AioHandle read_;
   aio::AioHandle write_;
   std::vector<Shard> shards_;

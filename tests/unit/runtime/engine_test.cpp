@@ -205,5 +205,75 @@ TEST(Engine, OutOfMemoryInBackwardLogsTheMemoryReport) {
   }
 }
 
+TEST(Engine, OutOfMemoryBecomesOutOfMemoryErrorWithTheLedgerAndRank) {
+  auto model = std::make_shared<FailsInBackward>();
+  json cfg = base_config(1, 1);
+  cfg["zero_optimization"] = {{"stage", 1}};
+  auto [engine, optimizer, sched] = initialize(model, cfg);
+  ::testing::internal::CaptureStderr();
+  try {
+    engine->backward(engine->forward(torch::ones({4})));
+    ADD_FAILURE() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("[rank 0/1] out of memory during backward: "), std::string::npos) << what;
+    EXPECT_NE(what.find("memory at out-of-memory during backward (rank 0, ZeRO-1, offload none): "
+                        "device"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("gradients"), std::string::npos) << what;
+    EXPECT_NE(what.find("train_micro_batch_size_per_gpu"), std::string::npos) << what;
+  }
+  ::testing::internal::GetCapturedStderr();
+}
+
+// A model that diverges for real: loss sqrt(w), SGD with lr 4 takes w from 1 to -1, so the second
+// step's loss and gradient are nan.
+struct SqrtLoss : torch::nn::Module {
+  SqrtLoss() { w = register_parameter("w", torch::ones({1})); }
+  torch::Tensor forward(const torch::Tensor& x) { return (w * x).sqrt().sum(); }
+  torch::Tensor w;
+};
+
+json diverging_config(const std::string& dtype, bool check_grad_overflow) {
+  json cfg = {{"train_micro_batch_size_per_gpu", 1},
+              {"gradient_clipping", 0.0},
+              {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 4.0}}}}}};
+  if (dtype == "bf16") cfg["bf16"] = {{"enabled", true}, {"check_grad_overflow", check_grad_overflow}};
+  return cfg;
+}
+
+std::string train_diverging(const json& cfg, std::shared_ptr<SqrtLoss> model) {
+  auto [engine, optimizer, sched] = initialize(model, cfg);
+  ::testing::internal::CaptureStderr();
+  for (int step = 0; step < 3; ++step) {
+    engine->backward(engine->forward(torch::ones({1}).to(engine->model_dtype())));
+    engine->step();
+  }
+  return ::testing::internal::GetCapturedStderr();
+}
+
+TEST(Engine, NonFiniteGradNormIsWarnedNamingStepAndRank) {
+  for (const std::string dtype : {"fp32", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    auto model = std::make_shared<SqrtLoss>();
+    const std::string err = train_diverging(diverging_config(dtype, false), model);
+    EXPECT_EQ(err.find("step 1: the global gradient norm is"), std::string::npos) << err;
+    EXPECT_NE(err.find("[rank 0/1] step 2: the global gradient norm is nan (this rank's loss: "
+                       "nan); with no overflow check"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("[rank 0/1] step 3: the global gradient norm is nan"), std::string::npos)
+        << err;
+    // As in DeepSpeed, the step is applied: the parameter is now nan.
+    EXPECT_TRUE(std::isnan(model->w.item<double>()));
+  }
+  // bf16 with check_grad_overflow skips the step instead (DeepSpeed's behaviour), no warning.
+  auto model = std::make_shared<SqrtLoss>();
+  const std::string err = train_diverging(diverging_config("bf16", true), model);
+  EXPECT_EQ(err.find("the global gradient norm is nan"), std::string::npos) << err;
+  EXPECT_EQ(model->w.item<double>(), -1.0);
+}
+
 }  // namespace
 }  // namespace deepspeed
