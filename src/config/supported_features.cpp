@@ -28,7 +28,7 @@ bool enabled_flag(const json& raw, const char* section) {
 void DeepSpeedConfig::check_supported() const {
   const auto& z = zero_optimization;
   if (z.elastic_checkpoint) refuse(*this, "zero_optimization.elastic_checkpoint");
-  if (z.offload_optimizer && z.offload_optimizer->device != "none") {
+  if (z.optimizer_offload() != OffloadDevice::kNone) {
     // docs/offload.md: device "cpu" with ZeRO 1/2; nvme (DeepSpeed: stage 3 only) comes with
     // stage 3's sub-groups (the swapper is runtime/swap).
     const auto& o = *z.offload_optimizer;
