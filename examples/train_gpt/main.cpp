@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -262,16 +263,25 @@ int run(const Args& a) {
   int64_t first_step = 1;
   if (!a.load_dir.empty()) {
     auto loaded = engine->load_checkpoint(a.load_dir);
-    if (loaded.load_path) {
-      const auto& cs = loaded.client_state;
-      if (cs.contains("sampler_epoch") && cs.contains("sampler_micro_batch")) {
-        sampler.set_position(cs.at("sampler_epoch").toInt(), cs.at("sampler_micro_batch").toInt());
-      }
-      first_step = engine->global_steps() + 1;
-      if (rank == 0) {
-        std::printf("train_gpt: resumed from %s at step %lld\n", loaded.load_path->c_str(),
-                    static_cast<long long>(first_step - 1));
-      }
+    // The engine, as DeepSpeed, only warns when there is no `latest` to load; a resume that
+    // went on from scratch would then overwrite the real checkpoints in --save_dir.
+    if (!loaded.load_path) {
+      throw ds::UsageError(
+          "--load_dir " + a.load_dir + ": nothing to resume from: " +
+          (std::filesystem::is_directory(a.load_dir)
+               ? "it has no 'latest' file (" + a.load_dir + "/latest names the tag to resume)"
+               : "the directory does not exist (looked for " + a.load_dir + "/latest)") +
+          "; fix the path, or leave --load_dir out to train from scratch. Nothing was trained "
+          "or saved");
+    }
+    const auto& cs = loaded.client_state;
+    if (cs.contains("sampler_epoch") && cs.contains("sampler_micro_batch")) {
+      sampler.set_position(cs.at("sampler_epoch").toInt(), cs.at("sampler_micro_batch").toInt());
+    }
+    first_step = engine->global_steps() + 1;
+    if (rank == 0) {
+      std::printf("train_gpt: resumed from %s at step %lld\n", loaded.load_path->c_str(),
+                  static_cast<long long>(first_step - 1));
     }
   }
   const auto save = [&] {
@@ -457,6 +467,9 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     int rank = ds::comm::is_initialized() ? ds::comm::get_rank() : 0;
     std::fprintf(stderr, "train_gpt: [rank %d] error: %s\n", rank, e.what());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "train_gpt: error: unknown exception (a bug in deepspeed-cpp)\n");
     return 1;
   }
 }

@@ -375,6 +375,14 @@ TensorDict consolidate_zero_checkpoint(const std::string& checkpoint_dir,
                                        const std::optional<std::string>& tag = std::nullopt,
                                        const ConsolidateOptions& options = {});
 
+/// zero_to_fp32's guard for its OUTPUT file (existing or not): throws UsageError when, after
+/// resolving symlinks (and hard links for an existing file), it is "<checkpoint_dir>/latest",
+/// lies inside "<checkpoint_dir>/<tag>" (tag: `latest`'s when nullopt), or is one of that
+/// folder's files. A file beside `latest` (DeepSpeed's `zero_to_fp32.py . pytorch_model.bin`
+/// habit) is fine.
+void check_output_outside_checkpoint(const std::string& output, const std::string& checkpoint_dir,
+                                     const std::optional<std::string>& tag);
+
 /// Writes `tensors` in the safetensors format (8-byte little-endian header length, JSON header
 /// {name: {dtype, shape, data_offsets}, "__metadata__": metadata}, then the raw little-endian
 /// data), atomically. Tensors are copied to contiguous CPU memory; aliases are written as

@@ -99,7 +99,7 @@ struct ZeroConfig {
   int64_t stage = 0;
   bool contiguous_gradients = true;
   bool reduce_scatter = true;
-  int64_t reduce_bucket_size = 500000000;
+  int64_t reduce_bucket_size = 500000000;  // 0: every gradient is reduced on its own
   bool use_multi_rank_bucket_allreduce = true;
   bool allgather_partitions = true;
   int64_t allgather_bucket_size = 500000000;
@@ -131,6 +131,11 @@ struct ZeroConfig {
   bool pipeline_loading_checkpoint = false;
   bool log_trace_cache_warnings = false;
   bool enable_sanity_checks = false;
+  bool zenflow = false;  // a `zenflow` section is given (ZenFlow; refused by check_supported())
+  /// Size keys given as "auto" (Hugging Face's placeholder), of reduce_bucket_size,
+  /// stage3_prefetch_bucket_size and stage3_param_persistence_threshold; initialize() fills them
+  /// from the model's hidden size as the Hugging Face integration does (docs/config.md "auto").
+  std::vector<std::string> auto_sizes;
 
   bool overlap_comm_enabled() const { return overlap_comm.value_or(stage == 3); }
   /// offload_optimizer.device, kNone when the section is absent.
@@ -141,6 +146,9 @@ struct ZeroConfig {
   OffloadDevice param_offload() const {
     return offload_param ? offload_param->device : OffloadDevice::kNone;
   }
+  /// Elements per gradient bucket: reduce_bucket_size, where 0 means one gradient per bucket
+  /// (DeepSpeed closes a bucket whenever the next gradient would exceed the size).
+  int64_t reduce_bucket_numel() const { return reduce_bucket_size > 0 ? reduce_bucket_size : 1; }
 };
 
 /// `tensorboard` / `csv_monitor`.
@@ -300,8 +308,17 @@ struct DeepSpeedConfig {
   ProgressiveLayerDropConfig progressive_layer_drop;
   TorchAutocastConfig torch_autocast;
 
+  bool comet_enabled = false;  // comet.enabled (refused by check_supported())
+  /// Features of the sections this build parses only far enough to know whether they are on
+  /// ("amp.enabled", "compression_training.sparse_pruning", ...), in order; check_supported()
+  /// refuses the first.
+  std::vector<std::string> unimplemented_requests;
+
   /// Warnings found while parsing (unknown top-level keys, deprecated keys, ...), in order.
   std::vector<std::string> warnings;
+  /// How values given as "auto" were resolved (to what, and why), in order; printed like the
+  /// warnings (ds_config on stderr, initialize() on rank 0).
+  std::vector<std::string> notes;
 
   /// Parses `config`: a path to a JSON file, JSON text, or URL-safe base64 of JSON.
   /// `dp_world_size` resolves the batch triad. Throws ConfigError naming the key path and value.

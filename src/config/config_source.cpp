@@ -2,6 +2,7 @@
 // accepts). Comments are allowed; duplicate keys are an error naming them (DeepSpeed's rule).
 #include "config/config_source.h"
 
+#include <cstdint>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -28,13 +29,15 @@ std::optional<std::string> base64_decode(const std::string& in) {
     return -1;
   };
   std::string out;
-  int buf = 0, bits = 0;
+  // Only the low `bits` (< 14) bits of buf are pending; masking keeps the shift in range.
+  uint32_t buf = 0;
+  int bits = 0;
   for (char c : in) {
     if (c == '=') break;
     if (c == '\n' || c == '\r') continue;
     int v = value(c);
     if (v < 0) return std::nullopt;
-    buf = (buf << 6) | v;
+    buf = ((buf << 6) | static_cast<uint32_t>(v)) & 0xffffu;
     bits += 6;
     if (bits >= 8) {
       bits -= 8;
@@ -71,7 +74,8 @@ json parse_checked(const std::string& text, const std::string& source) {
   json doc;
   try {
     doc = json::parse(text, cb, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number past double's range (1e400).
     throw ConfigError(source + ": not valid JSON: " + e.what());
   }
   if (!duplicates.empty()) {

@@ -110,7 +110,7 @@ OffloadParamConfig parse_offload_param(ConfigReader r) {
 
 ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   ZeroConfig c;
-  const json* z = top.get_raw("zero_optimization");
+  const json* z = top.get_raw("zero_optimization", "an object");
   if (z == nullptr) return c;
   if (z->is_boolean()) {
     // Legacy form: true/false means stage 1/0, bucket size from top-level allgather_size.
@@ -131,7 +131,22 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   }
   c.contiguous_gradients = rr.get_bool("contiguous_gradients", c.contiguous_gradients);
   c.reduce_scatter = rr.get_bool("reduce_scatter", c.reduce_scatter);
-  c.reduce_bucket_size = rr.get_int("reduce_bucket_size", c.reduce_bucket_size, 1);
+  // "auto" sizes are filled from the model at initialize (config/auto_sizes.h), as Hugging
+  // Face's integration fills them from the model's hidden size.
+  auto auto_size = [&](const char* key, const char* alias) {
+    const bool a = rr.take_auto(key);
+    const bool b = alias != nullptr && rr.take_auto(alias);
+    if (!a && !b) return false;
+    if (alias != nullptr && rr.has(key) && rr.has(alias)) {
+      rr.fail(key, std::string("and its alias '") + alias + "' are both set; keep one");
+    }
+    c.auto_sizes.emplace_back(key);
+    return true;
+  };
+  // Matches DeepSpeed: 0 is accepted and reduces every gradient on its own.
+  if (!auto_size("reduce_bucket_size", nullptr)) {
+    c.reduce_bucket_size = rr.get_int("reduce_bucket_size", c.reduce_bucket_size, 0);
+  }
   c.use_multi_rank_bucket_allreduce =
       rr.get_bool("use_multi_rank_bucket_allreduce", c.use_multi_rank_bucket_allreduce);
   c.allgather_partitions = rr.get_bool("allgather_partitions", c.allgather_partitions);
@@ -141,7 +156,9 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
                                          "; it must be a multiple of 2 (the start alignment "
                                          "factor of partitions)");
   }
-  if (rr.get_raw("overlap_comm") != nullptr) c.overlap_comm = rr.get_bool("overlap_comm", false);
+  if (rr.get_raw("overlap_comm", "true or false") != nullptr) {
+    c.overlap_comm = rr.get_bool("overlap_comm", false);
+  }
   c.load_from_fp32_weights = rr.get_bool("load_from_fp32_weights", c.load_from_fp32_weights);
   c.elastic_checkpoint = rr.get_bool("elastic_checkpoint", c.elastic_checkpoint);
   ConfigReader op = rr.section("offload_param", Strictness::kStrict);
@@ -177,11 +194,15 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
     warnings->push_back(rr.where("cpu_offload_use_pin_memory") + " is deprecated and ignored");
   }
   c.sub_group_size = rr.get_int("sub_group_size", c.sub_group_size, 1);
-  c.stage3_prefetch_bucket_size = rr.get_int_alias("stage3_prefetch_bucket_size",
-                                                "prefetch_bucket_size", c.stage3_prefetch_bucket_size);
-  c.stage3_param_persistence_threshold =
-      rr.get_int_alias("stage3_param_persistence_threshold", "param_persistence_threshold",
-                    c.stage3_param_persistence_threshold);
+  if (!auto_size("stage3_prefetch_bucket_size", "prefetch_bucket_size")) {
+    c.stage3_prefetch_bucket_size = rr.get_int_alias(
+        "stage3_prefetch_bucket_size", "prefetch_bucket_size", c.stage3_prefetch_bucket_size);
+  }
+  if (!auto_size("stage3_param_persistence_threshold", "param_persistence_threshold")) {
+    c.stage3_param_persistence_threshold =
+        rr.get_int_alias("stage3_param_persistence_threshold", "param_persistence_threshold",
+                         c.stage3_param_persistence_threshold);
+  }
   c.stage3_model_persistence_threshold =
       rr.get_int_alias("stage3_model_persistence_threshold", "model_persistence_threshold",
                     c.stage3_model_persistence_threshold);
@@ -232,7 +253,9 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   c.enable_sanity_checks = rr.get_bool("enable_sanity_checks", false);
   rr.get_bool("save_muon_momentum_buffer_in_memory", false);
   rr.get_raw("leaf_module");
-  rr.get_raw("zenflow");
+  if (ConfigReader zf = rr.section("zenflow", Strictness::kWarnUnknown); zf.present()) {
+    c.zenflow = true;  // refused by check_supported(); its keys are not read
+  }
   rr.finish();
   return c;
 }
@@ -256,15 +279,19 @@ WandbConfig parse_wandb(ConfigReader r) {
   return c;
 }
 
-void parse_comet(ConfigReader r) {
-  r.get_bool("enabled", false);
+bool parse_comet(ConfigReader r) {
+  const bool enabled = r.get_bool("enabled", false);
   r.get_int("samples_log_interval", 100, 1);
   for (const char* k : {"project", "workspace", "api_key", "experiment_name", "experiment_key",
                         "mode"}) {
     r.get_opt_string(k);
   }
-  r.get_raw("online");
+  if (const json* online = r.get_raw("online", "true or false");
+      online != nullptr && !online->is_boolean()) {
+    r.fail("online", "is " + config_detail::show(*online) + "; expected true or false");
+  }
   r.finish();
+  return enabled;
 }
 
 CommsLoggerConfig parse_comms_logger(ConfigReader r) {
@@ -296,16 +323,6 @@ CheckpointConfig parse_checkpoint(ConfigReader r) {
   return c;
 }
 
-// Sections this build parses only far enough to know whether they ask for a feature; their
-// contents are kept in `raw` and judged by check_supported().
-constexpr const char* kPassThroughSections[] = {
-    "amp", "curriculum_learning", "data_efficiency",
-    "compression_training", "quantize_training", "eigenvalue", "sparse_attention", "elasticity",
-    "autotuning", "tensor_parallel", "hybrid_engine", "compile", "graph_harvesting", "nebula",
-    "datastates", "vocabulary_size", "use_data_before_expert_parallelism",
-    "sequence_parallel_size", "data_parallel_size", "seq_parallel_communication_data_type",
-    "disable_allgather", "allgather_size", "weight_quantization"};
-
 }  // namespace
 
 DeepSpeedConfig DeepSpeedConfig::from_string(const std::string& config, int64_t dp_world_size) {
@@ -322,9 +339,7 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   c.source = source;
   ConfigReader top(&c.raw, "", source, Strictness::kWarnUnknown, &c.warnings);
 
-  c.batch = config_detail::resolve_batch_triad(
-      top.get_opt_int("train_batch_size"), top.get_opt_int("train_micro_batch_size_per_gpu"),
-      top.get_opt_int("gradient_accumulation_steps"), dp_world_size, source);
+  c.batch = config_detail::read_batch_triad(top, dp_world_size, source, &c.notes);
 
   ConfigReader opt = top.section("optimizer", Strictness::kWarnUnknown);
   if (opt.present()) {
@@ -335,9 +350,6 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
     ConfigReader params = opt.section("params", Strictness::kWarnUnknown);
     if (params.present()) c.optimizer.params = c.raw["optimizer"]["params"];
     c.optimizer.legacy_fusion = opt.get_bool("legacy_fusion", false);
-    if (c.optimizer.params.contains("max_grad_norm")) {
-      opt.fail("params.max_grad_norm", "is not supported; use the top-level gradient_clipping");
-    }
     opt.finish();
   }
   ConfigReader sched = top.section("scheduler", Strictness::kWarnUnknown);
@@ -395,7 +407,7 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   c.tensorboard = parse_monitor(top.section("tensorboard", Strictness::kStrict));
   c.csv_monitor = parse_monitor(top.section("csv_monitor", Strictness::kStrict));
   c.wandb = parse_wandb(top.section("wandb", Strictness::kStrict));
-  parse_comet(top.section("comet", Strictness::kStrict));
+  c.comet_enabled = parse_comet(top.section("comet", Strictness::kStrict));
   c.comms_logger = parse_comms_logger(top.section("comms_logger", Strictness::kStrict));
   ConfigReader timers = top.section("timers", Strictness::kWarnUnknown);
   ConfigReader tp = timers.section("throughput", Strictness::kStrict);
@@ -405,8 +417,7 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   timers.finish();
   c.checkpoint = parse_checkpoint(top.section("checkpoint", Strictness::kWarnUnknown));
   config_detail::parse_feature_sections(top, c);
-
-  for (const char* key : kPassThroughSections) top.mark_known(key);
+  config_detail::parse_unimplemented_sections(top, c);
   top.finish();
   return c;
 }

@@ -21,7 +21,7 @@ std::string normalize_dtype(ConfigReader& r, const std::string& key) {
 }
 
 std::vector<int64_t> int_list(ConfigReader& r, const std::string& key, std::vector<int64_t> def) {
-  const json* v = r.get_raw(key);
+  const json* v = r.get_raw(key, "a list of integers");
   if (v == nullptr) return def;
   if (!v->is_array()) r.fail(key, "is " + show(*v) + "; expected a list of integers");
   std::vector<int64_t> out;
@@ -46,9 +46,8 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c) {
     a.number_checkpoints = r.get_opt_int("number_checkpoints", 1);
     a.synchronize_checkpoint_boundary = r.get_bool("synchronize_checkpoint_boundary", false);
     a.profile = r.get_bool("profile", false);
-    if (a.contiguous_memory_optimization && !a.number_checkpoints) {
-      r.fail("contiguous_memory_optimization", "requires number_checkpoints");
-    }
+    // DeepSpeed also requires number_checkpoints with contiguous_memory_optimization; that is
+    // not checked here because check_supported() refuses the option itself first.
     r.finish();
   }
   {
@@ -84,7 +83,10 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c) {
   {
     ConfigReader r = top.section("pipeline", Strictness::kWarnUnknown);
     auto& p = c.pipeline;
-    if (const json* st = r.get_raw("stages")) {
+    // "auto" is DeepSpeed's own value here (the pipeline module decides), not a placeholder.
+    if (r.take_auto("stages")) {
+      p.stages = "auto";
+    } else if (const json* st = r.get_raw("stages", "a positive integer")) {
       if (!st->is_number_integer() || st->get<int64_t>() < 1) {
         r.fail("stages", "is " + show(*st) + "; expected \"auto\" or a positive integer");
       }

@@ -1,6 +1,8 @@
 // Parsing of the feature sections that do not drive the ZeRO-0 engine yet (activation
 // checkpointing, flops profiler, aio, pipeline, data types, elasticity, progressive layer drop,
-// torch autocast): typed, with DeepSpeed's defaults, so that they are validated and refusable.
+// torch autocast) and of the sections of features this build lacks (unimplemented_sections.cpp):
+// typed, with DeepSpeed's defaults, so that they are validated and refusable; and the refusal
+// itself (supported_features.cpp).
 #pragma once
 
 #include "config/json_reader.h"
@@ -10,6 +12,14 @@ namespace deepspeed::config_detail {
 
 /// Reads those sections from `top` into `c` (warnings go to c.warnings).
 void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c);
+
+/// Reads the sections of features this build does not implement (amp, compression_training,
+/// compile, tensor_parallel, ...) far enough to fill c.unimplemented_requests.
+void parse_unimplemented_sections(ConfigReader& top, DeepSpeedConfig& c);
+
+/// Throws NotSupportedError naming the first configured feature this build lacks (the part of
+/// DeepSpeedConfig::check_supported() that needs no optimizer code).
+void check_features_supported(const DeepSpeedConfig& c);
 
 /// Their resolved JSON, merged into DeepSpeedConfig::resolved().
 void resolve_feature_sections(const DeepSpeedConfig& c, json& out);

@@ -1,4 +1,4 @@
-// ConfigReader implementation: type checks with the key path, "auto" handling, unknown keys.
+// ConfigReader implementation: type checks with the key path, "auto" refusal, unknown keys.
 #include "config/json_reader.h"
 
 #include <algorithm>
@@ -23,9 +23,18 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-bool is_auto(const json& v) { return v.is_string() && v.get<std::string>() == "auto"; }
-
 }  // namespace
+
+bool is_auto(const json& v) { return v.is_string() && v.get_ref<const std::string&>() == "auto"; }
+
+std::string auto_placeholder_reason() {
+  return "\"auto\" is a placeholder that the Hugging Face integration fills in before DeepSpeed "
+         "reads the config, and this build reads the config as written";
+}
+
+std::string auto_placeholder_message(const std::string& expected) {
+  return "is \"auto\"; " + auto_placeholder_reason() + ": give " + expected + " here";
+}
 
 std::string closest_match(const std::string& key, const std::vector<std::string>& candidates) {
   std::string best;
@@ -61,19 +70,30 @@ bool ConfigReader::has(const std::string& key) const {
   return obj_ != nullptr && obj_->contains(key);
 }
 
-const json* ConfigReader::lookup(const std::string& key) {
+const json* ConfigReader::lookup(const std::string& key, const char* expected) {
   known_.push_back(key);
   if (obj_ == nullptr) return nullptr;
   auto it = obj_->find(key);
-  if (it == obj_->end() || it->is_null() || is_auto(*it)) return nullptr;
+  if (it == obj_->end() || it->is_null()) return nullptr;
+  if (is_auto(*it)) fail(key, auto_placeholder_message(expected));
   return &*it;
 }
 
-const json* ConfigReader::get_raw(const std::string& key) { return lookup(key); }
+const json* ConfigReader::get_raw(const std::string& key, const char* expected) {
+  return lookup(key, expected);
+}
 
-const json* ConfigReader::pick_alias(const std::string& key, const std::string& alias) {
-  const json* a = lookup(key);
-  const json* b = lookup(alias);
+bool ConfigReader::take_auto(const std::string& key) {
+  known_.push_back(key);
+  if (obj_ == nullptr) return false;
+  auto it = obj_->find(key);
+  return it != obj_->end() && is_auto(*it);
+}
+
+const json* ConfigReader::pick_alias(const std::string& key, const std::string& alias,
+                                     const char* expected) {
+  const json* a = lookup(key, expected);
+  const json* b = lookup(alias, expected);
   if (a != nullptr && b != nullptr) {
     fail(key, "and its alias '" + alias + "' are both set; keep one");
   }
@@ -86,18 +106,18 @@ bool ConfigReader::to_bool(const std::string& key, const json& v) const {
 }
 
 bool ConfigReader::get_bool(const std::string& key, bool def) {
-  const json* v = lookup(key);
+  const json* v = lookup(key, "true or false");
   return v == nullptr ? def : to_bool(key, *v);
 }
 
 bool ConfigReader::get_bool_alias(const std::string& key, const std::string& alias, bool def) {
-  const json* v = pick_alias(key, alias);
+  const json* v = pick_alias(key, alias, "true or false");
   return v == nullptr ? def : to_bool(key, *v);
 }
 
 int64_t ConfigReader::get_int_alias(const std::string& key, const std::string& alias,
                                     int64_t def) {
-  const json* v = pick_alias(key, alias);
+  const json* v = pick_alias(key, alias, "an integer");
   return v == nullptr ? def : to_int(key, *v, 0);
 }
 
@@ -129,13 +149,13 @@ int64_t ConfigReader::to_int(const std::string& key, const json& v,
 
 std::optional<int64_t> ConfigReader::get_opt_int(const std::string& key,
                                                  std::optional<int64_t> min) {
-  const json* v = lookup(key);
+  const json* v = lookup(key, "an integer");
   if (v == nullptr) return std::nullopt;
   return to_int(key, *v, min);
 }
 
 double ConfigReader::get_double(const std::string& key, double def) {
-  const json* v = lookup(key);
+  const json* v = lookup(key, "a number");
   if (v == nullptr) return def;
   if (!v->is_number()) fail(key, "is " + show(*v) + "; expected a number");
   double d = v->get<double>();
@@ -148,14 +168,14 @@ std::string ConfigReader::get_string(const std::string& key, const std::string& 
 }
 
 std::optional<std::string> ConfigReader::get_opt_string(const std::string& key) {
-  const json* v = lookup(key);
+  const json* v = lookup(key, "a string");
   if (v == nullptr) return std::nullopt;
   if (!v->is_string()) fail(key, "is " + show(*v) + "; expected a string");
   return v->get<std::string>();
 }
 
 std::vector<std::string> ConfigReader::get_string_list(const std::string& key) {
-  const json* v = lookup(key);
+  const json* v = lookup(key, "a list of strings");
   std::vector<std::string> out;
   if (v == nullptr) return out;
   if (!v->is_array()) fail(key, "is " + show(*v) + "; expected a list of strings");
@@ -167,7 +187,7 @@ std::vector<std::string> ConfigReader::get_string_list(const std::string& key) {
 }
 
 ConfigReader ConfigReader::section(const std::string& key, Strictness strictness) {
-  const json* v = lookup(key);
+  const json* v = lookup(key, "an object");
   if (v != nullptr && !v->is_object()) fail(key, "is " + show(*v) + "; expected an object");
   std::string sub = path_.empty() ? key : path_ + "." + key;
   return ConfigReader(v, sub, source_, strictness, warnings_);

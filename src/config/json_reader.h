@@ -1,7 +1,7 @@
 // ConfigReader: typed, path-aware access to one JSON object of ds_config.json.
-// It knows the key path for error messages, treats "auto" as "use the default" (as DeepSpeed's
-// pydantic sections do), remembers which keys were read, and at finish() reports the rest:
-// an error (with a close match) in strict sections, a warning elsewhere.
+// It knows the key path for error messages, refuses "auto" (Hugging Face's placeholder) unless the
+// caller takes it with take_auto(), remembers which keys were read, and at finish() reports the
+// rest: an error (with a close match) in strict sections, a warning elsewhere.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,15 @@ std::string closest_match(const std::string& key, const std::vector<std::string>
 
 /// Renders a JSON value for messages: strings quoted, numbers as written.
 std::string show(const json& value);
+
+/// True for the string "auto", the placeholder Hugging Face's integration replaces with numbers.
+bool is_auto(const json& value);
+
+/// The message tail for an "auto" this build cannot resolve: `is "auto"; ...` telling the user
+/// that "auto" is filled in by the Hugging Face integration and `expected` is needed instead.
+std::string auto_placeholder_message(const std::string& expected);
+/// The reason part of that message, for callers that phrase their own.
+std::string auto_placeholder_reason();
 
 enum class Strictness { kStrict, kWarnUnknown };
 
@@ -39,12 +48,16 @@ class ConfigReader {
   std::string get_string(const std::string& key, const std::string& def);
   std::optional<std::string> get_opt_string(const std::string& key);
   std::vector<std::string> get_string_list(const std::string& key);
-  /// Marks `key` as known and returns the raw value (nullptr if absent or "auto").
-  const json* get_raw(const std::string& key);
+  /// Marks `key` as known and returns the raw value (nullptr if absent or null; "auto" refused).
+  const json* get_raw(const std::string& key, const char* expected = "a value");
+  /// Marks `key` as known and returns whether its value is "auto"; for the keys whose "auto"
+  /// this build resolves (the batch triad, bucket sizes, pipeline.stages).
+  bool take_auto(const std::string& key);
   /// A nested object section; a non-object value is an error naming the path.
   ConfigReader section(const std::string& key, Strictness strictness);
   /// Reads `alias` as a second name of `key` (DeepSpeed accepts both); giving both is an error.
-  const json* pick_alias(const std::string& key, const std::string& alias);
+  const json* pick_alias(const std::string& key, const std::string& alias,
+                         const char* expected = "a value");
   int64_t get_int_alias(const std::string& key, const std::string& alias, int64_t def);
   bool get_bool_alias(const std::string& key, const std::string& alias, bool def);
   /// Marks a key as known without reading it (handled elsewhere).
@@ -58,7 +71,8 @@ class ConfigReader {
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;
 
  private:
-  const json* lookup(const std::string& key);
+  /// The value of `key` (nullptr if absent or null); "auto" is refused naming `expected`.
+  const json* lookup(const std::string& key, const char* expected);
   int64_t to_int(const std::string& key, const json& v, std::optional<int64_t> min) const;
   bool to_bool(const std::string& key, const json& v) const;
 

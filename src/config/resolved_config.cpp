@@ -1,5 +1,6 @@
 // DeepSpeedConfig::resolved(): the effective configuration as JSON (defaults applied, the batch
 // triad filled in), printed by `ds_config` and at engine start with dump_state.
+#include "config/auto_sizes.h"
 #include "config/feature_sections.h"
 #include "deepspeed/config.h"
 
@@ -58,6 +59,8 @@ json zero_json(const ZeroConfig& z) {
             {"pipeline_loading_checkpoint", z.pipeline_loading_checkpoint},
             {"log_trace_cache_warnings", z.log_trace_cache_warnings},
             {"enable_sanity_checks", z.enable_sanity_checks}};
+  // "auto" sizes not resolved yet (no model here): the formula initialize() will apply.
+  for (const auto& key : z.auto_sizes) j[key] = config_detail::unresolved_auto_size(key);
   return j;
 }
 

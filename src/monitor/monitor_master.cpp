@@ -4,22 +4,12 @@
 #include "util/check.h"
 
 namespace deepspeed::monitor {
-namespace {
-
-bool comet_enabled(const json& raw) {
-  auto it = raw.find("comet");
-  if (it == raw.end() || !it->is_object()) return false;
-  auto e = it->find("enabled");
-  return e != it->end() && e->is_boolean() && e->get<bool>();
-}
-
-}  // namespace
 
 MonitorMaster::MonitorMaster(const DeepSpeedConfig& config, int rank) {
   DS_CHECK(!config.wandb.enabled, NotSupportedError, config.source,
            ": wandb.enabled is not supported (Weights & Biases needs its Python client); use "
            "tensorboard or csv_monitor");
-  DS_CHECK(!comet_enabled(config.raw), NotSupportedError, config.source,
+  DS_CHECK(!config.comet_enabled, NotSupportedError, config.source,
            ": comet.enabled is not supported (Comet needs its Python client); use tensorboard or "
            "csv_monitor");
   enabled_ = config.tensorboard.enabled || config.csv_monitor.enabled;

@@ -17,6 +17,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/utils.h>
 
+#include "config/auto_sizes.h"
 #include "deepspeed/comms_logging.h"
 #include "deepspeed/monitor.h"
 #include "deepspeed/optimizers.h"
@@ -123,6 +124,11 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config
       trainable_names_.push_back(item.key());
     }
   }
+  // zero_optimization sizes given as "auto" come from the model's shapes (config/auto_sizes.h).
+  std::vector<std::vector<int64_t>> shapes;
+  for (const auto& p : trainable_params_) shapes.push_back(p.sizes().vec());
+  config_detail::resolve_auto_sizes_from_model(config_, shapes);
+  for (const auto& n : config_.notes) log::info_rank0(n);
   // Matches DeepSpeed: fp16/bf16 training casts the module; the optimizer steps fp32 masters.
   if (config_.fp16.enabled) {
     model_dtype_ = at::kHalf;

@@ -4,11 +4,13 @@
 // and the zero_to_fp32 tool end to end (outputs, errors, a crash in the middle of writing).
 // The Python half is checkpoint_python_test.py beside this file.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
 
 #include <ATen/ATen.h>
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 
 #include "deepspeed/checkpoint.h"
@@ -253,6 +255,77 @@ TEST(ZeroToFp32Tool, KilledMidWriteLeavesThePreviousOutput) {
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_TRUE(at::equal(load(out).toGenericDict().at("big.weight").toTensor(),
                         testing::known_tensor({300, 300}, 8.0)));
+}
+
+// OUTPUT may not be a file the tool reads: `latest`, the tag folder or a file in it, also
+// through a symlinked folder, a "..", or a hard link. A file beside `latest` is fine.
+TEST(ZeroToFp32Tool, RefusesAnOutputThatWouldReplaceTheCheckpoint) {
+  testing::TempDir dir;
+  testing::write_synthetic_zero_checkpoint(testing::example_checkpoint(2), dir.path(), "t");
+  const std::string tag_dir = dir.path() + "/t";
+  const std::string model = tag_dir + "/" + model_states_file_name();
+  const std::string optim = tag_dir + "/" + zero_optim_states_file_name(1);
+  ASSERT_EQ(::symlink(tag_dir.c_str(), dir.file("link").c_str()), 0);
+  ASSERT_EQ(::link(optim.c_str(), dir.file("hard.pt").c_str()), 0);
+  const std::string model_before = read_file(model), optim_before = read_file(optim);
+  for (const std::string output :
+       {model, optim, tag_dir, tag_dir + "/", tag_dir + "/new.pt", dir.file("latest"),
+        dir.path() + "/t/../t/" + model_states_file_name(), dir.file("link/x.pt"),
+        dir.file("link"), dir.file("hard.pt")}) {
+    SCOPED_TRACE(output);
+    for (const std::string tag_flag : {"", " -t t"}) {
+      auto r = run_command(kZeroToFp32 + " " + dir.path() + " " + output + tag_flag);
+      EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+      EXPECT_NE(r.err.find("zero_to_fp32: error: output " + output), std::string::npos) << r.err;
+      EXPECT_NE(r.err.find("choose an output outside the checkpoint"), std::string::npos)
+          << r.err;
+    }
+  }
+  EXPECT_EQ(read_file(model), model_before);
+  EXPECT_EQ(read_file(optim), optim_before);
+  EXPECT_EQ(read_file(dir.file("latest")), "t");
+  struct stat st {};
+  EXPECT_NE(::stat((tag_dir + "/new.pt").c_str(), &st), 0);
+  EXPECT_NE(::stat((tag_dir + "/pytorch_model.bin").c_str(), &st), 0);
+  // DeepSpeed's habit: run in the checkpoint folder, write beside `latest`.
+  auto ok = run_command(kZeroToFp32 + " " + dir.path() + " " + dir.path());
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(::stat(dir.file("pytorch_model.bin").c_str(), &st), 0);
+}
+
+// A rank file with a flipped byte, or with a pickle of 10^6 nested lists, fails with the file
+// and what is wrong named (it used to consolidate garbage, or overflow the stack).
+TEST(ZeroToFp32Tool, CorruptOrHostileRankFilesFailNamingTheFile) {
+  testing::TempDir dir;
+  testing::write_synthetic_zero_checkpoint(testing::example_checkpoint(2), dir.path(), "t");
+  const std::string optim = dir.path() + "/t/" + zero_optim_states_file_name(1);
+  std::string bytes = read_file(optim);
+  const size_t name = bytes.find("archive/data/0");  // in the first local header
+  ASSERT_NE(name, std::string::npos);
+  const size_t extra_len = static_cast<uint8_t>(bytes[name - 2]) |
+                           (static_cast<uint8_t>(bytes[name - 1]) << 8);
+  const size_t data = name + 14 + extra_len;  // the storage's first byte
+  bytes[data] = static_cast<char>(bytes[data] ^ 0x01);
+  std::ofstream(optim, std::ios::binary | std::ios::trunc) << bytes;
+  auto r = run_command(kZeroToFp32 + " " + dir.path() + " " + dir.file("o.pt"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(optim + ": zip record 'archive/data/0': CRC-32"), std::string::npos)
+      << r.err;
+
+  // A data.pkl of 10^6 nested lists (2 MB), written with LibTorch's zip writer.
+  const int n = 1000000;
+  const std::string bomb = "\x80\x02" + std::string(n, ']') + std::string(n - 1, 'a') + ".";
+  {
+    caffe2::serialize::PyTorchStreamWriter writer(optim);
+    writer.writeRecord("data.pkl", bomb.data(), bomb.size());
+    writer.writeEndOfFile();
+  }
+  r = run_command(kZeroToFp32 + " " + dir.path() + " " + dir.file("o.pt"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(optim + ": pickle data at byte "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("values nested deeper than 1000 levels"), std::string::npos) << r.err;
+  struct stat st {};
+  EXPECT_NE(::stat(dir.file("o.pt").c_str(), &st), 0);  // nothing written
 }
 
 }  // namespace

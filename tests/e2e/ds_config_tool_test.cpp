@@ -67,5 +67,58 @@ TEST(DsConfigTool, UnknownTopLevelKeyWarnsButValidates) {
   EXPECT_NE(r.err.find("did you mean 'steps_per_print'?"), std::string::npos) << r.err;
 }
 
+TEST(DsConfigTool, FormerCrashersExitWithOneAndNameTheKey) {
+  // Each of these aborted ds_config (exit 134, uncaught nlohmann::json type_error 302).
+  testing::TempDir dir;
+  std::string cfg = dir.file("c.json");
+  for (auto [text, message] : {
+           std::pair{R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": "auto"}})",
+                     "tensor_parallel.autotp_size is \"auto\""},
+           std::pair{R"({"train_batch_size": 8, "compile": {"deepcompile": "true"}})",
+                     "compile.deepcompile is \"true\"; expected true or false"},
+           std::pair{R"({"train_batch_size": 8, "graph_harvesting": {"enabled": true}})",
+                     "graph_harvesting is {\"enabled\":true}; expected true or false"}}) {
+    testing::write_text_file(cfg, text);
+    auto r = run_command(std::string(DS_CONFIG_BIN) + " " + cfg);
+    EXPECT_EQ(r.exit_code, 1) << text << "\n" << r.err;
+    EXPECT_NE(r.err.find(std::string("ds_config: error: ") + cfg + ": " + message),
+              std::string::npos) << r.err;
+  }
+}
+
+TEST(DsConfigTool, AutoValuesAreResolvedWithANoteOrRefused) {
+  testing::TempDir dir;
+  std::string cfg = dir.file("hf.json");
+  testing::write_text_file(cfg, R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4,
+      "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 3,
+      "reduce_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"}})");
+  auto r = run_command(std::string(DS_CONFIG_BIN) + " " + cfg + " --world-size 4");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("note: " + cfg + ": train_batch_size: \"auto\" resolved to 32 = micro 4 "
+                       "x accum 2 x world 4"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("zero_optimization.reduce_bucket_size: \"auto\" is set at initialize from "
+                       "the model's hidden size"), std::string::npos) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["train_batch_size"], 32);
+  EXPECT_EQ(j["zero_optimization"]["reduce_bucket_size"],
+            "hidden_size^2 (set from the model at initialize)");
+  EXPECT_EQ(j["zero_optimization"].dump().find("auto"), std::string::npos) << r.out;
+
+  r = run_command(std::string(DS_CONFIG_BIN) + " " + cfg + " --world-size 4 --hidden-size 1024");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["zero_optimization"]["reduce_bucket_size"], 1024 * 1024);
+  EXPECT_EQ(j["zero_optimization"]["stage3_param_persistence_threshold"], 10240);
+  EXPECT_NE(r.err.find("reduce_bucket_size: \"auto\" resolved to 1048576 = hidden_size^2 with "
+                       "hidden_size 1024 (--hidden-size)"), std::string::npos) << r.err;
+
+  testing::write_text_file(cfg, R"({"train_batch_size": 8,
+      "optimizer": {"type": "AdamW", "params": {"lr": "auto"}}})");
+  r = run_command(std::string(DS_CONFIG_BIN) + " " + cfg);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("optimizer.params.lr is \"auto\"; \"auto\" is a placeholder that the "
+                       "Hugging Face integration fills in"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace deepspeed

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -122,6 +123,42 @@ TEST(TrainGptE2E, ResumeFromSaveDirContinuesExactly) {
     EXPECT_EQ(got[i]["loss"].get<double>(), want[i + 3]["loss"].get<double>()) << "step " << i + 4;
     EXPECT_EQ(got[i]["lr"].get<double>(), want[i + 3]["lr"].get<double>()) << "step " << i + 4;
   }
+}
+
+// --load_dir with a typo, or a folder without `latest`, is refused before anything is trained
+// or saved (the engine only warns, as DeepSpeed): exit non-zero, the folder and what was looked
+// for named, and the checkpoint already in --save_dir untouched.
+TEST(TrainGptE2E, LoadDirWithNothingToResumeIsRefused) {
+  testing::TempDir dir;
+  const std::string cfg = R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 1, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})";
+  std::filesystem::create_directories(dir.file("ckpt/global_step7"));
+  std::filesystem::create_directories(dir.file("empty"));
+  testing::write_text_file(dir.file("ckpt/latest"), "global_step7");
+  testing::write_text_file(dir.file("ckpt/global_step7/mp_rank_00_model_states.pt"), "weights");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {dir.file("ckpt_typo"),
+       "the directory does not exist (looked for " + dir.file("ckpt_typo") + "/latest)"},
+      {dir.file("empty"), "it has no 'latest' file (" + dir.file("empty") + "/latest"}};
+  for (const auto& [load_dir, why] : cases) {
+    auto r = run_command(launch(dir, cfg, 2, "metrics.jsonl",
+                                "--load_dir " + load_dir + " --save_dir " + dir.file("ckpt") +
+                                    " --save_interval 1"));
+    EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+    const std::string all = r.out + r.err;
+    EXPECT_NE(all.find("--load_dir " + load_dir + ": nothing to resume from: " + why),
+              std::string::npos) << all;
+    EXPECT_EQ(all.find("step 1 | loss"), std::string::npos) << all;
+  }
+  std::ifstream latest(dir.file("ckpt/latest"));
+  std::string tag;
+  latest >> tag;
+  EXPECT_EQ(tag, "global_step7");
+  std::ifstream weights(dir.file("ckpt/global_step7/mp_rank_00_model_states.pt"));
+  std::string content;
+  weights >> content;
+  EXPECT_EQ(content, "weights");
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ckpt/global_step1")));
 }
 
 // ZeRO-3 with the model built inside zero::Init, its blocks as units, parameters and optimizer

@@ -30,5 +30,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     dl::log_error(std::string("error: ") + e.what());
     return 1;
+  } catch (...) {
+    dl::log_error("error: unknown exception (a bug in deepspeed-cpp)");
+    return 1;
   }
 }

@@ -92,9 +92,7 @@ bool setting_on(const TorchBuildInfo& torch, const std::string& key) {
   return v == "ON" || v == "1";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int report(int argc, char** argv) {
   namespace ops = deepspeed::ops;
   bool hide_operator_status = false;
   bool hide_errors_and_warnings = false;
@@ -178,4 +176,18 @@ int main(int argc, char** argv) {
     for (const std::string& w : warnings) std::printf("[WARNING] %s\n", w.c_str());
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return report(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ds_report: error: %s\n", e.what());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "ds_report: error: unknown exception (a bug in deepspeed-cpp)\n");
+    return 1;
+  }
 }

@@ -2,7 +2,8 @@
 // needs neither DeepSpeed nor the training world size, like DeepSpeed's zero_to_fp32.py.
 //   zero_to_fp32 CHECKPOINT_DIR OUTPUT [--tag TAG] [--safetensors] [--exclude_frozen_parameters]
 // OUTPUT is the file to write, or an existing directory (then pytorch_model.bin, or
-// model.safetensors with --safetensors, inside it, as DeepSpeed names them).
+// model.safetensors with --safetensors, inside it, as DeepSpeed names them); it may not be a
+// file the tool reads (`latest`, anything in the tag folder).
 // Exit 0 on success; non-zero with the error on stderr.
 #include <sys/stat.h>
 
@@ -53,11 +54,13 @@ int main(int argc, char** argv) {
       throw deepspeed::NotSupportedError(
           "--max_shard_size: sharded output is not implemented; omit it to write one file");
     }
+    const std::string path = output_file(output, safetensors);
+    const auto tag_or_latest = tag.empty() ? std::nullopt : std::optional<std::string>(tag);
+    deepspeed::checkpoint::check_output_outside_checkpoint(path, checkpoint_dir, tag_or_latest);
     deepspeed::checkpoint::ConsolidateOptions options;
     options.exclude_frozen_parameters = exclude_frozen;
-    const auto state = deepspeed::checkpoint::consolidate_zero_checkpoint(
-        checkpoint_dir, tag.empty() ? std::nullopt : std::optional<std::string>(tag), options);
-    const std::string path = output_file(output, safetensors);
+    const auto state =
+        deepspeed::checkpoint::consolidate_zero_checkpoint(checkpoint_dir, tag_or_latest, options);
     if (safetensors) {
       deepspeed::checkpoint::save_safetensors(state, path);
     } else {
@@ -74,6 +77,9 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "zero_to_fp32: error: " << e.what() << "\n";
+    return 1;
+  } catch (...) {
+    std::cerr << "zero_to_fp32: error: unknown exception (a bug in deepspeed-cpp)\n";
     return 1;
   }
 }

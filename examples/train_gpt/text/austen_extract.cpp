@@ -51,5 +51,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cerr << "austen_extract: " << e.what() << "\n";
     return 1;
+  } catch (...) {
+    std::cerr << "austen_extract: unknown exception (a bug in deepspeed-cpp)\n";
+    return 1;
   }
 }

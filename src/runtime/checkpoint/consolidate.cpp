@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <set>
@@ -272,6 +273,42 @@ TensorDict consolidate_zero_checkpoint(const std::string& checkpoint_dir,
     if (const at::Tensor* t = out.find(source)) put(out, alias, *t);
   }
   return out;
+}
+
+void check_output_outside_checkpoint(const std::string& output,
+                                     const std::string& checkpoint_dir,
+                                     const std::optional<std::string>& tag) {
+  namespace fs = std::filesystem;
+  // Symlinks resolved, "." and ".." gone, no trailing separator: comparable by components.
+  auto resolved = [](const std::string& path) {
+    std::error_code ec;
+    fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
+    if (ec) p = fs::absolute(path).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    return p;
+  };
+  auto same_file = [](const fs::path& a, const fs::path& b) {  // hard links too
+    std::error_code ec;
+    return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec) && !ec;
+  };
+  const fs::path out = resolved(output);
+  const std::string hint =
+      ": writing there would replace or mix with the checkpoint being read; choose an output "
+      "outside the checkpoint's tag folder";
+  const fs::path latest = resolved(checkpoint_dir + "/" + kLatestFileName);
+  DS_CHECK(out != latest && !same_file(out, latest), UsageError, "output ", output, " is ",
+           latest.string(), ", the checkpoint's 'latest' file", hint);
+  const std::optional<std::string> name = tag ? tag : read_latest(checkpoint_dir);
+  if (!name) return;  // nothing will be read; consolidation reports the missing `latest`
+  const fs::path tag_dir = resolved(tag_directory(checkpoint_dir, *name));
+  const auto [dir_end, out_it] = std::mismatch(tag_dir.begin(), tag_dir.end(), out.begin(), out.end());
+  DS_CHECK(dir_end != tag_dir.end(), UsageError, "output ", output, " (", out.string(),
+           ") is inside the checkpoint folder it reads (", tag_dir.string(), ")", hint);
+  std::error_code ec;
+  for (fs::directory_iterator it(tag_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    DS_CHECK(!same_file(out, it->path()), UsageError, "output ", output, " is the same file as ",
+             it->path().string(), " (a hard link into the checkpoint it reads)", hint);
+  }
 }
 
 }  // namespace deepspeed::checkpoint

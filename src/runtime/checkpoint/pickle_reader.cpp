@@ -5,7 +5,9 @@
 // class instances such as the loss scaler, without executing anything.
 #include "runtime/checkpoint/pickle_reader.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +25,21 @@ namespace {
 
 using c10::IValue;
 using List = c10::impl::GenericList;
+
+// Note [Nesting depth of loaded values]
+// Anything recursive over a loaded value (its destructor first of all, then printing, JSON
+// conversion, saving it again) uses one stack frame or more per level, so a handwritten pickle
+// of 10^6 nested lists (2 MB) would overflow the stack. The unpickler therefore refuses values
+// nested deeper than kMaxNestingDepth, before building them: torch.save cannot write deeper
+// values anyway (CPython's pickler stops at its recursion limit, 1000 by default). The height
+// of a container is known when it is placed inside another because a placed container is
+// sealed: CPython's pickler finishes a list, dict or object before placing it, and changing
+// one afterwards (only recursive structures do) is refused, so no height can grow unseen.
+// The pickler refuses to write deeper values (kMaxNestingDepth is in python_value.h).
+
+bool is_container(const IValue& v) {
+  return v.isList() || v.isGenericDict() || v.isTuple() || v.isCapsule();
+}
 
 std::optional<std::string> global_path(const IValue& v) {
   auto object = as_python_object(v);
@@ -99,6 +116,55 @@ class Unpickler {
     return static_cast<int64_t>(v);
   }
 
+  // --- nesting (Note [Nesting depth of loaded values]) --------------------------------------
+  struct ContainerRecord {
+    IValue keep;  // keeps the address from being reused while it is recorded
+    int height = 1;
+    bool sealed = false;
+  };
+  int height_of(const IValue& v) const {
+    if (!is_container(v)) return 0;
+    auto it = containers_.find(v.internalToPointer());
+    return it == containers_.end() ? 1 : it->second.height;
+  }
+  ContainerRecord& record_of(const IValue& v) {
+    auto [it, inserted] = containers_.try_emplace(v.internalToPointer());
+    if (inserted) it->second.keep = v;
+    return it->second;
+  }
+  void check_height(int height) {
+    check(height <= kMaxNestingDepth, "values nested deeper than ", kMaxNestingDepth,
+          " levels (the limit; torch.save cannot write deeper ones): a corrupt or handcrafted "
+          "file");
+  }
+  // `child` goes inside `parent` (APPEND, SETITEM, BUILD).
+  void place(const IValue& parent, const IValue& child) {
+    if (!is_container(child)) return;
+    check(!child.isSameIdentity(parent), "a ", parent.tagKind(),
+          " placed inside itself: recursive structures are not supported");
+    ContainerRecord& p = record_of(parent);
+    check(!p.sealed, "a ", parent.tagKind(),
+          " is changed after it was placed inside another value (a recursive structure, or "
+          "not written by pickle): not supported");
+    const int h = height_of(child) + 1;
+    check_height(h);
+    record_of(child).sealed = true;
+    p.height = std::max(p.height, h);
+  }
+  // `made` was just built from `parts` (a tuple, list, dict, object or set).
+  IValue made(IValue value, const std::vector<IValue>& parts) {
+    if (!is_container(value)) return value;
+    int h = height_of(value);
+    for (const auto& part : parts) {
+      if (!is_container(part) || part.isSameIdentity(value)) continue;
+      h = std::max(h, height_of(part) + 1);
+      check_height(h);
+      record_of(part).sealed = true;
+    }
+    record_of(value).height = h;
+    return value;
+  }
+
   // --- stack -----------------------------------------------------------------------------
   void push(IValue v) { stack_.push_back(std::move(v)); }
   IValue pop() {
@@ -129,6 +195,8 @@ class Unpickler {
   }
 
   void set_item(IValue& target, IValue key, IValue value) {
+    place(target, key);
+    place(target, value);
     if (target.isGenericDict()) {
       target.toGenericDict().insert_or_assign(std::move(key), std::move(value));
       return;
@@ -139,6 +207,7 @@ class Unpickler {
   }
   void append(IValue& target, IValue item) {
     check(target.isList(), "APPEND on a ", target.tagKind(), ", expected a list");
+    place(target, item);
     target.toList().push_back(std::move(item));
   }
 
@@ -156,7 +225,11 @@ class Unpickler {
     const std::string& key = e[2].toStringRef();
     auto known = storages_by_key_.find(key);
     if (known == storages_by_key_.end()) {
-      const size_t nbytes = static_cast<size_t>(e[4].toInt()) * c10::elementSize(*dtype);
+      const int64_t numel = e[4].toInt();
+      check(numel >= 0 && static_cast<uint64_t>(numel) <=
+                              std::numeric_limits<uint64_t>::max() / c10::elementSize(*dtype),
+            "storage ", key, " has an impossible element count ", numel);
+      const size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(*dtype);
       known = storages_by_key_.emplace(key, std::make_pair(storages_(key, nbytes), *dtype)).first;
     }
     check(known->second.second == *dtype, "storage ", key, " is read as two different dtypes");
@@ -273,6 +346,8 @@ class Unpickler {
       if (s.isNone()) return;
       check(s.isGenericDict(), "object state is a ", s.tagKind(), ", expected a dict");
       for (const auto& entry : s.toGenericDict()) {
+        place(target, entry.key());
+        place(target, entry.value());
         object->state.insert_or_assign(entry.key(), entry.value());
       }
     };
@@ -319,20 +394,24 @@ class Unpickler {
       case Op::BINUNICODE8:
       case Op::BINBYTES8: push(IValue(read_bytes(read_le<uint64_t>()))); break;
       case Op::EMPTY_TUPLE: push(c10::ivalue::Tuple::create(std::vector<IValue>{})); break;
-      case Op::TUPLE: push(c10::ivalue::Tuple::create(pop_mark())); break;
+      case Op::TUPLE: {
+        auto items = pop_mark();
+        push(made(c10::ivalue::Tuple::create(items), items));
+        break;
+      }
       case Op::TUPLE1: {
         IValue a = pop();
-        push(c10::ivalue::Tuple::create(std::move(a)));
+        push(made(c10::ivalue::Tuple::create(a), {a}));
         break;
       }
       case Op::TUPLE2: {
         IValue b = pop(), a = pop();
-        push(c10::ivalue::Tuple::create(std::move(a), std::move(b)));
+        push(made(c10::ivalue::Tuple::create(a, b), {a, b}));
         break;
       }
       case Op::TUPLE3: {
         IValue c = pop(), b = pop(), a = pop();
-        push(c10::ivalue::Tuple::create(std::move(a), std::move(b), std::move(c)));
+        push(made(c10::ivalue::Tuple::create(a, b, c), {a, b, c}));
         break;
       }
       case Op::EMPTY_LIST:
@@ -340,8 +419,9 @@ class Unpickler {
       case Op::LIST:
       case Op::FROZENSET: {
         List list(c10::AnyType::get());
-        for (auto& item : pop_mark()) list.push_back(std::move(item));
-        push(IValue(list));
+        auto items = pop_mark();
+        for (const auto& item : items) list.push_back(item);
+        push(made(IValue(list), items));
         break;
       }
       case Op::APPEND: {
@@ -362,7 +442,7 @@ class Unpickler {
         check(items.size() % 2 == 0, "DICT with an odd number of items");
         Dict dict = new_dict();
         for (size_t i = 0; i < items.size(); i += 2) dict.insert_or_assign(items[i], items[i + 1]);
-        push(IValue(dict));
+        push(made(IValue(dict), items));
         break;
       }
       case Op::SETITEM: {
@@ -406,7 +486,8 @@ class Unpickler {
         check(path.has_value(), code == Op::REDUCE ? "REDUCE" : "NEWOBJ",
               " on something that is not a class or function");
         check(args.isTuple(), "call arguments are not a tuple");
-        push(call(*path, args.toTupleRef().elements().vec()));  // both: one object record
+        auto items = args.toTupleRef().elements().vec();
+        push(made(call(*path, items), items));  // both: one object record
         break;
       }
       case Op::NEWOBJ_EX: {
@@ -415,7 +496,8 @@ class Unpickler {
         check(path.has_value() && args.isTuple(), "malformed NEWOBJ_EX");
         check(!kwargs.isGenericDict() || kwargs.toGenericDict().empty(),
               "keyword arguments to ", *path, " are not supported");
-        push(call(*path, args.toTupleRef().elements().vec()));
+        auto items = args.toTupleRef().elements().vec();
+        push(made(call(*path, items), items));
         break;
       }
       case Op::BUILD: build(); break;
@@ -440,6 +522,7 @@ class Unpickler {
   std::unordered_map<uint32_t, IValue> memo_;
   std::map<std::string, std::pair<c10::Storage, at::ScalarType>> storages_by_key_;
   std::unordered_map<const c10::StorageImpl*, at::ScalarType> storage_dtypes_;
+  std::unordered_map<const void*, ContainerRecord> containers_;
 };
 
 }  // namespace

@@ -248,6 +248,17 @@ class Pickler {
   }
 
   void write(const IValue& value, const std::string& where) {
+    // See Note [Nesting depth of loaded values]: deeper would not load again, and this
+    // recursion could overflow the stack.
+    DS_CHECK(depth_ < kMaxNestingDepth, NotSupportedError, "checkpoint value ",
+             where.substr(0, 60), "...: nested deeper than ", kMaxNestingDepth,
+             " levels, which the loader (ours, and torch.load for the pickles CPython writes) "
+             "refuses");
+    ++depth_;
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
     if (value.isNone()) {
       op(Op::NONE);
     } else if (value.isBool()) {
@@ -277,6 +288,7 @@ class Pickler {
 
   const StorageSink& sink_;
   std::string out_;
+  int depth_ = 0;  // of write() calls
   uint32_t next_memo_ = 0;
   int64_t next_storage_key_ = 0;
   std::unordered_map<const c10::TensorImpl*, uint32_t> tensor_memo_;

@@ -11,6 +11,10 @@ namespace deepspeed::checkpoint::detail {
 inline constexpr const char* kSizeName = "torch.Size";
 inline constexpr const char* kSetName = "builtins.set";
 
+/// The deepest value the unpickler builds and the pickler writes; see Note [Nesting depth of
+/// loaded values] in pickle_reader.cpp.
+inline constexpr int kMaxNestingDepth = 1000;
+
 /// A named tuple's qualified name and field names (both empty for a plain tuple or non-tuple).
 struct NamedTupleView {
   std::string qualified_name;

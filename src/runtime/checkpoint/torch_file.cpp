@@ -1,10 +1,13 @@
-// save()/load(): torch.save's zip container around the pickle. The container is LibTorch's
-// caffe2::serialize::PyTorchStreamWriter/Reader (the code torch.save itself runs): records
+// save()/load(): torch.save's zip container around the pickle. Written by LibTorch's
+// caffe2::serialize::PyTorchStreamWriter (the code torch.save itself runs), read by our
+// ZipReader, which checks what LibTorch's reader does not (Note [Zip checks]): records
 // "<archive>/data.pkl", "<archive>/data/<key>" (64-byte aligned, stored uncompressed),
 // "<archive>/byteorder" and "<archive>/version". Storage records are written while pickling
 // and data.pkl last; readers locate records through the central directory, so order is free.
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -13,19 +16,21 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/versions.h>
 
 #include "deepspeed/checkpoint.h"
 #include "runtime/checkpoint/pickle_reader.h"
 #include "runtime/checkpoint/pickle_writer.h"
+#include "runtime/checkpoint/zip_reader.h"
 #include "util/check.h"
 
 namespace deepspeed::checkpoint {
 namespace {
 
 using c10::IValue;
-using caffe2::serialize::PyTorchStreamReader;
+using detail::ZipReader;
+using detail::ZipRecord;
 using caffe2::serialize::PyTorchStreamWriter;
 
 // Writes value's records through `writer` and finishes the archive. Once `failed()` the
@@ -43,24 +48,59 @@ void write_archive(const IValue& value, PyTorchStreamWriter& writer,
   writer.writeEndOfFile();
 }
 
-IValue read_archive(PyTorchStreamReader& reader, const std::string& source) {
-  DS_CHECK(reader.hasRecord("data.pkl"), CheckpointError, source,
+// LibTorch's rule: "<archive>/version" (or ".data/version", torch >= 2.1) within the format
+// versions this LibTorch reads.
+void check_version(const ZipReader& reader, const std::string& source) {
+  const ZipRecord* record = reader.find(".data/version");
+  if (record == nullptr) record = reader.find("version");
+  DS_CHECK(record != nullptr, CheckpointError, source,
+           ": the archive has no version record, so it is not a torch.save file");
+  c10::DataPtr data = reader.read(*record);
+  const std::string text(static_cast<const char*>(data.get()), record->size);
+  uint64_t version = 0;
+  size_t digits = 0;
+  for (; digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])); ++digits) {
+    version = version * 10 + static_cast<uint64_t>(text[digits] - '0');
+  }
+  DS_CHECK(digits > 0 && digits <= 9 &&
+               version >= caffe2::serialize::kMinSupportedFileFormatVersion &&
+               version <= caffe2::serialize::kMaxSupportedFileFormatVersion,
+           CheckpointError, source, ": archive format version '", text,
+           "' is not one this LibTorch reads (", caffe2::serialize::kMinSupportedFileFormatVersion,
+           " to ", caffe2::serialize::kMaxSupportedFileFormatVersion, ")");
+}
+
+IValue read_archive(const ZipReader& reader, const std::string& source) {
+  check_version(reader, source);
+  const ZipRecord* pickle = reader.find("data.pkl");
+  DS_CHECK(pickle != nullptr, CheckpointError, source,
            ": the archive has no data.pkl, so it is not a torch.save file",
-           reader.hasRecord("constants.pkl") ? " (it is a TorchScript module: use torch::jit::load)"
-                                             : "");
-  auto [pickle, pickle_size] = reader.getRecord("data.pkl");
+           reader.has_record("constants.pkl") ? " (it is a TorchScript module: use torch::jit::load)"
+                                              : "");
+  c10::DataPtr pickle_data = reader.read(*pickle);
   auto storages = [&](const std::string& key, size_t nbytes) -> c10::Storage {
     const std::string name = "data/" + key;
-    DS_CHECK(reader.hasRecord(name), CheckpointError, source, ": tensor data record '", name,
+    const ZipRecord* record = reader.find(name);
+    DS_CHECK(record != nullptr, CheckpointError, source, ": tensor data record '", name,
              "' is missing (truncated or corrupt file)");
-    auto [data, size] = reader.getRecord(name);
-    DS_CHECK(size >= nbytes, CheckpointError, source, ": tensor data record '", name, "' holds ",
-             size, " bytes, expected ", nbytes, " (truncated or corrupt file)");
-    return c10::Storage(c10::Storage::use_byte_size_t(), size, std::move(data),
+    // Checked before reading: the record's size comes from the zip directory, bounded there.
+    DS_CHECK(record->size >= nbytes, CheckpointError, source, ": tensor data record '", name,
+             "' holds ", record->size, " bytes, the pickle needs ", nbytes,
+             " (truncated or corrupt file)");
+    return c10::Storage(c10::Storage::use_byte_size_t(), record->size, reader.read(*record),
                         /*allocator=*/nullptr, /*resizable=*/false);
   };
-  return detail::unpickle_value(static_cast<const char*>(pickle.get()), pickle_size, storages,
-                                source);
+  IValue value = detail::unpickle_value(static_cast<const char*>(pickle_data.get()),
+                                        pickle->size, storages, source);
+  // Note [Zip checks]: the small records the pickle does not name are CRC-checked too.
+  const std::string prefix = reader.archive_name() + "/";
+  for (const auto& record : reader.records()) {
+    const bool in_archive = record.name.compare(0, prefix.size(), prefix) == 0;
+    const std::string name = in_archive ? record.name.substr(prefix.size()) : record.name;
+    if (in_archive && (name == "data.pkl" || name.compare(0, 5, "data/") == 0)) continue;
+    reader.read(record);
+  }
+  return value;
 }
 
 // c10 errors of the zip layer, with the file named and a hint.
@@ -128,10 +168,7 @@ IValue load(const std::string& path) {
     head.resize(static_cast<size_t>(in.gcount()));
     check_zip_magic(head, path);
   }
-  auto reader = with_zip_errors(path, "opening the zip archive",
-                                [&] { return std::make_unique<PyTorchStreamReader>(path); });
-  return with_zip_errors(path, "reading the zip archive",
-                         [&] { return read_archive(*reader, path); });
+  return read_archive(ZipReader::open_file(path), path);
 }
 
 std::string save_to_string(const IValue& value) {
@@ -146,12 +183,7 @@ std::string save_to_string(const IValue& value) {
 
 IValue load_from_string(const std::string& bytes, const std::string& source) {
   check_zip_magic(bytes.substr(0, 4), source);
-  auto adapter =
-      std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), bytes.size());
-  auto reader = with_zip_errors(source, "opening the zip archive",
-                                [&] { return std::make_unique<PyTorchStreamReader>(adapter); });
-  return with_zip_errors(source, "reading the zip archive",
-                         [&] { return read_archive(*reader, source); });
+  return read_archive(ZipReader::open_memory(bytes, source), source);
 }
 
 }  // namespace deepspeed::checkpoint

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <vector>
 
+#include "config/json_reader.h"
 #include "util/check.h"
 
 namespace deepspeed::optim {
@@ -142,22 +143,30 @@ bool available(Avail avail, std::optional<bool> offload) {
   return true;
 }
 
-// null and "auto" (filled in by integrations such as HF's) leave the default.
-bool is_unset(const json& v) {
-  return v.is_null() || (v.is_string() && v.get<std::string>() == "auto");
+// null leaves the default (Python's None for a keyword argument with a default).
+bool is_unset(const json& v) { return v.is_null(); }
+
+// "auto" is Hugging Face's placeholder for a value its integration fills in; no number can be
+// derived here, so it is refused by key rather than silently trained with the default.
+void refuse_auto(const json& v, const std::string& where, const char* expected) {
+  DS_CHECK(!config_detail::is_auto(v), ConfigError, where, " ",
+           config_detail::auto_placeholder_message(expected));
 }
 
 double number(const json& v, const std::string& where) {
+  refuse_auto(v, where, "a number");
   DS_CHECK(v.is_number(), ConfigError, where, " is ", v.dump(), "; expected a number");
   return v.get<double>();
 }
 
 bool boolean(const json& v, const std::string& where) {
+  refuse_auto(v, where, "true or false");
   DS_CHECK(v.is_boolean(), ConfigError, where, " is ", v.dump(), "; expected true or false");
   return v.get<bool>();
 }
 
 std::pair<double, double> number_pair(const json& v, const std::string& where) {
+  refuse_auto(v, where, "two numbers [beta1, beta2]");
   DS_CHECK(v.is_array() && v.size() == 2, ConfigError, where, " is ", v.dump(),
            "; expected two numbers [beta1, beta2]");
   return {number(v[0], where + "[0]"), number(v[1], where + "[1]")};
@@ -171,9 +180,10 @@ void apply_params(const OptimizerSpec& spec, const json& params, GroupOptions& g
     const std::string& key = it.key();
     const json& v = it.value();
     const std::string where = base + key;
+    // Matches DeepSpeed's engine, which raises ValueError when it builds the optimizer.
     DS_CHECK(key != "max_grad_norm", ConfigError, where,
-             " is not supported as an optimizer parameter; use the top-level "
-             "\"gradient_clipping\" instead");
+             " is not supported as an optimizer parameter (DeepSpeed raises ValueError for it "
+             "too); remove it and set the top-level \"gradient_clipping\" instead");
     auto rule = std::find_if(rules.begin(), rules.end(),
                              [&](const KeyRule& r) { return key == r.key; });
     if (rule == rules.end()) {
@@ -195,7 +205,7 @@ void apply_params(const OptimizerSpec& spec, const json& params, GroupOptions& g
       case Rule::kNumber: group.set(key, number(v, where)); break;
       case Rule::kFlag: group.set(key, boolean(v, where)); break;
       case Rule::kPair: group.set(key, number_pair(v, where)); break;
-      case Rule::kInert: break;
+      case Rule::kInert: refuse_auto(v, where, "a value"); break;
       case Rule::kMustBeFalse:
       case Rule::kMustBeTrue: {
         const bool wanted = rule->rule == Rule::kMustBeTrue;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "config/json_reader.h"
 #include "util/check.h"
 #include "util/logging.h"
 
@@ -18,7 +19,10 @@ const json* ScheduleParams::raw(const std::string& key) {
   known_.push_back(key);
   auto it = params_.find(key);
   if (it == params_.end() || it->is_null()) return nullptr;
-  if (it->is_string() && it->get<std::string>() == "auto") return nullptr;
+  // "auto" is Hugging Face's placeholder (warm-up steps and lrs from its TrainingArguments);
+  // no number can be derived here, so it is refused rather than read as the default.
+  DS_CHECK(!config_detail::is_auto(*it), ConfigError, where(key), " ",
+           config_detail::auto_placeholder_message("a number"));
   return &*it;
 }
 

@@ -22,7 +22,7 @@ class ScheduleParams {
   /// `num_groups` 0: list lengths are not checked (config-time check; no warnings either).
   ScheduleParams(const json& params, const std::string& source, size_t num_groups);
 
-  /// Absent, null and "auto" read as unset.
+  /// Absent and null read as unset; "auto" is a ConfigError naming the key.
   const json* raw(const std::string& key);
   double number(const std::string& key, double fallback);
   std::optional<double> opt_number(const std::string& key);

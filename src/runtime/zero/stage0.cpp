@@ -22,7 +22,7 @@ class Stage0 final : public ZeroOptimizer {
     const auto& cfg = *ctx.config;
     if (ctx.dp_group.size() > 1 && !params_.empty()) {
       GradReducerOptions ro;
-      ro.bucket_numel = cfg.zero_optimization.reduce_bucket_size;
+      ro.bucket_numel = cfg.zero_optimization.reduce_bucket_numel();
       ro.prescale = cfg.prescale_gradients;
       ro.predivide_factor = cfg.gradient_predivide_factor;
       ro.average = cfg.gradient_allreduce_op == "mean";

@@ -112,7 +112,7 @@ class Stage12 final : public ZeroOptimizer {
     }
     if (!groups_.empty()) {
       PartitionedReducerOptions ro;
-      ro.bucket_numel = z.reduce_bucket_size;
+      ro.bucket_numel = z.reduce_bucket_numel();
       ro.overlap_comm = z.overlap_comm_enabled();
       // Matches DeepSpeed: CPU offload forces contiguous_gradients on.
       ro.contiguous_gradients = z.contiguous_gradients || offload_;

@@ -519,7 +519,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
     if (trainable.empty()) return;
     Stage3ReducerOptions ro;
-    ro.bucket_numel = z.reduce_bucket_size;
+    ro.bucket_numel = z.reduce_bucket_numel();
     ro.overlap_comm = z.overlap_comm_enabled();
     ro.contiguous_gradients = z.contiguous_gradients;
     ro.reduce_scatter = z.reduce_scatter;

@@ -190,7 +190,8 @@ TEST_F(BrokenCheckpoint, TruncatedRankFile) {
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream(file(2), std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 100);
   EXPECT_THROW_WITH(consolidate_zero_checkpoint(dir.path()), CheckpointError,
-                    "zero_pp_rank_2_mp_rank_00_optim_states.pt: opening the zip archive failed");
+                    "zero_pp_rank_2_mp_rank_00_optim_states.pt: no zip end-of-central-directory "
+                    "record (the file is truncated or corrupted");
 }
 
 TEST_F(BrokenCheckpoint, NoLatestAndNoTag) {

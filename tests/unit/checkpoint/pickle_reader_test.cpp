@@ -125,5 +125,54 @@ TEST(PickleReader, MalformedInputNamesTheOffset) {
                     CheckpointError, "numpy values");
 }
 
+// Note [Nesting depth of loaded values]: 10^6 nested containers (2 MB) end in a CheckpointError
+// naming the limit, not in a stack overflow while building, destroying or using them.
+TEST(PickleReader, DeepNestingIsRefusedWithoutOverflowingTheStack) {
+  const int n = 1000000;
+  const std::string proto("\x80\x02", 2);
+  const std::vector<std::pair<const char*, std::string>> bombs = {
+      {"lists by APPEND", proto + std::string(n, ']') + std::string(n - 1, 'a') + "."},
+      {"lists by MARK/LIST", proto + std::string(n, '(') + std::string(n, 'l') + "."},
+      {"tuples", proto + ")" + std::string(n, '\x85') + "."},
+      {"dicts", [&] {
+         std::string p = proto + "}";
+         for (int i = 1; i < n; ++i) p += std::string("K\x00}", 3);
+         return p + std::string(n - 1, 's') + ".";
+       }()},
+  };
+  for (const auto& [what, bytes] : bombs) {
+    SCOPED_TRACE(what);
+    EXPECT_THROW_WITH(unpickle(bytes), CheckpointError, "test.pkl: pickle data at byte ");
+    EXPECT_THROW_WITH(unpickle(bytes), CheckpointError, "values nested deeper than 1000 levels");
+  }
+}
+
+TEST(PickleReader, NestingUpToTheLimitLoads) {
+  auto nested_lists = [](int depth) {
+    return std::string("\x80\x02", 2) + std::string(depth, ']') + std::string(depth - 1, 'a') + ".";
+  };
+  IValue v = unpickle(nested_lists(1000));
+  int depth = 1;
+  for (; !v.toListRef().empty(); ++depth) v = v.toListRef()[0];
+  EXPECT_EQ(depth, 1000);
+  EXPECT_THROW_WITH(unpickle(nested_lists(1001)), CheckpointError, "nested deeper than 1000");
+}
+
+// A container changed after it was placed inside another could grow any height unseen, so it is
+// refused: that is how a pickle nests 10^6 lists top-down through the memo.
+TEST(PickleReader, ContainersChangedAfterBeingPlacedAreRefused) {
+  auto u32 = [](uint32_t i) { return std::string(reinterpret_cast<const char*>(&i), 4); };
+  std::string top_down("\x80\x02", 2);
+  const uint32_t n = 100000;
+  for (uint32_t i = 0; i < n; ++i) top_down += "]r" + u32(i);  // EMPTY_LIST, LONG_BINPUT i
+  for (uint32_t i = 0; i + 1 < n; ++i) top_down += "j" + u32(i) + "j" + u32(i + 1) + "a0";
+  top_down += ".";
+  EXPECT_THROW_WITH(unpickle(top_down), CheckpointError,
+                    "a GenericList is changed after it was placed inside another value");
+  // a = []; a.append(a): what CPython pickles for a recursive list.
+  EXPECT_THROW_WITH(unpickle(std::string("\x80\x02]q\x00h\x00" "a.", 9)), CheckpointError,
+                    "a GenericList placed inside itself: recursive structures are not supported");
+}
+
 }  // namespace
 }  // namespace deepspeed::checkpoint

@@ -188,6 +188,25 @@ TEST(TorchFile, SaveRefusesValuesPythonCannotHold) {
   EXPECT_THROW_WITH(save_to_string(float_keys), NotSupportedError, "dict keys must be str or int");
 }
 
+// Note [Nesting depth of loaded values]: what saves, loads; deeper is refused on save.
+TEST(TorchFile, NestingUpToTheLoadersLimitRoundTripsDeeperIsRefused) {
+  auto nested = [](int depth) {
+    List inner(c10::AnyType::get());
+    for (int i = 1; i < depth; ++i) {
+      List outer(c10::AnyType::get());
+      outer.push_back(inner);
+      inner = outer;
+    }
+    return IValue(inner);
+  };
+  IValue back = round_trip(nested(1000));
+  int depth = 1;
+  for (; !back.toListRef().empty(); ++depth) back = back.toListRef()[0];
+  EXPECT_EQ(depth, 1000);
+  EXPECT_THROW_WITH(save_to_string(nested(1001)), NotSupportedError,
+                    "nested deeper than 1000 levels");
+}
+
 TEST(TorchFile, SaveAndLoadAFile) {
   testing::TempDir dir;
   const std::string path = dir.file("x.pt");

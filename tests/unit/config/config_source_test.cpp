@@ -40,6 +40,17 @@ TEST(ConfigSource, MissingFileAndBadJson) {
   EXPECT_THROW_WITH(load_config_text(path), ConfigError, "bad.json: not valid JSON");
   testing::write_text_file(path, "[1, 2]");
   EXPECT_THROW_WITH(load_config_text(path), ConfigError, "top level must be a JSON object");
+  // A number past double's range: nlohmann's out_of_range, found by the fuzzer.
+  EXPECT_THROW_WITH(load_config_text(R"({"gradient_clipping": 1e400})"), ConfigError,
+                    "ds_config: not valid JSON: [json.exception.out_of_range.406] number overflow");
+}
+
+TEST(ConfigSource, Base64DecodesLongInputs) {
+  // Decoding once shifted an int past its range after a few characters (UBSan, the fuzzer).
+  const std::string text = R"({"train_batch_size": 8, "gradient_accumulation_steps": 1})";
+  EXPECT_EQ(load_config_text("eyJ0cmFpbl9iYXRjaF9zaXplIjogOCwgImdyYWRpZW50X2FjY3VtdWxhdGlvbl9zdGVwcyI6IDF9")
+                .doc,
+            json::parse(text));
 }
 
 }  // namespace

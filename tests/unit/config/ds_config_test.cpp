@@ -57,13 +57,49 @@ TEST(DsConfig, ReadsImplementedTopLevelKeys) {
   EXPECT_NO_THROW(c.check_supported());
 }
 
-TEST(DsConfig, AutoMeansDefault) {
-  auto c = parse(R"({"train_batch_size": 8, "gradient_clipping": "auto",
-                     "zero_optimization": {"stage": 0, "reduce_bucket_size": "auto"},
-                     "fp16": {"enabled": "auto"}})");
-  EXPECT_DOUBLE_EQ(c.gradient_clipping, 1.0);
-  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
-  EXPECT_FALSE(c.fp16.enabled);
+TEST(DsConfig, AutoWithoutADerivableValueIsRefusedNamingTheKey) {
+  // Hugging Face's placeholders: no number can be derived here, so each is an error by key path
+  // (it used to read as the default: an HF config with "gradient_clipping": "auto" clipped at 1).
+  const std::string hint = "\"auto\" is a placeholder that the Hugging Face integration fills in";
+  for (auto [text, key] : {
+           std::pair{R"({"train_batch_size": 8, "gradient_clipping": "auto"})",
+                     "ds_config: gradient_clipping is \"auto\""},
+           std::pair{R"({"train_batch_size": 8, "fp16": {"enabled": "auto"}})",
+                     "ds_config: fp16.enabled is \"auto\""},
+           std::pair{R"({"train_batch_size": 8, "bf16": {"enabled": "auto"}})",
+                     "ds_config: bf16.enabled is \"auto\""},
+           std::pair{R"({"train_batch_size": 8, "bfloat16": {"enabled": "auto"}})",
+                     "ds_config: bfloat16.enabled is \"auto\""},
+           std::pair{R"({"train_batch_size": 8, "zero_optimization": {"stage": "auto"}})",
+                     "ds_config: zero_optimization.stage is \"auto\""},
+           std::pair{R"({"train_batch_size": 8, "zero_optimization": {"sub_group_size": "auto"}})",
+                     "ds_config: zero_optimization.sub_group_size is \"auto\""},
+           std::pair{R"({"train_batch_size": 8, "amp": {"enabled": "auto"}})",
+                     "ds_config: amp.enabled is \"auto\""}}) {
+    EXPECT_THROW_WITH(parse(text), ConfigError, key);
+    EXPECT_THROW_WITH(parse(text), ConfigError, hint);
+  }
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "gradient_clipping": "auto"})"), ConfigError,
+                    "give a number here");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "fp16": {"enabled": "auto"}})"), ConfigError,
+                    "give true or false here");
+}
+
+TEST(DsConfig, AutoInOptimizerAndSchedulerParamsIsRefusedByCheckSupported) {
+  auto c = parse(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW",
+                     "params": {"lr": "auto", "weight_decay": 0.1}}})");
+  EXPECT_THROW_WITH(c.check_supported(), ConfigError,
+                    "ds_config: optimizer.params.lr is \"auto\"; \"auto\" is a placeholder");
+  c = parse(R"({"train_batch_size": 8, "scheduler": {"type": "WarmupLR",
+                "params": {"warmup_num_steps": "auto"}}})");
+  EXPECT_THROW_WITH(c.check_supported(), ConfigError,
+                    "ds_config: scheduler.params.warmup_num_steps is \"auto\"");
+}
+
+TEST(DsConfig, PipelineStagesAutoIsDeepSpeedsOwnValue) {
+  auto c = parse(R"({"train_batch_size": 8, "pipeline": {"stages": "auto"}})");
+  EXPECT_EQ(c.pipeline.stages, "auto");
+  EXPECT_TRUE(c.notes.empty());
 }
 
 TEST(DsConfig, WrongTypeNamesKeyPathAndValue) {
@@ -196,6 +232,106 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
                            "tensorboard": {"enabled": false}})").check_supported());
 }
 
+TEST(DsConfig, EveryTypeMismatchIsAConfigErrorNamingKeyAndType) {
+  // Includes the sections read only to know whether a feature is on: they used to be read with
+  // nlohmann's value<>(), whose type_error 302 aborted ds_config.
+  for (auto [text, message] : {
+           std::pair{R"({"compile": {"deepcompile": "true"}})",
+                     "compile.deepcompile is \"true\"; expected true or false"},
+           std::pair{R"({"tensor_parallel": {"autotp_size": "2"}})",
+                     "tensor_parallel.autotp_size is \"2\"; expected an integer"},
+           std::pair{R"({"tensor_parallel": {"autotp_size": "auto"}})",
+                     "tensor_parallel.autotp_size is \"auto\"; \"auto\" is a placeholder"},
+           std::pair{R"({"graph_harvesting": {"enabled": true}})",
+                     "graph_harvesting is {\"enabled\":true}; expected true or false"},
+           std::pair{R"({"sequence_parallel_size": "2"})",
+                     "sequence_parallel_size is \"2\"; expected an integer"},
+           std::pair{R"({"amp": {"enabled": 1}})", "amp.enabled is 1; expected true or false"},
+           std::pair{R"({"amp": true})", "amp is true; expected an object"},
+           std::pair{R"({"curriculum_learning": {"enabled": "false"}})",
+                     "curriculum_learning.enabled is \"false\"; expected true or false"},
+           std::pair{R"({"sparse_attention": "fixed"})",
+                     "sparse_attention is \"fixed\"; expected an object"},
+           std::pair{R"({"compression_training": {"sparse_pruning": {"shared_parameters":
+                        {"enabled": "yes"}}}})",
+                     "compression_training.sparse_pruning.shared_parameters.enabled is \"yes\""},
+           std::pair{R"({"compression_training": {"layer_reduction": []}})",
+                     "compression_training.layer_reduction is []; expected an object"},
+           std::pair{R"({"comet": {"online": "yes"}})",
+                     "comet.online is \"yes\"; expected true or false"},
+           std::pair{R"({"vocabulary_size": 50257.5})", "vocabulary_size is 50257.5"},
+           std::pair{R"({"zero_optimization": {"zenflow": 1}})",
+                     "zero_optimization.zenflow is 1; expected an object"},
+           std::pair{R"({"zero_optimization": {"reduce_bucket_size": -1}})",
+                     "zero_optimization.reduce_bucket_size is -1; expected an integer >= 0"}}) {
+    json doc = json::parse(text);
+    doc["train_batch_size"] = 8;
+    EXPECT_THROW_WITH(DeepSpeedConfig::from_json(doc, 1), ConfigError, message);
+  }
+}
+
+TEST(DsConfig, FormsDeepSpeedAcceptsAreAccepted) {
+  // Older Hugging Face ZeRO-3 configs use 0 sizes; DeepSpeed reduces each gradient on its own.
+  auto c = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                     "reduce_bucket_size": 0, "stage3_prefetch_bucket_size": 0,
+                     "stage3_param_persistence_threshold": 0}})");
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 0);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_numel(), 1);
+  EXPECT_EQ(c.resolved()["zero_optimization"]["reduce_bucket_size"], 0);
+  EXPECT_NO_THROW(c.check_supported());
+  // A compression_training section with every technique disabled is fine.
+  c = parse(R"({"train_batch_size": 8, "compression_training": {
+      "weight_quantization": {"shared_parameters": {"enabled": false}, "different_groups": {}},
+      "activation_quantization": {"shared_parameters": {"enabled": false}},
+      "sparse_pruning": {"shared_parameters": {"enabled": false}},
+      "row_pruning": {"shared_parameters": {"enabled": false}},
+      "head_pruning": {"shared_parameters": {"enabled": false}},
+      "channel_pruning": {"shared_parameters": {"enabled": false}},
+      "layer_reduction": {"enabled": false}}})");
+  EXPECT_NO_THROW(c.check_supported());
+  EXPECT_TRUE(c.warnings.empty());
+  // Disabled switches of the other unimplemented sections, too.
+  EXPECT_NO_THROW(parse(R"({"train_batch_size": 8, "compile": {"deepcompile": false},
+      "tensor_parallel": {"autotp_size": 1}, "graph_harvesting": false,
+      "sequence_parallel_size": 1, "amp": {"enabled": false, "opt_level": "O1"}})")
+                      .check_supported());
+  // max_grad_norm is judged by the optimizer (DeepSpeed's engine), not when parsing.
+  EXPECT_NO_THROW(parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adam",
+                           "params": {"max_grad_norm": 1.0}}})"));
+}
+
+TEST(DsConfig, ConfigAndEngineRefuseTheSameThings) {
+  auto refuse = [](const std::string& text, const std::string& what) {
+    auto c = DeepSpeedConfig::from_string(text, 1);
+    EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, what);
+  };
+  // The engine's ZeRO-3 and NVMe swapper refuse these; check_supported() (so ds_config) too.
+  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+            "stage3_module_granularity_threshold": 100}})",
+         "zero_optimization.stage3_module_granularity_threshold 100 is not supported");
+  refuse(R"({"train_batch_size": 8, "aio": {"use_gds": true}, "zero_optimization": {"stage": 3,
+            "offload_param": {"device": "nvme", "nvme_path": "/tmp"}}})",
+         "aio.use_gds (GPUDirect Storage) is not supported");
+  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zenflow": {"topk_ratio": 0.1}}})",
+         "zero_optimization.zenflow (ZenFlow) is not supported yet");
+  refuse(R"({"train_batch_size": 8, "compression_training": {"layer_reduction": {"enabled": true}}})",
+         "compression_training.layer_reduction is not supported yet");
+  refuse(R"({"train_batch_size": 8, "compression_training": {"weight_quantization":
+            {"shared_parameters": {"enabled": true}}}})",
+         "compression_training.weight_quantization is not supported yet");
+  // Where the engine does not use them (no stage 3, no NVMe), DeepSpeed ignores them.
+  EXPECT_NO_THROW(parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+                           "stage3_module_granularity_threshold": 100}})").check_supported());
+  EXPECT_NO_THROW(parse(R"({"train_batch_size": 8, "aio": {"use_gds": true}})").check_supported());
+}
+
+TEST(DsConfig, MisspeltCompressionTechniqueIsAWarning) {
+  auto c = parse(R"({"train_batch_size": 8, "compression_training": {"sparse_pruninng": {}}})");
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_NE(c.warnings[0].find("compression_training.sparse_pruninng is not a known key; did you "
+                               "mean 'sparse_pruning'?"), std::string::npos) << c.warnings[0];
+}
+
 TEST(DsConfig, UnknownOptimizerAndSchedulerNames) {
   auto c = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adamm"}})");
   EXPECT_THROW_WITH(c.check_supported(), ConfigError, "\"Adamm\" is not a supported DeepSpeed optimizer");
@@ -203,8 +339,12 @@ TEST(DsConfig, UnknownOptimizerAndSchedulerNames) {
   EXPECT_THROW_WITH(c.check_supported(), ConfigError, "does not recognize LR scheduler \"Warmup\"");
   c = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"lr": 1, "momentum": 0.9}}})");
   EXPECT_THROW_WITH(c.check_supported(), ConfigError, "optimizer.params.momentum is not a parameter of Adam");
-  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"max_grad_norm": 1}}})"),
-                    ConfigError, "use the top-level gradient_clipping");
+  // Matches DeepSpeed's engine (ValueError when it builds the optimizer from this section).
+  c = parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"max_grad_norm": 1}}})");
+  EXPECT_THROW_WITH(c.check_supported(), ConfigError,
+                    "optimizer.params.max_grad_norm is not supported as an optimizer parameter "
+                    "(DeepSpeed raises ValueError for it too); remove it and set the top-level "
+                    "\"gradient_clipping\" instead");
 }
 
 TEST(DsConfig, ResolvedFillsTriadAndDefaults) {

@@ -134,6 +134,49 @@ TEST(Engine, UsageErrors) {
                     "zero_optimization.mics_shard_size (MiCS) is not supported yet");
 }
 
+TEST(Engine, AutoBucketSizesComeFromTheModelsHiddenSize) {
+  // TinyNet's trainable matrices are [8, 4], [2, 8], [2, 8]: hidden size 8.
+  json cfg = base_config(2, 1);
+  cfg["zero_optimization"] = {{"stage", 3},
+                              {"reduce_bucket_size", "auto"},
+                              {"stage3_prefetch_bucket_size", "auto"},
+                              {"stage3_param_persistence_threshold", "auto"}};
+  auto [engine, optimizer, sched] = initialize(std::make_shared<TinyNetImpl>(), cfg);
+  const auto& z = engine->config().zero_optimization;
+  EXPECT_EQ(z.reduce_bucket_size, 64);
+  EXPECT_EQ(z.stage3_prefetch_bucket_size, 57);
+  EXPECT_EQ(z.stage3_param_persistence_threshold, 80);
+  EXPECT_TRUE(z.auto_sizes.empty());
+  ASSERT_EQ(engine->config().notes.size(), 3u);
+  EXPECT_NE(engine->config().notes[0].find("with hidden_size 8"), std::string::npos);
+}
+
+TEST(Engine, ReduceBucketSizeZeroTrainsLikeTheDefault) {
+  // DeepSpeed accepts 0 (older Hugging Face ZeRO-3 configs use it): one gradient per bucket.
+  // Compared through the losses, which stage 3's partitioned parameters leave readable.
+  for (int stage : {1, 2, 3}) {
+    std::vector<std::vector<double>> losses;
+    for (int64_t bucket : {int64_t{0}, int64_t{500000000}}) {
+      json cfg = base_config(2, 1);
+      cfg["zero_optimization"] = {{"stage", stage}, {"reduce_bucket_size", bucket}};
+      auto [engine, optimizer, sched] = initialize(std::make_shared<TinyNetImpl>(), cfg);
+      losses.emplace_back();
+      for (int s = 0; s < 4; ++s) {
+        auto [x, y] = tiny_batch(2 * s, 2);
+        auto loss = engine->forward(x, y);
+        losses.back().push_back(loss.item<double>());
+        engine->backward(loss);
+        engine->step();
+      }
+    }
+    ASSERT_EQ(losses[0].size(), losses[1].size());
+    for (size_t i = 0; i < losses[0].size(); ++i) {
+      EXPECT_NEAR(losses[0][i], losses[1][i], 1e-7) << "stage " << stage << ", step " << i;
+    }
+    EXPECT_NE(losses[0].front(), losses[0].back()) << "stage " << stage << " did not train";
+  }
+}
+
 // An allocation failure in backward is reported with this rank's memory figures, then rethrown.
 struct FailsInBackward : torch::nn::Module {
   FailsInBackward() { w = register_parameter("w", torch::ones({4})); }

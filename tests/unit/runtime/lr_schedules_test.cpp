@@ -104,6 +104,23 @@ TEST(LrSchedules, BadParamsAreNamed) {
   EXPECT_THROW_WITH(make_lr_function(c, "cfg"), ConfigError, "total_num_steps is required");
 }
 
+TEST(LrSchedules, AutoIsRefusedNamingTheKey) {
+  // Hugging Face fills the warm-up parameters from its TrainingArguments; read as the default,
+  // "warmup_num_steps": "auto" warmed up over 1000 steps.
+  for (auto [type, params, key] : {
+           std::tuple{"WarmupLR", R"({"warmup_min_lr": "auto"})", "warmup_min_lr"},
+           std::tuple{"WarmupLR", R"({"warmup_max_lr": "auto"})", "warmup_max_lr"},
+           std::tuple{"WarmupLR", R"({"warmup_num_steps": "auto"})", "warmup_num_steps"},
+           std::tuple{"WarmupLR", R"({"warmup_type": "auto"})", "warmup_type"},
+           std::tuple{"WarmupDecayLR", R"({"total_num_steps": "auto"})", "total_num_steps"}}) {
+    SchedulerConfig c{true, type, json::parse(params)};
+    EXPECT_THROW_WITH(check_scheduler_supported(c, "cfg"), ConfigError,
+                      std::string("cfg: scheduler.params.") + key +
+                          " is \"auto\"; \"auto\" is a placeholder that the Hugging Face "
+                          "integration fills in");
+  }
+}
+
 SchedulerConfig sched(const std::string& type, const std::string& params) {
   return SchedulerConfig{true, type, json::parse(params)};
 }

@@ -9,6 +9,7 @@
 #include <torch/optim/sgd.h>
 
 #include "deepspeed/optimizers.h"
+#include "runtime/optim/optimizer_params.h"
 #include "support/expect_throw.h"
 
 namespace deepspeed::optim {
@@ -183,7 +184,8 @@ TEST(OptimizerFactory, ParamErrorsNameTheKey) {
                     "weight_decay, set_grad_none, fp32_optimizer_states)");
   EXPECT_THROW_WITH(check_optimizer_supported(cfg("Lamb", R"({"max_grad_norm": 1.0})"), "cfg"),
                     ConfigError, "optimizer.params.max_grad_norm is not supported as an "
-                                 "optimizer parameter; use the top-level \"gradient_clipping\"");
+                                 "optimizer parameter (DeepSpeed raises ValueError for it too); "
+                                 "remove it and set the top-level \"gradient_clipping\"");
   EXPECT_THROW_WITH(check_optimizer_supported(cfg("Adam", R"({"amsgrad": true})"), "cfg"),
                     ConfigError, "does not support amsgrad");
   EXPECT_THROW_WITH(check_optimizer_supported(cfg("Adam", R"({"betas": [0.9]})"), "cfg"),
@@ -201,9 +203,34 @@ TEST(OptimizerFactory, ParamErrorsNameTheKey) {
                                                              "torch_adam": true})"),
                                               "cfg"),
                     ConfigError, "bias_correction is not a parameter of Adam");
-  // "auto" (as HF writes it) and torch's implementation switches are accepted.
-  EXPECT_NO_THROW(check_optimizer_supported(cfg("SGD", R"({"lr": "auto", "foreach": null})"),
+  // torch's implementation switches are accepted; null leaves the default.
+  EXPECT_NO_THROW(check_optimizer_supported(cfg("SGD", R"({"lr": null, "foreach": null})"),
                                             "cfg"));
+}
+
+TEST(OptimizerFactory, AutoIsRefusedNamingTheFullKeyPath) {
+  // Hugging Face fills these from its TrainingArguments; read as the default, an HF AdamW
+  // config with "lr": "auto" trained at 1e-3.
+  for (auto [params, key, expected] : {
+           std::tuple{R"({"lr": "auto"})", "lr", "a number"},
+           std::tuple{R"({"betas": "auto"})", "betas", "two numbers [beta1, beta2]"},
+           std::tuple{R"({"eps": "auto"})", "eps", "a number"},
+           std::tuple{R"({"weight_decay": "auto"})", "weight_decay", "a number"},
+           std::tuple{R"({"bias_correction": "auto"})", "bias_correction", "true or false"},
+           std::tuple{R"({"torch_adam": "auto"})", "torch_adam", "true or false"}}) {
+    EXPECT_THROW_WITH(check_optimizer_supported(cfg("AdamW", params), "cfg"), ConfigError,
+                      std::string("cfg: optimizer.params.") + key +
+                          " is \"auto\"; \"auto\" is a placeholder that the Hugging Face "
+                          "integration fills in before DeepSpeed reads the config, and this "
+                          "build reads the config as written: give " + expected + " here");
+  }
+  EXPECT_THROW_WITH(check_optimizer_supported(cfg("SGD", R"({"foreach": "auto"})"), "cfg"),
+                    ConfigError, "optimizer.params.foreach is \"auto\"");
+  // In a param group too.
+  const auto spec = resolve_optimizer(cfg("AdamW", R"({"lr": 0.1})"), "cfg", std::nullopt);
+  EXPECT_THROW_WITH(resolve_group_options(spec, json::parse(R"({"lr": "auto"})"),
+                                          "cfg: param group 0: ", std::nullopt),
+                    ConfigError, "cfg: param group 0: lr is \"auto\"");
 }
 
 TEST(OptimizerFactory, OffloadSelectsTheCpuOptimizersParams) {
