@@ -63,9 +63,16 @@ struct Bf16Config {
   bool bf16_optimizer_states = false;
 };
 
+/// `offload_optimizer.device` / `offload_param.device`, parsed once from "none" | "cpu" | "nvme"
+/// (any case); an other value is a ConfigError naming the key and the allowed values.
+enum class OffloadDevice { kNone, kCpu, kNvme };
+
+/// The config spelling: "none", "cpu" or "nvme" (messages, the resolved config).
+const char* offload_device_name(OffloadDevice device);
+
 /// `zero_optimization.offload_optimizer`.
 struct OffloadOptimizerConfig {
-  std::string device = "none";  // none | cpu | nvme
+  OffloadDevice device = OffloadDevice::kNone;
   std::string nvme_path;
   int64_t buffer_count = 4;
   bool pin_memory = true;
@@ -79,7 +86,7 @@ struct OffloadOptimizerConfig {
 
 /// `zero_optimization.offload_param` (stage 3 only).
 struct OffloadParamConfig {
-  std::string device = "none";
+  OffloadDevice device = OffloadDevice::kNone;
   std::string nvme_path;
   int64_t buffer_count = 5;
   int64_t buffer_size = 100000000;
@@ -131,6 +138,14 @@ struct ZeroConfig {
   std::vector<std::string> auto_sizes;
 
   bool overlap_comm_enabled() const { return overlap_comm.value_or(stage == 3); }
+  /// offload_optimizer.device, kNone when the section is absent.
+  OffloadDevice optimizer_offload() const {
+    return offload_optimizer ? offload_optimizer->device : OffloadDevice::kNone;
+  }
+  /// offload_param.device, kNone when the section is absent.
+  OffloadDevice param_offload() const {
+    return offload_param ? offload_param->device : OffloadDevice::kNone;
+  }
   /// Elements per gradient bucket: reduce_bucket_size, where 0 means one gradient per bucket
   /// (DeepSpeed closes a bucket whenever the next gradient would exceed the size).
   int64_t reduce_bucket_numel() const { return reduce_bucket_size > 0 ? reduce_bucket_size : 1; }

@@ -64,10 +64,12 @@ Bf16Config parse_bf16(ConfigReader r) {
   return c;
 }
 
-std::string parse_device(ConfigReader& r) {
-  std::string d = lower(r.get_string("device", "none"));
+OffloadDevice parse_device(ConfigReader& r) {
+  const std::string d = lower(r.get_string("device", "none"));
   check_one_of(r, "device", d, {"none", "cpu", "nvme"});
-  return d;
+  if (d == "cpu") return OffloadDevice::kCpu;
+  if (d == "nvme") return OffloadDevice::kNvme;
+  return OffloadDevice::kNone;
 }
 
 OffloadOptimizerConfig parse_offload_optimizer(ConfigReader r) {
@@ -85,7 +87,7 @@ OffloadOptimizerConfig parse_offload_optimizer(ConfigReader r) {
   c.cpuadam_cores_perc = r.get_double("cpuadam_cores_perc", c.cpuadam_cores_perc);
   r.mark_known("pipeline");  // legacy: pipeline_read || pipeline_write
   r.finish();
-  if (c.device == "nvme" && c.nvme_path.empty()) {
+  if (c.device == OffloadDevice::kNvme && c.nvme_path.empty()) {
     r.fail("nvme_path", "must be set when device is \"nvme\"");
   }
   return c;
@@ -100,7 +102,7 @@ OffloadParamConfig parse_offload_param(ConfigReader r) {
   c.max_in_cpu = r.get_int("max_in_cpu", c.max_in_cpu, 0);
   c.pin_memory = r.get_bool("pin_memory", c.pin_memory);
   r.finish();
-  if (c.device == "nvme" && c.nvme_path.empty()) {
+  if (c.device == OffloadDevice::kNvme && c.nvme_path.empty()) {
     r.fail("nvme_path", "must be set when device is \"nvme\"");
   }
   return c;
@@ -163,12 +165,12 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   if (op.present()) c.offload_param = parse_offload_param(op);
   ConfigReader oo = rr.section("offload_optimizer", Strictness::kStrict);
   if (oo.present()) c.offload_optimizer = parse_offload_optimizer(oo);
-  if (c.offload_param && c.offload_param->device != "none" && c.stage != 3) {
-    warnings->push_back(op.where("device") + " \"" + c.offload_param->device +
+  if (c.param_offload() != OffloadDevice::kNone && c.stage != 3) {
+    warnings->push_back(op.where("device") + " \"" + offload_device_name(c.param_offload()) +
                         "\" is ignored with ZeRO stage " + std::to_string(c.stage) +
                         " (parameters are offloaded with stage 3 only, as in DeepSpeed)");
   }
-  if (c.offload_optimizer && c.offload_optimizer->device == "nvme" && (c.stage == 1 || c.stage == 2)) {
+  if (c.optimizer_offload() == OffloadDevice::kNvme && (c.stage == 1 || c.stage == 2)) {
     warnings->push_back(oo.where("device") + " \"nvme\" with ZeRO stage " +
                         std::to_string(c.stage) +
                         ": the optimizer state stays in host memory, as with \"cpu\" (DeepSpeed "
@@ -178,13 +180,13 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   if (rr.get_bool("cpu_offload", false)) {
     if (c.offload_optimizer) rr.fail("cpu_offload", "and offload_optimizer are both set; keep offload_optimizer");
     c.offload_optimizer = OffloadOptimizerConfig{};
-    c.offload_optimizer->device = "cpu";
+    c.offload_optimizer->device = OffloadDevice::kCpu;
     warnings->push_back(rr.where("cpu_offload") + " is deprecated; use offload_optimizer: {\"device\": \"cpu\"}");
   }
   if (rr.get_bool("cpu_offload_param", false)) {
     if (c.offload_param) rr.fail("cpu_offload_param", "and offload_param are both set; keep offload_param");
     c.offload_param = OffloadParamConfig{};
-    c.offload_param->device = "cpu";
+    c.offload_param->device = OffloadDevice::kCpu;
     warnings->push_back(rr.where("cpu_offload_param") + " is deprecated; use offload_param: {\"device\": \"cpu\"}");
   }
   if (rr.has("cpu_offload_use_pin_memory")) {
@@ -418,6 +420,15 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   config_detail::parse_unimplemented_sections(top, c);
   top.finish();
   return c;
+}
+
+const char* offload_device_name(OffloadDevice device) {
+  switch (device) {
+    case OffloadDevice::kCpu: return "cpu";
+    case OffloadDevice::kNvme: return "nvme";
+    case OffloadDevice::kNone: break;
+  }
+  return "none";
 }
 
 }  // namespace deepspeed

@@ -163,8 +163,8 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c) {
   }
   // aio drives NVMe offload (stage 3); without it the section changes nothing.
   const auto& z = c.zero_optimization;
-  const bool nvme = z.stage == 3 && ((z.offload_optimizer && z.offload_optimizer->device == "nvme") ||
-                                     (z.offload_param && z.offload_param->device == "nvme"));
+  const bool nvme = z.stage == 3 && (z.optimizer_offload() == OffloadDevice::kNvme ||
+                                     z.param_offload() == OffloadDevice::kNvme);
   if (top.has("aio") && !nvme) {
     c.warnings.push_back(top.where("aio") + " has no effect: it configures NVMe offload "
                          "(zero_optimization stage 3 with offload_optimizer or offload_param "

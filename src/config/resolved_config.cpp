@@ -8,7 +8,7 @@ namespace deepspeed {
 namespace {
 
 json offload_optimizer_json(const OffloadOptimizerConfig& o) {
-  return {{"device", o.device},       {"nvme_path", o.nvme_path},
+  return {{"device", offload_device_name(o.device)},       {"nvme_path", o.nvme_path},
           {"buffer_count", o.buffer_count}, {"pin_memory", o.pin_memory},
           {"pipeline_read", o.pipeline_read}, {"pipeline_write", o.pipeline_write},
           {"fast_init", o.fast_init}, {"ratio", o.ratio},
@@ -16,7 +16,7 @@ json offload_optimizer_json(const OffloadOptimizerConfig& o) {
 }
 
 json offload_param_json(const OffloadParamConfig& o) {
-  return {{"device", o.device},         {"nvme_path", o.nvme_path},
+  return {{"device", offload_device_name(o.device)},         {"nvme_path", o.nvme_path},
           {"buffer_count", o.buffer_count}, {"buffer_size", o.buffer_size},
           {"max_in_cpu", o.max_in_cpu}, {"pin_memory", o.pin_memory}};
 }

@@ -32,15 +32,14 @@ void check_features_supported(const DeepSpeedConfig& c) {
   }
   // The NVMe swapper's aio handle refuses use_gds too; with no NVMe offload aio is unused
   // (feature_sections.cpp warns).
-  const bool nvme = z.stage == 3 &&
-                    ((z.offload_optimizer && z.offload_optimizer->device == "nvme") ||
-                     (z.offload_param && z.offload_param->device == "nvme"));
+  const bool nvme = z.stage == 3 && (z.optimizer_offload() == OffloadDevice::kNvme ||
+                                     z.param_offload() == OffloadDevice::kNvme);
   if (nvme && c.aio.use_gds) {
     throw NotSupportedError(source + ": aio.use_gds (GPUDirect Storage) is not supported: it "
                             "needs CUDA and cuFile, which this build has neither of; set it to "
                             "false");
   }
-  if (z.offload_optimizer && z.offload_optimizer->device != "none") {
+  if (z.optimizer_offload() != OffloadDevice::kNone) {
     // docs/offload.md: device "cpu" with ZeRO 1/2; nvme (DeepSpeed: stage 3 only) comes with
     // stage 3's sub-groups (the swapper is runtime/swap).
     const auto& o = *z.offload_optimizer;

@@ -285,8 +285,7 @@ void Engine::build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
   } else if (config_.optimizer.present) {
     if (model_parameters.empty()) model_parameters.push_back(ParamGroup{trainable_params_, json::object()});
     optim::OptimizerBuildOptions options;
-    const auto& off = config_.zero_optimization.offload_optimizer;
-    options.offload = off && off->device != "none";
+    options.offload = config_.zero_optimization.optimizer_offload() != OffloadDevice::kNone;
     optimizer_ = optim::build_optimizer(config_.optimizer, model_parameters, config_.source,
                                         options);
   }
@@ -294,8 +293,10 @@ void Engine::build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
 }
 
 void Engine::check_offload_client_optimizer() const {
-  const auto& off = config_.zero_optimization.offload_optimizer;
-  if (!off || off->device == "none" || !config_.zero_force_ds_cpu_optimizer) return;
+  if (config_.zero_optimization.optimizer_offload() == OffloadDevice::kNone ||
+      !config_.zero_force_ds_cpu_optimizer) {
+    return;
+  }
   // Matches DeepSpeed (zero_force_ds_cpu_optimizer): with offload a client optimizer must be
   // DeepSpeedCPUAdam / DeepSpeedCPULion, here deepspeed::optim::Adam / Lion (CPU-Adam kernel).
   const auto* o = optimizer_.get();
@@ -604,11 +605,11 @@ std::string Engine::memory_report(const std::string& when) const {
   const auto mb = [](int64_t b) { return b / 1e6; };
   const auto& z = config_.zero_optimization;
   std::string offload;
-  if (z.offload_optimizer && z.offload_optimizer->device != "none") {
-    offload = "optimizer " + z.offload_optimizer->device;
+  if (z.optimizer_offload() != OffloadDevice::kNone) {
+    offload = std::string("optimizer ") + offload_device_name(z.optimizer_offload());
   }
-  if (z.offload_param && z.offload_param->device != "none") {
-    offload += (offload.empty() ? "" : ", ") + ("param " + z.offload_param->device);
+  if (z.param_offload() != OffloadDevice::kNone) {
+    offload += (offload.empty() ? "" : ", ") + std::string("param ") + offload_device_name(z.param_offload());
   }
   if (offload.empty()) offload = "none";
   char buf[1024];

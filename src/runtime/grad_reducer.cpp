@@ -4,30 +4,10 @@
 #include <chrono>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include "util/check.h"
 
 namespace deepspeed::runtime {
-
-// Fires after AccumulateGrad has written this backward's gradient into param.grad.
-class GradReducer::Hook : public torch::autograd::FunctionPostHook {
- public:
-  Hook(GradReducer* owner, size_t index) : owner_(owner), index_(index) {}
-  torch::autograd::variable_list operator()(
-      const torch::autograd::variable_list& outputs,
-      const torch::autograd::variable_list& /*inputs*/) override {
-    owner_->on_grad_ready(index_);
-    return outputs;
-  }
-  const GradReducer* owner() const { return owner_; }
-
- private:
-  GradReducer* owner_;
-  size_t index_;
-};
 
 GradReducer::GradReducer(std::vector<at::Tensor> params, GradReducerOptions options)
     : params_(std::move(params)), options_(options), world_size_(options_.group.size()) {
@@ -35,56 +15,33 @@ GradReducer::GradReducer(std::vector<at::Tensor> params, GradReducerOptions opti
   DS_CHECK(options_.bucket_numel > 0, ConfigError,
            "zero_optimization.reduce_bucket_size must be positive");
   const size_t n = params_.size();
-  bucket_of_.assign(n, 0);
-  slot_in_bucket_.assign(n, 0);
   ready_.assign(n, false);
-  // Reverse registration order: the order in which backward usually finishes gradients.
-  Bucket current;
-  int64_t current_numel = 0;
-  at::ScalarType current_dtype = at::ScalarType::Undefined;
-  auto close = [&]() {
-    if (current.params.empty()) return;
-    current.flat = at::zeros({current_numel}, params_[current.params[0]].options());
-    buckets_.push_back(std::move(current));
-    current = Bucket{};
-    current_numel = 0;
-  };
-  for (size_t k = n; k-- > 0;) {
-    const at::Tensor& p = params_[k];
-    int64_t numel = p.numel();
-    // Matches DeepSpeed: a bucket is closed once adding the next gradient would exceed it;
-    // dtypes are never mixed in one bucket.
-    if (!current.params.empty() &&
-        (current_numel + numel > options_.bucket_numel || p.scalar_type() != current_dtype)) {
-      close();
+  // Matches DeepSpeed: a bucket is closed once adding the next gradient would exceed it;
+  // dtypes are never mixed in one bucket.
+  std::vector<int64_t> sizes(n);
+  std::vector<int> dtypes(n);
+  for (size_t k = 0; k < n; ++k) {
+    sizes[k] = params_[k].numel();
+    dtypes[k] = static_cast<int>(params_[k].scalar_type());
+  }
+  BucketPlan plan = plan_buckets(sizes, options_.bucket_numel, dtypes);
+  bucket_of_ = std::move(plan.bucket_of);
+  slot_in_bucket_ = std::move(plan.slot_of);
+  for (auto& items : plan.items) {
+    Bucket b;
+    int64_t numel = 0;
+    for (size_t k : items) {
+      b.offsets.push_back(numel);
+      numel += sizes[k];
     }
-    current_dtype = p.scalar_type();
-    bucket_of_[k] = buckets_.size();
-    slot_in_bucket_[k] = current.params.size();
-    current.params.push_back(k);
-    current.offsets.push_back(current_numel);
-    current_numel += numel;
+    b.flat = at::zeros({numel}, params_[items[0]].options());
+    b.params = std::move(items);
+    buckets_.push_back(std::move(b));
   }
-  close();
-
-  for (size_t i = 0; i < n; ++i) {
-    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
-    DS_INTERNAL_ASSERT(acc != nullptr, "parameter ", i, " has no gradient accumulator");
-    acc->add_post_hook(std::make_unique<Hook>(this, i));
-    accumulators_.push_back(std::move(acc));
-  }
+  hooks_ = std::make_unique<GradReadyHooks>(params_, [this](size_t i) { on_grad_ready(i); });
 }
 
-GradReducer::~GradReducer() {
-  // Remove our hooks: the model may outlive the engine.
-  for (auto& acc : accumulators_) {
-    auto& hooks = acc->post_hooks();
-    for (auto it = hooks.begin(); it != hooks.end();) {
-      auto* h = dynamic_cast<Hook*>(it->get());
-      it = (h != nullptr && h->owner() == this) ? hooks.erase(it) : it + 1;
-    }
-  }
-}
+GradReducer::~GradReducer() = default;
 
 void GradReducer::prepare() {
   for (auto& b : buckets_) {

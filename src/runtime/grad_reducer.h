@@ -14,10 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "deepspeed/comm.h"
-
-namespace torch::autograd {
-struct Node;
-}
+#include "runtime/zero/bucketer.h"
 
 namespace deepspeed::runtime {
 
@@ -58,8 +55,6 @@ class GradReducer {
     bool launched = false;
     comm::Handle handle;
   };
-  class Hook;
-
   void on_grad_ready(size_t param_index);
   void launch_ready_buckets();
   void launch(Bucket& bucket);
@@ -70,7 +65,6 @@ class GradReducer {
   std::vector<size_t> bucket_of_;      // param index -> bucket index
   std::vector<size_t> slot_in_bucket_;  // param index -> position in bucket.params
   std::vector<bool> ready_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep hooks alive
   size_t next_to_launch_ = 0;
   bool armed_ = false;
   double last_wait_ms_ = 0.0;
@@ -78,6 +72,7 @@ class GradReducer {
   int64_t launched_ = 0;
   int64_t launched_from_hooks_ = 0;
   bool in_finish_ = false;
+  std::unique_ptr<GradReadyHooks> hooks_;  // last: removed first
 };
 
 }  // namespace deepspeed::runtime

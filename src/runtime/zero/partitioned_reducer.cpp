@@ -4,30 +4,10 @@
 #include <algorithm>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include "util/check.h"
 
 namespace deepspeed::runtime {
-
-// Fires after AccumulateGrad has written this backward's gradient into param.grad.
-class PartitionedGradReducer::Hook : public torch::autograd::FunctionPostHook {
- public:
-  Hook(PartitionedGradReducer* owner, size_t index) : owner_(owner), index_(index) {}
-  torch::autograd::variable_list operator()(
-      const torch::autograd::variable_list& outputs,
-      const torch::autograd::variable_list& /*inputs*/) override {
-    owner_->on_grad_ready(index_);
-    return outputs;
-  }
-  const PartitionedGradReducer* owner() const { return owner_; }
-
- private:
-  PartitionedGradReducer* owner_;
-  size_t index_;
-};
 
 PartitionedGradReducer::PartitionedGradReducer(std::vector<FlatGroup>* groups,
                                                std::vector<at::Tensor>* grad_partitions,
@@ -56,49 +36,29 @@ PartitionedGradReducer::PartitionedGradReducer(std::vector<FlatGroup>* groups,
     }
   }
 
-  for (size_t i = 0; i < param_at_.size(); ++i) {
-    const at::Tensor& p = (*groups_)[param_at_[i].first].slots()[param_at_[i].second].param;
-    auto acc = torch::autograd::impl::grad_accumulator(p);
-    DS_INTERNAL_ASSERT(acc != nullptr, "parameter ", i, " has no gradient accumulator");
-    acc->add_post_hook(std::make_unique<Hook>(this, i));
-    accumulators_.push_back(std::move(acc));
-  }
+  std::vector<at::Tensor> params;
+  for (const auto& [g, s] : param_at_) params.push_back((*groups_)[g].slots()[s].param);
+  hooks_ = std::make_unique<GradReadyHooks>(params, [this](size_t i) { on_grad_ready(i); });
 }
 
-PartitionedGradReducer::~PartitionedGradReducer() {
-  // Remove our hooks: the model may outlive the engine.
-  for (auto& acc : accumulators_) {
-    auto& hooks = acc->post_hooks();
-    for (auto it = hooks.begin(); it != hooks.end();) {
-      auto* h = dynamic_cast<Hook*>(it->get());
-      it = (h != nullptr && h->owner() == this) ? hooks.erase(it) : it + 1;
-    }
-  }
-}
+PartitionedGradReducer::~PartitionedGradReducer() = default;
 
 void PartitionedGradReducer::build_buckets() {
-  const size_t n = param_at_.size();
-  bucket_of_.assign(n, 0);
-  slot_in_bucket_.assign(n, 0);
-  Bucket current;
-  auto close = [&]() {
-    if (current.params.empty()) return;
-    buckets_.push_back(std::move(current));
-    current = Bucket{};
-  };
-  // Reverse order: the order in which backward usually finishes gradients.
-  for (size_t k = n; k-- > 0;) {
-    auto [g, s] = param_at_[k];
-    const FlatSlot& slot = (*groups_)[g].slots()[s];
-    // Matches DeepSpeed: a gradient that would overflow the bucket closes it first.
-    if (!current.params.empty() && current.numel + slot.numel > options_.bucket_numel) close();
-    bucket_of_[k] = buckets_.size();
-    slot_in_bucket_[k] = current.params.size();
-    current.params.push_back(k);
-    current.entries.push_back(Entry{g, s, current.numel});
-    current.numel += slot.numel;
+  // Matches DeepSpeed: a gradient that would overflow the bucket closes it first.
+  std::vector<int64_t> sizes;
+  for (const auto& [g, s] : param_at_) sizes.push_back((*groups_)[g].slots()[s].numel);
+  BucketPlan plan = plan_buckets(sizes, options_.bucket_numel);
+  bucket_of_ = std::move(plan.bucket_of);
+  slot_in_bucket_ = std::move(plan.slot_of);
+  for (auto& items : plan.items) {
+    Bucket b;
+    for (size_t k : items) {
+      b.entries.push_back(Entry{param_at_[k].first, param_at_[k].second, b.numel});
+      b.numel += sizes[k];
+    }
+    b.params = std::move(items);
+    buckets_.push_back(std::move(b));
   }
-  close();
 
   // Owner ranges: a parameter spanning two partitions is split; adjacent ranges of one owner
   // (in bucket order) merge, so a bucket costs at most one reduce per owner boundary.

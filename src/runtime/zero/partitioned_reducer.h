@@ -25,12 +25,9 @@
 #include <ATen/core/Tensor.h>
 
 #include "deepspeed/comm.h"
+#include "runtime/zero/bucketer.h"
 #include "runtime/zero/flat_group.h"
 #include "runtime/zero/zero_optimizer.h"
-
-namespace torch::autograd {
-struct Node;
-}
 
 namespace deepspeed::runtime {
 
@@ -93,8 +90,6 @@ class PartitionedGradReducer {
     int buffer = -1;
     std::vector<comm::Handle> handles;
   };
-  class Hook;
-
   void build_buckets();
   void on_grad_ready(size_t index);
   void copy_in(Bucket& bucket, size_t slot_in_bucket);
@@ -116,7 +111,6 @@ class PartitionedGradReducer {
   std::vector<size_t> slot_in_bucket_;
   std::vector<bool> ready_;
   std::vector<bool> copied_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 
   std::vector<at::Tensor> buffers_;
   std::vector<int> free_buffers_;
@@ -125,6 +119,7 @@ class PartitionedGradReducer {
   bool armed_ = false;
   bool in_finish_ = false;
   ReductionStats stats_;
+  std::unique_ptr<GradReadyHooks> hooks_;  // last: removed first
 };
 
 }  // namespace deepspeed::runtime

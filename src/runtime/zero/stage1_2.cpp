@@ -50,10 +50,9 @@ class Stage12 final : public ZeroOptimizer {
         partitions_(stage_ == 0 ? 1 : world_), partition_(stage_ == 0 ? 0 : rank_),
         model_dtype_(ctx.model_dtype), grad_accum_dtype_(ctx.grad_accum_dtype) {
     if (stage_ > 0) check_config(config_);
-    const auto& offload = ctx.config->zero_optimization.offload_optimizer;
     // Matches DeepSpeed (engine.zero_cpu_offload): with stages 1/2, device "nvme" offloads to
     // host memory like "cpu"; only stage 3 swaps to files (check_supported() warns).
-    offload_ = offload && (offload->device == "cpu" || offload->device == "nvme");
+    offload_ = ctx.config->zero_optimization.optimizer_offload() != OffloadDevice::kNone;
     const auto& z = config_.zero_optimization;
     std::map<const void*, std::string> name_of;
     for (size_t i = 0; i < ctx.trainable_params.size(); ++i) {

@@ -19,8 +19,8 @@
 #include "runtime/grad_clip.h"
 #include "runtime/host_caching_allocator.h"
 #include "runtime/precision/overflow_check.h"
-#include "runtime/swap/optimizer_swapper.h"
 #include "runtime/zero/stage3_nvme_shards.h"
+#include "runtime/zero/stage3_optimizer_states.h"
 #include "runtime/zero/stage3.h"
 #include "runtime/zero/stage3_grad_reducer.h"
 #include "runtime/zero/stage3_init.h"
@@ -59,15 +59,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
     // offload_optimizer "cpu": the fp32 shards and optimizer state in host memory, stepped by
     // the CPU optimizer (the config's optimizer is built as DeepSpeed's CPU variant). A
     // CPU-only build keeps them there already. "nvme": in swap files between steps as well
-    // (Note [NVMe sub-groups]).
-    const auto& offload = config_.zero_optimization.offload_optimizer;
-    offload_ = offload && (offload->device == "cpu" || offload->device == "nvme");
-    nvme_ = offload && offload->device == "nvme";
-    // offload_param: the shards in host memory ("cpu": where a CPU-only build keeps them
-    // anyway) or in swap files read in for each all-gather ("nvme", Note [NVMe shards]).
-    const auto& offload_param = config_.zero_optimization.offload_param;
-    param_offload_ = offload_param && offload_param->device != "none";
-    param_nvme_ = offload_param && offload_param->device == "nvme";
+    // (Note [NVMe sub-groups]). The store for the device is chosen here, once.
+    optimizer_states_ = make_optimizer_state_store(config_, &sub_groups_, optimizer_, global_rank());
     at::NoGradGuard no_grad;
     const auto& z = config_.zero_optimization;
     UnitDiscovery found = discover_units(module_);
@@ -76,24 +69,28 @@ class Stage3 final : public Stage3ZeroOptimizer {
     choose_persistent(found, units);
     std::vector<std::vector<size_t>> group_params = map_param_groups();
     at::TensorOptions options = params_.empty() ? at::TensorOptions() : params_[0].param.options();
-    DS_CHECK(!(offload_ || param_offload_) || options.device().is_cpu(), NotSupportedError,
+    const bool param_offload = param_device_ != OffloadDevice::kNone;
+    DS_CHECK(!(optimizer_states_->offloads() || param_offload) || options.device().is_cpu(),
+             NotSupportedError,
              config_.source, ": zero_optimization.offload_optimizer / offload_param with "
              "parameters on ", options.device(), ": this build offloads CPU-resident training only");
     SubGroupAllocation allocation;
-    allocation.separate_master = nvme_ || param_nvme_;
-    allocation.own_shards = param_nvme_;
-    allocation.deferred = nvme_ || param_nvme_;
+    const bool param_nvme = param_device_ == OffloadDevice::kNvme;
+    allocation.separate_master = optimizer_states_->swaps_masters() || param_nvme;
+    allocation.own_shards = param_nvme;
+    allocation.deferred = optimizer_states_->swaps_masters() || param_nvme;
     sub_groups_ = build_sub_groups(group_params, params_, z.sub_group_size, model_dtype_,
                                    grad_accum_dtype_, options, allocation);
     fill_shards();
-    choose_offloaded_sub_groups();
-    // With NVMe offload of the optimizer, start_swapper() makes each master in turn; otherwise
-    // they are made now.
-    if (!nvme_) {
-      for (size_t k = 0; k < sub_groups_.size(); ++k) {
-        if (allocation.deferred) sub_groups_[k].fp32.set_data(at::zeros({sub_groups_[k].numel}, options.dtype(at::kFloat)));
-        shards_to_master(k);
-      }
+    optimizer_states_->place();
+    // A store that swaps the masters makes each in turn (start() below); otherwise they are
+    // made now.
+    const auto make_master = [&](size_t k) {
+      if (allocation.deferred) sub_groups_[k].fp32.set_data(at::zeros({sub_groups_[k].numel}, options.dtype(at::kFloat)));
+      shards_to_master(k);
+    };
+    if (!optimizer_states_->swaps_masters()) {
+      for (size_t k = 0; k < sub_groups_.size(); ++k) make_master(k);
     }
     for (size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
       std::vector<at::Tensor> masters;
@@ -102,9 +99,9 @@ class Stage3 final : public Stage3ZeroOptimizer {
       }
       optimizer_->param_groups()[g].params() = std::move(masters);
     }
-    if (nvme_) start_swapper();
+    optimizer_states_->start(make_master);
     start_coordinator(std::move(units), found);
-    if (param_nvme_) start_shard_store();
+    if (param_nvme) start_shard_store();
     // Gradients last: by now the shards and masters that NVMe offload swaps are on disk.
     if (allocation.deferred) {
       for (auto& sg : sub_groups_) allocate_grad(sg, grad_accum_dtype_, options);
@@ -117,7 +114,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
 
   ~Stage3() override {
     for (const auto& u : coordinator_->units()) unregister_unit(u.module);
-    if (param_nvme_) {
+    if (shard_store_) {
       leave_partitioned();
       coordinator_->set_shard_store(nullptr);
       return;
@@ -159,17 +156,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   }
 
   void optimizer_step() override {
-    if (swapper_) {
-      // The sub-groups ratio < 1 keeps on the device first, then the swapped ones in the
-      // swapper's pipeline.
-      for (size_t i = 0; i < sub_groups_.size(); ++i) {
-        if (swap_id_[i] < 0) step_sub_group(i);
-      }
-      swapper_->step_sub_groups(
-          [this](int id) { step_sub_group(swapped_sub_group_[static_cast<size_t>(id)]); });
-    } else {
-      for (size_t i = 0; i < sub_groups_.size(); ++i) step_sub_group(i);
-    }
+    optimizer_states_->step([this](size_t i) { step_sub_group(i); });
     refresh_gathered_params();
   }
 
@@ -199,12 +186,12 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
     for (const auto& p : params_) {
       // Frozen shards, and with own shards every shard that is in memory (numel 0 if swapped).
-      if (!p.trainable || param_nvme_) {
+      if (!p.trainable || shard_store_) {
         shard_bytes += p.shard.numel() * static_cast<int64_t>(p.shard.element_size());
       }
     }
     m.param_bytes += shard_bytes;
-    if (param_offload_) m.offloaded_param_bytes = shard_bytes;
+    if (param_device_ != OffloadDevice::kNone) m.offloaded_param_bytes = shard_bytes;
     if (shard_store_) {
       m.nvme_param_bytes = shard_store_->swapped_bytes();
       m.swap_buffer_bytes += shard_store_->buffer_bytes();
@@ -219,11 +206,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
     m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
     m.bucket_bytes = reducer_ ? reducer_->buffer_bytes() : 0;
-    if (offload_) m.offloaded_optimizer_bytes = offloaded_optimizer_bytes();
-    if (swapper_) {
-      m.nvme_optimizer_bytes = swapper_->swapped_bytes();
-      m.swap_buffer_bytes += swapper_->buffer_bytes();
-    }
+    optimizer_states_->report(m);
     return m;
   }
 
@@ -275,27 +258,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
     runtime::step_sub_group(*optimizer_, sub_groups_, index);
     if (!sg.model_flat.defined()) master_to_shards(index);
   }
-  void swap_in_optimizer_states() override {
-    if (swapper_) swapper_->swap_in_all();
-  }
-  void swap_out_optimizer_states() override {
-    if (!swapper_) return;
-    // A checkpoint load may have replaced state tensors with tensors of its own; the swapper
-    // moves the ones it registered, so the loaded values go into those.
-    at::NoGradGuard no_grad;
-    for (size_t id = 0; id < swapped_sub_group_.size(); ++id) {
-      optim::ParamState* state = ds_optimizer_->find_state(sub_groups_[swapped_sub_group_[id]].fp32);
-      if (state == nullptr) continue;
-      for (auto& [name, t] : state->tensors) {
-        for (auto& registered : swap_handles_[id]) {
-          if (registered.name != name || !t.defined() || t.is_same(registered.tensor)) continue;
-          registered.tensor.copy_(t);
-          t = registered.tensor;
-        }
-      }
-    }
-    swapper_->swap_out_all();
-  }
+  void swap_in_optimizer_states() override { optimizer_states_->swap_in_all(); }
+  void swap_out_optimizer_states() override { optimizer_states_->swap_out_all(); }
   void refresh_gathered_params() override {
     at::NoGradGuard no_grad;
     coordinator_->refresh_gathered();
@@ -543,89 +507,6 @@ class Stage3 final : public Stage3ZeroOptimizer {
     coordinator_->set_shard_store(shard_store_.get());
   }
 
-  // Note [NVMe sub-groups]: each sub-group's fp32 master and optimizer state tensors form one
-  // swapper sub-group (runtime/swap/optimizer_swapper.h), written out here and brought back
-  // only for that sub-group's step, with read-ahead of the next and write-behind of the last
-  // (offload_optimizer.pipeline_read/write). The state must exist to be swapped, so it is
-  // created now (zeros, as the first step would); the gradients and the model-dtype shards stay
-  // in memory, as in DeepSpeed.
-  void start_swapper() {
-    const auto& offload = *config_.zero_optimization.offload_optimizer;
-    ds_optimizer_ = dynamic_cast<optim::DsOptimizer*>(optimizer_);
-    DS_CHECK(ds_optimizer_ != nullptr, ConfigError, config_.source,
-             ": zero_optimization.offload_optimizer.device \"nvme\" needs the optimizer from the "
-             "config's \"optimizer\" section (its state is created up front and swapped); a "
-             "client optimizer cannot be swapped");
-    swap::SwapperOptions so;
-    so.nvme_path = offload.nvme_path;
-    so.rank = global_rank();  // swap files are per process: model-parallel peers share dp ranks
-    so.buffer_count = offload.buffer_count;
-    so.pipeline_read = offload.pipeline_read;
-    so.pipeline_write = offload.pipeline_write;
-    so.aio = aio::AioOptions::from_config(config_.aio, config_.source);
-    swapper_ = std::make_unique<swap::OptimizerSwapper>(so);
-    swap_id_.assign(sub_groups_.size(), -1);
-    for (size_t k = 0; k < sub_groups_.size(); ++k) {
-      Stage3SubGroup& sg = sub_groups_[k];
-      // One master at a time: made from the shards, written out with its state, released.
-      sg.fp32.set_data(at::zeros({sg.numel}, sg.fp32.options()));
-      shards_to_master(k);
-      if (!offloaded_[k]) continue;  // ratio < 1: stays on the device
-      optim::ParamState& state = ds_optimizer_->get_or_create_state(
-          sg.fp32, ds_optimizer_->group_options(sg.param_group));
-      std::vector<swap::NamedTensor> tensors{{"fp32", sg.fp32}};
-      for (auto& [name, t] : state.tensors) {
-        if (t.defined()) tensors.push_back({name, t});
-      }
-      swap_handles_.push_back(tensors);
-      swap_id_[k] = swapper_->add_sub_group(std::move(tensors));
-      swapped_sub_group_.push_back(k);
-    }
-  }
-
-  // offload_optimizer.ratio (ZeRO-Offload++ "Twin-Flow", stage 3 only, as in DeepSpeed): the
-  // sub-groups are offloaded in order while the elements placed so far plus the next
-  // sub-group's stay below ratio x all of this rank's elements; the rest keep master and state
-  // on the device. A CPU-only build steps both parts on the CPU with the same kernel, so ratio
-  // changes where the memory report counts them and which ones NVMe swaps, not the numbers.
-  void choose_offloaded_sub_groups() {
-    offloaded_.assign(sub_groups_.size(), offload_);
-    const auto& offload = config_.zero_optimization.offload_optimizer;
-    if (!offload_ || offload->ratio >= 1.0) return;
-    int64_t total = 0;
-    for (const auto& sg : sub_groups_) total += sg.numel;
-    int64_t placed = 0;
-    for (size_t k = 0; k < sub_groups_.size(); ++k) {
-      offloaded_[k] = static_cast<double>(placed + sub_groups_[k].numel) <
-                      offload->ratio * static_cast<double>(total);
-      placed += sub_groups_[k].numel;
-    }
-    ds_optimizer_ = dynamic_cast<optim::DsOptimizer*>(optimizer_);
-    DS_CHECK(ds_optimizer_ != nullptr, ConfigError, config_.source,
-             ": zero_optimization.offload_optimizer.ratio < 1 needs the optimizer from the "
-             "config's \"optimizer\" section (its state is split between device and host)");
-  }
-
-  // Master copies and optimizer state of the offloaded sub-groups now in memory.
-  int64_t offloaded_optimizer_bytes() const {
-    int64_t bytes = 0;
-    for (size_t k = 0; k < sub_groups_.size(); ++k) {
-      const Stage3SubGroup& sg = sub_groups_[k];
-      if (offloaded_[k] && !sg.model_flat.is_same(sg.fp32)) bytes += 4 * sg.fp32.numel();
-    }
-    // Without a per-parameter view (ratio 1 with any optimizer): all of its state is offloaded.
-    if (ds_optimizer_ == nullptr) return bytes + optimizer_state_bytes(*optimizer_);
-    for (size_t k = 0; k < sub_groups_.size(); ++k) {
-      if (!offloaded_[k]) continue;
-      if (const optim::ParamState* state = ds_optimizer_->find_state(sub_groups_[k].fp32)) {
-        for (const auto& [name, t] : state->tensors) {
-          if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
-        }
-      }
-    }
-    return bytes;
-  }
-
   void start_reducer() {
     const auto& z = config_.zero_optimization;
     std::vector<size_t> trainable;
@@ -664,10 +545,10 @@ class Stage3 final : public Stage3ZeroOptimizer {
   comm::Group dp_group_;
   int world_;  // data-parallel size and rank
   int rank_;
-  bool offload_ = false;  // offload_optimizer.device "cpu" or "nvme" (docs/offload.md)
-  bool nvme_ = false;     // offload_optimizer.device "nvme"
-  bool param_offload_ = false;  // offload_param.device "cpu" or "nvme"
-  bool param_nvme_ = false;     // offload_param.device "nvme"
+  // offload_param: the shards in host memory ("cpu": where a CPU-only build keeps them
+  // anyway) or in swap files read in for each all-gather ("nvme": shard_store_, Note [NVMe
+  // shards]).
+  const OffloadDevice param_device_ = config_.zero_optimization.param_offload();
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;
   at::ScalarType communication_dtype_;
@@ -677,13 +558,9 @@ class Stage3 final : public Stage3ZeroOptimizer {
   std::shared_ptr<ParamCoordinator> coordinator_;
   SequentialInterception interception_;
   std::unique_ptr<Stage3GradReducer> reducer_;
-  optim::DsOptimizer* ds_optimizer_ = nullptr;  // set with NVMe offload or ratio < 1
-  std::vector<bool> offloaded_;                  // per sub-group (offload_optimizer.ratio)
-  std::vector<int> swap_id_;                     // per sub-group, -1 when not swapped
-  std::vector<size_t> swapped_sub_group_;        // per swapper id
-  std::vector<std::vector<swap::NamedTensor>> swap_handles_;  // per swapper id
-  std::unique_ptr<swap::OptimizerSwapper> swapper_;  // declared late: destroyed early
-  std::unique_ptr<NvmeShardStore> shard_store_;
+  // Masters and optimizer state by offload_optimizer.device; declared late: destroyed early.
+  std::unique_ptr<OptimizerStateStore> optimizer_states_;
+  std::unique_ptr<NvmeShardStore> shard_store_;  // offload_param "nvme" only
 };
 
 }  // namespace

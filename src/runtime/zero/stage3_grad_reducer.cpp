@@ -4,29 +4,10 @@
 #include <algorithm>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include "util/check.h"
 
 namespace deepspeed::runtime {
-
-// Fires after AccumulateGrad has written this backward's gradient into param.grad.
-class Stage3GradReducer::Hook : public torch::autograd::FunctionPostHook {
- public:
-  Hook(Stage3GradReducer* owner, size_t k) : owner_(owner), k_(k) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    owner_->on_grad_ready(k_);
-    return outputs;
-  }
-  const Stage3GradReducer* owner() const { return owner_; }
-
- private:
-  Stage3GradReducer* owner_;
-  size_t k_;
-};
 
 Stage3GradReducer::Stage3GradReducer(std::vector<PartitionedParam>* params,
                                      std::vector<size_t> trainable,
@@ -39,27 +20,21 @@ Stage3GradReducer::Stage3GradReducer(std::vector<PartitionedParam>* params,
   DS_CHECK(options_.bucket_numel > 0, ConfigError,
            "zero_optimization.reduce_bucket_size must be positive");
   const size_t n = trainable_.size();
-  bucket_of_.assign(n, 0);
-  member_of_.assign(n, 0);
-  Bucket current;
-  auto close = [&] {
-    if (current.members.empty()) return;
-    buckets_.push_back(std::move(current));
-    current = Bucket{};
-  };
-  for (size_t k = n; k-- > 0;) {  // reverse: the order backward usually produces them
-    const PartitionedParam& p = (*params_)[trainable_[k]];
-    const int64_t padded = p.padded_numel(world_);
-    if (!current.members.empty() && (current.region * world_ + padded > options_.bucket_numel)) {
-      close();
+  // A bucket holds W chunks of each member's shard size: its padded size counts.
+  std::vector<int64_t> sizes;
+  for (size_t k : trainable_) sizes.push_back((*params_)[k].padded_numel(world_));
+  BucketPlan plan = plan_buckets(sizes, options_.bucket_numel);
+  bucket_of_ = std::move(plan.bucket_of);
+  member_of_ = std::move(plan.slot_of);
+  for (auto& items : plan.items) {
+    Bucket b;
+    for (size_t k : items) {
+      b.offsets.push_back(b.region);
+      b.region += (*params_)[trainable_[k]].shard_numel;
     }
-    bucket_of_[k] = buckets_.size();
-    member_of_[k] = current.members.size();
-    current.members.push_back(k);
-    current.offsets.push_back(current.region);
-    current.region += p.shard_numel;
+    b.members = std::move(items);
+    buckets_.push_back(std::move(b));
   }
-  close();
   ready_.assign(n, false);
   copied_.assign(n, false);
 
@@ -74,24 +49,12 @@ Stage3GradReducer::Stage3GradReducer(std::vector<PartitionedParam>* params,
       free_buffers_.push_back(i);
     }
   }
-  for (size_t k = 0; k < n; ++k) {
-    auto acc = torch::autograd::impl::grad_accumulator((*params_)[trainable_[k]].param);
-    DS_INTERNAL_ASSERT(acc != nullptr, "parameter '", (*params_)[trainable_[k]].name,
-                       "' has no gradient accumulator");
-    acc->add_post_hook(std::make_unique<Hook>(this, k));
-    accumulators_.push_back(std::move(acc));
-  }
+  std::vector<at::Tensor> hooked;
+  for (size_t k : trainable_) hooked.push_back((*params_)[k].param);
+  hooks_ = std::make_unique<GradReadyHooks>(hooked, [this](size_t k) { on_grad_ready(k); });
 }
 
-Stage3GradReducer::~Stage3GradReducer() {
-  for (auto& acc : accumulators_) {  // the model may outlive the engine
-    auto& hooks = acc->post_hooks();
-    for (auto it = hooks.begin(); it != hooks.end();) {
-      auto* h = dynamic_cast<Hook*>(it->get());
-      it = (h != nullptr && h->owner() == this) ? hooks.erase(it) : it + 1;
-    }
-  }
-}
+Stage3GradReducer::~Stage3GradReducer() = default;
 
 void Stage3GradReducer::prepare() {
   for (auto& b : buckets_) {

@@ -26,12 +26,9 @@
 #include <ATen/core/Tensor.h>
 
 #include "deepspeed/comm.h"
+#include "runtime/zero/bucketer.h"
 #include "runtime/zero/stage3_param.h"
 #include "runtime/zero/zero_optimizer.h"
-
-namespace torch::autograd {
-struct Node;
-}
 
 namespace deepspeed::runtime {
 
@@ -70,8 +67,6 @@ class Stage3GradReducer {
     int buffer = -1;
     comm::Handle handle;
   };
-  class Hook;
-
   void on_grad_ready(size_t k);
   void copy_in(Bucket& b, size_t m);
   void launch_ready();
@@ -92,7 +87,6 @@ class Stage3GradReducer {
   std::vector<size_t> member_of_;
   std::vector<bool> ready_;
   std::vector<bool> copied_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<at::Tensor> send_buffers_;     // W * region elements
   std::vector<at::Tensor> receive_buffers_;  // region elements (reduce_scatter output)
   std::vector<int> free_buffers_;
@@ -101,6 +95,7 @@ class Stage3GradReducer {
   bool armed_ = false;
   bool in_finish_ = false;
   ReductionStats stats_;
+  std::unique_ptr<GradReadyHooks> hooks_;  // last: removed first
 };
 
 }  // namespace deepspeed::runtime

@@ -154,7 +154,7 @@ TEST(DsConfig, LegacyAndDeprecatedForms) {
 
   c = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "cpu_offload": true}})");
   ASSERT_TRUE(c.zero_optimization.offload_optimizer.has_value());
-  EXPECT_EQ(c.zero_optimization.offload_optimizer->device, "cpu");
+  EXPECT_EQ(c.zero_optimization.offload_optimizer->device, OffloadDevice::kCpu);
 
   c = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "prefetch_bucket_size": 100}})");
   EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 100);
@@ -165,6 +165,32 @@ TEST(DsConfig, LegacyAndDeprecatedForms) {
 
   c = parse(R"({"train_batch_size": 8, "bfloat16": {"enabled": false}})");
   EXPECT_FALSE(c.bf16.enabled);
+}
+
+// offload_*.device is parsed once into OffloadDevice; the runtime never compares strings.
+TEST(DsConfig, OffloadDeviceIsParsedOnceIntoItsEnum) {
+  auto c = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "NVMe", "nvme_path": "/tmp/swap"},
+      "offload_param": {"device": "cpu"}}})");
+  EXPECT_EQ(c.zero_optimization.optimizer_offload(), OffloadDevice::kNvme);
+  EXPECT_EQ(c.zero_optimization.param_offload(), OffloadDevice::kCpu);
+  EXPECT_EQ(c.resolved()["zero_optimization"]["offload_optimizer"]["device"], "nvme");
+  EXPECT_EQ(c.resolved()["zero_optimization"]["offload_param"]["device"], "cpu");
+
+  c = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+      "offload_optimizer": {"device": "none"}}})");
+  EXPECT_EQ(c.zero_optimization.optimizer_offload(), OffloadDevice::kNone);
+  EXPECT_EQ(c.zero_optimization.param_offload(), OffloadDevice::kNone);  // section absent
+  EXPECT_STREQ(offload_device_name(OffloadDevice::kNone), "none");
+
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "offload_optimizer": {"device": "gpu"}}})"), ConfigError,
+                    "zero_optimization.offload_optimizer.device is \"gpu\"; expected one of none, "
+                    "cpu, nvme");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "offload_param": {"device": "disk"}}})"), ConfigError,
+                    "zero_optimization.offload_param.device is \"disk\"; expected one of none, "
+                    "cpu, nvme");
 }
 
 TEST(DsConfig, Fp16AndBf16Together) {
