@@ -426,8 +426,12 @@ TEST(Zero3Dist, PartitionedConstructionNeverHoldsTheWholeModel) {
       model = std::make_shared<WideTower>();
       init_peak = counting.peak() - before;
       EXPECT_EQ(init.partitioned_numel(), model_bytes / 4);
-      // Held after construction: this rank's shards.
-      EXPECT_LE(counting.live() - before, model_bytes / world + 4 * kLayers * 2 * world);
+      // Held after construction: this rank's shards. Plus at most 1 KiB of the collective
+      // check's fingerprint tensors (docs/comm.md), which Gloo's worker thread may still hold
+      // for a moment after the collective's wait() returned.
+      constexpr int64_t kInFlightBytes = 1024;
+      EXPECT_LE(counting.live() - before,
+                model_bytes / world + 4 * kLayers * 2 * world + kInFlightBytes);
     }
     // Bound: the shards of the units built so far plus the unit being built (and its
     // initialisation temporaries, at most one more unit).
