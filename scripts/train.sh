@@ -11,7 +11,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 unset OPENBLAS_CORETYPE
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 build=${DS_BUILD_DIR:-$root/build}
+# 200 steps unless the caller gives --steps (train_gpt takes each option once).
+steps=(--steps 200)
+for arg in "$@"; do [[ $arg == --steps || $arg == --steps=* ]] && steps=(); done
 exec "$build/bin/deepspeed" --num_gpus "${NUM_RANKS:-2}" "$build/bin/train_gpt" \
   --deepspeed_config "$root/examples/train_gpt/ds_config.json" \
   --data "$root/data/austen.txt" \
-  --steps 200 --metrics_file "$build/train_gpt_metrics.jsonl" "$@"
+  "${steps[@]}" --metrics_file "$build/train_gpt_metrics.jsonl" "$@"
