@@ -1,6 +1,7 @@
 // train_gpt --activation_checkpointing under the deepspeed launcher on 2 ranks, dropout on: the
-// same losses and gradient norms, step for step, as the same run without it (ZeRO-0 and ZeRO-3,
-// whose blocks are gathered again for the recomputation).
+// same losses and gradient norms, step for step, as the same run without it: ZeRO-0, ZeRO-2 with
+// overlap_comm and small buckets (gradient hooks fire inside the recomputation's backward), and
+// ZeRO-3 (whose blocks are gathered again for the recomputation).
 #include <unistd.h>
 
 #include <fstream>
@@ -25,7 +26,10 @@ std::vector<nlohmann::json> train(const testing::TempDir& dir, int stage, bool c
   testing::write_text_file(dir.file(name + ".json"),
                            R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
       "steps_per_print": 100, "zero_optimization": {"stage": )" +
-                               std::to_string(stage) + R"(},
+                               std::to_string(stage) +
+                               (stage == 2 ? R"(, "overlap_comm": true, "reduce_bucket_size": 5000)"
+                                           : "") +
+                               R"(},
       "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})");
   const std::string cmd =
       std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " +
@@ -44,9 +48,9 @@ std::vector<nlohmann::json> train(const testing::TempDir& dir, int stage, bool c
   return rows;
 }
 
-TEST(ActivationCheckpointingE2E, SameLossesWithDropoutOnForZero0AndZero3) {
+TEST(ActivationCheckpointingE2E, SameLossesWithDropoutOnForZero0To3) {
   testing::TempDir dir;
-  for (int stage : {0, 3}) {
+  for (int stage : {0, 2, 3}) {
     std::string plain_out, ckpt_out;
     const auto plain = train(dir, stage, false, &plain_out);
     const auto ckpt = train(dir, stage, true, &ckpt_out);
