@@ -19,7 +19,6 @@
 #include "support/counting_allocator.h"
 #include "support/multi_rank.h"
 #include "support/tiny_model.h"
-#include "util/torch_compat.h"
 
 namespace deepspeed {
 namespace {
