@@ -58,9 +58,9 @@ struct ConfigureOverrides {
 /// given, then each override that is set. Takes the model-parallel group, rank and size from
 /// `mpu` when given (kept until the next configure() with an mpu; without one ever, the
 /// model-parallel size is 1). Throws ConfigError when contiguous_memory_optimization is on without
-/// partition_activations or without number_checkpoints (DeepSpeed asserts both). Not
-/// thread-safe with concurrent checkpoint() calls; each call reads the options once, so a
-/// backward uses the settings of its forward.
+/// partition_activations or without number_checkpoints (DeepSpeed asserts both). Each
+/// checkpoint() call reads the options once, so a backward uses the settings of its forward and a
+/// configure() in between changes only later calls.
 void configure(const Mpu* mpu, const DeepSpeedConfig* config = nullptr,
                const ConfigureOverrides& overrides = {});
 /// Whether configure() was called (DeepSpeed's is_configured()).
@@ -96,8 +96,8 @@ using Function = std::function<std::vector<at::Tensor>(const std::vector<at::Ten
 /// under contiguous_memory_optimization.
 std::vector<at::Tensor> checkpoint(const Function& function, const std::vector<at::Tensor>& inputs);
 
-/// The one-tensor form: `y = checkpoint([&](const at::Tensor& x) { return block->forward(x); },
-/// x)`.
+/// The one-tensor form: `y = checkpoint([w](const at::Tensor& x) { return x.matmul(w); }, x)`.
+/// For a module's forward use checkpoint_module().
 at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& function,
                       const at::Tensor& input);
 
