@@ -154,7 +154,7 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c) {
     r.finish();
   }
   // Present sections that only configure APIs this build does not have yet.
-  for (const char* key : {"activation_checkpointing", "pipeline"}) {
+  for (const char* key : {"activation_checkpointing"}) {  // "pipeline": runtime/pipe
     if (top.has(key)) {
       c.warnings.push_back(top.where(key) + " is read but has no effect yet: this build has no " +
                            (std::string(key) == "pipeline" ? "pipeline engine"
