@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 
 #include <gtest/gtest.h>
@@ -194,6 +195,58 @@ TEST(PipeDist, P2xDP2MatchesSingleProcessAfter4Steps_Zero1) {
 }
 
 TEST(PipeDist, P2Bf16TracksFp32) { check_against_reference(2, 2, 4, 0, "bf16", 3e-2); }
+
+// fp16 with elementwise layers only (Debian's LibTorch 1.13 has no fp16 matmul on CPU).
+struct ScaleImpl : torch::nn::Module {
+  explicit ScaleImpl(double init) { w = register_parameter("w", torch::full({4}, init)); }
+  at::Tensor forward(const at::Tensor& x) { return x.to(w.scalar_type()) * w; }
+  at::Tensor w;
+};
+TORCH_MODULE(Scale);
+
+bool g_inject_overflow = false;  // the last stage's hook turns its gradient into inf
+
+// An overflow in the last stage's gradients alone skips the step on every stage (the vote spans
+// the pipeline); the next step applies everywhere.
+TEST(PipeDist, Fp16OverflowOnOneStageSkipsTheStepEverywhere) {
+  run_ranks(2, [](int, int) {
+    std::vector<pipe::LayerSpec> specs;
+    for (int i = 0; i < 4; ++i) specs.push_back(pipe::LayerSpec::of<Scale>("Scale", 1.0 + 0.1 * i));
+    pipe::PipelineModuleOptions o;
+    o.num_stages = 2;
+    o.partition_method = "uniform";
+    o.loss_fn = [](const at::Tensor& out, const at::Tensor& y) {
+      return torch::mse_loss(out.to(at::kFloat), y);
+    };
+    auto module = std::make_shared<pipe::PipelineModule>(specs, o);
+    json c = pipe_config(2, 1, 0);
+    c["fp16"] = {{"enabled", true}, {"initial_scale_power", 8}};
+    auto engine = pipe::initialize(module, c);
+    if (engine->is_last_stage()) {
+      module->layer_module(3)->named_parameters()["w"].register_hook([](const at::Tensor& g) {
+        return g_inject_overflow ? g * std::numeric_limits<float>::infinity() : g;
+      });
+    }
+    auto snapshot = [&] {
+      std::vector<at::Tensor> ps;
+      for (const auto& p : module->parameters()) ps.push_back(p.detach().clone());
+      return ps;
+    };
+    auto iter = [] {
+      return std::make_pair(torch::linspace(-1, 1, 8).reshape({2, 4}), torch::zeros({2, 4}));
+    };
+    const auto before = snapshot();
+    g_inject_overflow = true;
+    engine->train_batch(iter);
+    EXPECT_EQ(engine->skipped_steps(), 1) << "stage " << engine->stage_id();
+    const auto after_skip = snapshot();
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(torch::equal(before[i], after_skip[i]));
+    g_inject_overflow = false;
+    engine->train_batch(iter);
+    EXPECT_EQ(engine->skipped_steps(), 1);
+    EXPECT_FALSE(torch::equal(snapshot()[0], before[0])) << "stage " << engine->stage_id();
+  });
+}
 
 pipe::PipelineModuleOptions options(int stages) {
   pipe::PipelineModuleOptions o;
