@@ -5,6 +5,7 @@
 # next to 1F1B's (P - 1) / (m + P - 1) for m = 1, 2, 4, 8 micro-batches. Builds nothing.
 # Usage: bench/pipeline/run.sh [MODEL FLAGS...]   e.g. --n_layer 4 --n_embd 128
 # Env: ROUNDS (3), STEPS (20), SKIP (3 warm-up steps not timed), MICRO_BATCHES ("1 2 4 8"),
+#      CORPUS (data/austen.txt; tests/data/austen_slice.txt works for a quick look),
 #      OUT_DIR (default a new /tmp/pipeline_bench.* directory).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -16,7 +17,7 @@ MICRO_BATCHES=${MICRO_BATCHES:-"1 2 4 8"}
 PY=/usr/bin/python3
 launcher=build/bin/deepspeed
 ours=build/bin/train_gpt
-corpus=data/austen.txt
+corpus=${CORPUS:-data/austen.txt}
 model_flags=("$@")
 die() { echo "pipeline bench: $*" >&2; exit 1; }
 for bin in "$launcher" "$ours"; do [ -x "$bin" ] || die "$bin not found; build it first"; done
@@ -49,7 +50,7 @@ PYEOF
 run() {  # run NAME CONFIG PIPE_SIZE
   local name=$1 cfg=$2 pp=$3
   "$launcher" --num_gpus 2 --master_port $((29600 + RANDOM % 300)) "$ours" --deepspeed_config "$cfg" \
-    --steps "$STEPS" --eval_batches 1 --compact_vocab --metrics_file "$out/$name.jsonl" \
+    --data "$corpus" --steps "$STEPS" --eval_batches 1 --compact_vocab --metrics_file "$out/$name.jsonl" \
     --pipeline_parallel_size "$pp" "${model_flags[@]}" > "$out/$name.log" 2>&1 ||
     die "$name failed; see $out/$name.log"
 }
