@@ -55,20 +55,21 @@ json pipe_config(int gas, int dp, int stage, const std::string& dtype = "fp32") 
 
 using NamedParams = std::map<std::string, at::Tensor>;
 
-void save_named(const std::string& name, const NamedParams& ps, double loss, double norm) {
+void save_named(const std::string& name, const NamedParams& ps, double loss, double norm,
+                double eval_loss) {
   std::vector<at::Tensor> tensors;
   std::string names;
   for (const auto& [n, t] : ps) {
     names += n + "\n";
     tensors.push_back(t.to(at::kFloat));
   }
-  tensors.push_back(torch::tensor({loss, norm}, torch::kDouble));
+  tensors.push_back(torch::tensor({loss, norm, eval_loss}, torch::kDouble));
   torch::save(tensors, shared_dir() + "/" + name + ".pt");
   std::ofstream(shared_dir() + "/" + name + ".names") << names;
 }
 
 NamedParams load_named(const std::string& dir, const std::string& name, double* loss,
-                       double* norm) {
+                       double* norm, double* eval_loss) {
   std::vector<at::Tensor> tensors;
   torch::load(tensors, dir + "/" + name + ".pt");
   std::ifstream in(dir + "/" + name + ".names");
@@ -78,6 +79,7 @@ NamedParams load_named(const std::string& dir, const std::string& name, double* 
   while (std::getline(in, n)) out[n] = tensors.at(i++);
   *loss = tensors.back()[0].item<double>();
   *norm = tensors.back()[1].item<double>();
+  *eval_loss = tensors.back()[2].item<double>();
   return out;
 }
 
@@ -93,9 +95,19 @@ void train_reference(int gas, int dp, const std::string& dtype) {
       engine->step();
     }
   }
+  // Held-out micro-batches 1000.. (gas * dp of them), without gradients.
+  double eval_loss = 0.0;
+  {
+    torch::NoGradGuard no_grad;
+    for (int j = 0; j < gas * dp; ++j) {
+      auto [x, y] = testing::tiny_pipe_batch(1000 + j, kMicro);
+      eval_loss += model->forward(x, y).item<double>() / (gas * dp);
+    }
+  }
   NamedParams ps;
   for (const auto& p : model->named_parameters()) ps[p.key()] = p.value().detach().clone();
-  save_named("reference", ps, engine->last_loss(), engine->get_global_grad_norm().value_or(-1));
+  save_named("reference", ps, engine->last_loss(), engine->get_global_grad_norm().value_or(-1),
+             eval_loss);
 }
 
 // One rank of the pipeline; data-parallel rank 0 of each stage saves its stage's parameters.
@@ -120,27 +132,34 @@ void train_pipeline(int stages, int gas, int zero_stage, const std::string& dtyp
     };
     loss = engine->train_batch(iter).item<double>();
   }
+  // eval_batch over the held-out micro-batches: the mean over micro-batches and replicas.
+  int e = 0;
+  const double eval_loss = engine->eval_batch([&]() {
+    return testing::tiny_pipe_batch(1000 + int64_t{dp_rank} * gas + e++, kMicro);
+  }).item<double>();
+  loaded += e;
   // The data iterator is consumed on the first and last stages only, once per micro-batch.
   const bool loads = engine->is_first_stage() || engine->is_last_stage();
-  EXPECT_EQ(loaded, loads ? int64_t{kSteps} * gas : 0) << "stage " << engine->stage_id();
+  EXPECT_EQ(loaded, loads ? int64_t{kSteps + 1} * gas : 0) << "stage " << engine->stage_id();
   EXPECT_EQ(engine->global_steps(), kSteps);
   if (dp_rank != 0) return;
   NamedParams ps;
   for (const auto& p : module->named_parameters()) ps[p.key()] = p.value().detach().clone();
   save_named("stage" + std::to_string(engine->stage_id()), ps, loss,
-             engine->get_global_grad_norm().value_or(-1));
+             engine->get_global_grad_norm().value_or(-1), eval_loss);
 }
 
 // Every parameter of the reference is on some stage (the tied embedding on two), equal within
 // `rtol` relative to the largest element; loss and global norm agree on every stage.
 void compare(const std::string& dir, int stages, double rtol) {
-  double ref_loss = 0, ref_norm = 0;
-  NamedParams ref = load_named(dir, "reference", &ref_loss, &ref_norm);
+  double ref_loss = 0, ref_norm = 0, ref_eval = 0;
+  NamedParams ref = load_named(dir, "reference", &ref_loss, &ref_norm, &ref_eval);
   std::map<std::string, int> seen;
   for (int s = 0; s < stages; ++s) {
-    double loss = 0, norm = 0;
-    NamedParams got = load_named(dir, "stage" + std::to_string(s), &loss, &norm);
+    double loss = 0, norm = 0, eval = 0;
+    NamedParams got = load_named(dir, "stage" + std::to_string(s), &loss, &norm, &eval);
     EXPECT_NEAR(loss, ref_loss, rtol * std::abs(ref_loss)) << "stage " << s;
+    EXPECT_NEAR(eval, ref_eval, rtol * std::abs(ref_eval)) << "eval_batch on stage " << s;
     EXPECT_NEAR(norm, ref_norm, rtol * std::abs(ref_norm)) << "stage " << s;
     for (const auto& [name, t] : got) {
       ASSERT_TRUE(ref.count(name)) << "stage " << s << " has " << name;
