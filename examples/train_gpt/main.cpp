@@ -31,6 +31,7 @@
 #include "bpe_tokenizer.h"
 #include "deepspeed/deepspeed.h"
 #include "gpt_model.h"
+#include "gpt_pipe.h"
 #include "token_dataset.h"
 
 namespace ds = deepspeed;
@@ -62,6 +63,7 @@ struct Args {
   bool continue_on_nonfinite_loss = false;  // train on after a nan/inf loss (default: stop)
   bool activation_checkpointing = false;    // each block through checkpointing::checkpoint
   double dropout = 0.0;                     // GPT-2's dropout probability (0.1 there)
+  int64_t pipeline_parallel_size = 1;  // > 1: the GPT as a PipelineModule of this many stages
 };
 
 // Progress on rank 0: a bar with the estimated time left and the finish time, from the mean of
@@ -199,6 +201,34 @@ double held_out_loss(ds::ModuleEngine<deepspeed::examples::GptImpl>& engine,
   return t.item<double>();
 }
 
+// held_out_loss for the pipeline: eval_batch over the same windows, each data-parallel replica
+// taking every dp-th window (the first and last stages read them; the loss reaches every rank).
+double pipeline_held_out_loss(ds::pipe::PipelineEngine& engine, const std::vector<uint16_t>& val,
+                              const Args& a, int64_t micro, int64_t gas) {
+  const auto& groups = engine.pipeline_module().groups();
+  const int dp = groups.data().size(), dp_rank = groups.coord("data");
+  const int64_t available = deepspeed::examples::num_windows(val.size(), a.seq_len);
+  const int64_t calls = std::min<int64_t>(std::max<int64_t>(1, a.eval_batches / gas),
+                                          available / (micro * gas * dp));
+  if (calls <= 0) {
+    throw ds::UsageError("the validation split is too small for one pipeline eval batch (" +
+                         std::to_string(micro * gas * dp) + " windows of " +
+                         std::to_string(a.seq_len) + " tokens)");
+  }
+  double sum = 0.0;
+  int64_t b = 0;
+  for (int64_t c = 0; c < calls; ++c) {
+    sum += engine.eval_batch([&]() {
+      std::vector<int64_t> windows;
+      for (int64_t j = 0; j < micro; ++j) windows.push_back((b * micro + j) * dp + dp_rank);
+      ++b;
+      auto batch = make_batch(val, windows, a.seq_len);
+      return ds::pipe::MicroBatch{batch.inputs, batch.targets};
+    }).item<double>();
+  }
+  return sum / static_cast<double>(calls);
+}
+
 // The engine's memory ledger as (name, bytes) pairs, in the order the metrics file lists them.
 std::vector<std::pair<std::string, int64_t>> memory_figures(const ds::MemoryStats& m) {
   return {{"rss", m.rss_bytes},
@@ -239,10 +269,16 @@ std::string non_finite_loss_message(int64_t step, double mine, int world) {
 }
 
 int run(const Args& a) {
-  auto config = ds::load_config(a.deepspeed_config);
+  // A pipeline's batch sizes count its data-parallel replicas (world / stages): its config is
+  // read once the module (and its groups) exist.
+  const bool pipelined = a.pipeline_parallel_size > 1;
+  ds::DeepSpeedConfig config;
+  if (pipelined) {
+    ds::comm::init_distributed();
+  } else {
+    config = ds::load_config(a.deepspeed_config);
+  }
   const int rank = ds::comm::get_rank(), world = ds::comm::get_world_size();
-  const int64_t micro = config.batch.train_micro_batch_size_per_gpu;
-  const int64_t gas = config.batch.gradient_accumulation_steps;
 
   // Rank 0 tokenizes (and caches) first; the others then read the cache.
   auto tokenizer = BpeTokenizer::from_default_files();
@@ -262,30 +298,67 @@ int run(const Args& a) {
   gcfg.n_head = a.n_head;
   gcfg.n_embd = a.n_embd;
   gcfg.dropout = a.dropout;
-  gcfg.activation_checkpointing = a.activation_checkpointing;
-  // The config's activation_checkpointing section applies to the checkpointed blocks.
-  if (a.activation_checkpointing) ds::checkpointing::configure(nullptr, &config);
+  // A pipeline checkpoints its layers itself (activation_checkpoint_interval 1: each block).
+  gcfg.activation_checkpointing = a.activation_checkpointing && !pipelined;
   // Under ZeRO-3 the blocks are partitioned as they are built (DeepSpeed's zero.Init), so no
   // rank ever holds the whole model.
   std::shared_ptr<deepspeed::examples::GptImpl> model;
-  {
-    std::optional<ds::zero::Init> partitioned;
-    if (config.zero_optimization.stage == 3) partitioned.emplace(config);
-    model = std::make_shared<deepspeed::examples::GptImpl>(gcfg);
+  std::shared_ptr<ds::ModuleEngine<deepspeed::examples::GptImpl>> dp_engine;
+  std::shared_ptr<ds::pipe::PipelineEngine> pp_engine;
+  int64_t num_parameters = 0;
+  int replicas = world, replica = rank;  // data-parallel size and index: who reads which batch
+  if (pipelined) {
+    // --pipeline_parallel_size P: embedding | blocks | ln_f | tied head, cut by parameters.
+    ds::pipe::PipelineModuleOptions po;
+    po.num_stages = static_cast<int>(a.pipeline_parallel_size);
+    po.loss_fn = deepspeed::examples::gpt_pipeline_loss;
+    po.seed_layers = true;
+    po.base_seed = a.seed;
+    po.activation_checkpoint_interval = a.activation_checkpointing ? 1 : 0;
+    auto module = std::make_shared<ds::pipe::PipelineModule>(
+        deepspeed::examples::gpt_pipeline_specs(gcfg), po);
+    config = ds::load_config(a.deepspeed_config, module->mpu().get());
+    // The config's activation_checkpointing section applies to the checkpointed layers.
+    if (a.activation_checkpointing) ds::checkpointing::configure(module->mpu().get(), &config);
+    pp_engine = ds::pipe::initialize(module, config);
+    replicas = module->groups().data().size();
+    replica = module->groups().coord("data");
+    // Every stage's parameters once (the tied copies after the first stage left out).
+    double mine = 0.0;
+    for (const auto& p : module->parameters()) mine += static_cast<double>(p.numel());
+    for (const auto& p : module->replicated_tied_parameters()) mine -= static_cast<double>(p.numel());
+    auto t = torch::tensor({mine}, torch::kDouble);
+    ds::comm::all_reduce(t, ds::comm::ReduceOp::kSum, false, module->groups().pipe());
+    num_parameters = static_cast<int64_t>(t.item<double>());
+  } else {
+    if (a.activation_checkpointing) ds::checkpointing::configure(nullptr, &config);
+    {
+      std::optional<ds::zero::Init> partitioned;
+      if (config.zero_optimization.stage == 3) partitioned.emplace(config);
+      model = std::make_shared<deepspeed::examples::GptImpl>(gcfg);
+    }
+    dp_engine = ds::initialize(model, config).engine;
+    num_parameters = model->num_parameters();
   }
-  auto [engine, optimizer, lr_scheduler] = ds::initialize(model, config);
+  ds::Engine* engine = pp_engine ? static_cast<ds::Engine*>(pp_engine.get()) : dp_engine.get();
+  const int64_t micro = config.batch.train_micro_batch_size_per_gpu;
+  const int64_t gas = config.batch.gradient_accumulation_steps;
   // One readable line per print interval is this program's (below); DeepSpeed's lines on request.
   engine->set_step_logging(a.deepspeed_log);
+  const auto eval_loss = [&] {
+    return pp_engine ? pipeline_held_out_loss(*pp_engine, split.val, a, micro, gas)
+                     : held_out_loss(*dp_engine, split.val, a, micro);
+  };
 
   DistributedBatchSampler sampler(deepspeed::examples::num_windows(split.train.size(), a.seq_len),
-                                  micro, gas, world, rank, static_cast<uint64_t>(a.seed));
+                                  micro, gas, replicas, replica, static_cast<uint64_t>(a.seed));
   const int64_t print_every = config.steps_per_print.value_or(10);
   if (rank == 0) {
     std::printf("train_gpt: %s: %zu tokens (%zu train, %zu held out), %lld params, "
                 "%d ranks x micro-batch %lld x accumulation %lld = %lld sequences of %lld tokens "
                 "per step\n",
                 a.data.c_str(), tokens.size(), split.train.size(), split.val.size(),
-                static_cast<long long>(model->num_parameters()), world,
+                static_cast<long long>(num_parameters), world,
                 static_cast<long long>(micro), static_cast<long long>(gas),
                 static_cast<long long>(config.batch.train_batch_size),
                 static_cast<long long>(a.seq_len));
@@ -294,7 +367,8 @@ int run(const Args& a) {
   // comes back from the sampler position saved as client state.
   int64_t first_step = 1;
   if (!a.load_dir.empty()) {
-    auto loaded = engine->load_checkpoint(a.load_dir);
+    auto loaded = pp_engine ? pp_engine->load_checkpoint(a.load_dir)
+                            : dp_engine->load_checkpoint(a.load_dir);
     // The engine, as DeepSpeed, only warns when there is no `latest` to load; a resume that
     // went on from scratch would then overwrite the real checkpoints in --save_dir.
     if (!loaded.load_path) {
@@ -317,11 +391,16 @@ int run(const Args& a) {
     }
   }
   const auto save = [&] {
-    engine->save_checkpoint(a.save_dir, std::nullopt,
-                            {{"sampler_epoch", c10::IValue(sampler.epoch())},
-                             {"sampler_micro_batch", c10::IValue(sampler.micro_batch_in_epoch())}});
+    const ds::ClientState state{
+        {"sampler_epoch", c10::IValue(sampler.epoch())},
+        {"sampler_micro_batch", c10::IValue(sampler.micro_batch_in_epoch())}};
+    if (pp_engine) {
+      pp_engine->save_checkpoint(a.save_dir, std::nullopt, state);
+    } else {
+      dp_engine->save_checkpoint(a.save_dir, std::nullopt, state);
+    }
   };
-  const double initial_val = held_out_loss(*engine, split.val, a, micro);
+  const double initial_val = eval_loss();
   if (rank == 0) std::printf("step 0 | held-out loss %.4f\n", initial_val);
 
   std::ofstream metrics;
@@ -330,7 +409,7 @@ int run(const Args& a) {
     if (!metrics) throw ds::UsageError("cannot write --metrics_file " + a.metrics_file);
   }
   const int64_t tokens_per_step = config.batch.train_batch_size * a.seq_len;
-  const double flops_per_token = model_flops_per_token(model->num_parameters(), gcfg, a.seq_len);
+  const double flops_per_token = model_flops_per_token(num_parameters, gcfg, a.seq_len);
   if (rank == 0 && a.peak_tflops > 0) {
     std::printf("train_gpt: MFU against %.1f TFLOP/s per device; model FLOPs per token "
                 "6N + 12LCT = %.2f MFLOP\n", a.peak_tflops, flops_per_token / 1e6);
@@ -352,12 +431,22 @@ int run(const Args& a) {
     auto t0 = std::chrono::steady_clock::now();
     double loss_sum = 0.0;
     const int64_t skipped_before = engine->skipped_steps();
-    for (int64_t m = 0; m < gas; ++m) {
-      auto batch = make_batch(split.train, sampler.next_micro_batch(), a.seq_len);
-      auto loss = engine->forward(batch.inputs, batch.targets);
-      engine->backward(loss);
-      engine->step();
-      loss_sum += loss.item<double>();
+    if (pp_engine) {
+      // The first and last stages read the micro-batches; the loss (the last stage's, averaged
+      // over the micro-batches and replicas) comes back on every stage.
+      const double loss = pp_engine->train_batch([&]() {
+        auto batch = make_batch(split.train, sampler.next_micro_batch(), a.seq_len);
+        return ds::pipe::MicroBatch{batch.inputs, batch.targets};
+      }).item<double>();
+      loss_sum = loss * static_cast<double>(gas);
+    } else {
+      for (int64_t m = 0; m < gas; ++m) {
+        auto batch = make_batch(split.train, sampler.next_micro_batch(), a.seq_len);
+        auto loss = dp_engine->forward(batch.inputs, batch.targets);
+        dp_engine->backward(loss);
+        dp_engine->step();
+        loss_sum += loss.item<double>();
+      }
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     // One small all-reduce per step: the loss and memory figures of every rank.
@@ -441,7 +530,7 @@ int run(const Args& a) {
       save();
     }
   }
-  const double final_val = held_out_loss(*engine, split.val, a, micro);
+  const double final_val = eval_loss();
   if (rank == 0) {
     std::printf("train_gpt: done: %lld steps | first training loss %.4f | held-out loss %.4f -> "
                 "%.4f\n",
@@ -452,7 +541,8 @@ int run(const Args& a) {
     }
   }
   // The engine first: under ZeRO-3 it gathers the model back (a collective) as it goes.
-  engine.reset();
+  dp_engine.reset();
+  pp_engine.reset();
   ds::comm::destroy_process_group();
   return 0;
 }
@@ -509,6 +599,12 @@ int main(int argc, char** argv) {
   app.add_flag("--continue_on_nonfinite_loss", a.continue_on_nonfinite_loss,
                "train on when the loss is nan or inf (default: stop with an error naming the "
                "step and the ranks)");
+  app.add_option("--pipeline_parallel_size", a.pipeline_parallel_size,
+                 "pipeline stages: the GPT becomes a PipelineModule (embedding, blocks, final "
+                 "norm + tied head) trained with the pipeline engine; world size = stages x "
+                 "data-parallel size (docs/pipeline.md)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);

@@ -235,12 +235,13 @@ class Engine {
  protected:
   void forward_begin();
   void forward_end();
+  /// The squared gradient norm over the model-parallel group from the data-parallel one
+  /// (the pipeline engine sums the stages' norms instead: pipe.h).
+  virtual double model_parallel_norm_squared(double dp_norm_squared) const;
 
  private:
   void set_parallel_groups();
   void broadcast_parameters();
-  /// The squared gradient norm over the model-parallel group from the data-parallel one.
-  double model_parallel_norm_squared(double dp_norm_squared) const;
   void build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
                        std::vector<ParamGroup> model_parameters);
   void check_zero_optimizer();

@@ -5,6 +5,7 @@
 #include "comm/collective_fingerprint.h"
 #include "comm/communicator.h"
 #include "comm/comms_logger.h"
+#include "comm/handle_state.h"
 #include "deepspeed/comm.h"
 #include "util/check.h"
 
@@ -13,13 +14,6 @@
 
 namespace deepspeed::comm {
 
-struct Handle::State {
-  c10::intrusive_ptr<c10d::Work> work;
-  Group group;  // for the report when wait() fails
-  detail::CollectiveRecord record;
-  std::function<void()> on_complete;  // e.g. copy a slice out after an emulated reduce_scatter
-  bool done = false;
-};
 
 namespace {
 
@@ -121,7 +115,9 @@ void Handle::wait() {
       state_->work->wait(c.timeout());
     } catch (const std::exception& e) {
       state_->done = true;
-      throw CommError(c.failure_report(state_->record, state_->group, error_text(e)));
+      throw CommError(state_->p2p_report
+                          ? state_->p2p_report(error_text(e))
+                          : c.failure_report(state_->record, state_->group, error_text(e)));
     }
   }
   if (state_->on_complete) state_->on_complete();

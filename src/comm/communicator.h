@@ -89,6 +89,9 @@ class Communicator {
   /// Assigns the next sequence numbers and publishes the record to the store (so that other
   /// members can tell, on a timeout, how far this rank got on `group`).
   CollectiveRecord begin(const char* name, const at::Tensor& tensor, const Group& group);
+  /// The record of a point-to-point call: numbered among this rank's calls (rank_seq) but not
+  /// among the group's collectives, whose numbers every member must agree on (p2p.cpp).
+  CollectiveRecord begin_p2p(const char* name, const at::Tensor& tensor, const Group& group);
   /// Builds the cross-rank report for a failed collective on `group` (reads every member's last
   /// record).
   std::string failure_report(const CollectiveRecord& record, const Group& group,

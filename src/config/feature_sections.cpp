@@ -161,15 +161,6 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c) {
     t.lower_precision_safe_modules = r.get_string_list("lower_precision_safe_modules");
     r.finish();
   }
-  // Present sections that only configure APIs this build does not have yet. (The
-  // activation_checkpointing section takes effect through checkpointing::configure(), as in
-  // DeepSpeed.)
-  for (const char* key : {"pipeline"}) {
-    if (top.has(key)) {
-      c.warnings.push_back(top.where(key) + " is read but has no effect yet: this build has no "
-                           "pipeline engine");
-    }
-  }
   // aio drives NVMe offload (stage 3); without it the section changes nothing.
   const auto& z = c.zero_optimization;
   const bool nvme = z.stage == 3 && (z.optimizer_offload() == OffloadDevice::kNvme ||

@@ -1,0 +1,113 @@
+// PipelineEngine's checkpoints: DeepSpeed's per-layer files beside the base engine's per-stage
+// files, and loading the layer files onto another number of stages. The files' format and
+// atomic writing are runtime/checkpoint's.
+#include <cstdio>
+
+#include <torch/torch.h>
+
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/pipe.h"
+#include "util/check.h"
+#include "util/logging.h"
+
+namespace deepspeed::pipe {
+namespace {
+
+// DeepSpeed's ckpt_layer_path: "layer_<idx:02d>-model_states.pt" (no tensor-parallel part).
+std::string layer_file_name(int layer_idx) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "layer_%02d-model_states.pt", layer_idx);
+  return name;
+}
+
+checkpoint::TensorDict layer_state(torch::nn::Module& m) {
+  checkpoint::TensorDict sd;
+  for (const auto& p : m.named_parameters(true)) sd.insert(p.key(), p.value().detach());
+  for (const auto& b : m.named_buffers(true)) sd.insert(b.key(), b.value().detach());
+  return sd;
+}
+
+int stages_in(const std::string& tag_dir) {
+  int n = 0;
+  for (const auto& path : checkpoint::list_files_with_suffix(tag_dir, "_model_states.pt")) {
+    const std::string name = path.substr(path.find_last_of('/') + 1);
+    if (name.rfind("mp_rank_", 0) == 0) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+bool PipelineEngine::save_checkpoint(const std::string& save_dir,
+                                     const std::optional<std::string>& tag,
+                                     const ClientState& client_state) {
+  DS_CHECK(!save_dir.empty(), UsageError, "save_checkpoint: save_dir is empty");
+  const std::string t = tag ? *tag : checkpoint::default_tag(global_steps());
+  const std::string dir = checkpoint::tag_directory(save_dir, t);
+  // Layer files first: `latest` moves at the end of the base engine's save, after every rank
+  // wrote everything.
+  if (dp_rank() == 0) {
+    comm::PhaseScope phase(comm::Phase::kCheckpoint);
+    checkpoint::create_directories(dir);
+    for (int idx = pipe_module_->local_start(); idx < pipe_module_->local_stop(); ++idx) {
+      auto m = pipe_module_->layer_module(idx);
+      if (!m) continue;
+      checkpoint::save(checkpoint::ivalue_from_tensors(layer_state(*m)),
+                       dir + "/" + layer_file_name(idx));
+    }
+  }
+  return Engine::save_checkpoint(save_dir, t, client_state);
+}
+
+LoadedCheckpoint PipelineEngine::load_checkpoint(const std::string& load_dir,
+                                                 const std::optional<std::string>& tag,
+                                                 const LoadCheckpointOptions& options) {
+  std::optional<std::string> t = tag ? tag : checkpoint::read_latest(load_dir);
+  if (!t) return Engine::load_checkpoint(load_dir, tag, options);  // warns, loads nothing
+  const std::string dir = checkpoint::tag_directory(load_dir, *t);
+  const int saved_stages = stages_in(dir);
+  if (saved_stages == num_stages()) return Engine::load_checkpoint(load_dir, t, options);
+
+  DS_CHECK(saved_stages > 0, CheckpointError, "checkpoint ", dir,
+           ": no mp_rank_XX_model_states.pt file; is this a checkpoint directory?");
+  DS_CHECK(options.load_module_only, CheckpointError, "checkpoint ", dir, ": written by ",
+           saved_stages, " pipeline stages, this job has ", num_stages(),
+           "; optimizer states are per stage and cannot move, so load the weights alone from the "
+           "layer files (LoadCheckpointOptions::load_module_only = true)");
+  DS_CHECK(zero_optimization_stage() == 0 && model_dtype() == at::kFloat, NotSupportedError,
+           "checkpoint ", dir, ": loading onto another number of stages (", saved_stages, " -> ",
+           num_stages(), ") is implemented for ZeRO stage 0 in fp32 (the parameters are what the "
+           "optimizer steps); this job uses ZeRO stage ", zero_optimization_stage());
+  {
+    torch::NoGradGuard no_grad;
+    comm::PhaseScope phase(comm::Phase::kCheckpoint);
+    for (int idx = pipe_module_->local_start(); idx < pipe_module_->local_stop(); ++idx) {
+      auto m = pipe_module_->layer_module(idx);
+      if (!m) continue;
+      const std::string path = dir + "/" + layer_file_name(idx);
+      checkpoint::TensorDict saved =
+          checkpoint::tensors_from_ivalue(checkpoint::load(path), path);
+      checkpoint::TensorDict mine = layer_state(*m);
+      for (const auto& item : mine) {
+        const at::Tensor* s = saved.find(item.key());
+        DS_CHECK(s != nullptr, CheckpointError, "checkpoint ", path, ": no entry '", item.key(),
+                 "' for layer ", idx);
+        DS_CHECK(s->sizes() == item.value().sizes(), CheckpointError, "checkpoint ", path, ": '",
+                 item.key(), "' has shape ", s->sizes(), ", layer ", idx, " has ",
+                 item.value().sizes());
+        item.value().copy_(*s);
+      }
+      DS_CHECK(saved.size() == mine.size() || !options.load_module_strict, CheckpointError,
+               "checkpoint ", path, ": ", saved.size(), " entries, layer ", idx, " has ",
+               mine.size(), " (load_module_strict)");
+    }
+  }
+  pipe_module_->synchronize_tied_weights();
+  log::info_rank0("loaded the layer files of " + dir + " (" + std::to_string(saved_stages) +
+                  " stages) onto " + std::to_string(num_stages()) + " stages (weights only)");
+  LoadedCheckpoint out;
+  out.load_path = dir;
+  return out;
+}
+
+}  // namespace deepspeed::pipe

@@ -1,0 +1,386 @@
+// PipelineEngine: executes the schedules' instructions on this stage. Activations and gradients
+// move by comm::isend / recv on the pipe group; the parameters are trained by the base Engine,
+// which reduces over the stage's data-parallel replicas. The instruction streams themselves are
+// in schedule.cpp.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "deepspeed/comm_p2p.h"
+#include "deepspeed/deepspeed.h"
+#include "deepspeed/pipe.h"
+#include "util/check.h"
+#include "util/logging.h"
+
+namespace deepspeed::pipe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Kind = Instruction::Kind;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Activation metadata (Note [Activation shapes]): dtype, number of dims, then the dims.
+constexpr int64_t kMaxDims = 8;
+constexpr int kMetaTag = 1;
+constexpr int kActivationTag = 2;
+constexpr int kGradTag = 3;
+
+std::string shape_str(at::IntArrayRef shape) {
+  std::ostringstream os;
+  os << shape;
+  return os.str();
+}
+
+const PipelineModule& checked(const std::shared_ptr<PipelineModule>& module,
+                              const DeepSpeedConfig& config) {
+  DS_CHECK(module != nullptr, UsageError, "PipelineEngine requires a PipelineModule");
+  // Matches DeepSpeed's PipelineEngine assertion.
+  DS_CHECK(config.zero_optimization.stage < 2, NotSupportedError,
+           "ds_config.json: zero_optimization.stage is ",
+           static_cast<int>(config.zero_optimization.stage),
+           "; ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism (gradients are "
+           "accumulated over the micro-batches of the pipeline); use stage 0 or 1");
+  const auto& p = config.pipeline;
+  DS_CHECK(p.stages == "auto" || p.stages == std::to_string(module->num_stages()), ConfigError,
+           "ds_config.json: pipeline.stages is ", p.stages, " but the PipelineModule has ",
+           module->num_stages(), " stages; set it to \"auto\" or to ", module->num_stages());
+  DS_CHECK(p.activation_checkpoint_interval == 0, NotSupportedError,
+           "ds_config.json: pipeline.activation_checkpoint_interval is ",
+           p.activation_checkpoint_interval,
+           "; activation checkpointing inside pipeline stages is not implemented yet (use 0)");
+  DS_CHECK(config.batch.dp_world_size == module->groups().data().size(), ConfigError,
+           "ds_config.json: the batch sizes were resolved for ", config.batch.dp_world_size,
+           " data-parallel ranks but the pipeline has ", module->groups().data().size(),
+           " (world / stages); load the config with the module's mpu (pipe::initialize does)");
+  return *module;
+}
+
+}  // namespace
+
+double PipeStageTimes::idle_fraction() const {
+  return batch_ms > 0.0 ? 1.0 - (forward_ms + backward_ms) / batch_ms : 0.0;
+}
+
+PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, DeepSpeedConfig config,
+                               std::unique_ptr<torch::optim::Optimizer> optimizer,
+                               LRSchedulerFactory lr_scheduler)
+    // `config` is copied, not moved: checked() reads it and argument order is unspecified.
+    : Engine((checked(module, config), module), config, std::move(optimizer),
+             std::move(lr_scheduler), {}, module->mpu()),
+      pipe_module_(std::move(module)),
+      pipe_group_(pipe_module_->groups().pipe()) {
+  set_step_logging(false);  // train_batch logs the batch itself
+}
+
+int PipelineEngine::prev_rank() const { return pipe_group_.global_rank(stage_id() - 1); }
+int PipelineEngine::next_rank() const { return pipe_group_.global_rank(stage_id() + 1); }
+
+at::Tensor PipelineEngine::train_batch(const DataIterator& data_iter) {
+  DS_CHECK(optimizer() != nullptr, UsageError,
+           "train_batch(): the engine has no optimizer; give one in the config's \"optimizer\" "
+           "section or to initialize()");
+  const auto t0 = Clock::now();
+  times_ = PipeStageTimes{};
+  module().train();
+  const int m = static_cast<int>(micro_batches());
+  buffers_.assign(static_cast<size_t>(train_schedule_num_buffers(m, num_stages(), stage_id())),
+                  Buffer{});
+  losses_.clear();
+  for (const auto& step : train_schedule(m, num_stages(), stage_id())) {
+    for (const auto& ins : step) execute(ins, data_iter, true);
+  }
+  wait_sends();
+  at::Tensor loss = aggregate_loss(m);
+  agg_train_loss_ = loss.item<double>();
+  buffers_.clear();
+  times_.batch_ms = ms_since(t0);
+  if (config().wall_clock_breakdown) {
+    std::ostringstream os;
+    os.setf(std::ios::fixed);
+    os.precision(2);
+    os << "[pipe stage " << stage_id() << "/" << num_stages() << "] batch " << times_.batch_ms
+       << " ms | forward " << times_.forward_ms << " | backward " << times_.backward_ms
+       << " | recv wait " << times_.recv_wait_ms << " | send " << times_.send_ms << " | reduce "
+       << times_.reduce_ms << " | step " << times_.step_ms << " | idle "
+       << 100.0 * times_.idle_fraction() << "%";
+    // Every stage prints its own line: the bubble is in how the stages differ.
+    std::printf("[deepspeed] [rank %d] %s\n", comm::get_rank(), os.str().c_str());
+    std::fflush(stdout);
+  }
+  return loss;
+}
+
+at::Tensor PipelineEngine::eval_batch(const DataIterator& data_iter) {
+  torch::NoGradGuard no_grad;
+  module().eval();
+  // Matches DeepSpeed: evaluation negotiates its own activation shapes, and the next
+  // train_batch negotiates again (both sides reset together).
+  sent_shape_.reset();
+  recv_shape_.reset();
+  const int m = static_cast<int>(micro_batches());
+  buffers_.assign(2, Buffer{});
+  losses_.clear();
+  for (const auto& step : inference_schedule(m, num_stages(), stage_id())) {
+    for (const auto& ins : step) execute(ins, data_iter, false);
+  }
+  wait_sends();
+  at::Tensor loss = aggregate_loss(m);
+  buffers_.clear();
+  sent_shape_.reset();
+  recv_shape_.reset();
+  module().train();
+  return loss;
+}
+
+void PipelineEngine::execute(const Instruction& ins, const DataIterator& data_iter,
+                             bool training) {
+  auto buffer = [&]() -> Buffer& { return buffers_.at(static_cast<size_t>(ins.buffer_id)); };
+  const auto t0 = Clock::now();
+  switch (ins.kind) {
+    case Kind::kLoadMicroBatch:
+      load_micro_batch(buffer(), data_iter);
+      return;
+    case Kind::kForwardPass: {
+      comm::PhaseScope phase(comm::Phase::kForward);
+      forward_pass(buffer(), training);
+      times_.forward_ms += ms_since(t0);
+      return;
+    }
+    case Kind::kBackwardPass: {
+      comm::PhaseScope phase(comm::Phase::kBackward);
+      backward_pass(buffer());
+      times_.backward_ms += ms_since(t0);
+      return;
+    }
+    case Kind::kSendActivation:
+      send_activation(buffer());
+      times_.send_ms += ms_since(t0);
+      return;
+    case Kind::kRecvActivation:
+      recv_activation(buffer());
+      times_.recv_wait_ms += ms_since(t0);
+      return;
+    case Kind::kSendGrad:
+      send_grad(buffer());
+      times_.send_ms += ms_since(t0);
+      return;
+    case Kind::kRecvGrad:
+      recv_grad(buffer());
+      times_.recv_wait_ms += ms_since(t0);
+      return;
+    case Kind::kReduceTiedGrads:
+      reduce_tied_grads();
+      times_.reduce_ms += ms_since(t0);
+      return;
+    case Kind::kReduceGrads:
+      reduce_grads();
+      times_.reduce_ms += ms_since(t0);
+      return;
+    case Kind::kOptimizerStep:
+      // The gradients of every micro-batch were reduced by reduce_grads(): this is the
+      // accumulation boundary.
+      set_gradient_accumulation_boundary(true);
+      step();
+      times_.step_ms += ms_since(t0);
+      return;
+  }
+}
+
+void PipelineEngine::load_micro_batch(Buffer& b, const DataIterator& data_iter) {
+  DS_CHECK(data_iter != nullptr, UsageError, "[pipe stage ", stage_id(),
+           "] train_batch/eval_batch: the first and last stages need a data iterator");
+  MicroBatch batch = data_iter();
+  if (is_first_stage()) {
+    DS_CHECK(batch.first.defined(), UsageError, "[pipe stage ", stage_id(),
+             "] the data iterator returned no inputs (first element) for the first stage");
+    b.inputs = batch.first;
+  }
+  if (is_last_stage()) {
+    DS_CHECK(batch.second.defined(), UsageError, "[pipe stage ", stage_id(),
+             "] the data iterator returned no labels (second element) for the last stage");
+    b.labels = batch.second;
+  }
+}
+
+void PipelineEngine::forward_pass(Buffer& b, bool training) {
+  DS_INTERNAL_ASSERT(b.inputs.defined(), "ForwardPass on stage ", stage_id(), " without inputs");
+  at::Tensor out = pipe_module_->forward(b.inputs);
+  if (is_last_stage()) {
+    const auto& loss_fn = pipe_module_->loss_fn();
+    DS_CHECK(loss_fn != nullptr, UsageError,
+             "PipelineModule: the last stage needs a loss_fn (PipelineModuleOptions::loss_fn)");
+    at::Tensor loss = loss_fn(out, b.labels);
+    DS_CHECK(loss.numel() == 1, UsageError, "PipelineModule: loss_fn returned shape ",
+             shape_str(loss.sizes()), "; expected a scalar");
+    losses_.push_back(loss.detach().to(at::kFloat).reshape({}));
+    b.outputs = training ? loss : at::Tensor();
+  } else {
+    b.outputs = out;
+  }
+  if (!training) b.inputs = at::Tensor();
+}
+
+void PipelineEngine::backward_pass(Buffer& b) {
+  // Every micro-batch accumulates into param.grad; the data-parallel reduction happens once, in
+  // reduce_grads(), after the tied gradients were summed (DeepSpeed's ReduceTiedGrads before
+  // ReduceGrads).
+  if (is_last_stage()) {
+    // Matches Engine::backward: loss / gradient_accumulation_steps, times the fp16 loss scale.
+    const int64_t gas = gradient_accumulation_steps();
+    at::Tensor scaled = gas > 1 ? b.outputs / static_cast<double>(gas) : b.outputs;
+    if (config().fp16.enabled) scaled = scaled * loss_scale();
+    scaled.backward();
+  } else {
+    DS_INTERNAL_ASSERT(b.grad.defined(), "BackwardPass on stage ", stage_id(),
+                       " before its gradient arrived");
+    torch::autograd::backward({b.outputs}, {b.grad});
+  }
+  b.outputs = at::Tensor();
+  b.grad = at::Tensor();
+}
+
+void PipelineEngine::send_activation(Buffer& b) {
+  at::Tensor act = b.outputs.detach().contiguous();
+  const std::vector<int64_t> shape = act.sizes().vec();
+  if (!sent_shape_) {
+    DS_CHECK(static_cast<int64_t>(shape.size()) <= kMaxDims, UsageError, "[pipe stage ",
+             stage_id(), "] the activation has ", shape.size(), " dims; at most ", kMaxDims,
+             " can be passed between stages");
+    at::Tensor meta = at::zeros({2 + kMaxDims}, at::kLong);
+    meta[0] = static_cast<int64_t>(act.scalar_type());
+    meta[1] = static_cast<int64_t>(shape.size());
+    for (size_t i = 0; i < shape.size(); ++i) meta[2 + static_cast<int64_t>(i)] = shape[i];
+    comm::send(meta, next_rank(), pipe_group_, kMetaTag);
+    sent_shape_ = shape;
+  } else {
+    DS_CHECK(shape == *sent_shape_, UsageError, "[pipe stage ", stage_id(), "/", num_stages(),
+             "] a micro-batch's activation has shape ", shape_str(shape),
+             " but the shape negotiated with stage ", stage_id() + 1,
+             " on the first micro-batch is ", shape_str(*sent_shape_),
+             "; every micro-batch must have the same shape (batch size and sequence length) "
+             "through the pipeline");
+  }
+  pending_sends_.push_back({comm::isend(act, next_rank(), pipe_group_, kActivationTag), act});
+}
+
+void PipelineEngine::recv_activation(Buffer& b) {
+  if (!recv_shape_) {
+    at::Tensor meta = at::zeros({2 + kMaxDims}, at::kLong);
+    comm::recv(meta, prev_rank(), pipe_group_, kMetaTag);
+    recv_dtype_ = static_cast<at::ScalarType>(meta[0].item<int64_t>());
+    const int64_t ndim = meta[1].item<int64_t>();
+    std::vector<int64_t> shape;
+    for (int64_t i = 0; i < ndim; ++i) shape.push_back(meta[2 + i].item<int64_t>());
+    recv_shape_ = shape;
+  }
+  at::Tensor act = at::empty(*recv_shape_, at::TensorOptions().dtype(recv_dtype_));
+  comm::recv(act, prev_rank(), pipe_group_, kActivationTag);
+  if (at::isFloatingType(recv_dtype_) && torch::GradMode::is_enabled()) act.requires_grad_(true);
+  b.inputs = act;
+}
+
+void PipelineEngine::send_grad(Buffer& b) {
+  DS_INTERNAL_ASSERT(b.inputs.defined() && b.inputs.requires_grad(), "SendGrad on stage ",
+                     stage_id(), " without a received activation");
+  at::Tensor g = b.inputs.grad();
+  if (!g.defined()) g = at::zeros_like(b.inputs);  // the stage did not use its input
+  g = g.contiguous();
+  pending_sends_.push_back({comm::isend(g, prev_rank(), pipe_group_, kGradTag), g});
+  b.inputs = at::Tensor();
+}
+
+void PipelineEngine::recv_grad(Buffer& b) {
+  DS_INTERNAL_ASSERT(b.outputs.defined(), "RecvGrad on stage ", stage_id(),
+                     " for a buffer without outputs");
+  at::Tensor g = at::empty(b.outputs.sizes(), b.outputs.options());
+  comm::recv(g, next_rank(), pipe_group_, kGradTag);
+  b.grad = g;
+}
+
+void PipelineEngine::wait_sends() {
+  const auto t0 = Clock::now();
+  for (auto& s : pending_sends_) s.handle.wait();
+  pending_sends_.clear();
+  times_.send_ms += ms_since(t0);
+}
+
+void PipelineEngine::reduce_tied_grads() {
+  pipe_module_->allreduce_tied_weight_gradients();
+  // The copies of a tied weight on the stages after the first hold the same gradient; the
+  // norm counts it once (DeepSpeed's ds_pipe_replicated). Its share is the data-parallel
+  // average, which the reduction below produces for the optimizer.
+  replicated_tied_norm_sq_ = 0.0;
+  const comm::Group& dp = data_parallel_group();
+  for (const auto& w : pipe_module_->replicated_tied_parameters()) {
+    at::Tensor g = w.grad().to(at::kFloat).contiguous().clone();
+    if (dp.size() > 1) comm::all_reduce(g, comm::ReduceOp::kAvg, false, dp);
+    const double n = g.norm().item<double>();
+    replicated_tied_norm_sq_ += n * n;
+  }
+}
+
+void PipelineEngine::reduce_grads() {
+  // The base engine reduces gradients from its hooks during a backward on the accumulation
+  // boundary. A backward of zero touching every parameter fires them once each, after every
+  // micro-batch's gradient (and the tied sums) are in param.grad; it adds nothing to them.
+  at::Tensor zero;
+  for (const auto& p : module().parameters()) {
+    if (!p.requires_grad()) continue;
+    at::Tensor term = (p * 0).sum();
+    zero = zero.defined() ? zero + term : term;
+  }
+  if (!zero.defined()) return;
+  set_gradient_accumulation_boundary(true);
+  backward(zero);
+}
+
+double PipelineEngine::model_parallel_norm_squared(double dp_norm_squared) const {
+  // Each stage's parameters are its own: the squares add up over the pipeline, the tied copies
+  // after the first stage excluded.
+  at::Tensor t = at::full({1}, dp_norm_squared - replicated_tied_norm_sq_,
+                          at::TensorOptions().dtype(at::kDouble));
+  if (pipe_group_.size() > 1) comm::all_reduce(t, comm::ReduceOp::kSum, false, pipe_group_);
+  return t.item<double>();
+}
+
+at::Tensor PipelineEngine::aggregate_loss(int micro_batches) {
+  // Matches DeepSpeed's _aggregate_total_loss: the last stage averages over the micro-batches
+  // and the data-parallel replicas, then broadcasts to the other stages.
+  at::Tensor loss = at::zeros({1}, at::kFloat);
+  if (is_last_stage()) {
+    for (const auto& l : losses_) loss += l;
+    loss /= static_cast<double>(micro_batches);
+    const comm::Group& dp = data_parallel_group();
+    if (dp.size() > 1) comm::all_reduce(loss, comm::ReduceOp::kAvg, false, dp);
+  }
+  if (pipe_group_.size() > 1) {
+    comm::broadcast(loss, pipe_group_.global_rank(num_stages() - 1), false, pipe_group_);
+  }
+  losses_.clear();
+  return loss.reshape({});
+}
+
+std::shared_ptr<PipelineEngine> initialize(std::shared_ptr<PipelineModule> module,
+                                           const DeepSpeedConfig& config,
+                                           std::unique_ptr<torch::optim::Optimizer> optimizer,
+                                           LRSchedulerFactory lr_scheduler) {
+  return std::make_shared<PipelineEngine>(std::move(module), config, std::move(optimizer),
+                                          std::move(lr_scheduler));
+}
+
+std::shared_ptr<PipelineEngine> initialize(std::shared_ptr<PipelineModule> module,
+                                           const json& config,
+                                           std::unique_ptr<torch::optim::Optimizer> optimizer,
+                                           LRSchedulerFactory lr_scheduler) {
+  DS_CHECK(module != nullptr, UsageError, "pipe::initialize requires a PipelineModule");
+  DeepSpeedConfig resolved = load_config(config, module->mpu().get());
+  return initialize(std::move(module), resolved, std::move(optimizer), std::move(lr_scheduler));
+}
+
+}  // namespace deepspeed::pipe

@@ -1,0 +1,245 @@
+// PipelineModule: which layers this rank's stage builds, the tied-layer groups and the process
+// groups of the pipe x data topology. Partitioning lives in partition.cpp, execution in
+// pipeline_engine.cpp.
+#include <algorithm>
+#include <set>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "deepspeed/errors.h"
+#include "deepspeed/pipe.h"
+#include "util/check.h"
+#include "util/logging.h"
+
+namespace deepspeed::pipe {
+namespace {
+
+// What the engine is given as its mpu: gradients average over the stage's data-parallel
+// replicas; the "model-parallel" group is the whole pipeline of this replica, so that the
+// overflow vote and the gradient norm span every stage (DeepSpeed's slice group).
+class PipeEngineMpu : public Mpu {
+ public:
+  explicit PipeEngineMpu(const comm::ParallelGroups& g) : data_(g.data()), pipe_(g.pipe()) {}
+  comm::Group get_model_parallel_group() const override { return pipe_; }
+  comm::Group get_data_parallel_group() const override { return data_; }
+  comm::Group get_pipe_parallel_group() const override { return pipe_; }
+
+ private:
+  comm::Group data_, pipe_;
+};
+
+}  // namespace
+
+LayerSpec LayerSpec::function(std::string type_name,
+                              std::function<at::Tensor(const at::Tensor&)> fn) {
+  LayerSpec s;
+  s.type_name = std::move(type_name);
+  s.build = [fn]() { return Layer{nullptr, fn}; };
+  return s;
+}
+
+LayerSpec TiedLayerSpec(std::string key, LayerSpec spec,
+                        std::function<at::Tensor(torch::nn::Module&, const at::Tensor&)> forward_fn,
+                        std::vector<std::string> tied_weight_attr) {
+  DS_CHECK(!key.empty(), UsageError, "TiedLayerSpec: the key must not be empty");
+  spec.tied_key = std::move(key);
+  spec.tied_forward = std::move(forward_fn);
+  spec.tied_weight_attr = std::move(tied_weight_attr);
+  return spec;
+}
+
+PipelineModule::PipelineModule(std::vector<LayerSpec> layers, PipelineModuleOptions options)
+    : specs_(std::move(layers)), options_(std::move(options)) {
+  if (!comm::is_initialized()) comm::init_distributed();
+  const int world = comm::get_world_size();
+  DS_CHECK(!specs_.empty(), ConfigError, "PipelineModule: the layer list is empty");
+  if (options_.topology) {
+    num_stages_ = options_.topology->get_dim("pipe");
+    DS_CHECK(options_.num_stages == 0 || options_.num_stages == num_stages_, ConfigError,
+             "PipelineModule: num_stages (", options_.num_stages,
+             ") differs from the topology's pipe dimension (", num_stages_, ")");
+  } else {
+    num_stages_ = options_.num_stages;
+    DS_CHECK(num_stages_ >= 1, ConfigError, "PipelineModule: num_stages is ", num_stages_,
+             "; give num_stages >= 1 or a topology");
+    DS_CHECK(world % num_stages_ == 0, ConfigError, "PipelineModule: num_stages (", num_stages_,
+             ") must divide the world size (", world, "); the data-parallel size is world / "
+             "num_stages, so launch a multiple of ", num_stages_, " ranks");
+    options_.topology = PipeDataParallelTopology(num_stages_, world / num_stages_);
+  }
+  DS_CHECK(options_.topology->get_dim("model") == 1, NotSupportedError,
+           "PipelineModule: the topology has a model axis of size ",
+           options_.topology->get_dim("model"),
+           "; tensor parallelism inside pipeline stages is not implemented");
+  DS_CHECK(options_.activation_checkpoint_interval >= 0, ConfigError,
+           "PipelineModule: activation_checkpoint_interval is ",
+           options_.activation_checkpoint_interval, "; expected >= 0 (0 disables)");
+  // TODO(pipe): run every activation_checkpoint_interval layers under activation checkpointing
+  // once deepspeed::checkpoint(function, args) exists.
+  DS_CHECK(options_.activation_checkpoint_interval == 0, NotSupportedError,
+           "PipelineModule: activation_checkpoint_interval ",
+           options_.activation_checkpoint_interval,
+           " needs activation checkpointing, which this build does not have yet; use 0");
+  // Every check that can fail on one rank alone comes before the first collective.
+  parts_ = partition_layers(specs_, options_.partition_method, num_stages_);
+  mpu_ = std::make_shared<TopologyMpu>(*options_.topology);
+  engine_mpu_ = std::make_shared<PipeEngineMpu>(mpu_->groups());
+  stage_id_ = mpu_->groups().coord("pipe");
+  build_local_layers();
+  index_tied_modules();
+  synchronize_tied_weights();
+}
+
+void PipelineModule::build_local_layers() {
+  std::shared_ptr<torch::nn::Module> tied_parent;
+  for (int idx = local_start(); idx < local_stop(); ++idx) {
+    const LayerSpec& spec = specs_[idx];
+    if (options_.seed_layers) torch::manual_seed(static_cast<uint64_t>(options_.base_seed + idx));
+    if (!spec.tied_key.empty()) {
+      auto it = std::find_if(tied_modules_.begin(), tied_modules_.end(),
+                             [&](const auto& kv) { return kv.first == spec.tied_key; });
+      std::function<at::Tensor(const at::Tensor&)> owner_forward;
+      std::shared_ptr<torch::nn::Module> module;
+      if (it == tied_modules_.end()) {
+        Layer built = spec.build();
+        DS_CHECK(built.module != nullptr, UsageError, "TiedLayerSpec '", spec.tied_key,
+                 "' (layer ", idx, ") built no module; a tied layer must hold parameters");
+        if (!tied_parent) tied_parent = register_module("tied_modules", std::make_shared<torch::nn::Module>());
+        tied_parent->register_module(spec.tied_key, built.module);
+        tied_modules_.emplace_back(spec.tied_key, built.module);
+        module = built.module;
+        owner_forward = built.forward;
+        tied_forwards_.emplace_back(spec.tied_key, built.forward);
+      } else {
+        module = it->second;
+        for (const auto& kv : tied_forwards_) {
+          if (kv.first == spec.tied_key) owner_forward = kv.second;
+        }
+      }
+      if (spec.tied_forward) {
+        auto fn = spec.tied_forward;
+        forward_funcs_.push_back([fn, module](const at::Tensor& x) { return fn(*module, x); });
+      } else {
+        forward_funcs_.push_back(owner_forward);
+      }
+      // Matches DeepSpeed: a tied layer without forward_fn is the shared module itself, and
+      // its state is saved as this layer's; with forward_fn it is a function and has none.
+      local_modules_.push_back(spec.tied_forward ? nullptr : module);
+      continue;
+    }
+    Layer built = spec.build();
+    DS_CHECK(built.forward != nullptr, UsageError, "LayerSpec '", spec.type_name, "' (layer ", idx,
+             ") built a layer without a forward");
+    if (built.module) register_module(std::to_string(idx), built.module);
+    forward_funcs_.push_back(built.forward);
+    local_modules_.push_back(built.module);
+  }
+}
+
+at::Tensor PipelineModule::tied_weight(torch::nn::Module& m, const std::string& attr) {
+  auto params = m.named_parameters(true);
+  const at::Tensor* found = params.find(attr);
+  DS_CHECK(found != nullptr, UsageError, "TiedLayerSpec: the tied module has no parameter '",
+           attr, "' (tied_weight_attr)");
+  return *found;
+}
+
+void PipelineModule::index_tied_modules() {
+  if (num_stages_ == 1) return;
+  std::set<std::string> keys;
+  for (const auto& s : specs_) {
+    if (!s.tied_key.empty()) keys.insert(s.tied_key);
+  }
+  const ProcessTopology& topo = *options_.topology;
+  const int me = comm::get_rank();
+  // Matches DeepSpeed: keys in sorted order, one group per data-parallel index, made on every
+  // rank in the same order.
+  for (const auto& key : keys) {
+    std::set<int> stages;
+    for (int idx = 0; idx < num_layers(); ++idx) {
+      if (specs_[idx].tied_key == key) stages.insert(stage_owner(idx));
+    }
+    for (int dp = 0; dp < topo.get_dim("data"); ++dp) {
+      std::vector<int> ranks;
+      for (int s : stages) ranks.push_back(topo.get_rank({{"pipe", s}, {"data", dp}}));
+      comm::Group group = comm::new_group(ranks, "tied_" + key);
+      if (std::find(ranks.begin(), ranks.end(), me) == ranks.end()) continue;
+      for (const auto& kv : tied_modules_) {
+        if (kv.first == key) tied_comms_.push_back({key, ranks, group, kv.second});
+      }
+    }
+  }
+}
+
+void PipelineModule::synchronize_tied_weights() {
+  torch::NoGradGuard no_grad;
+  for (auto& tc : tied_comms_) {
+    if (tc.ranks.size() < 2) continue;
+    const auto& attrs = [&]() -> const std::vector<std::string>& {
+      for (const auto& s : specs_) {
+        if (s.tied_key == tc.key) return s.tied_weight_attr;
+      }
+      return specs_.front().tied_weight_attr;
+    }();
+    for (const auto& attr : attrs) {
+      at::Tensor w = tied_weight(*tc.module, attr);
+      at::Tensor flat = w.is_contiguous() ? w : w.contiguous();
+      comm::broadcast(flat, tc.ranks.front(), false, tc.group);
+      if (!flat.is_same(w)) w.copy_(flat);
+    }
+  }
+}
+
+void PipelineModule::allreduce_tied_weight_gradients() {
+  for (auto& tc : tied_comms_) {
+    if (tc.ranks.size() < 2) continue;
+    for (const auto& s : specs_) {
+      if (s.tied_key != tc.key) continue;
+      for (const auto& attr : s.tied_weight_attr) {
+        at::Tensor w = tied_weight(*tc.module, attr);
+        if (!w.grad().defined()) w.mutable_grad() = at::zeros_like(w);
+        at::Tensor g = w.grad();
+        comm::all_reduce(g, comm::ReduceOp::kSum, false, tc.group);
+      }
+      break;
+    }
+  }
+}
+
+std::vector<at::Tensor> PipelineModule::replicated_tied_parameters() const {
+  std::vector<at::Tensor> out;
+  const int me = comm::get_rank();
+  for (const auto& tc : tied_comms_) {
+    if (tc.ranks.size() < 2 || tc.ranks.front() == me) continue;
+    for (const auto& s : specs_) {
+      if (s.tied_key != tc.key) continue;
+      for (const auto& attr : s.tied_weight_attr) out.push_back(tied_weight(*tc.module, attr));
+      break;
+    }
+  }
+  return out;
+}
+
+int PipelineModule::stage_owner(int layer_idx) const {
+  DS_CHECK(layer_idx >= 0 && layer_idx < num_layers(), UsageError, "PipelineModule: layer ",
+           layer_idx, " is outside [0, ", num_layers(), ")");
+  for (int s = 0; s < num_stages_; ++s) {
+    if (parts_[s] <= layer_idx && layer_idx < parts_[s + 1]) return s;
+  }
+  DS_INTERNAL_ASSERT(false, "layer ", layer_idx, " has no owning stage");
+  return -1;
+}
+
+std::shared_ptr<torch::nn::Module> PipelineModule::layer_module(int layer_idx) const {
+  if (layer_idx < local_start() || layer_idx >= local_stop()) return nullptr;
+  return local_modules_[static_cast<size_t>(layer_idx - local_start())];
+}
+
+at::Tensor PipelineModule::forward(const at::Tensor& input) {
+  at::Tensor x = input;
+  for (auto& f : forward_funcs_) x = f(x);
+  return x;
+}
+
+}  // namespace deepspeed::pipe

@@ -1,0 +1,142 @@
+// Pipeline checkpoints on Gloo ranks: DeepSpeed's layout (a file per layer with state, one per
+// stage), exact resume in new processes (2 steps + save, load in a new job + 2 steps == 4
+// steps), and the layer files of a P=2 checkpoint loaded onto P=4.
+#include "deepspeed/pipe.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "deepspeed/deepspeed.h"
+#include "support/expect_throw.h"
+#include "support/multi_rank.h"
+#include "support/temp_dir.h"
+#include "support/tiny_pipe_model.h"
+
+namespace deepspeed {
+namespace {
+
+using testing::run_ranks;
+
+// One directory shared by every run_ranks() call of a test (each call gets its own
+// rank_output_dir()): made by the parent at the start of the test, inherited by the ranks.
+std::string new_shared_dir() {
+  if (!testing::in_rank_process()) {
+    static std::vector<std::unique_ptr<testing::TempDir>> dirs;  // live until the binary exits
+    dirs.push_back(std::make_unique<testing::TempDir>("ds_pipe"));
+    ::setenv("DS_PIPE_OUT", dirs.back()->path().c_str(), 1);
+  }
+  return std::getenv("DS_PIPE_OUT");
+}
+
+std::string shared_dir() { return std::getenv("DS_PIPE_OUT"); }
+
+constexpr int kMicro = 2;
+constexpr int kGas = 3;
+
+json config() {
+  return json{{"train_batch_size", kMicro * kGas},
+              {"train_micro_batch_size_per_gpu", kMicro},
+              {"gradient_accumulation_steps", kGas},
+              {"gradient_clipping", 0.5},
+              {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.2}, {"momentum", 0.9}}}}},
+              {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 10}}}}}};
+}
+
+std::shared_ptr<pipe::PipelineEngine> make_engine(int stages) {
+  pipe::PipelineModuleOptions o;
+  o.num_stages = stages;
+  o.loss_fn = testing::tiny_pipe_loss;
+  o.seed_layers = true;
+  auto module = std::make_shared<pipe::PipelineModule>(testing::tiny_pipe_specs(), o);
+  return pipe::initialize(module, config());
+}
+
+void train(pipe::PipelineEngine& engine, int first_step, int steps) {
+  for (int s = first_step; s < first_step + steps; ++s) {
+    int j = 0;
+    engine.train_batch([&]() { return testing::tiny_pipe_batch(int64_t{s} * kGas + j++, kMicro); });
+  }
+}
+
+// Each rank writes its stage's parameters as "<prefix>_<name>.pt" files (one tensor each).
+void dump(pipe::PipelineEngine& engine, const std::string& prefix) {
+  for (const auto& p : engine.module().named_parameters()) {
+    torch::save(p.value().detach().clone(),
+                shared_dir() + "/" + prefix + "_" + p.key() + ".pt");
+  }
+}
+
+at::Tensor read(const std::string& prefix, const std::string& name) {
+  at::Tensor t;
+  torch::load(t, shared_dir() + "/" + prefix + "_" + name + ".pt");
+  return t;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::vector<std::string> param_names() {
+  testing::TinyPipeReferenceImpl ref;
+  std::vector<std::string> names;
+  for (const auto& p : ref.named_parameters()) names.push_back(p.key());
+  return names;
+}
+
+TEST(PipeCheckpointDist, ExactResumeInNewProcessesAndLoadOntoFourStages) {
+  new_shared_dir();
+  run_ranks(2, [](int, int) {
+    auto engine = make_engine(2);
+    train(*engine, 0, 4);
+    dump(*engine, "continuous");
+  });
+  run_ranks(2, [](int, int) {
+    auto engine = make_engine(2);
+    train(*engine, 0, 2);
+    engine->save_checkpoint(shared_dir() + "/ckpt");
+    dump(*engine, "saved");
+  });
+  if (!testing::in_rank_process()) {
+    // DeepSpeed's layout: layers 0-5 have state (the head is a function of the tied
+    // embedding, saved as layer 0), one model-states file per stage.
+    const std::string dir = shared_dir() + "/ckpt/global_step2";
+    for (int i = 0; i <= 5; ++i) {
+      EXPECT_TRUE(exists(dir + "/layer_0" + std::to_string(i) + "-model_states.pt")) << i;
+    }
+    EXPECT_FALSE(exists(dir + "/layer_06-model_states.pt"));
+    EXPECT_TRUE(exists(dir + "/mp_rank_00_model_states.pt"));
+    EXPECT_TRUE(exists(dir + "/mp_rank_01_model_states.pt"));
+  }
+  run_ranks(2, [](int, int) {
+    auto engine = make_engine(2);
+    auto loaded = engine->load_checkpoint(shared_dir() + "/ckpt");
+    ASSERT_TRUE(loaded.load_path.has_value());
+    EXPECT_EQ(engine->global_steps(), 2);
+    train(*engine, 2, 2);
+    dump(*engine, "resumed");
+  });
+  run_ranks(4, [](int, int) {
+    auto engine = make_engine(4);
+    EXPECT_THROW_WITH(engine->load_checkpoint(shared_dir() + "/ckpt"),
+                      CheckpointError, "written by 2 pipeline stages, this job has 4");
+    LoadCheckpointOptions o;
+    o.load_module_only = true;
+    engine->load_checkpoint(shared_dir() + "/ckpt", std::nullopt, o);
+    dump(*engine, "p4");
+  });
+  if (testing::in_rank_process()) return;
+  for (const auto& name : param_names()) {
+    EXPECT_TRUE(torch::equal(read("resumed", name), read("continuous", name))) << name;
+    EXPECT_TRUE(torch::equal(read("p4", name), read("saved", name))) << name;
+  }
+}
+
+}  // namespace
+}  // namespace deepspeed

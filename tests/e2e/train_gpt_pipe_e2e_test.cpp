@@ -1,0 +1,56 @@
+// train_gpt --pipeline_parallel_size 2 under the deepspeed launcher on 2 ranks: the GPT trains as
+// a 2-stage pipeline (loss goes down), the progress line and the metrics file keep their form,
+// and wall_clock_breakdown prints each stage's timeline.
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/run_command.h"
+#include "support/temp_dir.h"
+
+namespace deepspeed {
+namespace {
+
+TEST(TrainGptPipeE2E, TwoStagesTrainAndKeepTheProgressLineAndMetrics) {
+  testing::TempDir dir;
+  testing::write_text_file(dir.file("ds_config.json"), R"({
+      "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+      "steps_per_print": 1, "wall_clock_breakdown": true, "gradient_clipping": 1.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})");
+  std::ifstream src(DS_FIXTURE_TEXT);
+  std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
+  const std::string cmd =
+      std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " +
+      std::to_string(29600 + (::getpid() % 300)) + " " + DS_TRAIN_GPT_BIN +
+      " --deepspeed_config " + dir.file("ds_config.json") + " --data " + dir.file("corpus.txt") +
+      " --steps 6 --n_layer 2 --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 2 "
+      "--compact_vocab --pipeline_parallel_size 2 --metrics_file " + dir.file("metrics.jsonl");
+  auto r = testing::run_command(cmd);
+  const std::string all = r.out + r.err;
+  ASSERT_EQ(r.exit_code, 0) << all;
+  // 1 data-parallel replica x 2 sequences x 2 micro-batches per step.
+  EXPECT_NE(all.find("2 ranks x micro-batch 2 x accumulation 2 = 4 sequences"), std::string::npos)
+      << all;
+  EXPECT_NE(all.find("step 6 | loss "), std::string::npos) << all;
+  EXPECT_NE(all.find("train_gpt: done: 6 steps"), std::string::npos) << all;
+  EXPECT_NE(all.find("[pipe stage 0/2] batch"), std::string::npos) << all;
+  EXPECT_NE(all.find("[pipe stage 1/2] batch"), std::string::npos) << all;
+  std::ifstream in(dir.file("metrics.jsonl"));
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 6u) << all;
+  for (const char* key : {"step", "loss", "lr", "samples", "tokens_per_s", "grad_norm",
+                          "memory_bytes"}) {
+    EXPECT_TRUE(rows.back().contains(key)) << key;
+  }
+  EXPECT_EQ(rows.back()["samples"].get<int64_t>(), 6 * 4);
+  EXPECT_EQ(rows.back()["memory_bytes"]["rss"].size(), 2u);
+  EXPECT_LT(rows.back()["loss"].get<double>(), rows.front()["loss"].get<double>()) << all;
+}
+
+}  // namespace
+}  // namespace deepspeed
