@@ -105,7 +105,8 @@ struct PipelineModuleOptions {
   bool seed_layers = false;
   int64_t base_seed = 1234;
   std::string partition_method = "parameters";
-  /// DeepSpeed's activation_checkpoint_interval; 0 disables. See docs/pipeline.md.
+  /// DeepSpeed's activation_checkpoint_interval: every that many layers form one activation
+  /// checkpoint (deepspeed/checkpointing.h); 0 disables. See docs/pipeline.md.
   int activation_checkpoint_interval = 0;
 };
 
@@ -120,7 +121,12 @@ class PipelineModule : public torch::nn::Module {
 
   /// Runs this stage's layers on `input` (the micro-batch on the first stage, the previous
   /// stage's activation otherwise).
+  /// With activation_checkpoint_interval > 0, every run of that many layers holding parameters
+  /// goes through checkpointing::checkpoint (recomputed in backward).
   at::Tensor forward(const at::Tensor& input);
+  /// The engine sets the config's pipeline.activation_checkpoint_interval here when the module
+  /// was built without one.
+  void set_activation_checkpoint_interval(int interval);
 
   int num_stages() const { return num_stages_; }
   int stage_id() const { return stage_id_; }
@@ -165,6 +171,8 @@ class PipelineModule : public torch::nn::Module {
   };
   void build_local_layers();
   void index_tied_modules();
+  /// Local layers [begin, end) in order.
+  at::Tensor run_layers(size_t begin, size_t end, const at::Tensor& input);
   static at::Tensor tied_weight(torch::nn::Module& m, const std::string& attr);
 
   std::vector<LayerSpec> specs_;
@@ -176,6 +184,7 @@ class PipelineModule : public torch::nn::Module {
   std::vector<int> parts_;
   std::vector<std::function<at::Tensor(const at::Tensor&)>> forward_funcs_;
   std::vector<std::shared_ptr<torch::nn::Module>> local_modules_;  // per local layer (may be null)
+  std::vector<bool> local_has_parameters_;  // per local layer, tied functions included
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> tied_modules_;
   std::vector<std::pair<std::string, std::function<at::Tensor(const at::Tensor&)>>> tied_forwards_;
   std::vector<TiedComm> tied_comms_;

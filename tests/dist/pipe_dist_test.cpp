@@ -116,6 +116,10 @@ void train_pipeline(int stages, int gas, int zero_stage, const std::string& dtyp
   o.num_stages = stages;
   o.loss_fn = testing::tiny_pipe_loss;
   o.seed_layers = true;
+  // DS_PIPE_CKPT_INTERVAL: the stages recompute their layers in backward (activation checkpoints).
+  if (const char* v = std::getenv("DS_PIPE_CKPT_INTERVAL")) {
+    o.activation_checkpoint_interval = std::atoi(v);
+  }
   auto module = std::make_shared<pipe::PipelineModule>(testing::tiny_pipe_specs(), o);
   const int dp = module->groups().data().size();
   const int dp_rank = module->groups().coord("data");
@@ -176,10 +180,11 @@ void compare(const std::string& dir, int stages, double rtol) {
 }
 
 void check_against_reference(int world, int stages, int gas, int zero_stage,
-                             const std::string& dtype, double rtol) {
+                             const std::string& dtype, double rtol, int ckpt_interval = 0) {
   new_shared_dir();
   testing::RunOptions o;
-  o.env = {{"DS_PIPE_STAGES", std::to_string(stages)},
+  o.env = {{"DS_PIPE_CKPT_INTERVAL", std::to_string(ckpt_interval)},
+           {"DS_PIPE_STAGES", std::to_string(stages)},
            {"DS_PIPE_GAS", std::to_string(gas)},
            {"DS_PIPE_ZERO", std::to_string(zero_stage)},
            {"DS_PIPE_DTYPE", dtype},
@@ -211,6 +216,10 @@ TEST(PipeDist, P2xDP2MatchesSingleProcessAfter4Steps_Fp32) {
 
 TEST(PipeDist, P2xDP2MatchesSingleProcessAfter4Steps_Zero1) {
   check_against_reference(4, 2, 3, 1, "fp32", 1e-5);
+}
+
+TEST(PipeDist, P2WithActivationCheckpointsMatchesSingleProcess) {
+  check_against_reference(2, 2, 4, 0, "fp32", 1e-5, /*ckpt_interval=*/1);
 }
 
 TEST(PipeDist, P2Bf16TracksFp32) { check_against_reference(2, 2, 4, 0, "bf16", 3e-2); }
@@ -299,8 +308,13 @@ TEST(PipeDist, ZeroStage2And3AndAWrongStageCountAreRefusedByName) {
     EXPECT_THROW_WITH(pipe::initialize(module, c), ConfigError,
                       "pipeline.stages is 4 but the PipelineModule has 2 stages");
     c["pipeline"] = {{"stages", 2}, {"activation_checkpoint_interval", 1}};
-    EXPECT_THROW_WITH(pipe::initialize(module, c), NotSupportedError,
-                      "pipeline.activation_checkpoint_interval is 1");
+    auto every_two_options = options(2);
+    every_two_options.activation_checkpoint_interval = 2;
+    auto every_two =
+        std::make_shared<pipe::PipelineModule>(testing::tiny_pipe_specs(), every_two_options);
+    EXPECT_THROW_WITH(pipe::initialize(every_two, c), ConfigError,
+                      "pipeline.activation_checkpoint_interval is 1 but the PipelineModule was "
+                      "built with 2");
     c["pipeline"] = {{"stages", "auto"}, {"partition", "uniform"}, {"seed_layers", true},
                      {"pipe_partitioned", false}, {"grad_partitioned", false}};
     auto engine = pipe::initialize(module, c);

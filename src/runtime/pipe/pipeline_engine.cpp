@@ -50,10 +50,12 @@ const PipelineModule& checked(const std::shared_ptr<PipelineModule>& module,
   DS_CHECK(p.stages == "auto" || p.stages == std::to_string(module->num_stages()), ConfigError,
            "ds_config.json: pipeline.stages is ", p.stages, " but the PipelineModule has ",
            module->num_stages(), " stages; set it to \"auto\" or to ", module->num_stages());
-  DS_CHECK(p.activation_checkpoint_interval == 0, NotSupportedError,
-           "ds_config.json: pipeline.activation_checkpoint_interval is ",
-           p.activation_checkpoint_interval,
-           "; activation checkpointing inside pipeline stages is not implemented yet (use 0)");
+  const int module_interval = module->options().activation_checkpoint_interval;
+  DS_CHECK(p.activation_checkpoint_interval == 0 || module_interval == 0 ||
+               p.activation_checkpoint_interval == module_interval,
+           ConfigError, "ds_config.json: pipeline.activation_checkpoint_interval is ",
+           p.activation_checkpoint_interval, " but the PipelineModule was built with ",
+           module_interval, "; give one of them, or the same value");
   DS_CHECK(config.batch.dp_world_size == module->groups().data().size(), ConfigError,
            "ds_config.json: the batch sizes were resolved for ", config.batch.dp_world_size,
            " data-parallel ranks but the pipeline has ", module->groups().data().size(),
@@ -76,6 +78,8 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, DeepSpeed
       pipe_module_(std::move(module)),
       pipe_group_(pipe_module_->groups().pipe()) {
   set_step_logging(false);  // train_batch logs the batch itself
+  const int interval = static_cast<int>(this->config().pipeline.activation_checkpoint_interval);
+  if (interval > 0) pipe_module_->set_activation_checkpoint_interval(interval);
 }
 
 int PipelineEngine::prev_rank() const { return pipe_group_.global_rank(stage_id() - 1); }

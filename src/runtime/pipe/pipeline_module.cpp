@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "deepspeed/checkpointing.h"
 #include "deepspeed/errors.h"
 #include "deepspeed/pipe.h"
 #include "util/check.h"
@@ -75,12 +76,6 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> layers, PipelineModuleOpti
   DS_CHECK(options_.activation_checkpoint_interval >= 0, ConfigError,
            "PipelineModule: activation_checkpoint_interval is ",
            options_.activation_checkpoint_interval, "; expected >= 0 (0 disables)");
-  // TODO(pipe): run every activation_checkpoint_interval layers under activation checkpointing
-  // once deepspeed::checkpoint(function, args) exists.
-  DS_CHECK(options_.activation_checkpoint_interval == 0, NotSupportedError,
-           "PipelineModule: activation_checkpoint_interval ",
-           options_.activation_checkpoint_interval,
-           " needs activation checkpointing, which this build does not have yet; use 0");
   // Every check that can fail on one rank alone comes before the first collective.
   parts_ = partition_layers(specs_, options_.partition_method, num_stages_);
   mpu_ = std::make_shared<TopologyMpu>(*options_.topology);
@@ -126,6 +121,7 @@ void PipelineModule::build_local_layers() {
       // Matches DeepSpeed: a tied layer without forward_fn is the shared module itself, and
       // its state is saved as this layer's; with forward_fn it is a function and has none.
       local_modules_.push_back(spec.tied_forward ? nullptr : module);
+      local_has_parameters_.push_back(!module->parameters().empty());
       continue;
     }
     Layer built = spec.build();
@@ -134,6 +130,7 @@ void PipelineModule::build_local_layers() {
     if (built.module) register_module(std::to_string(idx), built.module);
     forward_funcs_.push_back(built.forward);
     local_modules_.push_back(built.module);
+    local_has_parameters_.push_back(built.module && !built.module->parameters().empty());
   }
 }
 
@@ -236,9 +233,36 @@ std::shared_ptr<torch::nn::Module> PipelineModule::layer_module(int layer_idx) c
   return local_modules_[static_cast<size_t>(layer_idx - local_start())];
 }
 
-at::Tensor PipelineModule::forward(const at::Tensor& input) {
+void PipelineModule::set_activation_checkpoint_interval(int interval) {
+  DS_CHECK(interval >= 0, ConfigError, "PipelineModule: activation_checkpoint_interval is ",
+           interval, "; expected >= 0 (0 disables)");
+  options_.activation_checkpoint_interval = interval;
+}
+
+at::Tensor PipelineModule::run_layers(size_t begin, size_t end, const at::Tensor& input) {
   at::Tensor x = input;
-  for (auto& f : forward_funcs_) x = f(x);
+  for (size_t i = begin; i < end; ++i) x = forward_funcs_[i](x);
+  return x;
+}
+
+at::Tensor PipelineModule::forward(const at::Tensor& input) {
+  const auto interval = static_cast<size_t>(options_.activation_checkpoint_interval);
+  if (interval == 0) return run_layers(0, forward_funcs_.size(), input);
+  // As DeepSpeed's PipelineModule: each run of `interval` consecutive local layers is one
+  // checkpoint() call, so only its input is kept and the run is recomputed in backward. A run
+  // without parameters (say, a reshape) has nothing to recompute for and runs plainly.
+  at::Tensor x = input;
+  for (size_t begin = 0; begin < forward_funcs_.size(); begin += interval) {
+    const size_t end = std::min(begin + interval, forward_funcs_.size());
+    bool has_parameters = false;
+    for (size_t i = begin; i < end; ++i) has_parameters = has_parameters || local_has_parameters_[i];
+    if (!has_parameters || !at::GradMode::is_enabled()) {
+      x = run_layers(begin, end, x);
+      continue;
+    }
+    x = checkpointing::checkpoint(
+        [this, begin, end](const at::Tensor& in) { return run_layers(begin, end, in); }, x);
+  }
   return x;
 }
 
