@@ -41,6 +41,7 @@ class ThroughputTimer;
 class Timers;
 class ZeroOptimizer;
 struct ReductionStats;
+struct ZeroCheckpointContext;
 }  // namespace runtime
 
 /// Per-rank memory figures, in bytes (CPU: resident set of this process).
@@ -276,9 +277,8 @@ class Engine {
   void log_throughput();
   void log_timers(bool boundary);
   // engine_checkpoint.cpp
-  c10::IValue stage0_optimizer_state();
-  checkpoint::ZeroOptimizerFile zero_optimizer_file();
   checkpoint::LossScalerState scaler_state() const;
+  runtime::ZeroCheckpointContext checkpoint_context(const std::string& tag_dir) const;
   checkpoint::ModelStates model_states(const ClientState& client_state,
                                        bool exclude_frozen_parameters);
   void write_monitor_events();

@@ -1,4 +1,4 @@
-// PartitionedGradReducer implementation (see the header and Note [Static buckets]).
+// PartitionedGradReducer implementation (see the header; the launch order is the Bucketer's).
 #include "runtime/zero/partitioned_reducer.h"
 
 #include <algorithm>
@@ -21,18 +21,29 @@ PartitionedGradReducer::PartitionedGradReducer(std::vector<FlatGroup>* groups,
   for (size_t g = 0; g < groups_->size(); ++g) {
     for (size_t s = 0; s < (*groups_)[g].slots().size(); ++s) param_at_.emplace_back(g, s);
   }
-  build_buckets();
-  ready_.assign(param_at_.size(), false);
-  copied_.assign(param_at_.size(), false);
+  BucketPlan plan = build_buckets();
+
+  BucketerOptions bucketing;
+  bucketing.buffers = options_.overlap_comm ? 2 : 1;
+  // Without overlap_comm the reduction completes before backward goes on (DeepSpeed reduces on
+  // the compute stream then).
+  bucketing.complete_on_launch = !options_.overlap_comm;
+  // contiguous_gradients: the bucket being filled takes the gradient now and param.grad is freed.
+  bucketing.fill_on_ready = options_.contiguous_gradients;
+  BucketOps ops;
+  ops.fill = [this](size_t b, size_t slot, size_t buffer, bool) {
+    fill(buckets_[b], slot, buffer);
+  };
+  ops.launch = [this](size_t b, size_t buffer) { return launch(buckets_[b], buffer); };
+  ops.complete = [this](size_t b, size_t buffer) { complete(buckets_[b], buffer); };
+  bucketer_ = std::make_unique<Bucketer>(std::move(plan), bucketing, std::move(ops));
 
   int64_t largest = 0;
   for (const auto& b : buckets_) largest = std::max(largest, b.numel);
-  const int count = options_.overlap_comm ? 2 : 1;
-  if (largest > 0) {
+  if (bucketer_->num_buffers() > 0) {
     at::TensorOptions o = (*groups_)[0].flat().options().dtype(options_.bucket_dtype);
-    for (int i = 0; i < count; ++i) {
+    for (size_t i = 0; i < bucketer_->num_buffers(); ++i) {
       buffers_.push_back(at::empty({largest}, o));
-      free_buffers_.push_back(i);
     }
   }
 
@@ -43,20 +54,18 @@ PartitionedGradReducer::PartitionedGradReducer(std::vector<FlatGroup>* groups,
 
 PartitionedGradReducer::~PartitionedGradReducer() = default;
 
-void PartitionedGradReducer::build_buckets() {
+BucketPlan PartitionedGradReducer::build_buckets() {
   // Matches DeepSpeed: a gradient that would overflow the bucket closes it first.
   std::vector<int64_t> sizes;
   for (const auto& [g, s] : param_at_) sizes.push_back((*groups_)[g].slots()[s].numel);
   BucketPlan plan = plan_buckets(sizes, options_.bucket_numel);
-  bucket_of_ = std::move(plan.bucket_of);
-  slot_in_bucket_ = std::move(plan.slot_of);
-  for (auto& items : plan.items) {
+  for (const auto& items : plan.items) {
     Bucket b;
     for (size_t k : items) {
       b.entries.push_back(Entry{param_at_[k].first, param_at_[k].second, b.numel});
       b.numel += sizes[k];
     }
-    b.params = std::move(items);
+    b.params = items;
     buckets_.push_back(std::move(b));
   }
 
@@ -88,48 +97,37 @@ void PartitionedGradReducer::build_buckets() {
       }
     }
   }
+  return plan;
 }
 
-void PartitionedGradReducer::prepare() {
-  for (auto& b : buckets_) {
-    b.pending = b.params.size();
-    b.handles.clear();
-    DS_INTERNAL_ASSERT(b.buffer < 0, "a bucket kept its buffer across backward passes");
-  }
-  std::fill(ready_.begin(), ready_.end(), false);
-  std::fill(copied_.begin(), copied_.end(), false);
-  next_to_launch_ = 0;
-  stats_ = ReductionStats{};
-  armed_ = true;
+void PartitionedGradReducer::prepare() { bucketer_->prepare(); }
+
+ReductionStats PartitionedGradReducer::stats() const {
+  ReductionStats stats;
+  stats.buckets_launched = bucketer_->buckets_launched();
+  stats.buckets_launched_from_hooks = bucketer_->buckets_launched_from_hooks();
+  stats.reductions_issued = bucketer_->collectives_issued();
+  return stats;
 }
 
-at::Tensor PartitionedGradReducer::bucket_view(const Bucket& b) const {
-  return buffers_[static_cast<size_t>(b.buffer)].narrow(0, 0, b.numel);
+at::Tensor PartitionedGradReducer::bucket_view(const Bucket& b, size_t buffer) const {
+  return buffers_[buffer].narrow(0, 0, b.numel);
 }
 
 void PartitionedGradReducer::on_grad_ready(size_t i) {
-  if (!armed_) return;
-  Bucket& b = buckets_[bucket_of_[i]];
+  if (!bucketer_->armed()) return;
   const auto [g, s] = param_at_[i];
-  DS_CHECK(!ready_[i], UsageError, "the gradient of '", (*groups_)[g].slots()[s].name,
+  DS_CHECK(!bucketer_->ready(i), UsageError, "the gradient of '", (*groups_)[g].slots()[s].name,
            "' was computed twice in one backward; call engine.backward() once per micro-batch");
-  DS_CHECK(bucket_of_[i] >= next_to_launch_, UsageError, "the gradient of '",
+  DS_CHECK(!bucketer_->launched(bucketer_->plan().bucket_of[i]), UsageError, "the gradient of '",
            (*groups_)[g].slots()[s].name, "' arrived after its bucket was reduced");
-  ready_[i] = true;
-  // contiguous_gradients: the bucket being filled takes the gradient now and param.grad is freed.
-  if (options_.contiguous_gradients && bucket_of_[i] == next_to_launch_) {
-    acquire_buffer(b);
-    copy_in(b, slot_in_bucket_[i]);
-  }
-  if (--b.pending == 0) launch_ready_buckets();
+  bucketer_->on_ready(i);
 }
 
-void PartitionedGradReducer::copy_in(Bucket& b, size_t k) {
-  const size_t index = b.params[k];
-  if (copied_[index]) return;
+void PartitionedGradReducer::fill(const Bucket& b, size_t k, size_t buffer) {
   const Entry& e = b.entries[k];
   at::Tensor p = (*groups_)[e.group].slots()[e.slot].param;
-  at::Tensor dst = bucket_view(b).narrow(0, e.bucket_offset, p.numel());
+  at::Tensor dst = bucket_view(b, buffer).narrow(0, e.bucket_offset, p.numel());
   const at::Tensor& grad = p.grad();
   if (grad.defined()) {
     dst.copy_(grad.reshape({-1}));
@@ -138,28 +136,10 @@ void PartitionedGradReducer::copy_in(Bucket& b, size_t k) {
     dst.zero_();
   }
   p.mutable_grad() = at::Tensor();  // this rank keeps only its owned range, in the partition
-  copied_[index] = true;
 }
 
-void PartitionedGradReducer::acquire_buffer(Bucket& b) {
-  if (b.buffer >= 0) return;
-  if (free_buffers_.empty()) complete_oldest();
-  DS_INTERNAL_ASSERT(!free_buffers_.empty(), "no reduction buffer came free");
-  b.buffer = free_buffers_.back();
-  free_buffers_.pop_back();
-}
-
-void PartitionedGradReducer::launch_ready_buckets() {
-  while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
-    launch(buckets_[next_to_launch_]);
-    ++next_to_launch_;
-  }
-}
-
-void PartitionedGradReducer::launch(Bucket& b) {
-  acquire_buffer(b);
-  for (size_t k = 0; k < b.params.size(); ++k) copy_in(b, k);
-  at::Tensor flat = bucket_view(b);
+std::vector<comm::Handle> PartitionedGradReducer::launch(const Bucket& b, size_t buffer) {
+  at::Tensor flat = bucket_view(b, buffer);
   const double w = static_cast<double>(world_size_);
   if (options_.average) {
     if (options_.reduce_scatter || options_.prescale) {
@@ -168,33 +148,23 @@ void PartitionedGradReducer::launch(Bucket& b) {
       flat.mul_(1.0 / options_.predivide_factor);
     }
   }
+  std::vector<comm::Handle> handles;
   if (!options_.reduce_scatter || options_.multi_rank_bucket_allreduce) {
-    b.handles.push_back(
+    handles.push_back(
         comm::all_reduce(flat, comm::ReduceOp::kSum, /*async_op=*/true, options_.group));
   } else {
     for (const Run& r : b.runs) {
       at::Tensor range = flat.narrow(0, r.bucket_offset, r.numel);
       // r.owner is a data-parallel rank; reduce's dst is a global rank.
-      b.handles.push_back(comm::reduce(range, options_.group.global_rank(r.owner),
-                                       comm::ReduceOp::kSum, /*async_op=*/true, options_.group));
+      handles.push_back(comm::reduce(range, options_.group.global_rank(r.owner),
+                                     comm::ReduceOp::kSum, /*async_op=*/true, options_.group));
     }
   }
-  stats_.buckets_launched += 1;
-  stats_.reductions_issued += static_cast<int64_t>(b.handles.size());
-  if (!in_finish_) stats_.buckets_launched_from_hooks += 1;
-  in_flight_.push_back(static_cast<size_t>(&b - buckets_.data()));
-  // Without overlap_comm the reduction completes before backward goes on (DeepSpeed reduces on
-  // the compute stream then).
-  if (!options_.overlap_comm) complete_oldest();
+  return handles;
 }
 
-void PartitionedGradReducer::complete_oldest() {
-  DS_INTERNAL_ASSERT(!in_flight_.empty(), "no reduction in flight");
-  Bucket& b = buckets_[in_flight_.front()];
-  in_flight_.pop_front();
-  for (auto& h : b.handles) h.wait();
-  b.handles.clear();
-  at::Tensor flat = bucket_view(b);
+void PartitionedGradReducer::complete(const Bucket& b, size_t buffer) {
+  at::Tensor flat = bucket_view(b, buffer);
   const double w = static_cast<double>(world_size_);
   if (options_.average && !options_.reduce_scatter && !options_.prescale &&
       options_.predivide_factor != w) {
@@ -206,27 +176,20 @@ void PartitionedGradReducer::complete_oldest() {
         .narrow(0, c.partition_offset, c.numel)
         .add_(flat.narrow(0, c.bucket_offset, c.numel));
   }
-  free_buffers_.push_back(b.buffer);
-  b.buffer = -1;
 }
 
 void PartitionedGradReducer::finish() {
-  if (!armed_) return;
+  if (!bucketer_->armed()) return;
   if (!options_.ignore_unused_parameters) {
-    for (size_t i = 0; i < ready_.size(); ++i) {
+    for (size_t i = 0; i < param_at_.size(); ++i) {
       const auto [g, s] = param_at_[i];
       const FlatSlot& slot = (*groups_)[g].slots()[s];
-      DS_CHECK(ready_[i] || slot.param.grad().defined(), UsageError, "parameter '", slot.name,
-               "' got no gradient in this backward (it is unused by the forward pass) while "
+      DS_CHECK(bucketer_->ready(i) || slot.param.grad().defined(), UsageError, "parameter '",
+               slot.name, "' got no gradient in this backward (it is unused by the forward pass) while "
                "zero_optimization.ignore_unused_parameters is false");
     }
   }
-  for (auto& b : buckets_) b.pending = 0;  // what is left launches now, in order
-  in_finish_ = true;
-  launch_ready_buckets();
-  while (!in_flight_.empty()) complete_oldest();
-  in_finish_ = false;
-  armed_ = false;
+  bucketer_->flush();  // what is left launches now, in order
 }
 
 int64_t PartitionedGradReducer::buffer_bytes() const {

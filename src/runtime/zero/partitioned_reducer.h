@@ -3,13 +3,9 @@
 // parameter larger than a bucket gets one of its own). A full bucket is reduced while backward
 // goes on, and each rank keeps only the ranges it owns, added into its gradient partition.
 //
-// Note [Static buckets]: the bucket of every parameter is fixed at construction and buckets are
-// launched strictly in index order, so every rank issues the same collectives in the same order
-// even when autograd visits parameters differently or some get no gradient. A gradient that
-// arrives before its bucket is being filled stays in param.grad until then.
-//
-// Buffers: one (overlap_comm false: each bucket is reduced synchronously, in the hook) or two
-// (overlap_comm true: one is filled while the other is in flight, DeepSpeed's double buffering).
+// The launch order and the buffers are the Bucketer's (Note [Static buckets]). Buffers: one
+// (overlap_comm false: each bucket is reduced synchronously, in the hook) or two (overlap_comm
+// true: one is filled while the other is in flight, DeepSpeed's double buffering).
 //
 // Reduction (reference §7.1, §7.3): reduce_scatter false: all-reduce the bucket with the
 // pre/post-scale formula. reduce_scatter true: divide by W, then all-reduce the bucket
@@ -18,7 +14,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -57,11 +52,11 @@ class PartitionedGradReducer {
   void prepare();
   /// After backward: reduces what is left (missing gradients count as zeros) and waits for all.
   void finish();
-  bool armed() const { return armed_; }
+  bool armed() const { return bucketer_->armed(); }
 
   size_t num_buckets() const { return buckets_.size(); }
   int64_t buffer_bytes() const;
-  const ReductionStats& stats() const { return stats_; }
+  ReductionStats stats() const;
 
  private:
   struct Entry {
@@ -86,18 +81,13 @@ class PartitionedGradReducer {
     std::vector<Run> runs;
     std::vector<Copy> copies;
     int64_t numel = 0;
-    size_t pending = 0;
-    int buffer = -1;
-    std::vector<comm::Handle> handles;
   };
-  void build_buckets();
+  BucketPlan build_buckets();
   void on_grad_ready(size_t index);
-  void copy_in(Bucket& bucket, size_t slot_in_bucket);
-  void launch_ready_buckets();
-  void launch(Bucket& bucket);
-  void acquire_buffer(Bucket& bucket);
-  void complete_oldest();
-  at::Tensor bucket_view(const Bucket& bucket) const;
+  void fill(const Bucket& bucket, size_t slot_in_bucket, size_t buffer);
+  std::vector<comm::Handle> launch(const Bucket& bucket, size_t buffer);
+  void complete(const Bucket& bucket, size_t buffer);
+  at::Tensor bucket_view(const Bucket& bucket, size_t buffer) const;
 
   std::vector<FlatGroup>* groups_;
   std::vector<at::Tensor>* grad_partitions_;
@@ -107,18 +97,8 @@ class PartitionedGradReducer {
 
   std::vector<std::pair<size_t, size_t>> param_at_;  // global index -> (group, slot)
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;
-  std::vector<size_t> slot_in_bucket_;
-  std::vector<bool> ready_;
-  std::vector<bool> copied_;
-
-  std::vector<at::Tensor> buffers_;
-  std::vector<int> free_buffers_;
-  std::deque<size_t> in_flight_;  // bucket indices, in launch order
-  size_t next_to_launch_ = 0;
-  bool armed_ = false;
-  bool in_finish_ = false;
-  ReductionStats stats_;
+  std::vector<at::Tensor> buffers_;  // the Bucketer's pool, each as large as the largest bucket
+  std::unique_ptr<Bucketer> bucketer_;
   std::unique_ptr<GradReadyHooks> hooks_;  // last: removed first
 };
 

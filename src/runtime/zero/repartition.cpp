@@ -3,6 +3,7 @@
 #include "runtime/zero/repartition.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -27,6 +28,100 @@ std::string shape_text(const checkpoint::Shape& shape) {
 }
 
 }  // namespace
+
+RepartitionedZeroState repartition_zero_state(const SavedZeroRanks& saved,
+                                              const RepartitionLayout& layout) {
+  namespace ckpt = checkpoint;
+  using c10::IValue;
+  using List = c10::impl::GenericList;
+  RepartitionedZeroState out;
+  const size_t ranks = saved.masters.size();
+  const size_t saved_flats = saved.masters.front().size();
+
+  // fp32 masters: every saved flat cut into parameters, every own flat assembled by name.
+  SavedParams masters;
+  for (size_t k = 0; k < saved_flats; ++k) {
+    std::vector<at::Tensor> per_rank;
+    for (size_t r = 0; r < ranks; ++r) per_rank.push_back(saved.masters[r][k].reshape({-1}));
+    layout.split(k, per_rank, &masters);
+  }
+  for (size_t g = 0; g < layout.own_flats; ++g) {
+    out.masters.push_back(layout.assemble(g, masters, at::kFloat));
+  }
+  if (saved.optimizer_states.empty()) return out;
+
+  // Optimizer state, per saved param group: the entry of its first saved flat with state gives
+  // the keys in their saved order; per-element tensors are gathered by parameter name over all
+  // of the group's saved flats and re-laid per own flat.
+  struct Key {
+    std::string name;
+    IValue scalar;  // None: per-element
+    at::ScalarType dtype = at::kFloat;
+  };
+  const auto state_of = [&](size_t r) {
+    return saved.optimizer_states[r].toGenericDict().at("state").toGenericDict();
+  };
+  ckpt::Dict base0 = saved.optimizer_states.front().toGenericDict();
+  ckpt::Dict state0 = state_of(0);
+  auto saved_groups = base0.at("param_groups").toListRef();
+  std::vector<std::optional<std::vector<Key>>> keys_of_group(saved_groups.size());
+  std::vector<std::map<std::string, SavedParams>> by_key(saved_groups.size());
+  for (size_t pg = 0; pg < saved_groups.size(); ++pg) {
+    for (const auto& id_value : saved_groups[pg].toGenericDict().at("params").toListRef()) {
+      const int64_t id = id_value.toInt();
+      if (!state0.contains(id)) continue;  // no step taken yet
+      const size_t k = layout.saved_flat_of(pg, id);
+      DS_CHECK(k < saved_flats, CheckpointError, saved.source, ": optimizer state for parameter ",
+               id, " but only ", saved_flats, " saved flat groups");
+      std::vector<Key> keys;
+      for (const auto& item : state0.at(id).toGenericDict()) {
+        const std::string name = item.key().toStringRef();
+        const IValue& v = item.value();
+        if (!(v.isTensor() && v.toTensor().dim() == 1 &&
+              v.toTensor().numel() == saved.state_numel.at(k))) {
+          keys.push_back(Key{name, v});
+          continue;
+        }
+        keys.push_back(Key{name, IValue(), v.toTensor().scalar_type()});
+        std::vector<at::Tensor> per_rank;
+        for (size_t r = 0; r < ranks; ++r) {
+          per_rank.push_back(state_of(r).at(id).toGenericDict().at(name).toTensor());
+        }
+        layout.split(k, per_rank, &by_key[pg][name]);
+      }
+      if (!keys_of_group[pg]) keys_of_group[pg] = std::move(keys);
+    }
+  }
+  ckpt::Dict state = ckpt::new_dict();
+  List groups(c10::AnyType::get());
+  for (size_t pg = 0; pg < saved_groups.size(); ++pg) {
+    ckpt::Dict group = saved_groups[pg].toGenericDict().copy();
+    List ids(c10::AnyType::get());
+    for (size_t g = 0; g < layout.own_flats; ++g) {
+      if (layout.own_param_group[g] == pg) ids.push_back(static_cast<int64_t>(g));
+    }
+    group.insert_or_assign("params", ids);
+    groups.push_back(group);
+  }
+  for (size_t g = 0; g < layout.own_flats; ++g) {
+    const size_t pg = layout.own_param_group[g];
+    if (pg >= keys_of_group.size() || !keys_of_group[pg]) continue;
+    ckpt::Dict entry = ckpt::new_dict();
+    for (const auto& key : *keys_of_group[pg]) {
+      if (!key.scalar.isNone()) {
+        entry.insert(key.name, key.scalar);
+      } else {
+        entry.insert(key.name, layout.assemble(g, by_key[pg][key.name], key.dtype));
+      }
+    }
+    state.insert(static_cast<int64_t>(g), entry);
+  }
+  ckpt::Dict base = ckpt::new_dict();
+  base.insert("state", state);
+  base.insert("param_groups", groups);
+  out.optimizer_state = base;
+  return out;
+}
 
 void split_saved_group(const at::Tensor& full, const checkpoint::ShapeDict& shapes,
                        const std::string& source, SavedParams* out) {

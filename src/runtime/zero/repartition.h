@@ -1,15 +1,20 @@
-// Re-partitioning ZeRO-1/2 checkpoint data for a different layout: the flat fp32 masters and the
+// Re-partitioning ZeRO checkpoint data for a different layout: the flat fp32 masters and the
 // optimizer's per-element states that W_old ranks saved are cut into parameters by name, then
-// laid out again as this engine's flat groups (any world size, param-group split or round-robin
-// order). This is what lets a checkpoint written by W ranks resume on W' ranks, and a checkpoint
-// written by Python DeepSpeed load into our flat groups.
+// laid out again as this engine's flats (any world size, param-group split, round-robin order or
+// sub_group_size). This is what lets a checkpoint written by W ranks resume on W' ranks, and a
+// checkpoint written by Python DeepSpeed load into our flat groups. One routine,
+// repartition_zero_state, serves stages 1/2 and 3; they differ only in how a saved flat is cut
+// into parameters and how this rank's flat is laid out (RepartitionLayout).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 
 #include "deepspeed/checkpoint.h"
 #include "runtime/zero/zero_optimizer.h"
@@ -22,6 +27,48 @@ struct SavedParam {
   checkpoint::Shape shape;
 };
 using SavedParams = std::map<std::string, SavedParam>;
+
+/// What differs between the stages' layouts. "Saved flat k" is the inner optimizer's parameter k
+/// in the saved files (a flat group for stages 1/2, a sub-group for stage 3); "own flat g" this
+/// engine's.
+struct RepartitionLayout {
+  /// Adds saved flat k's parameters to `out`; `per_rank` holds every saved rank's piece of it
+  /// (its fp32 masters or one per-element optimizer state), in rank order.
+  std::function<void(size_t k, const std::vector<at::Tensor>& per_rank, SavedParams* out)> split;
+  /// This rank's own flat g in `dtype`, filled by name from `saved`; padding zero.
+  std::function<at::Tensor(size_t g, const SavedParams& saved, at::ScalarType dtype)> assemble;
+  /// The saved flat that saved param group `pg` lists as parameter id `id`.
+  std::function<size_t(size_t pg, int64_t id)> saved_flat_of;
+  size_t own_flats = 0;
+  /// Per own flat: the inner optimizer's param group it belongs to (a saved group of the same
+  /// index).
+  std::vector<size_t> own_param_group;
+};
+
+/// What the saved ranks hold.
+struct SavedZeroRanks {
+  std::vector<std::vector<at::Tensor>> masters;  // [rank][saved flat]: fp32 masters
+  /// [rank]: the inner optimizer's state dict ({state, param_groups}); empty when the
+  /// optimizer state is not wanted. The caller checked that rank 0's has both keys and enough
+  /// param groups.
+  std::vector<c10::IValue> optimizer_states;
+  /// [saved flat]: a 1-D state tensor of this many elements (rank 0's) is per-element state,
+  /// re-laid like the masters; any other value (step counts) is taken from rank 0 as it is.
+  std::vector<int64_t> state_numel;
+  std::string source;  // the file errors name
+};
+
+struct RepartitionedZeroState {
+  std::vector<at::Tensor> masters;  // per own flat: this rank's fp32 partition (padding zero)
+  c10::IValue optimizer_state;      // the inner optimizer's state dict for the own flats, or None
+};
+
+/// Re-lays the saved masters and optimizer state for this engine's flats. Optimizer state: each
+/// saved param group keeps its options, lists the own flats of that group, and gives each of
+/// them the state its saved flats had (scalars from the group's first saved flat with state).
+/// Throws CheckpointError naming saved.source.
+RepartitionedZeroState repartition_zero_state(const SavedZeroRanks& saved,
+                                              const RepartitionLayout& layout);
 
 /// Cuts one saved param group into parameters. `full` is the group's flat vector: every saved
 /// rank's partition concatenated in rank order (padding, if any, only at the end); `shapes`

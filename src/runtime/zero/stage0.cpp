@@ -10,15 +10,17 @@
 #include "runtime/grad_clip.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/grad_reducer.h"
-#include "runtime/zero/zero_optimizer.h"
+#include "runtime/zero/flat_zero_optimizer.h"
 
 namespace deepspeed::runtime {
 namespace {
 
-class Stage0 final : public ZeroOptimizer {
+// Its checkpoint is FlatZeroOptimizer's with no flat groups: the optimizer's own state dict.
+class Stage0 final : public FlatZeroOptimizer {
  public:
   explicit Stage0(const ZeroContext& ctx)
-      : optimizer_(ctx.optimizer), params_(ctx.trainable_params) {
+      : FlatZeroOptimizer(0, ctx.dp_group.rank(), ctx.dp_group.size()),
+        optimizer_(ctx.optimizer), params_(ctx.trainable_params) {
     const auto& cfg = *ctx.config;
     if (ctx.dp_group.size() > 1 && !params_.empty()) {
       GradReducerOptions ro;

@@ -17,7 +17,7 @@
 #include "runtime/precision/overflow_check.h"
 #include "runtime/zero/flat_group.h"
 #include "runtime/zero/partitioned_reducer.h"
-#include "runtime/zero/zero_optimizer.h"
+#include "runtime/zero/flat_zero_optimizer.h"
 #include "util/check.h"
 #include "util/logging.h"
 
@@ -41,10 +41,12 @@ void check_config(const DeepSpeedConfig& cfg) {
            ": zero_optimization.allgather_bucket_size must be positive");
 }
 
-class Stage12 final : public ZeroOptimizer {
+class Stage12 final : public FlatZeroOptimizer {
  public:
   explicit Stage12(const ZeroContext& ctx)
-      : config_(*ctx.config), optimizer_(ctx.optimizer),
+      : FlatZeroOptimizer(static_cast<int>(ctx.config->zero_optimization.stage),
+                          ctx.dp_group.rank(), ctx.dp_group.size()),
+        config_(*ctx.config), optimizer_(ctx.optimizer),
         stage_(static_cast<int>(ctx.config->zero_optimization.stage)),
         dp_group_(ctx.dp_group), world_(dp_group_.size()), rank_(dp_group_.rank()),
         partitions_(stage_ == 0 ? 1 : world_), partition_(stage_ == 0 ? 0 : rank_),
@@ -232,14 +234,6 @@ class Stage12 final : public ZeroOptimizer {
   }
 
   at::Tensor master_partition(size_t g) override { return masters_.at(g); }
-
-  void masters_to_params() override {
-    at::NoGradGuard no_grad;
-    if (model_dtype_ != at::kFloat) {
-      for (size_t g = 0; g < groups_.size(); ++g) groups_[g].partition(partition_).copy_(masters_[g]);
-    }
-    gather_partitions();
-  }
 
   void params_to_masters() override {
     at::NoGradGuard no_grad;

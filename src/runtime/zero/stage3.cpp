@@ -218,18 +218,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
   }
   bool backward_pending() const override { return reducer_ && reducer_->armed(); }
 
-  // Checkpoint hooks of ZeroOptimizer: the masters are the sub-groups' fp32 flats.
-  at::Tensor master_partition(size_t g) override {
-    return g < sub_groups_.size() ? sub_groups_[g].fp32 : at::Tensor();
-  }
+  // Checkpoints: the masters are the sub-groups' fp32 flats.
   void masters_to_params() override {
     at::NoGradGuard no_grad;
     for (size_t k = 0; k < sub_groups_.size(); ++k) master_to_shards(k);
     refresh_gathered_params();
-  }
-  void params_to_masters() override {
-    at::NoGradGuard no_grad;
-    for (size_t k = 0; k < sub_groups_.size(); ++k) shards_to_master(k);
   }
 
   std::vector<Stage3SubGroup>& sub_groups() override { return sub_groups_; }

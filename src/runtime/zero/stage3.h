@@ -1,8 +1,8 @@
 // Stage3ZeroOptimizer: what ZeRO stage 3 exposes beyond the ZeroOptimizer interface, for
-// checkpoints (each rank's fp32 shards in DeepSpeed's stage-3 fp32_flat_groups layout, the
-// parameters' names and shapes in that order, the inner optimizer's state over the shards),
-// offload (one sub-group stepped at a time) and tests (gather counters).
-// make_stage3() (zero_optimizer.h) returns one.
+// its checkpoints (each rank's fp32 shards in DeepSpeed's stage-3 fp32_flat_groups layout, the
+// parameters' names and shapes in that order, the inner optimizer's state over the shards;
+// written and read in stage3_checkpoint.cpp), offload (one sub-group stepped at a time) and
+// tests (gather counters). make_stage3() (zero_optimizer.h) returns one.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 #include "runtime/zero/stage3_coordinator.h"
 #include "runtime/zero/stage3_sub_group.h"
+#include "runtime/zero/zero_checkpoint.h"
 #include "runtime/zero/zero_optimizer.h"
 
 namespace deepspeed::runtime {
@@ -41,15 +42,29 @@ class Stage3ZeroOptimizer : public ZeroOptimizer {
   virtual void step_sub_group(size_t index) = 0;
   /// After the optimizer step: refreshes the parameters that are gathered (persistent ones).
   virtual void refresh_gathered_params() = 0;
-  /// Checkpoints: with NVMe offload the sub-groups' fp32 shards and optimizer state live in swap
-  /// files between steps; a save or load brings all of them into memory first and lets them go
-  /// after (no-ops while everything is in memory).
-  virtual void swap_in_optimizer_states() {}
-  virtual void swap_out_optimizer_states() {}
+  /// After the fp32 flats were written: every rank's shards of the model's parameters from
+  /// them (cast to the model dtype), and the gathered ones refreshed.
+  virtual void masters_to_params() = 0;
   virtual CoordinatorStats coordinator_stats() const = 0;
   /// The data-parallel size (the partition count) and this rank's data-parallel rank.
   virtual int world_size() const = 0;
   virtual int rank() const = 0;
+
+  // Checkpoints in DeepSpeed's stage-3 layout (stage3_checkpoint.cpp): every rank writes
+  // zero_pp_rank_<r>_mp_rank_XX_model_states.pt (parameters as 0-element placeholders, buffers,
+  // param_shapes per sub-group, its frozen-parameter shards) and
+  // [bf16_]zero_pp_rank_<r>_mp_rank_XX_optim_states.pt (zero_stage 3, fp32_flat_groups = its
+  // fp32 sub-group flats, the inner optimizer's state, the loss scaler). Reading re-lays the
+  // shards for this engine's sub-groups, so a checkpoint loads on another number of ranks (or
+  // another sub_group_size) too.
+  std::string model_states_file_name(int dp_rank, int mp_rank) const override;
+  void add_model_states(const ZeroCheckpointContext& ctx,
+                        checkpoint::ModelStates* states) override;
+  std::optional<std::pair<std::string, c10::IValue>> optimizer_states_file(
+      const ZeroCheckpointContext& ctx) override;
+  void read_checkpoint(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan) override;
+  void apply_checkpoint(const ZeroCheckpointContext& ctx, const ZeroLoadPlan& plan,
+                        std::vector<std::string>* restored) override;
 };
 
 }  // namespace deepspeed::runtime

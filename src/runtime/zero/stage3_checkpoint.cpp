@@ -1,7 +1,9 @@
-// See stage3_checkpoint.h. The inner optimizer's parameters are the sub-groups' fp32 flats in
-// sub-group order, so saved parameter index k is saved sub-group k; per-element optimizer
-// state (exp_avg, ...) has the flat's layout and is re-laid exactly like the masters.
-#include "runtime/zero/stage3_checkpoint.h"
+// Stage3ZeroOptimizer's checkpoints (see stage3.h; reference §6.1-6.3): what each rank writes,
+// and how a checkpoint is read into a ZeroLoadPlan and applied. The inner optimizer's parameters
+// are the sub-groups' fp32 flats in sub-group order, so saved parameter index k is saved
+// sub-group k; per-element optimizer state (exp_avg, ...) has the flat's layout and is re-laid
+// exactly like the masters (repartition_zero_state). zero_to_fp32 consolidates these files.
+#include "runtime/zero/stage3.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -93,13 +95,110 @@ ckpt::ModelStates read_model_states(const std::string& tag_dir, int rank, int mp
   return ckpt::ModelStates::from_ivalue(ckpt::load(path), path);
 }
 
+// Another world size or sub-group layout: every saved rank's files, re-laid by name.
+void read_other_layout(Stage3ZeroOptimizer& zero, const ZeroCheckpointContext& ctx,
+                       const Zero3File& file0, ZeroLoadPlan* plan) {
+  const std::string& tag_dir = ctx.tag_dir;
+  const int mp_rank = ctx.mp_rank;
+  const int rank = zero.rank();
+  const int64_t saved_world = file0.partition_count;
+  const auto& shapes = *plan->states.param_shapes;
+  auto& groups = zero.sub_groups();
+  const auto slots = own_slots(zero);
+  auto frozen = zero.frozen_shards();
+
+  char mp_suffix[64];  // this model-parallel rank's files only
+  std::snprintf(mp_suffix, sizeof mp_suffix, "mp_rank_%02d_optim_states.pt", mp_rank);
+  const auto present = ckpt::list_files_with_suffix(tag_dir, mp_suffix);
+  DS_CHECK(static_cast<int64_t>(present.size()) == saved_world, CheckpointError, tag_dir,
+           ": expected ", saved_world, " '*_optim_states.pt' files (partition_count) but "
+           "found ", present.size(), "; possibly an overwrite of an old checkpoint");
+  std::vector<Zero3File> files{file0};
+  for (int r = 1; r < saved_world; ++r) {
+    files.push_back(read_optim_file(tag_dir, r, mp_rank, ctx.config->bf16.enabled));
+  }
+  SavedZeroRanks saved;
+  saved.source = file0.path;
+  for (const auto& f : files) {
+    DS_CHECK(f.fp32_flat_groups.size() == shapes.size(), CheckpointError, f.path, ": ",
+             f.fp32_flat_groups.size(), " fp32 flat groups, param_shapes lists ", shapes.size());
+    saved.masters.push_back(f.fp32_flat_groups);
+  }
+  if (ctx.want_optimizer) {
+    ckpt::Dict base0 = file0.inner.toGenericDict();
+    DS_CHECK(base0.contains("param_groups") && base0.contains("state"), CheckpointError,
+             file0.path, ": the inner optimizer_state_dict has no param_groups/state");
+    const size_t saved_groups = base0.at("param_groups").toListRef().size();
+    size_t optimizer_groups = 0;
+    for (const auto& sg : groups) optimizer_groups = std::max(optimizer_groups, sg.param_group + 1);
+    DS_CHECK(saved_groups >= optimizer_groups, CheckpointError, file0.path, ": ", saved_groups,
+             " optimizer param groups, this engine has ", optimizer_groups);
+    for (const auto& f : files) saved.optimizer_states.push_back(f.inner);
+    // Per-element state has the layout of the saved flat (every sub-group of a group takes the
+    // same number of steps, so scalars come from the group's first sub-group).
+    for (const auto& flat : file0.fp32_flat_groups) saved.state_numel.push_back(flat.numel());
+  }
+  std::vector<std::vector<Stage3Slot>> saved_slots;
+  for (const auto& s : shapes) saved_slots.push_back(stage3_slots(s, saved_world));
+  RepartitionLayout layout;
+  layout.split = [&](size_t k, const std::vector<at::Tensor>& per_rank, SavedParams* out) {
+    split_stage3_flats(per_rank, saved_slots[k], file0.path, out);
+  };
+  layout.assemble = [&](size_t g, const SavedParams& params, at::ScalarType dtype) {
+    return assemble_stage3_flat(slots[g], groups[g].numel, rank, params, dtype, file0.path);
+  };
+  layout.saved_flat_of = [](size_t /*pg*/, int64_t id) { return static_cast<size_t>(id); };
+  layout.own_flats = groups.size();
+  for (const auto& sg : groups) layout.own_param_group.push_back(sg.param_group);
+  RepartitionedZeroState re = repartition_zero_state(saved, layout);
+  plan->masters = std::move(re.masters);
+  plan->optimizer_state = re.optimizer_state;
+
+  // Frozen parameters: every saved rank's fragment, concatenated, cut for this rank.
+  if (!frozen.empty()) {
+    std::vector<ckpt::ModelStates> all;
+    for (int r = 0; r < saved_world; ++r) all.push_back(read_model_states(tag_dir, r, mp_rank));
+    for (const auto& [name, shard] : frozen) {
+      std::vector<at::Tensor> pieces;
+      for (int r = 0; r < saved_world; ++r) {
+        const at::Tensor* t = all[r].frozen_param_fragments ? all[r].frozen_param_fragments->find(name)
+                                                            : nullptr;
+        DS_CHECK(t != nullptr, CheckpointError, tag_dir, "/",
+                 ckpt::zero3_model_states_file_name(r, mp_rank), ": no fragment of frozen parameter '",
+                 name, "' (part 'frozen_param_fragments')");
+        pieces.push_back(t->reshape({-1}));
+      }
+      at::Tensor full = at::cat(pieces);
+      const auto* shape = plan->states.frozen_param_shapes
+                              ? plan->states.frozen_param_shapes->find(name)
+                              : nullptr;
+      DS_CHECK(shape != nullptr, CheckpointError, plan->model_file, ": frozen parameter '", name,
+               "' has no entry in frozen_param_shapes");
+      int64_t numel = 1;
+      for (int64_t d : *shape) numel *= d;
+      full = full.narrow(0, 0, std::min(numel, full.numel()));  // drop the last shard's padding
+      const int64_t begin = rank * shard.numel();
+      at::Tensor mine = at::zeros({shard.numel()}, full.options());
+      const int64_t n = std::clamp<int64_t>(full.numel() - begin, 0, shard.numel());
+      if (n > 0) mine.narrow(0, 0, n).copy_(full.narrow(0, begin, n));
+      plan->frozen.push_back(mine);
+    }
+  }
+}
+
 }  // namespace
 
-void fill_zero3_model_states(Stage3ZeroOptimizer& zero, const torch::nn::Module& module,
-                             bool exclude_frozen_parameters, ckpt::ModelStates* states) {
+std::string Stage3ZeroOptimizer::model_states_file_name(int dp_rank, int mp_rank) const {
+  // Every rank writes its own: its frozen shards, placeholders for the partitioned parameters.
+  return ckpt::zero3_model_states_file_name(dp_rank, mp_rank);
+}
+
+void Stage3ZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
+                                           ckpt::ModelStates* states) {
+  states->shared_params = ctx.shared_params;
   std::set<std::string> params;
   std::map<std::string, std::vector<int64_t>> shapes;
-  for (const auto& p : module.named_parameters()) {
+  for (const auto& p : ctx.module->named_parameters()) {
     params.insert(p.key());
     shapes[p.key()] = p.value().sizes().vec();
   }
@@ -107,13 +206,13 @@ void fill_zero3_model_states(Stage3ZeroOptimizer& zero, const torch::nn::Module&
   for (auto& item : states->module) {
     if (params.count(item.key())) item.value() = at::empty({0}, item.value().options());
   }
-  std::vector<ckpt::ShapeDict> groups(zero.sub_groups().size());
-  for (const auto& info : zero.param_infos()) groups.at(info.sub_group).insert(info.name, info.shape);
+  std::vector<ckpt::ShapeDict> groups(sub_groups().size());
+  for (const auto& info : param_infos()) groups.at(info.sub_group).insert(info.name, info.shape);
   states->param_shapes = std::move(groups);
-  if (exclude_frozen_parameters) return;
+  if (ctx.exclude_frozen_parameters) return;
   ckpt::ShapeDict frozen_shapes;
   ckpt::TensorDict fragments;
-  for (const auto& [name, shard] : zero.frozen_shards()) {
+  for (const auto& [name, shard] : frozen_shards()) {
     frozen_shapes.insert(name, shapes.at(name));
     fragments.insert(name, shard);
   }
@@ -121,45 +220,52 @@ void fill_zero3_model_states(Stage3ZeroOptimizer& zero, const torch::nn::Module&
   states->frozen_param_fragments = std::move(fragments);
 }
 
-IValue zero3_optimizer_file(Stage3ZeroOptimizer& zero, torch::optim::Optimizer& optimizer,
-                            const ckpt::LossScalerState& scaler, bool python_objects,
-                            const nlohmann::json& ds_config) {
+// {"optimizer_state_dict": {zero_stage: 3, loss_scaler, dynamic_loss_scale, overflow,
+// partition_count, optimizer_state_dict, fp32_flat_groups}, "ds_config", "ds_version"}.
+std::optional<std::pair<std::string, IValue>> Stage3ZeroOptimizer::optimizer_states_file(
+    const ZeroCheckpointContext& ctx) {
+  const ckpt::LossScalerState& scaler = ctx.loss_scaler_state;
   ckpt::Dict osd = ckpt::new_dict();
   osd.insert("zero_stage", int64_t{3});
-  osd.insert("loss_scaler", scaler.to_ivalue(python_objects));
+  osd.insert("loss_scaler", scaler.to_ivalue(ctx.python_objects));
   osd.insert("dynamic_loss_scale", scaler.dynamic);
   osd.insert("overflow", false);
-  osd.insert("partition_count", static_cast<int64_t>(zero.world_size()));
-  osd.insert("optimizer_state_dict", optim::optimizer_state_dict(optimizer));
+  osd.insert("partition_count", static_cast<int64_t>(world_size()));
+  osd.insert("optimizer_state_dict", optim::optimizer_state_dict(*ctx.optimizer));
   List flats(c10::AnyType::get());
-  for (auto& sg : zero.sub_groups()) flats.push_back(sg.fp32);
+  for (auto& sg : sub_groups()) flats.push_back(sg.fp32);
   osd.insert("fp32_flat_groups", flats);
   ckpt::Dict top = ckpt::new_dict();
   top.insert("optimizer_state_dict", osd);
-  top.insert("ds_config", ckpt::ivalue_from_json(ds_config));
+  top.insert("ds_config", ckpt::ivalue_from_json(ctx.config->raw));
   top.insert("ds_version", std::string(kDeepSpeedCompatVersion));
-  return top;
+  return std::make_pair(
+      ckpt::zero_optim_states_file_name(rank(), ctx.mp_rank, ctx.config->bf16.enabled),
+      IValue(top));
 }
 
-Zero3Restore read_zero3_checkpoint(Stage3ZeroOptimizer& zero, const std::string& tag_dir,
-                                   bool bf16, bool want_optimizer_state, int mp_rank) {
-  const int rank = zero.rank();
-  const int world = zero.world_size();
-  Zero3Restore out;
+// Reads every data-parallel rank's files when the data-parallel size or the sub-group layout
+// differs, only this rank's otherwise.
+void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan) {
+  const std::string& tag_dir = ctx.tag_dir;
+  const int mp_rank = ctx.mp_rank;
+  const bool bf16 = ctx.config->bf16.enabled;
+  const bool want_optimizer_state = ctx.want_optimizer;
+  const int rank = this->rank();
+  const int world = world_size();
   Zero3File file0 = read_optim_file(tag_dir, 0, mp_rank, bf16);
-  out.saved_world = file0.partition_count;
-  out.loss_scaler = file0.loss_scaler;
-  const int own = rank < out.saved_world ? rank : 0;
-  out.model_file = tag_dir + "/" + ckpt::zero3_model_states_file_name(own, mp_rank);
-  out.states = read_model_states(tag_dir, own, mp_rank);
-  DS_CHECK(out.states.param_shapes.has_value(), CheckpointError, out.model_file,
+  const int64_t saved_world = file0.partition_count;
+  const int own = rank < saved_world ? rank : 0;
+  plan->model_file = tag_dir + "/" + ckpt::zero3_model_states_file_name(own, mp_rank);
+  plan->states = read_model_states(tag_dir, own, mp_rank);
+  DS_CHECK(plan->states.param_shapes.has_value(), CheckpointError, plan->model_file,
            ": has no param_shapes, so it is not a ZeRO-3 checkpoint");
-  const auto& shapes = *out.states.param_shapes;
-  auto& groups = zero.sub_groups();
-  const auto slots = own_slots(zero);
-  auto frozen = zero.frozen_shards();
+  const auto& shapes = *plan->states.param_shapes;
+  auto& groups = sub_groups();
+  const auto slots = own_slots(*this);
+  auto frozen = frozen_shards();
 
-  bool same = out.saved_world == world && shapes.size() == groups.size();
+  bool same = saved_world == world && shapes.size() == groups.size();
   for (size_t g = 0; same && g < groups.size(); ++g) {
     same = same_slots(stage3_slots(shapes[g], world), slots[g]);
   }
@@ -173,165 +279,57 @@ Zero3Restore read_zero3_checkpoint(Stage3ZeroOptimizer& zero, const std::string&
       DS_CHECK(f.fp32_flat_groups[g].numel() == groups[g].numel, CheckpointError, f.path,
                ": fp32_flat_groups[", g, "] has ", f.fp32_flat_groups[g].numel(),
                " elements, this rank's sub-group ", groups[g].numel);
-      out.fp32.push_back(f.fp32_flat_groups[g].to(at::kFloat));
+      plan->masters.push_back(f.fp32_flat_groups[g].to(at::kFloat));
     }
-    if (want_optimizer_state) out.optimizer_state = f.inner;
+    if (want_optimizer_state) plan->optimizer_state = f.inner;
     for (const auto& [name, shard] : frozen) {
-      const at::Tensor* saved = out.states.frozen_param_fragments
-                                    ? out.states.frozen_param_fragments->find(name)
+      const at::Tensor* saved = plan->states.frozen_param_fragments
+                                    ? plan->states.frozen_param_fragments->find(name)
                                     : nullptr;
-      DS_CHECK(saved && saved->numel() == shard.numel(), CheckpointError, out.model_file,
+      DS_CHECK(saved && saved->numel() == shard.numel(), CheckpointError, plan->model_file,
                ": no fragment of frozen parameter '", name, "' with ", shard.numel(),
                " elements (part 'frozen_param_fragments')");
-      out.frozen.push_back(saved->reshape({-1}));
+      plan->frozen.push_back(saved->reshape({-1}));
     }
-    return out;
+  } else {
+    read_other_layout(*this, ctx, file0, plan);
   }
 
-  // Another world size or sub-group layout: every saved rank's files, re-laid by name.
-  char mp_suffix[64];  // this model-parallel rank's files only
-  std::snprintf(mp_suffix, sizeof mp_suffix, "mp_rank_%02d_optim_states.pt", mp_rank);
-  const auto present = ckpt::list_files_with_suffix(tag_dir, mp_suffix);
-  DS_CHECK(static_cast<int64_t>(present.size()) == out.saved_world, CheckpointError, tag_dir,
-           ": expected ", out.saved_world, " '*_optim_states.pt' files (partition_count) but "
-           "found ", present.size(), "; possibly an overwrite of an old checkpoint");
-  std::vector<Zero3File> files{file0};
-  for (int r = 1; r < out.saved_world; ++r) {
-    files.push_back(read_optim_file(tag_dir, r, mp_rank, bf16));
-  }
-  std::vector<std::vector<Stage3Slot>> saved_slots;
-  for (const auto& s : shapes) saved_slots.push_back(stage3_slots(s, out.saved_world));
-  const auto flats_of = [&](size_t g, const std::function<at::Tensor(const Zero3File&)>& pick) {
-    std::vector<at::Tensor> flats;
-    for (const auto& f : files) flats.push_back(pick(f));
-    return flats;
-  };
-  SavedParams masters;
-  for (size_t g = 0; g < shapes.size(); ++g) {
-    for (const auto& f : files) {
-      DS_CHECK(f.fp32_flat_groups.size() == shapes.size(), CheckpointError, f.path, ": ",
-               f.fp32_flat_groups.size(), " fp32 flat groups, param_shapes lists ", shapes.size());
-    }
-    split_stage3_flats(flats_of(g, [&](const Zero3File& f) { return f.fp32_flat_groups[g]; }),
-                       saved_slots[g], file0.path, &masters);
-  }
-  for (size_t g = 0; g < groups.size(); ++g) {
-    out.fp32.push_back(assemble_stage3_flat(slots[g], groups[g].numel, rank, masters, at::kFloat,
-                                            file0.path));
-  }
-
+  plan->raw_states = ckpt::load(plan->model_file);
+  for (const auto& p : ctx.module->named_parameters()) plan->placeholders.insert(p.key());
+  plan->masters_note = saved_world == world
+                           ? "fp32 master shards"
+                           : "fp32 master shards re-partitioned from " +
+                                 std::to_string(saved_world) + " to " + std::to_string(world) +
+                                 " ranks";
   if (want_optimizer_state) {
-    const auto base_of = [](const Zero3File& f) { return f.inner.toGenericDict(); };
-    ckpt::Dict base0 = base_of(file0);
-    DS_CHECK(base0.contains("param_groups") && base0.contains("state"), CheckpointError,
-             file0.path, ": the inner optimizer_state_dict has no param_groups/state");
-    auto saved_groups = base0.at("param_groups").toListRef();
-    size_t optimizer_groups = 0;
-    for (const auto& sg : groups) optimizer_groups = std::max(optimizer_groups, sg.param_group + 1);
-    DS_CHECK(saved_groups.size() >= optimizer_groups, CheckpointError, file0.path, ": ",
-             saved_groups.size(), " optimizer param groups, this engine has ", optimizer_groups);
-    // Per-element state by name, scalars by param group (every sub-group of a group takes the
-    // same number of steps).
-    std::map<std::string, SavedParams> by_key;
-    std::map<std::string, at::ScalarType> dtype_of;
-    std::map<size_t, ckpt::Dict> scalars_of_group;
-    ckpt::Dict saved_state = base0.at("state").toGenericDict();
-    for (size_t pg = 0; pg < saved_groups.size(); ++pg) {
-      for (const auto& id : saved_groups[pg].toGenericDict().at("params").toListRef()) {
-        const int64_t k = id.toInt();
-        if (!saved_state.contains(k)) continue;
-        DS_CHECK(k >= 0 && static_cast<size_t>(k) < shapes.size(), CheckpointError, file0.path,
-                 ": optimizer state for parameter ", k, " but only ", shapes.size(),
-                 " sub-groups");
-        const int64_t flat_numel = file0.fp32_flat_groups[k].numel();
-        ckpt::Dict scalars = ckpt::new_dict();
-        for (const auto& item : saved_state.at(k).toGenericDict()) {
-          const std::string key = item.key().toStringRef();
-          const IValue& v = item.value();
-          if (!(v.isTensor() && v.toTensor().dim() == 1 && v.toTensor().numel() == flat_numel)) {
-            scalars.insert(key, v);
-            continue;
-          }
-          dtype_of[key] = v.toTensor().scalar_type();
-          split_stage3_flats(flats_of(k, [&](const Zero3File& f) {
-                               return base_of(f).at("state").toGenericDict().at(k)
-                                   .toGenericDict().at(key).toTensor();
-                             }),
-                             saved_slots[k], file0.path, &by_key[key]);
-        }
-        if (!scalars_of_group.count(pg)) scalars_of_group.emplace(pg, scalars);
-      }
-    }
-    ckpt::Dict state = ckpt::new_dict();
-    List new_groups(c10::AnyType::get());
-    for (size_t pg = 0; pg < saved_groups.size(); ++pg) {
-      ckpt::Dict group = saved_groups[pg].toGenericDict().copy();
-      List ids(c10::AnyType::get());
-      for (size_t g = 0; g < groups.size(); ++g) {
-        if (groups[g].param_group == pg) ids.push_back(static_cast<int64_t>(g));
-      }
-      group.insert_or_assign("params", ids);
-      new_groups.push_back(group);
-    }
-    for (size_t g = 0; g < groups.size() && !by_key.empty(); ++g) {
-      ckpt::Dict entry = ckpt::new_dict();
-      auto scalars = scalars_of_group.find(groups[g].param_group);
-      if (scalars != scalars_of_group.end()) {
-        for (const auto& item : scalars->second) entry.insert(item.key(), item.value());
-      }
-      for (const auto& [key, saved] : by_key) {
-        entry.insert(key, assemble_stage3_flat(slots[g], groups[g].numel, rank, saved,
-                                               dtype_of[key], file0.path));
-      }
-      state.insert(static_cast<int64_t>(g), entry);
-    }
-    ckpt::Dict base = ckpt::new_dict();
-    base.insert("state", state);
-    base.insert("param_groups", new_groups);
-    out.optimizer_state = base;
+    plan->load_optimizer = true;
+    plan->loss_scaler = loss_scaler_json(file0.loss_scaler);
   }
-
-  // Frozen parameters: every saved rank's fragment, concatenated, cut for this rank.
-  if (!frozen.empty()) {
-    std::vector<ckpt::ModelStates> all;
-    for (int r = 0; r < out.saved_world; ++r) all.push_back(read_model_states(tag_dir, r, mp_rank));
-    for (const auto& [name, shard] : frozen) {
-      std::vector<at::Tensor> pieces;
-      for (int r = 0; r < out.saved_world; ++r) {
-        const at::Tensor* t = all[r].frozen_param_fragments ? all[r].frozen_param_fragments->find(name)
-                                                            : nullptr;
-        DS_CHECK(t != nullptr, CheckpointError, tag_dir, "/",
-                 ckpt::zero3_model_states_file_name(r, mp_rank), ": no fragment of frozen parameter '",
-                 name, "' (part 'frozen_param_fragments')");
-        pieces.push_back(t->reshape({-1}));
-      }
-      at::Tensor full = at::cat(pieces);
-      const auto* shape = out.states.frozen_param_shapes ? out.states.frozen_param_shapes->find(name)
-                                                         : nullptr;
-      DS_CHECK(shape != nullptr, CheckpointError, out.model_file, ": frozen parameter '", name,
-               "' has no entry in frozen_param_shapes");
-      int64_t numel = 1;
-      for (int64_t d : *shape) numel *= d;
-      full = full.narrow(0, 0, std::min(numel, full.numel()));  // drop the last shard's padding
-      const int64_t begin = rank * shard.numel();
-      at::Tensor mine = at::zeros({shard.numel()}, full.options());
-      const int64_t n = std::clamp<int64_t>(full.numel() - begin, 0, shard.numel());
-      if (n > 0) mine.narrow(0, 0, n).copy_(full.narrow(0, begin, n));
-      out.frozen.push_back(mine);
-    }
-  }
-  return out;
+  ctx.check_model_states(plan);
 }
 
-void apply_zero3_restore(Stage3ZeroOptimizer& zero, const Zero3Restore& restore) {
-  at::NoGradGuard no_grad;
-  auto& groups = zero.sub_groups();
-  for (size_t g = 0; g < groups.size(); ++g) groups[g].fp32.copy_(restore.fp32[g]);
-  auto frozen = zero.frozen_shards();
-  for (size_t i = 0; i < frozen.size() && i < restore.frozen.size(); ++i) {
-    frozen[i].second.copy_(restore.frozen[i]);
+void Stage3ZeroOptimizer::apply_checkpoint(const ZeroCheckpointContext& ctx,
+                                           const ZeroLoadPlan& plan,
+                                           std::vector<std::string>* restored) {
+  // Buffers from the module; the parameters from the fp32 shards (the file holds placeholders
+  // for them).
+  ckpt::TensorDict buffers;
+  for (const auto& b : ckpt::module_buffer_names(*ctx.module)) {
+    if (const at::Tensor* t = plan.states.module.find(b)) buffers.insert(b, *t);
   }
-  zero.masters_to_params();
+  ckpt::load_module_state_dict(*ctx.module, buffers, /*strict=*/false, plan.model_file);
+  {
+    at::NoGradGuard no_grad;
+    auto& groups = sub_groups();
+    for (size_t g = 0; g < groups.size(); ++g) groups[g].fp32.copy_(plan.masters[g]);
+    auto frozen = frozen_shards();
+    for (size_t i = 0; i < frozen.size() && i < plan.frozen.size(); ++i) {
+      frozen[i].second.copy_(plan.frozen[i]);
+    }
+    masters_to_params();
+  }
+  restored->insert(restored->begin(), {"module", plan.masters_note});
 }
 
 }  // namespace deepspeed::runtime

@@ -8,7 +8,7 @@
 // (padded); a larger parameter gets a bucket of its own.
 //
 // Buckets are fixed at construction in reverse parameter order and launched in index order on
-// every rank (as Note [Static buckets] for stages 1/2): a gradient that arrives before its
+// every rank by the Bucketer (Note [Static buckets]): a gradient that arrives before its
 // bucket is the one being filled waits in param.grad. A parameter without a gradient in this
 // backward counts as zeros (ignore_unused_parameters) or is an error naming it.
 //
@@ -19,7 +19,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <vector>
 
@@ -53,28 +52,23 @@ class Stage3GradReducer {
 
   void prepare();
   void finish();
-  bool armed() const { return armed_; }
+  bool armed() const { return bucketer_->armed(); }
   size_t num_buckets() const { return buckets_.size(); }
   int64_t buffer_bytes() const;
-  const ReductionStats& stats() const { return stats_; }
+  ReductionStats stats() const;
 
  private:
   struct Bucket {
     std::vector<size_t> members;   // positions in trainable_
     std::vector<int64_t> offsets;  // each member's chunk offset inside a rank's region
     int64_t region = 0;            // elements per rank (sum of the members' shard sizes)
-    size_t pending = 0;
-    int buffer = -1;
-    comm::Handle handle;
   };
   void on_grad_ready(size_t k);
-  void copy_in(Bucket& b, size_t m);
-  void launch_ready();
-  void launch(Bucket& b);
-  void acquire_buffer(Bucket& b);
-  void complete_oldest();
-  at::Tensor send_view(const Bucket& b) const;
-  at::Tensor receive_view(const Bucket& b) const;
+  void fill(const Bucket& b, size_t m, size_t buffer);
+  std::vector<comm::Handle> launch(const Bucket& b, size_t buffer);
+  void complete(const Bucket& b, size_t buffer);
+  at::Tensor send_view(const Bucket& b, size_t buffer) const;
+  at::Tensor receive_view(const Bucket& b, size_t buffer) const;
 
   std::vector<PartitionedParam>* params_;
   std::vector<size_t> trainable_;
@@ -83,18 +77,11 @@ class Stage3GradReducer {
   int world_ = 1;
   int rank_ = 0;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;
-  std::vector<size_t> member_of_;
-  std::vector<bool> ready_;
-  std::vector<bool> copied_;
-  std::vector<at::Tensor> send_buffers_;     // W * region elements
-  std::vector<at::Tensor> receive_buffers_;  // region elements (reduce_scatter output)
-  std::vector<int> free_buffers_;
-  std::deque<size_t> in_flight_;
-  size_t next_to_launch_ = 0;
-  bool armed_ = false;
-  bool in_finish_ = false;
-  ReductionStats stats_;
+  // The Bucketer's pool: buffer i is send_buffers_[i] (W * region elements) with
+  // receive_buffers_[i] (region elements, the reduce_scatter output).
+  std::vector<at::Tensor> send_buffers_;
+  std::vector<at::Tensor> receive_buffers_;
+  std::unique_ptr<Bucketer> bucketer_;
   std::unique_ptr<GradReadyHooks> hooks_;  // last: removed first
 };
 

@@ -10,15 +10,20 @@
 //   zero_grad()                drop gradients
 //   local_overflow()           inf/nan in this rank's gradient (fp16 loss scaling)
 //   memory()                   bytes this rank holds, by kind
-//   flat_layout() ...          what a checkpoint saves and restores (flat groups, fp32 masters)
+//   model_states_file_name() ... its own checkpoint files: what it saves, how it reads a
+//                              checkpoint into a ZeroLoadPlan, how it applies one
+//                              (zero_checkpoint.h)
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
 
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
@@ -30,7 +35,14 @@ namespace torch::nn {
 class Module;
 }
 
+namespace deepspeed::checkpoint {
+struct ModelStates;
+}
+
 namespace deepspeed::runtime {
+
+struct ZeroCheckpointContext;
+struct ZeroLoadPlan;
 
 /// Bytes held on this rank, by kind (see docs/zero.md for the formula per stage).
 struct ZeroMemory {
@@ -88,19 +100,30 @@ class ZeroOptimizer {
   /// True while a backward on the boundary has armed hooks that end_backward did not settle.
   virtual bool backward_pending() const = 0;
 
-  // Checkpoints. A stage without flat groups (stage 0 in fp32: the optimizer steps the
-  // parameters themselves) has an empty layout and no masters.
-  /// The flat groups, in the inner optimizer's group order (one flat parameter per group).
-  virtual std::vector<FlatGroupLayout> flat_layout() const { return {}; }
-  /// This rank's fp32 master slice of flat group `g` (padding included): the inner optimizer's
-  /// parameter itself, so writing it changes what the next step starts from.
-  virtual at::Tensor master_partition(size_t /*g*/) { return {}; }
-  /// After the masters were written: copies every rank's master slice into the model's
-  /// parameters (cast to the model dtype) and re-replicates them.
-  virtual void masters_to_params() {}
-  /// The reverse: every master slice from the model's current parameters (DeepSpeed's
-  /// refresh_fp32_params / _restore_from_bit16_weights).
-  virtual void params_to_masters() {}
+  // Checkpoints: each stage saves and reads its own part (zero_checkpoint.h). A save calls
+  // add_model_states (where model_states_file_name is not empty) and optimizer_states_file; a
+  // load calls read_checkpoint, loads plan.optimizer_state into the inner optimizer, then
+  // apply_checkpoint.
+  /// The model-states file this rank writes in the tag directory; "" when it writes none.
+  virtual std::string model_states_file_name(int dp_rank, int mp_rank) const = 0;
+  /// Adds this stage's part to the model states the engine filled (module, counters, ...).
+  virtual void add_model_states(const ZeroCheckpointContext& ctx,
+                                checkpoint::ModelStates* states) = 0;
+  /// This rank's optimizer-states file: its name in the tag directory and its contents; none
+  /// where the stage keeps its optimizer in the model states.
+  virtual std::optional<std::pair<std::string, c10::IValue>> optimizer_states_file(
+      const ZeroCheckpointContext& ctx) = 0;
+  /// Reads ctx.tag_dir into `plan` (calling ctx.check_model_states once), changing nothing.
+  /// Throws CheckpointError naming the file and the problem.
+  virtual void read_checkpoint(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan) = 0;
+  /// After the engine loaded plan.optimizer_state into the inner optimizer: the module and
+  /// the masters. Adds what it restored to `restored` (the load line), "module" first.
+  virtual void apply_checkpoint(const ZeroCheckpointContext& ctx, const ZeroLoadPlan& plan,
+                                std::vector<std::string>* restored) = 0;
+  /// For the duration of a save or load: state kept in swap files between steps (ZeRO-3 NVMe
+  /// offload) is brought into memory, and let go after. No-ops elsewhere.
+  virtual void swap_in_optimizer_states() {}
+  virtual void swap_out_optimizer_states() {}
 };
 
 /// What every stage needs to be built.

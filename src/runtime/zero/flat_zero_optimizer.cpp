@@ -1,0 +1,337 @@
+// FlatZeroOptimizer's checkpoints (see the header): what stages 0-2 write, and how they read a
+// checkpoint back into a ZeroLoadPlan (this rank's file when the layout is the same, every
+// saved rank's re-partitioned otherwise).
+#include "runtime/zero/flat_zero_optimizer.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "deepspeed/optimizers.h"
+#include "deepspeed/version.h"
+#include "runtime/zero/repartition.h"
+#include "util/check.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+namespace ckpt = checkpoint;
+using c10::IValue;
+using List = c10::impl::GenericList;
+
+int64_t numel_of(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// This rank's real (unpadded) element count in a flat group.
+int64_t real_partition_numel(const FlatGroupLayout& layout) {
+  const int64_t begin = static_cast<int64_t>(layout.partition) * layout.partition_numel;
+  return std::clamp<int64_t>(layout.numel - begin, 0, layout.partition_numel);
+}
+
+at::Tensor padded_to(const at::Tensor& t, int64_t numel, const std::string& where) {
+  DS_CHECK(t.dim() == 1 && t.numel() <= numel, CheckpointError, where, " has ", t.numel(),
+           " elements, this rank's partition holds ", numel,
+           " (the model or the number of ranks differs from the checkpoint's)");
+  at::Tensor out = at::zeros({numel}, t.options().dtype(at::kFloat));
+  out.narrow(0, 0, t.numel()).copy_(t);
+  return out;
+}
+
+// The saved partitions re-laid for this engine's flat groups (any saved world size): each saved
+// group's partitions concatenated in rank order and cut by param_shapes (zero_to_fp32's walk).
+RepartitionedZeroState repartition_flat_groups(const std::vector<ckpt::ZeroOptimizerFile>& files,
+                                               const std::vector<std::string>& paths,
+                                               const std::vector<ckpt::ShapeDict>& shapes,
+                                               const std::vector<FlatGroupLayout>& layout) {
+  const std::string source = paths.front();
+  const auto& first = files.front().optimizer_state_dict;
+  DS_CHECK(first.single_partition_of_fp32_groups.size() == shapes.size(), CheckpointError,
+           source, ": ", first.single_partition_of_fp32_groups.size(),
+           " fp32 partition groups but param_shapes lists ", shapes.size());
+  SavedZeroRanks saved;
+  saved.source = source;
+  for (size_t r = 0; r < files.size(); ++r) {
+    const auto& groups = files[r].optimizer_state_dict.single_partition_of_fp32_groups;
+    DS_CHECK(groups.size() == shapes.size(), CheckpointError, paths[r], ": ", groups.size(),
+             " fp32 partition groups, rank 0's file has ", shapes.size());
+    saved.masters.push_back(groups);
+  }
+  ckpt::Dict base0 = first.base_optimizer_state.toGenericDict();
+  DS_CHECK(base0.contains("param_groups") && base0.contains("state"), CheckpointError, source,
+           ": base_optimizer_state has no param_groups/state");
+  const size_t saved_groups = base0.at("param_groups").toListRef().size();
+  DS_CHECK(saved_groups == layout.size(), CheckpointError, source, ": ", saved_groups,
+           " optimizer param groups, this engine has ", layout.size(),
+           " (with trainable parameters); the param groups must match to re-partition");
+  for (const auto& f : files) {
+    saved.optimizer_states.push_back(f.optimizer_state_dict.base_optimizer_state);
+  }
+  // Per-element state has a saved partition's size, padding included.
+  for (size_t g = 0; g < shapes.size(); ++g) {
+    saved.state_numel.push_back(first.single_partition_of_fp32_groups[g].numel() +
+                                (first.group_paddings.size() > g ? first.group_paddings[g] : 0));
+  }
+
+  RepartitionLayout relayout;
+  relayout.split = [&](size_t k, const std::vector<at::Tensor>& per_rank, SavedParams* out) {
+    split_saved_group(at::cat(per_rank), shapes[k], source, out);
+  };
+  relayout.assemble = [&](size_t g, const SavedParams& params, at::ScalarType dtype) {
+    return assemble_partition(layout[g], params, dtype, source);
+  };
+  relayout.saved_flat_of = [](size_t pg, int64_t /*id*/) { return pg; };  // one flat per group
+  relayout.own_flats = layout.size();
+  for (size_t g = 0; g < layout.size(); ++g) relayout.own_param_group.push_back(g);
+  return repartition_zero_state(saved, relayout);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// save
+
+std::string FlatZeroOptimizer::model_states_file_name(int dp_rank, int mp_rank) const {
+  // The first data-parallel rank of each model-parallel rank writes it (as DeepSpeed's
+  // save_non_zero_checkpoint).
+  return dp_rank == 0 ? ckpt::model_states_file_name(mp_rank) : std::string();
+}
+
+void FlatZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
+                                         ckpt::ModelStates* m) {
+  if (stage_ == 0) {
+    m->optimizer = stage0_optimizer_state(ctx);
+    return;
+  }
+  std::vector<ckpt::ShapeDict> shapes;
+  for (const auto& l : flat_layout()) {
+    ckpt::ShapeDict s;
+    for (const auto& [name, shape] : l.params) s.insert(name, shape);
+    shapes.push_back(std::move(s));
+  }
+  m->param_shapes = std::move(shapes);
+  m->shared_params = ctx.shared_params;
+  // Matches DeepSpeed: frozen parameters are recorded from stage 2 on (zero_to_fp32 needs them
+  // there), unless excluded.
+  if (stage_ >= 2 && !ctx.exclude_frozen_parameters) {
+    ckpt::ShapeDict frozen_shapes;
+    ckpt::TensorDict fragments;
+    for (const auto& p : ctx.module->named_parameters()) {
+      if (p.value().requires_grad() || frozen_shapes.contains(p.key())) continue;
+      frozen_shapes.insert(p.key(), p.value().sizes().vec());
+      fragments.insert(p.key(), p.value().detach());
+    }
+    m->frozen_param_shapes = std::move(frozen_shapes);
+    m->frozen_param_fragments = std::move(fragments);
+  }
+}
+
+IValue FlatZeroOptimizer::stage0_optimizer_state(const ZeroCheckpointContext& ctx) {
+  IValue base = optim::optimizer_state_dict(*ctx.optimizer);
+  const auto layout = flat_layout();
+  if (layout.empty()) return base;  // fp32: the optimizer steps the parameters themselves
+  // fp16/bf16 at stage 0: DeepSpeed's FP16_Optimizer state_dict (fp32 masters replicated),
+  // plus our full loss-scaler state so that hysteresis resumes exactly.
+  const nlohmann::json& scaler = ctx.loss_scaler;
+  ckpt::Dict d = ckpt::new_dict();
+  d.insert("dynamic_loss_scale", scaler.value("dynamic", false));
+  d.insert("cur_scale", scaler.value("cur_scale", 1.0));
+  d.insert("cur_iter", scaler.value("cur_iter", int64_t{0}));
+  if (scaler.value("dynamic", false)) {
+    d.insert("last_overflow_iter", scaler.at("last_overflow_iter").get<int64_t>());
+    d.insert("scale_factor", scaler.at("scale_factor").get<double>());
+    d.insert("scale_window", scaler.at("scale_window").get<int64_t>());
+  }
+  d.insert("optimizer_state_dict", base);
+  List flats(c10::AnyType::get());
+  for (size_t g = 0; g < layout.size(); ++g) {
+    flats.push_back(master_partition(g).narrow(0, 0, layout[g].numel));
+  }
+  d.insert("fp32_groups_flat", flats);
+  d.insert("clip_grad", ctx.config->gradient_clipping);
+  d.insert("loss_scaler", ckpt::ivalue_from_json(scaler));
+  return d;
+}
+
+std::optional<std::pair<std::string, IValue>> FlatZeroOptimizer::optimizer_states_file(
+    const ZeroCheckpointContext& ctx) {
+  if (stage_ == 0) return std::nullopt;  // in the model states
+  return std::make_pair(
+      ckpt::zero_optim_states_file_name(dp_rank_, ctx.mp_rank, ctx.config->bf16.enabled),
+      zero_optimizer_file(ctx).to_ivalue());
+}
+
+ckpt::ZeroOptimizerFile FlatZeroOptimizer::zero_optimizer_file(const ZeroCheckpointContext& ctx) {
+  ckpt::ZeroOptimizerStates z;
+  z.loss_scaler = ctx.loss_scaler_state;
+  z.dynamic_loss_scale = z.loss_scaler.dynamic;
+  z.clip_grad = ctx.config->gradient_clipping;
+  z.base_optimizer_state = optim::optimizer_state_dict(*ctx.optimizer);
+  z.zero_stage = stage_;
+  z.ds_version = kDeepSpeedCompatVersion;
+  z.python_objects = ctx.python_objects;
+  const auto layout = flat_layout();
+  for (size_t g = 0; g < layout.size(); ++g) {
+    const auto& l = layout[g];
+    const int64_t real = real_partition_numel(l);
+    z.single_partition_of_fp32_groups.push_back(master_partition(g).narrow(0, 0, real));
+    z.group_paddings.push_back(l.partition_numel - real);
+    z.partition_count.push_back(l.partitions);
+    torch::OrderedDict<std::string, ckpt::FragmentAddress> mapping;
+    const int64_t begin = static_cast<int64_t>(l.partition) * l.partition_numel;
+    int64_t offset = 0;
+    for (const auto& [name, shape] : l.params) {
+      const int64_t n = numel_of(shape);
+      const int64_t a = std::max(offset, begin);
+      const int64_t b = std::min(offset + n, begin + real);
+      if (a < b) mapping.insert(name, ckpt::FragmentAddress{b - a, a - begin});
+      offset += n;
+    }
+    z.param_slice_mappings.push_back(std::move(mapping));
+  }
+  ckpt::ZeroOptimizerFile f;
+  f.optimizer_state_dict = std::move(z);
+  f.ds_config = ctx.config->raw;
+  f.ds_version = kDeepSpeedCompatVersion;
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// load
+
+void read_replicated_model_states(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan) {
+  plan->model_file = ctx.tag_dir + "/" + ckpt::model_states_file_name(ctx.mp_rank);
+  plan->raw_states = ckpt::load(plan->model_file);
+  plan->states = ckpt::ModelStates::from_ivalue(plan->raw_states, plan->model_file);
+  ctx.check_model_states(plan);
+}
+
+void FlatZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan) {
+  plan->optimizer_in_model_states = stage_ == 0;
+  read_replicated_model_states(ctx, plan);
+  if (!plan->load_optimizer) return;
+  if (stage_ == 0) {
+    read_stage0_optimizer(plan);
+  } else {
+    read_partitions(ctx, plan);
+  }
+}
+
+void FlatZeroOptimizer::read_stage0_optimizer(ZeroLoadPlan* plan) {
+  DS_CHECK(!plan->states.optimizer.isNone(), CheckpointError, plan->model_file,
+           ": has no optimizer state (part 'optimizer'); load with "
+           "load_optimizer_states=false");
+  const auto layout = flat_layout();
+  if (layout.empty()) {
+    plan->optimizer_state = plan->states.optimizer;
+    return;
+  }
+  // 16-bit stage 0: FP16_Optimizer's dict with replicated fp32 masters.
+  ckpt::Dict d = plan->states.optimizer.toGenericDict();
+  DS_CHECK(d.contains("fp32_groups_flat") && d.contains("optimizer_state_dict"),
+           CheckpointError, plan->model_file,
+           ": 'optimizer' has no fp32_groups_flat/optimizer_state_dict (part 'fp32 master "
+           "weights'): written without fp16/bf16?");
+  auto flats = d.at("fp32_groups_flat").toListRef();
+  DS_CHECK(flats.size() == layout.size(), CheckpointError, plan->model_file, ": ",
+           flats.size(), " fp32 master groups, this engine has ", layout.size());
+  for (size_t g = 0; g < layout.size(); ++g) {
+    const at::Tensor t = flats[g].toTensor();
+    DS_CHECK(t.numel() == layout[g].numel, CheckpointError, plan->model_file,
+             ": fp32_groups_flat[", g, "] has ", t.numel(), " elements, the model's group ",
+             layout[g].numel);
+    plan->masters.push_back(padded_to(t, layout[g].partition_numel, plan->model_file));
+  }
+  plan->optimizer_state = d.at("optimizer_state_dict");
+  if (d.contains("loss_scaler")) {
+    plan->loss_scaler = ckpt::json_from_ivalue(d.at("loss_scaler"), plan->model_file);
+  }
+  plan->masters_note = "fp32 master weights";
+}
+
+void FlatZeroOptimizer::read_partitions(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan) {
+  // ZeRO 1/2: this rank's file when the layout is the same, else every saved rank's.
+  DS_CHECK(plan->states.param_shapes.has_value(), CheckpointError, plan->model_file,
+           ": has no param_shapes, so it is not a ZeRO checkpoint");
+  const auto& shapes = *plan->states.param_shapes;
+  const auto layout = flat_layout();
+  const int world = dp_size_;  // the partition count this engine trains with
+  const bool bf16 = ctx.config->bf16.enabled;
+  const auto read = [&](int r, std::string* path) {
+    *path = ckpt::find_zero_optim_states_file(ctx.tag_dir, r, ctx.mp_rank, bf16);
+    return ckpt::ZeroOptimizerFile::from_ivalue(ckpt::load(*path), *path);
+  };
+  std::string path0;
+  ckpt::ZeroOptimizerFile file0 = read(0, &path0);
+  int64_t saved_world = 0;
+  for (int64_t c : file0.optimizer_state_dict.partition_count) saved_world = std::max(saved_world, c);
+  bool same = saved_world == world && shapes.size() == layout.size();
+  for (size_t g = 0; same && g < layout.size(); ++g) {
+    same = same_layout(layout[g], shapes[g], saved_world);
+  }
+  ckpt::ZeroOptimizerStates z;
+  if (same) {
+    std::string path = path0;
+    ckpt::ZeroOptimizerFile own = dp_rank_ == 0 ? file0 : read(dp_rank_, &path);
+    own.optimizer_state_dict.check_partition_count(world, path);
+    const auto& parts = own.optimizer_state_dict.single_partition_of_fp32_groups;
+    DS_CHECK(parts.size() == layout.size(), CheckpointError, path, ": ", parts.size(),
+             " fp32 partition groups, the model has ", layout.size());
+    for (size_t g = 0; g < layout.size(); ++g) {
+      DS_CHECK(parts[g].numel() == real_partition_numel(layout[g]), CheckpointError, path,
+               ": fp32 partition ", g, " has ", parts[g].numel(), " elements, expected ",
+               real_partition_numel(layout[g]));
+      plan->masters.push_back(padded_to(parts[g], layout[g].partition_numel, path));
+    }
+    plan->optimizer_state = own.optimizer_state_dict.base_optimizer_state;
+    z = own.optimizer_state_dict;
+    plan->masters_note = "fp32 master partitions";
+  } else {
+    // Re-partition: as many files as the checkpoint's ranks, no more (an old save's extra
+    // rank files in the same tag directory would be a different checkpoint).
+    char mp_suffix[64];  // this model-parallel rank's files only
+    std::snprintf(mp_suffix, sizeof mp_suffix, "mp_rank_%02d_optim_states.pt", ctx.mp_rank);
+    const auto present = ckpt::list_files_with_suffix(ctx.tag_dir, mp_suffix);
+    DS_CHECK(static_cast<int64_t>(present.size()) == saved_world, CheckpointError, ctx.tag_dir,
+             ": expected ", saved_world, " '*_optim_states.pt' files (partition_count) but "
+             "found ", present.size(), "; possibly an overwrite of an old checkpoint");
+    std::vector<ckpt::ZeroOptimizerFile> files{file0};
+    std::vector<std::string> paths{path0};
+    for (int r = 1; r < saved_world; ++r) {
+      std::string p;
+      files.push_back(read(r, &p));
+      paths.push_back(p);
+    }
+    auto re = repartition_flat_groups(files, paths, shapes, layout);
+    plan->masters = std::move(re.masters);
+    plan->optimizer_state = re.optimizer_state;
+    z = file0.optimizer_state_dict;
+    plan->masters_note = "fp32 master partitions re-partitioned from " +
+                         std::to_string(saved_world) + " to " + std::to_string(world) + " ranks";
+  }
+  plan->loss_scaler = loss_scaler_json(z.loss_scaler);
+}
+
+void FlatZeroOptimizer::apply_checkpoint(const ZeroCheckpointContext& ctx,
+                                         const ZeroLoadPlan& plan,
+                                         std::vector<std::string>* restored) {
+  ckpt::load_module_state_dict(*ctx.module, plan.states.module, ctx.load_module_strict,
+                               plan.model_file);
+  restored->insert(restored->begin(), "module");
+  at::NoGradGuard no_grad;
+  if (!plan.masters.empty() && ctx.config->zero_optimization.load_from_fp32_weights) {
+    for (size_t g = 0; g < plan.masters.size(); ++g) master_partition(g).copy_(plan.masters[g]);
+    restored->push_back(plan.masters_note);
+  } else {
+    // Matches DeepSpeed (_restore_from_bit16_weights / refresh_fp32_params).
+    params_to_masters();
+    if (!flat_layout().empty()) restored->push_back("fp32 masters from the weights");
+  }
+}
+
+}  // namespace deepspeed::runtime

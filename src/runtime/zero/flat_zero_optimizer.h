@@ -1,0 +1,65 @@
+// FlatZeroOptimizer: stages 0, 1 and 2, whose fp32 masters (when separate from the parameters)
+// are flat groups cut into data-parallel partitions (FlatGroupLayout), and their checkpoints in
+// DeepSpeed's layout (reference §6.2-6.3):
+//  - stage 0: data-parallel rank 0 writes mp_rank_XX_model_states.pt with the optimizer in its
+//    'optimizer' part (16-bit: FP16_Optimizer's dict with the replicated fp32 masters);
+//  - stages 1/2: the same file with param_shapes (and from stage 2 the frozen parameters), plus
+//    one [bf16_]zero_pp_rank_<r>_mp_rank_XX_optim_states.pt per rank with its fp32 partitions
+//    and the inner optimizer's state. A checkpoint of another data-parallel size or layout is
+//    re-partitioned (repartition.h).
+// Stage 0 in fp32 has no flat groups (the optimizer steps the parameters themselves).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "deepspeed/checkpoint.h"
+#include "runtime/zero/zero_checkpoint.h"
+#include "runtime/zero/zero_optimizer.h"
+
+namespace deepspeed::runtime {
+
+class FlatZeroOptimizer : public ZeroOptimizer {
+ public:
+  /// `stage`: 0, 1 or 2 (zero_optimization.stage); `dp_rank` / `dp_size`: this rank's place in
+  /// the data-parallel group, whose size is the partition count.
+  FlatZeroOptimizer(int stage, int dp_rank, int dp_size)
+      : stage_(stage), dp_rank_(dp_rank), dp_size_(dp_size) {}
+
+  /// The flat groups, in the inner optimizer's group order (one flat parameter per group).
+  virtual std::vector<FlatGroupLayout> flat_layout() const { return {}; }
+  /// This rank's fp32 master slice of flat group `g` (padding included): the inner optimizer's
+  /// parameter itself, so writing it changes what the next step starts from.
+  virtual at::Tensor master_partition(size_t /*g*/) { return {}; }
+  /// Every master slice from the model's current parameters (DeepSpeed's refresh_fp32_params /
+  /// _restore_from_bit16_weights).
+  virtual void params_to_masters() {}
+
+  std::string model_states_file_name(int dp_rank, int mp_rank) const override;
+  void add_model_states(const ZeroCheckpointContext& ctx,
+                        checkpoint::ModelStates* states) override;
+  std::optional<std::pair<std::string, c10::IValue>> optimizer_states_file(
+      const ZeroCheckpointContext& ctx) override;
+  void read_checkpoint(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan) override;
+  void apply_checkpoint(const ZeroCheckpointContext& ctx, const ZeroLoadPlan& plan,
+                        std::vector<std::string>* restored) override;
+
+ private:
+  c10::IValue stage0_optimizer_state(const ZeroCheckpointContext& ctx);
+  checkpoint::ZeroOptimizerFile zero_optimizer_file(const ZeroCheckpointContext& ctx);
+  void read_stage0_optimizer(ZeroLoadPlan* plan);
+  void read_partitions(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan);
+
+  int stage_;
+  int dp_rank_;
+  int dp_size_;
+};
+
+/// The model states every data-parallel rank of model-parallel rank ctx.mp_rank reads
+/// (mp_rank_XX_model_states.pt) into `plan`, then ctx.check_model_states. Also what an engine
+/// without an optimizer (no ZeRO stage) loads.
+void read_replicated_model_states(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan);
+
+}  // namespace deepspeed::runtime
