@@ -24,6 +24,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/engine.h"
+#include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/version.h"
 #include "deepspeed/zero3.h"
@@ -538,6 +539,8 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
           dp_rank, mp_rank_, config_.bf16.enabled);
       ckpt::save(zero_optimizer_file().to_ivalue(), tag_dir + "/" + file);
     }
+    // 1-bit optimizers: each rank's error-feedback buffers (no-op for other optimizers).
+    if (optimizer_) onebit::save_rank_local_state(*optimizer_, tag_dir, dp_rank, mp_rank_);
   });
   ckpt::commit_checkpoint(save_dir, name, rank0, save_latest, barrier);
   log::info_rank0("saved checkpoint " + tag_dir + (save_latest ? " (latest)" : ""));
@@ -815,6 +818,11 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
       zero_->params_to_masters();
       if (!zero_->flat_layout().empty()) restored.push_back("fp32 masters from the weights");
     }
+  }
+  if (plan.load_optimizer) {
+    // 1-bit optimizers: this rank's error feedback (and 0/1 Adam's local parameters), after
+    // the module so that rank-local parameters win over data-parallel rank 0's.
+    onebit::load_rank_local_state(*optimizer_, tag_dir, dp_group_.rank(), mp_rank_);
   }
   if (plan.load_optimizer && config_.fp16.enabled && plan.loss_scaler) {
     // Matches DeepSpeed's ZeRO: the checkpoint's scaler (kind and options) replaces ours.
