@@ -5,21 +5,12 @@
 #include <numeric>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "deepspeed/onebit.h"
 #include "util/check.h"
 
 namespace deepspeed::onebit {
-namespace {
-
-// Bit weights of one byte, most significant first (numpy/cupy packbits' "big" order).
-at::Tensor bit_weights() {
-  static const at::Tensor w =
-      at::tensor(std::vector<uint8_t>{128, 64, 32, 16, 8, 4, 2, 1}, at::kByte);
-  return w;
-}
-
-}  // namespace
 
 int64_t CompressionLayout::valid_in_chunk(int server) const {
   const int64_t start = static_cast<int64_t>(server) * chunk_numel;
@@ -41,18 +32,40 @@ CompressionLayout compression_layout(int64_t numel, int world_size) {
   return l;
 }
 
+// Plain loops: packing is on every compressed step's critical path, and the tensor-op version
+// (compare, multiply by the bit weights, sum in int64) was several times slower on the CPU.
 at::Tensor pack_signs(const at::Tensor& x) {
   DS_CHECK(x.numel() % 8 == 0, UsageError, "pack_signs: ", x.numel(),
            " elements is not a multiple of 8; pad with compression_layout()");
-  at::Tensor positive = x.reshape({-1, 8}).ge(0).to(at::kByte);
-  return positive.mul(bit_weights()).sum(1).to(at::kByte);
+  at::Tensor values = x.reshape({-1}).to(at::kFloat).contiguous();
+  at::Tensor out = at::empty({x.numel() / 8}, x.options().dtype(at::kByte));
+  const float* in = values.data_ptr<float>();
+  uint8_t* bytes = out.data_ptr<uint8_t>();
+  const int64_t n = out.numel();
+  at::parallel_for(0, n, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* v = in + 8 * i;
+      uint8_t b = 0;
+      for (int k = 0; k < 8; ++k) b = static_cast<uint8_t>((b << 1) | (v[k] >= 0.0f ? 1 : 0));
+      bytes[i] = b;
+    }
+  });
+  return out;
 }
 
 at::Tensor unpack_signs(const at::Tensor& bits) {
   DS_CHECK(bits.scalar_type() == at::kByte, UsageError, "unpack_signs: expected uint8 bits, got ",
            bits.scalar_type());
-  at::Tensor set = bits.reshape({-1, 1}).bitwise_and(bit_weights()).ne(0);
-  return set.to(at::kFloat).mul_(2.0).sub_(1.0).reshape({-1});
+  at::Tensor packed = bits.reshape({-1}).contiguous();
+  at::Tensor out = at::empty({packed.numel() * 8}, bits.options().dtype(at::kFloat));
+  const uint8_t* bytes = packed.data_ptr<uint8_t>();
+  float* values = out.data_ptr<float>();
+  at::parallel_for(0, packed.numel(), 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      for (int k = 0; k < 8; ++k) values[8 * i + k] = (bytes[i] >> (7 - k)) & 1 ? 1.0f : -1.0f;
+    }
+  });
+  return out;
 }
 
 Compressed compress_with_error(const at::Tensor& x, at::Tensor& error, int64_t valid) {
