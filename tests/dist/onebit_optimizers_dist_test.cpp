@@ -33,17 +33,25 @@ using Engine = ModuleEngine<testing::TinyNetImpl>;
 
 constexpr int64_t kGlobalBatch = 8;
 
+// freeze_step for ZeroOneAdam's short schedule (check_zero_one_adam, the resume test).
+constexpr int64_t kScheduleTest = 2;
+
 json optimizer_config(const std::string& type, int64_t freeze_step) {
   json params = {{"lr", 0.01}, {"weight_decay", 0.01}};
   if (type == "OneBitAdam" || type == "OneBitLamb") params["freeze_step"] = freeze_step;
   // OnebitAdam's and OnebitLamb's updates have no bias correction.
   if (type == "Adam" || type == "Lamb") params["bias_correction"] = false;
-  if (type == "ZeroOneAdam") {
+  if (type == "ZeroOneAdam" && freeze_step == kScheduleTest) {
     // Variance updates at steps 1, 2, 4; frozen after step 5; local-step interval 1, 1, then 2.
     params["var_freeze_step"] = 4;
     params["var_update_scaler"] = 2;
     params["local_step_scaler"] = 2;
     params["local_step_clipper"] = 2;
+  } else if (type == "ZeroOneAdam") {
+    // Every step updates the variance until it freezes; local steps of up to 4.
+    params["var_freeze_step"] = freeze_step;
+    params["local_step_scaler"] = 8;
+    params["local_step_clipper"] = 4;
   }
   return {{"type", type}, {"params", params}};
 }
@@ -155,7 +163,7 @@ void check_zero_one_adam(int rank, int world) {
   int64_t adam_bytes = comm::bytes_sent();
   train(*adam, rank, 0, 10);
   adam_bytes = comm::bytes_sent() - adam_bytes;
-  auto engine = make_engine("ZeroOneAdam");
+  auto engine = make_engine("ZeroOneAdam", kScheduleTest);
   auto* opt = dynamic_cast<onebit::ZeroOneAdam*>(engine->optimizer());
   ASSERT_NE(opt, nullptr);
   const std::vector<bool> want_allreduce = {true, true, false, true, false, false,
@@ -183,6 +191,41 @@ void check_zero_one_adam(int rank, int world) {
 
 TEST(ZeroOneAdamDist, VarianceFreezingAndLocalStepsOnTwoRanks) { run_ranks(2, check_zero_one_adam); }
 TEST(ZeroOneAdamDist, VarianceFreezingAndLocalStepsOnFourRanks) { run_ranks(4, check_zero_one_adam); }
+
+// Convergence on the small regression model: after 30 compressed steps (freeze at 10) each
+// 1-bit optimizer's full-data loss is within kConvergenceTolerance of its uncompressed
+// counterpart's at the same step (the measured differences are printed).
+constexpr double kConvergenceTolerance = 0.05;
+
+double full_data_loss(Engine& engine) {
+  torch::NoGradGuard no_grad;
+  auto [x, y] = tiny_batch(0, 64);
+  return engine.forward(x, y).item<double>();
+}
+
+void check_convergence(int rank, int world) {
+  const int64_t steps = 40, freeze = 10;
+  for (auto [reference, compressed] : std::vector<std::pair<std::string, std::string>>{
+           {"Adam", "OneBitAdam"}, {"Adam", "ZeroOneAdam"}, {"Lamb", "OneBitLamb"}}) {
+    auto ref = make_engine(reference);
+    train(*ref, rank, 0, steps);
+    auto ob = make_engine(compressed, freeze);
+    train(*ob, rank, 0, steps);
+    const double want = full_data_loss(*ref), got = full_data_loss(*ob);
+    const double start = full_data_loss(*make_engine(reference));
+    if (rank == 0) {
+      std::printf("%d ranks, %s vs %s after %lld steps: loss %.5f vs %.5f (start %.5f), relative "
+                  "difference %.2f%%\n", world, compressed.c_str(), reference.c_str(),
+                  static_cast<long long>(steps), got, want, start,
+                  100 * std::abs(got - want) / want);
+    }
+    EXPECT_LT(std::abs(got - want) / want, kConvergenceTolerance) << compressed;
+    EXPECT_LT(got, 0.95 * start) << compressed << " did not learn";
+  }
+}
+
+TEST(OneBitConvergenceDist, FinalLossNearUncompressedOnTwoRanks) { run_ranks(2, check_convergence); }
+TEST(OneBitConvergenceDist, FinalLossNearUncompressedOnFourRanks) { run_ranks(4, check_convergence); }
 
 // Saved mid-compression (0/1 Adam: between two local-step synchronizations), loaded in new processes:
 // the error-feedback buffers, frozen variance and counters come back, and the run continues bit
