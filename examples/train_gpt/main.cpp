@@ -429,6 +429,7 @@ int run(const Args& a) {
     // With --deepspeed_log the engine prints its lines in step() at steps_per_print.
     if (bar && step % print_every == 0) bar->clear();
     auto t0 = std::chrono::steady_clock::now();
+    const int64_t bytes_before = ds::comm::bytes_sent();
     double loss_sum = 0.0;
     const int64_t skipped_before = engine->skipped_steps();
     if (pp_engine) {
@@ -449,6 +450,9 @@ int run(const Args& a) {
       }
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // Bytes this rank sent in the step's collectives (Note [Sent bytes]), before the metrics'
+    // own all-reduce below.
+    const int64_t comm_bytes = ds::comm::bytes_sent() - bytes_before;
     // One small all-reduce per step: the loss and memory figures of every rank.
     auto stats = torch::tensor({loss_sum / static_cast<double>(gas)}, torch::kDouble);
     ds::comm::all_reduce(stats, ds::comm::ReduceOp::kAvg);
@@ -515,6 +519,7 @@ int run(const Args& a) {
                       {"tokens", engine->global_samples() * a.seq_len},
                       {"tokens_per_s", tps},
                       {"step_time_s", secs},
+                      {"comm_bytes", comm_bytes},
                       {"grad_norm", engine->get_global_grad_norm().value_or(0.0)},
                       {"skipped_steps", engine->skipped_steps()},
                       {"rss_bytes", rss},

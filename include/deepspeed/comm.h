@@ -161,7 +161,26 @@ Handle broadcast(at::Tensor& tensor, int src, bool async_op = false,
                  const Group& group = world());
 void barrier(const Group& group = world());
 
+/// torch.distributed.all_to_all_single with equal splits: `input` and `output` have the same
+/// number of elements, a multiple of the group size; slice r (group rank order) of this rank's
+/// `input` lands in slice <this rank> of rank r's `output`. Any dtype Gloo moves (bf16 travels
+/// as its bits). Throws CommError when the sizes differ or do not divide.
+Handle all_to_all_single(at::Tensor& output, const at::Tensor& input, bool async_op = false,
+                         const Group& group = world());
+
 /// Number of collectives this rank has issued, over all groups.
 int64_t sequence_number();
+
+/// Note [Sent bytes]
+/// Bytes this rank has put on the wire in collectives since init_distributed(), over all
+/// groups, counted per collective from its message size S (bytes) and the group size n under
+/// the bandwidth-optimal algorithm (what NCCL's ring does; Gloo's may differ):
+///   all_reduce, reduce_scatter (input S), barrier: 2(n-1)/n * S
+///   all_gather (input share S): (n-1) * S;  all_to_all_single: (n-1)/n * S
+///   broadcast: S on the source, 0 elsewhere;  reduce: 0 on the destination, S elsewhere
+///   any other op (send, recv...): S.
+/// Groups of size 1 send nothing; the collective check's own small exchanges are not counted.
+/// Callers measure a step by differencing. Thread-safe.
+int64_t bytes_sent();
 
 }  // namespace deepspeed::comm

@@ -6,6 +6,7 @@
 #include "comm/communicator.h"
 #include "comm/comms_logger.h"
 #include "comm/handle_state.h"
+#include "comm/sent_bytes.h"
 #include "deepspeed/comm.h"
 #include "util/check.h"
 
@@ -84,6 +85,8 @@ std::shared_ptr<Handle::State> start(const char* name, const at::Tensor& t, cons
   if (detail::collective_check_enabled()) {
     detail::check_same_collective(c, state->record, group, t, root, op);
   }
+  detail::count_sent_bytes(name, static_cast<int64_t>(t.numel() * t.element_size()),
+                           group.size(), root == c.rank());
   try {
     state->work = issue();
   } catch (const std::exception& e) {
@@ -308,6 +311,31 @@ Handle broadcast(at::Tensor& tensor, int src, bool async_op, const Group& group)
     o.timeout = c.timeout();
     return c.backend_for(group, ts[0]).broadcast(ts, o);
   }, src);
+  return finish(std::move(state), async_op);
+}
+
+Handle all_to_all_single(at::Tensor& output, const at::Tensor& input, bool async_op,
+                         const Group& group) {
+  auto& c = usable("all_to_all_single", group);
+  check_flat(output, "all_to_all_single", "output");
+  check_flat(input, "all_to_all_single", "input");
+  const int w = group.size();
+  DS_CHECK(output.numel() == input.numel() && output.scalar_type() == input.scalar_type(),
+           CommError, where(c, "all_to_all_single", group), "output has ", output.numel(),
+           " elements of ", output.scalar_type(), "; expected the input's ", input.numel(),
+           " of ", input.scalar_type());
+  DS_CHECK(input.numel() % w == 0, CommError, where(c, "all_to_all_single", group), "input has ",
+           input.numel(), " elements, not divisible by the group size ", w,
+           "; pad it to a multiple");
+  if (w == 1) output.copy_(input.view(output.sizes()));
+  auto state = start("all_to_all_single", input, group, [&] {
+    at::Tensor out = as_gloo_bits(output.view({-1}));
+    at::Tensor in = as_gloo_bits(input.view({-1}));
+    std::vector<int64_t> equal_splits;  // empty: Gloo splits evenly
+    c10d::AllToAllOptions o;
+    o.timeout = c.timeout();
+    return c.backend_for(group, in).alltoall_base(out, in, equal_splits, equal_splits, o);
+  });
   return finish(std::move(state), async_op);
 }
 

@@ -26,6 +26,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/engine.h"
+#include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/version.h"
 #include "deepspeed/zero3.h"
@@ -332,6 +333,8 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
         ckpt::save(file->second, tag_dir + "/" + file->first);
       }
     }
+    // 1-bit optimizers: each rank's error-feedback buffers (no-op for other optimizers).
+    if (optimizer_) onebit::save_rank_local_state(*optimizer_, tag_dir, dp_rank, mp_rank_);
   });
   ckpt::commit_checkpoint(save_dir, name, rank0, save_latest, barrier);
   log::info_rank0("saved checkpoint " + tag_dir + (save_latest ? " (latest)" : ""));
@@ -477,6 +480,11 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     ckpt::load_module_state_dict(*module_, plan.states.module, options.load_module_strict,
                                  plan.model_file);
     restored.insert(restored.begin(), "module");
+  }
+  if (plan.load_optimizer) {
+    // 1-bit optimizers: this rank's error feedback (and 0/1 Adam's local parameters), after
+    // the module so that rank-local parameters win over data-parallel rank 0's.
+    onebit::load_rank_local_state(*optimizer_, tag_dir, dp_group_.rank(), mp_rank_);
   }
   if (plan.load_optimizer && config_.fp16.enabled && plan.loss_scaler) {
     // Matches DeepSpeed's ZeRO: the checkpoint's scaler (kind and options) replaces ours.

@@ -90,6 +90,18 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& 
     case OptimizerKind::kSGD:
       opt = std::make_unique<SGD>(std::move(torch_groups), SGDOptions{});
       break;
+    case OptimizerKind::kOneBitAdam:
+      opt = std::make_unique<onebit::OneBitAdam>(std::move(torch_groups), spec.defaults,
+                                                 spec.onebit);
+      break;
+    case OptimizerKind::kOneBitLamb:
+      opt = std::make_unique<onebit::OneBitLamb>(std::move(torch_groups), spec.defaults,
+                                                 spec.onebit);
+      break;
+    case OptimizerKind::kZeroOneAdam:
+      opt = std::make_unique<onebit::ZeroOneAdam>(std::move(torch_groups), spec.defaults,
+                                                  spec.onebit);
+      break;
   }
   // Python's defaults are the constructor's kwargs, i.e. optimizer.params: a group added later
   // without options gets them.

@@ -14,7 +14,7 @@
 namespace deepspeed::optim {
 namespace {
 
-constexpr const char* kSupported = "Adam, AdamW, Lamb, Lion, Adagrad, SGD";
+constexpr const char* kSupported = "Adam, AdamW, Lamb, Lion, Adagrad, SGD, OneBitAdam, ZeroOneAdam, OneBitLamb";
 // torch.optim classes DeepSpeed would fall back to (by attribute name, case-sensitive).
 constexpr const char* kTorchOptimNames[] = {"Adadelta", "Adafactor", "Adagrad", "Adam",
                                             "Adamax",   "AdamW",     "ASGD",    "LBFGS",
@@ -35,6 +35,9 @@ enum class Rule {
   kMustBeFalse,  // only false is implemented; true is refused with `refusal`
   kMustBeTrue,   // only true is implemented
   kWideFlag,     // an optimizer-wide boolean, read by resolve_optimizer; not in param groups
+  kWideCount,    // an optimizer-wide integer >= 0 (freeze_step), read by resolve_optimizer
+  kWideString,   // an optimizer-wide string (comm_backend_name), read by resolve_optimizer
+  kWideNumber,   // an optimizer-wide number (coeff_beta...), read by resolve_optimizer
 };
 // Which of DeepSpeed's classes takes the key: its CPU optimizer (offload_optimizer on) or the
 // other one.
@@ -126,7 +129,62 @@ const std::vector<KeyRule>& rules_for(const OptimizerSpec& spec) {
       {"differentiable", Rule::kMustBeFalse, Avail::kAlways,
        "differentiable optimizer steps are not supported", true},
   };
+  // DeepSpeed's OnebitAdam keyword arguments; bias_correction and eps_inside_sqrt are stored
+  // but never read by its update, as in DeepSpeed.
+  static const std::vector<KeyRule> onebit_adam = {
+      {"lr", Rule::kNumber},
+      {"freeze_step", Rule::kWideCount},
+      {"bias_correction", Rule::kFlag},
+      {"betas", Rule::kPair},
+      {"eps", Rule::kNumber},
+      {"eps_inside_sqrt", Rule::kWideFlag},
+      {"weight_decay", Rule::kNumber},
+      {"amsgrad", Rule::kMustBeFalse, Avail::kAlways,
+       "1-bit Adam does not support the AMSGrad variant"},
+      {"cuda_aware", Rule::kWideFlag},
+      {"comm_backend_name", Rule::kWideString},
+  };
+  // DeepSpeed's ZeroOneAdam keyword arguments.
+  static const std::vector<KeyRule> zero_one_adam = {
+      {"lr", Rule::kNumber},
+      {"bias_correction", Rule::kFlag},
+      {"betas", Rule::kPair},
+      {"eps", Rule::kNumber},
+      {"eps_inside_sqrt", Rule::kWideFlag},
+      {"weight_decay", Rule::kNumber},
+      {"var_freeze_step", Rule::kWideCount},
+      {"var_update_scaler", Rule::kWideCount},
+      {"local_step_scaler", Rule::kWideCount},
+      {"local_step_clipper", Rule::kWideCount},
+      {"amsgrad", Rule::kMustBeFalse, Avail::kAlways,
+       "0/1 Adam does not support the AMSGrad variant"},
+      {"cuda_aware", Rule::kWideFlag},
+      {"comm_backend_name", Rule::kWideString},
+  };
+  // DeepSpeed's OnebitLamb keyword arguments.
+  static const std::vector<KeyRule> onebit_lamb = {
+      {"lr", Rule::kNumber},
+      {"freeze_step", Rule::kWideCount},
+      {"bias_correction", Rule::kFlag},
+      {"betas", Rule::kPair},
+      {"eps", Rule::kNumber},
+      {"eps_inside_sqrt", Rule::kWideFlag},
+      {"weight_decay", Rule::kNumber},
+      {"max_coeff", Rule::kNumber},
+      {"min_coeff", Rule::kNumber},
+      {"amsgrad", Rule::kMustBeFalse, Avail::kAlways,
+       "1-bit Lamb does not support the AMSGrad variant"},
+      {"cuda_aware", Rule::kWideFlag},
+      {"comm_backend_name", Rule::kWideString},
+      {"coeff_beta", Rule::kWideNumber},
+      {"factor_max", Rule::kWideNumber},
+      {"factor_min", Rule::kWideNumber},
+      {"factor_threshold", Rule::kWideNumber},
+  };
   switch (spec.kind) {
+    case OptimizerKind::kOneBitLamb: return onebit_lamb;
+    case OptimizerKind::kOneBitAdam: return onebit_adam;
+    case OptimizerKind::kZeroOneAdam: return zero_one_adam;
     case OptimizerKind::kAdam: return spec.torch_adam ? torch_adam : adam;
     case OptimizerKind::kLamb: return lamb;
     case OptimizerKind::kLion: return lion;
@@ -163,6 +221,22 @@ bool boolean(const json& v, const std::string& where) {
   refuse_auto(v, where, "true or false");
   DS_CHECK(v.is_boolean(), ConfigError, where, " is ", v.dump(), "; expected true or false");
   return v.get<bool>();
+}
+
+int64_t count(const json& v, const std::string& where) {
+  refuse_auto(v, where, "an integer >= 0");
+  DS_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0, ConfigError, where, " is ", v.dump(),
+           "; expected an integer >= 0");
+  return v.get<int64_t>();
+}
+
+// DeepSpeed's comm_backend_name values; each runs deepspeed::comm's collectives here.
+std::string backend_name(const json& v, const std::string& where) {
+  refuse_auto(v, where, "a backend name");
+  const std::string name = v.is_string() ? v.get<std::string>() : std::string();
+  DS_CHECK(name == "nccl" || name == "mpi" || name == "hccl" || name == "compressed", ConfigError,
+           where, " is ", v.dump(), "; expected \"nccl\", \"mpi\", \"hccl\" or \"compressed\"");
+  return name;
 }
 
 std::pair<double, double> number_pair(const json& v, const std::string& where) {
@@ -215,10 +289,16 @@ void apply_params(const OptimizerSpec& spec, const json& params, GroupOptions& g
         throw ConfigError(msg);
       }
       case Rule::kWideFlag:
+      case Rule::kWideCount:
+      case Rule::kWideString:
+      case Rule::kWideNumber:
         DS_CHECK(!in_param_group, ConfigError, where,
                  " applies to the whole optimizer; set it in optimizer.params, not in a param "
                  "group");
-        boolean(v, where);
+        if (rule->rule == Rule::kWideFlag) boolean(v, where);
+        if (rule->rule == Rule::kWideCount) count(v, where);
+        if (rule->rule == Rule::kWideString) backend_name(v, where);
+        if (rule->rule == Rule::kWideNumber) number(v, where);
         break;
     }
   }
@@ -255,9 +335,9 @@ OptimizerKind resolve_kind(const std::string& type, const std::string& source) {
   if (name == "adagrad") return OptimizerKind::kAdagrad;
   const std::string head = source + ": optimizer.type \"" + type + "\"";
   const std::string supported = "supported: " + std::string(kSupported);
-  DS_CHECK(name != "onebitadam" && name != "zerooneadam" && name != "onebitlamb",
-           NotSupportedError, head, " is not supported yet (DeepSpeed's 1-bit/0-1 "
-           "compressed-communication optimizers; ", supported, ")");
+  if (name == "onebitadam") return OptimizerKind::kOneBitAdam;
+  if (name == "zerooneadam") return OptimizerKind::kZeroOneAdam;
+  if (name == "onebitlamb") return OptimizerKind::kOneBitLamb;
   DS_CHECK(name != "muadam" && name != "muadamw" && name != "musgd", NotSupportedError, head,
            " is not supported yet (muP optimizers from the mup package; ", supported, ")");
   DS_CHECK(name != "muon", NotSupportedError, head, " is not supported yet (MuonWithAuxAdam; ",
@@ -293,6 +373,22 @@ GroupOptions default_group(const OptimizerSpec& spec, std::optional<bool> offloa
     case OptimizerKind::kLion: return LionOptions{}.group();
     case OptimizerKind::kAdagrad: return AdagradOptions{}.group(offload.value_or(false));
     case OptimizerKind::kSGD: return SGDOptions{}.group();
+    case OptimizerKind::kOneBitLamb: {
+      // OnebitLamb's defaults dict, in its order.
+      GroupOptions g;
+      g.set("lr", 1e-3).set("bias_correction", true).set("betas", std::make_pair(0.9, 0.999));
+      g.set("eps", 1e-8).set("weight_decay", 0.0).set("max_grad_norm", 0.0);
+      g.set("max_coeff", 10.0).set("min_coeff", 0.01);
+      return g;
+    }
+    case OptimizerKind::kOneBitAdam:
+    case OptimizerKind::kZeroOneAdam: {
+      // OnebitAdam's and ZeroOneAdam's defaults dict, in its order.
+      GroupOptions g;
+      g.set("lr", 1e-3).set("bias_correction", true).set("betas", std::make_pair(0.9, 0.999));
+      g.set("eps", 1e-8).set("weight_decay", 0.0).set("max_grad_norm", 0.0);
+      return g;
+    }
   }
   DS_INTERNAL_ASSERT(false, "unknown optimizer kind");
 }
@@ -320,6 +416,37 @@ OptimizerSpec resolve_optimizer(const OptimizerConfig& config, const std::string
     spec.adam_w_mode = lower(config.type) == "adamw" || adam_w_mode;
   }
   if (spec.kind == OptimizerKind::kLamb) spec.eps_inside_sqrt = wide_flag("eps_inside_sqrt", false);
+  if (spec.kind == OptimizerKind::kOneBitAdam || spec.kind == OptimizerKind::kZeroOneAdam ||
+      spec.kind == OptimizerKind::kOneBitLamb) {
+    auto wide = [&](const char* key) -> const json* {
+      auto it = params.find(key);
+      return it == params.end() || is_unset(*it) ? nullptr : &*it;
+    };
+    auto read_count = [&](const char* key, int64_t& field) {
+      if (auto* v = wide(key)) field = count(*v, base + key);
+    };
+    read_count("freeze_step", spec.onebit.freeze_step);
+    read_count("var_freeze_step", spec.onebit.var_freeze_step);
+    read_count("var_update_scaler", spec.onebit.var_update_scaler);
+    read_count("local_step_scaler", spec.onebit.local_step_scaler);
+    read_count("local_step_clipper", spec.onebit.local_step_clipper);
+    DS_CHECK(spec.onebit.local_step_clipper >= 1, ConfigError, base,
+             "local_step_clipper is 0; expected an integer >= 1 (the largest local-step interval)");
+    auto read_number = [&](const char* key, double& field) {
+      if (auto* v = wide(key)) field = number(*v, base + key);
+    };
+    read_number("coeff_beta", spec.onebit.coeff_beta);
+    read_number("factor_max", spec.onebit.factor_max);
+    read_number("factor_min", spec.onebit.factor_min);
+    read_number("factor_threshold", spec.onebit.factor_threshold);
+    DS_CHECK(spec.onebit.factor_min <= spec.onebit.factor_max, ConfigError, base,
+             "factor_min (", spec.onebit.factor_min, ") > factor_max (", spec.onebit.factor_max,
+             "); expected factor_min <= factor_max");
+    spec.onebit.cuda_aware = wide_flag("cuda_aware", false);
+    if (auto* v = wide("comm_backend_name")) {
+      spec.onebit.comm_backend_name = backend_name(*v, base + "comm_backend_name");
+    }
+  }
   spec.defaults = default_group(spec, offload);
   apply_params(spec, params, spec.defaults, base, offload, /*in_param_group=*/false);
   check_values(spec, spec.defaults, base);

@@ -7,11 +7,12 @@
 #include <string>
 
 #include "deepspeed/config.h"
+#include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
 
 namespace deepspeed::optim {
 
-enum class OptimizerKind { kAdam, kLamb, kLion, kAdagrad, kSGD };
+enum class OptimizerKind { kAdam, kLamb, kLion, kAdagrad, kSGD, kOneBitAdam, kZeroOneAdam, kOneBitLamb };
 
 /// The optimizer a config section asks for.
 struct OptimizerSpec {
@@ -20,6 +21,7 @@ struct OptimizerSpec {
   bool adam_w_mode = true;       // Adam: decoupled weight decay ("Adam" unless adam_w_mode false)
   bool torch_adam = false;       // Adam: torch.optim.Adam/AdamW instead of DeepSpeed's
   bool eps_inside_sqrt = false;  // Lamb
+  onebit::OneBitSettings onebit;  // OneBitAdam, ZeroOneAdam, OneBitLamb: optimizer-wide params
   /// The hyper-parameters of a group without overrides: defaults overridden by optimizer.params.
   GroupOptions defaults;
 };

@@ -86,17 +86,27 @@ int64_t as_step(const IValue& v, const std::string& where) {
   return static_cast<int64_t>(std::llround(as_number(v, where)));
 }
 
-// A saved state tensor as the state of `param`: same shape, the parameter's dtype and device,
-// and a copy, so that later updates never write into the caller's dict.
-at::Tensor as_state_tensor(const IValue& v, const at::Tensor& param, const std::string& where) {
+// A saved state tensor as the state of `param`: the shape of `like` (the state's initial value,
+// which is the parameter's shape except for buffers such as the 1-bit optimizers' padded error
+// feedback), the parameter's dtype and device, and a copy, so that later updates never write
+// into the caller's dict.
+at::Tensor as_state_tensor(const IValue& v, const at::Tensor& param, const at::Tensor& like,
+                           const std::string& where) {
   DS_CHECK(v.isTensor(), CheckpointError, "optimizer state dict: ", where, " is a ", v.tagKind(),
            ", expected a tensor");
   const at::Tensor& t = v.toTensor();
-  DS_CHECK(t.sizes() == param.sizes(), CheckpointError, "optimizer state dict: ", where,
-           " has shape ", t.sizes(), " but its parameter has shape ", param.sizes(),
+  const at::Tensor& shape_of = like.defined() ? like : param;
+  DS_CHECK(t.sizes() == shape_of.sizes(), CheckpointError, "optimizer state dict: ", where,
+           " has shape ", t.sizes(), " but ",
+           shape_of.sizes() == param.sizes() ? "its parameter" : "this optimizer's state",
+           " has shape ", shape_of.sizes(),
            "; was the checkpoint written by another model or data-parallel layout?");
   return t.to(param.options(), /*non_blocking=*/false, /*copy=*/true,
               at::MemoryFormat::Contiguous);
+}
+
+at::Tensor as_state_tensor(const IValue& v, const at::Tensor& param, const std::string& where) {
+  return as_state_tensor(v, param, at::Tensor(), where);
 }
 
 // --- one adapter per optimizer family -------------------------------------------------------
@@ -160,7 +170,7 @@ Family ds_family(DsOptimizer& opt) {
     if (opt.counts_steps()) s.step = as_step(require(saved, "step", at), at + ".step");
     for (auto& [name, t] : s.tensors) {
       if (const IValue* v = lookup(saved, name)) {
-        t = as_state_tensor(*v, p, at + "." + name);
+        t = as_state_tensor(*v, p, t, at + "." + name);
       } else {
         DS_CHECK(!t.defined(), CheckpointError, "optimizer state dict: ", at, " has no '", name,
                  "', which ", opt.type_name(), " needs");

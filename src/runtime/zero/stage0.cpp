@@ -7,6 +7,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "comm/communicator.h"
+#include "deepspeed/onebit.h"
 #include "runtime/grad_clip.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/grad_reducer.h"
@@ -31,13 +32,20 @@ class Stage0 final : public FlatZeroOptimizer {
       ro.group = ctx.dp_group;
       reducer_ = std::make_unique<GradReducer>(params_, ro);
     }
+    // A 1-bit optimizer all-reduces (compressed) on its own once warm-up ends.
+    compressed_ = dynamic_cast<onebit::CompressedCommunication*>(optimizer_);
+    if (compressed_) compressed_->set_data_parallel_group(ctx.dp_group);
   }
 
   void begin_backward(bool boundary) override {
-    if (reducer_ && boundary) reducer_->prepare();
+    reducing_ = reducer_ && boundary &&
+                (compressed_ == nullptr || compressed_->backward_allreduce_enabled());
+    if (reducing_) reducer_->prepare();
   }
   void end_backward(bool boundary) override {
-    if (reducer_ && boundary) reducer_->finish();
+    if (reducing_ && boundary) reducer_->finish();
+    if (boundary) last_boundary_reduced_ = reducing_;
+    reducing_ = false;
   }
 
   double grad_norm_squared() override {
@@ -84,7 +92,7 @@ class Stage0 final : public FlatZeroOptimizer {
 
   ReductionStats reduction_stats() const override {
     ReductionStats s;
-    if (reducer_) {
+    if (reducer_ && last_boundary_reduced_) {
       s.buckets_launched = reducer_->last_buckets_launched();
       s.buckets_launched_from_hooks = reducer_->last_buckets_launched_from_hooks();
       s.reductions_issued = s.buckets_launched;
@@ -100,6 +108,9 @@ class Stage0 final : public FlatZeroOptimizer {
   torch::optim::Optimizer* optimizer_;
   std::vector<at::Tensor> params_;
   std::unique_ptr<GradReducer> reducer_;
+  onebit::CompressedCommunication* compressed_ = nullptr;
+  bool reducing_ = false;  // this backward's gradients go through reducer_
+  bool last_boundary_reduced_ = true;  // false after a boundary left to a 1-bit optimizer
 };
 
 }  // namespace

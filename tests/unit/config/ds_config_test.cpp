@@ -214,7 +214,7 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
   refuse(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": "bf16"}})",
          "data_types.grad_accum_dtype bf16 with an fp32 model and zero_optimization.stage 0");
   refuse(R"({"train_batch_size": 8, "wandb": {"enabled": true}})", "wandb.enabled");
-  refuse(R"({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam"}})", "optimizer.type \"OneBitAdam\"");
+  refuse(R"({"train_batch_size": 8, "optimizer": {"type": "MuAdam"}})", "optimizer.type \"MuAdam\"");
   refuse(R"({"train_batch_size": 8, "optimizer": {"type": "RMSprop", "params": {"lr": 0.1}}})",
          "optimizer.type \"RMSprop\" (torch.optim)");
   refuse(R"({"train_batch_size": 8, "scheduler": {"type": "StepLR"}})",
