@@ -115,5 +115,31 @@ TEST_F(LlamaParity, ScoreAndGreedyGenerationMatchTransformers) {
   EXPECT_EQ(gen["text"].get<std::string>(), tok.decode(gen["token_ids"].get<std::vector<int64_t>>(), true));
 }
 
+// --save_hf of the GGUF model: transformers loads the folder as is (model and tokenizer) and
+// gets the GGUF's logits and ids; our loader reads the folder back bit-identically.
+TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
+  const std::string hf = dir_->file("hf");
+  finetune("--model " + kModel + " --steps 0 --save_hf " + hf);
+  const auto hf_ref = run_reference(hf, dir_->file("hf_ref.json"));
+  EXPECT_EQ(hf_ref["prompt_ids"], (*ref_)["prompt_ids"]);
+  EXPECT_EQ(hf_ref["tokens"], (*ref_)["tokens"]);
+  EXPECT_EQ(hf_ref["generated"], (*ref_)["generated"]);
+  const auto a = (*ref_)["logits"].get<std::vector<std::vector<float>>>();
+  const auto b = hf_ref["logits"].get<std::vector<std::vector<float>>>();
+  ASSERT_EQ(a.size(), b.size());
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) diff = std::max(diff, double(std::abs(a[i][j] - b[i][j])));
+  EXPECT_LT(diff, 1e-4);
+
+  const auto gguf = open_llama_checkpoint(kModel);
+  const auto back = open_llama_checkpoint(hf);
+  EXPECT_EQ(back.config.to_hf_json(), gguf.config.to_hf_json());
+  for (const char* name : {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                           "model.layers.29.self_attn.k_proj.weight", "model.norm.weight"}) {
+    EXPECT_TRUE(torch::equal(back.weights(name), gguf.weights(name))) << name;
+  }
+}
+
 }  // namespace
 }  // namespace deepspeed::examples
