@@ -208,6 +208,14 @@ LlamaTokenizer LlamaTokenizer::from_hf_json(const std::string& path) {
 }
 
 void LlamaTokenizer::encode_word(std::string_view word, std::vector<int64_t>* out) const {
+  {
+    std::lock_guard<std::mutex> lock(cache_->mutex);
+    auto it = cache_->ids.find(std::string(word));
+    if (it != cache_->ids.end()) {
+      out->insert(out->end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
   std::vector<int64_t> parts;
   parts.reserve(word.size());
   for (unsigned char c : word) {
@@ -237,6 +245,8 @@ void LlamaTokenizer::encode_word(std::string_view word, std::vector<int64_t>* ou
     parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
   }
   out->insert(out->end(), parts.begin(), parts.end());
+  std::lock_guard<std::mutex> lock(cache_->mutex);
+  if (cache_->ids.size() < (1u << 20)) cache_->ids.emplace(std::string(word), std::move(parts));
 }
 
 std::vector<int64_t> LlamaTokenizer::encode(std::string_view text) const {
@@ -255,6 +265,7 @@ std::vector<int64_t> LlamaTokenizer::encode(std::string_view text) const {
     int64_t hit = -1;
     for (int64_t id : special_ids_) {
       const std::string& s = token_bytes_[static_cast<size_t>(id)];
+      if (s.empty() || s[0] != text[pos]) continue;
       if (!s.empty() && text.compare(pos, s.size(), s) == 0) { hit = id; break; }
     }
     if (hit < 0) { ++pos; continue; }

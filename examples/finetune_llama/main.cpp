@@ -166,7 +166,10 @@ int run(const Args& a) {
     ex::DistributedBatchSampler sampler(ex::num_windows(split.train.size(), a.seq_len), micro, gas,
                                         world, rank, static_cast<uint64_t>(a.seed));
     const double initial_val = held_out_loss(*model, split.val, a, micro);
-    if (rank == 0) std::printf("step 0 | held-out loss %.4f\n", initial_val);
+    if (rank == 0) {
+      std::printf("step 0 | held-out loss %.4f\n", initial_val);
+      std::fflush(stdout);
+    }
     std::ofstream metrics;
     if (rank == 0 && !a.metrics_file.empty()) {
       metrics.open(a.metrics_file, std::ios::trunc);
@@ -217,7 +220,10 @@ int run(const Args& a) {
       }
     }
     const double final_val = held_out_loss(*model, split.val, a, micro);
-    if (rank == 0) std::printf("finetune_llama: held-out loss %.4f -> %.4f\n", initial_val, final_val);
+    if (rank == 0) {
+      std::printf("finetune_llama: held-out loss %.4f -> %.4f\n", initial_val, final_val);
+      std::fflush(stdout);
+    }
     if (!a.save_dir.empty()) engine->save_checkpoint(a.save_dir);
     sample("after fine-tuning");
   }
