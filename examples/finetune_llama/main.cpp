@@ -113,6 +113,7 @@ int run(const Args& a) {
     model = std::make_shared<ex::LlamaForCausalLMImpl>(ck.config, ck.weights);
   }
   auto [engine, optimizer, lr_scheduler] = ds::initialize(model, config);
+  engine->set_step_logging(false);  // one line per step is this program's
   if (rank == 0) {
     const auto& c = ck.config;
     std::printf("finetune_llama: %s: %lld layers, hidden %lld, %lld heads (%lld kv), vocab %lld, "

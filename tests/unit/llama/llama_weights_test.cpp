@@ -132,6 +132,36 @@ TEST(LlamaWeights, HfFolderRoundTripIsBitIdentical) {
     EXPECT_TRUE(torch::equal(item.value(), loaded->named_parameters()[item.key()])) << item.key();
 }
 
+// Sharded: model.safetensors.index.json's weight_map spreads the tensors over two files.
+TEST(LlamaWeights, ShardedHfFolderLoads) {
+  TempDir dir;
+  auto c = tiny_config();
+  LlamaForCausalLM ref(c);
+  save_hf_weights(*ref, dir.file("hf"), true);
+  const auto all = checkpoint::load_safetensors(dir.file("hf/model.safetensors"));
+  std::filesystem::remove(dir.file("hf/model.safetensors"));
+  checkpoint::TensorDict shard[2];
+  nlohmann::json map = nlohmann::json::object();
+  size_t i = 0;
+  for (const auto& item : all) {
+    const int s = static_cast<int>(i++ % 2);
+    shard[s].insert(item.key(), item.value());
+    map[item.key()] = "model-0000" + std::to_string(s + 1) + "-of-00002.safetensors";
+  }
+  checkpoint::save_safetensors(shard[0], dir.file("hf/model-00001-of-00002.safetensors"));
+  checkpoint::save_safetensors(shard[1], dir.file("hf/model-00002-of-00002.safetensors"));
+  std::ofstream(dir.file("hf/model.safetensors.index.json")) << nlohmann::json{{"weight_map", map}}.dump();
+  const auto ck = open_llama_checkpoint(dir.file("hf"));
+  LlamaForCausalLM loaded(ck.config, ck.weights);
+  for (const auto& item : ref->named_parameters())
+    EXPECT_TRUE(torch::equal(item.value(), loaded->named_parameters()[item.key()])) << item.key();
+  map.erase("model.norm.weight");
+  std::ofstream(dir.file("hf/model.safetensors.index.json")) << nlohmann::json{{"weight_map", map}}.dump();
+  const auto missing = open_llama_checkpoint(dir.file("hf"));
+  EXPECT_THROW_WITH(LlamaForCausalLM(missing.config, missing.weights), ModelFileError,
+                    "tensor 'model.norm.weight' is in no *.safetensors file");
+}
+
 TEST(LlamaWeights, HfFolderErrorsNameFileAndField) {
   TempDir dir;
   std::filesystem::create_directories(dir.file("empty"));
