@@ -87,7 +87,7 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.max_position_embeddings = j.value("max_position_embeddings", c.max_position_embeddings);
   c.rope_theta = j.value("rope_theta", c.rope_theta);
   c.rms_norm_eps = j.value("rms_norm_eps", c.rms_norm_eps);
-  c.tie_word_embeddings = j.value("tie_word_embeddings", true);  // PretrainedConfig's default
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);  // LlamaConfig's default
   DS_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), NotSupportedError, path,
            ": rope_scaling is set; finetune_llama implements the default rotary embedding only");
   DS_CHECK(!j.value("attention_bias", false) && !j.value("mlp_bias", false), NotSupportedError,

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "deepspeed/checkpoint.h"
+#include "generation.h"
 #include "gguf_file.h"
 #include "gguf_test_writer.h"
 #include "support/expect_throw.h"
@@ -130,6 +131,10 @@ TEST(LlamaWeights, HfFolderRoundTripIsBitIdentical) {
   LlamaForCausalLM loaded(ck.config, ck.weights);
   for (const auto& item : ref->named_parameters())
     EXPECT_TRUE(torch::equal(item.value(), loaded->named_parameters()[item.key()])) << item.key();
+  // A config.json without the key means untied, as transformers' LlamaConfig defaults.
+  auto j = c.to_hf_json();
+  j.erase("tie_word_embeddings");
+  EXPECT_FALSE(LlamaConfig::from_hf_json(j, "config.json").tie_word_embeddings);
 }
 
 // Sharded: model.safetensors.index.json's weight_map spreads the tensors over two files.
@@ -194,6 +199,33 @@ TEST(LlamaModel, KvCacheGivesTheLogitsOfTheFullSequence) {
   std::vector<torch::Tensor> steps = {first};
   for (int64_t t = 5; t < 9; ++t) steps.push_back(model->logits(ids.slice(1, t, t + 1), &cache));
   EXPECT_TRUE(torch::allclose(torch::cat(steps, 1), full, 1e-5, 1e-5));
+}
+
+TEST(LlamaGeneration, GreedyTopPAndSeededSampling) {
+  torch::manual_seed(2);
+  LlamaForCausalLM model(tiny_config());
+  const std::vector<int64_t> prompt = {5, 17, 42};
+  GenerationOptions greedy;
+  greedy.max_new_tokens = 6;
+  const auto g = generate(*model, prompt, greedy);
+  ASSERT_EQ(g.size(), 6u);
+  // Greedy is the argmax of the full forward at each step.
+  std::vector<int64_t> seq = prompt;
+  for (int64_t id : g) {
+    torch::NoGradGuard no_grad;
+    EXPECT_EQ(model->logits(torch::tensor(seq).unsqueeze(0))[0][-1].argmax().item<int64_t>(), id);
+    seq.push_back(id);
+  }
+  GenerationOptions nucleus = greedy;
+  nucleus.temperature = 1.0;
+  nucleus.top_p = 1e-9;  // only the most likely token survives
+  EXPECT_EQ(generate(*model, prompt, nucleus), g);
+  GenerationOptions sampled = greedy;
+  sampled.temperature = 5.0;
+  sampled.max_new_tokens = 20;
+  EXPECT_EQ(generate(*model, prompt, sampled), generate(*model, prompt, sampled));  // same seed
+  sampled.eos_token_id = generate(*model, prompt, sampled)[3];
+  EXPECT_LE(generate(*model, prompt, sampled).size(), 4u);  // stops after EOS
 }
 
 }  // namespace
