@@ -1,6 +1,8 @@
 // GPT model implementation (see gpt_model.h).
 #include "gpt_model.h"
 
+#include "deepspeed/checkpointing.h"
+
 #include <cmath>
 
 #include <torch/nn/functional/loss.h>
@@ -8,8 +10,17 @@
 #include <torch/torch.h>
 
 namespace deepspeed::examples {
+namespace {
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& cfg) : n_head_(cfg.n_head) {
+// GPT-2's dropout; with p == 0 no call at all, so that a run without dropout draws nothing.
+torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
+  return p > 0.0 ? torch::dropout(x, p, training) : x;
+}
+
+}  // namespace
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& cfg)
+    : n_head_(cfg.n_head), dropout_(cfg.dropout) {
   TORCH_CHECK(cfg.n_embd % cfg.n_head == 0, "n_embd (", cfg.n_embd,
               ") must be divisible by n_head (", cfg.n_head, ")");
   c_attn = register_module("c_attn", torch::nn::Linear(cfg.n_embd, 3 * cfg.n_embd));
@@ -27,18 +38,18 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   att = att.masked_fill(causal_mask_.slice(0, 0, T).slice(1, 0, T),
                         -std::numeric_limits<float>::infinity());
-  att = torch::softmax(att, -1);
+  att = maybe_dropout(torch::softmax(att, -1), dropout_, is_training());
   auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
-  return c_proj(y);
+  return maybe_dropout(c_proj(y), dropout_, is_training());
 }
 
-MlpImpl::MlpImpl(const GptConfig& cfg) {
+MlpImpl::MlpImpl(const GptConfig& cfg) : dropout_(cfg.dropout) {
   c_fc = register_module("c_fc", torch::nn::Linear(cfg.n_embd, 4 * cfg.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(4 * cfg.n_embd, cfg.n_embd));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return c_proj(torch::gelu(c_fc(x), "tanh"));
+  return maybe_dropout(c_proj(torch::gelu(c_fc(x), "tanh")), dropout_, is_training());
 }
 
 namespace {
@@ -102,8 +113,11 @@ torch::Tensor GptImpl::logits(const torch::Tensor& idx) {
   TORCH_CHECK(T <= cfg_.block_size, "sequence length ", T, " exceeds block_size ",
               cfg_.block_size);
   auto pos = torch::arange(T, idx.options().dtype(torch::kLong));
-  auto x = wte(idx) + wpe(pos);
-  for (const auto& block : blocks) x = block->forward(x);
+  auto x = maybe_dropout(wte(idx) + wpe(pos), cfg_.dropout, is_training());
+  for (const auto& block : blocks) {
+    x = cfg_.activation_checkpointing ? checkpointing::checkpoint_module(block, x)
+                                      : block->forward(x);
+  }
   x = ln_f(x);
   // Tied embeddings: the output projection is the token embedding matrix.
   return torch::matmul(x, wte->weight.t());

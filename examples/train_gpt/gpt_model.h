@@ -1,5 +1,6 @@
 // A GPT-2-style decoder: pre-LayerNorm blocks, causal self-attention written out, GELU(tanh)
-// MLP of 4x width, tied input/output embeddings, no dropout. Parameter names follow GPT-2's
+// MLP of 4x width, tied input/output embeddings, dropout off unless GptConfig::dropout is set,
+// blocks optionally activation-checkpointed. Parameter names follow GPT-2's
 // (wte, wpe, h.N.ln_1, h.N.attn.c_attn, ...), so checkpoints read naturally in Python.
 #pragma once
 
@@ -23,6 +24,11 @@ struct GptConfig {
   int64_t n_layer = 4;
   int64_t n_head = 4;
   int64_t n_embd = 128;
+  /// GPT-2's embd/attn/resid dropout probability (0.1 there), applied in training mode only; 0
+  /// leaves the dropout calls out (and the generator untouched).
+  double dropout = 0.0;
+  /// Runs each block through checkpointing::checkpoint (recomputed in backward).
+  bool activation_checkpointing = false;
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
@@ -34,6 +40,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
  private:
   int64_t n_head_;
+  double dropout_;
   torch::Tensor causal_mask_;  // [block, block] true above the diagonal (future positions)
 };
 TORCH_MODULE(CausalSelfAttention);
@@ -44,6 +51,9 @@ class MlpImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+
+ private:
+  double dropout_;
 };
 TORCH_MODULE(Mlp);
 

@@ -60,6 +60,8 @@ struct Args {
   int64_t save_interval = 0;  // every N steps (and after the last); 0: after the last only
   std::string load_dir;       // resume from <load_dir>/latest
   bool continue_on_nonfinite_loss = false;  // train on after a nan/inf loss (default: stop)
+  bool activation_checkpointing = false;    // each block through checkpointing::checkpoint
+  double dropout = 0.0;                     // GPT-2's dropout probability (0.1 there)
 };
 
 // Progress on rank 0: a bar with the estimated time left and the finish time, from the mean of
@@ -259,6 +261,10 @@ int run(const Args& a) {
   gcfg.n_layer = a.n_layer;
   gcfg.n_head = a.n_head;
   gcfg.n_embd = a.n_embd;
+  gcfg.dropout = a.dropout;
+  gcfg.activation_checkpointing = a.activation_checkpointing;
+  // The config's activation_checkpointing section applies to the checkpointed blocks.
+  if (a.activation_checkpointing) ds::checkpointing::configure(nullptr, &config);
   // Under ZeRO-3 the blocks are partitioned as they are built (DeepSpeed's zero.Init), so no
   // rank ever holds the whole model.
   std::shared_ptr<deepspeed::examples::GptImpl> model;
@@ -494,6 +500,12 @@ int main(int argc, char** argv) {
                "keep only the corpus's own token ids (a much smaller embedding and output layer)");
   app.add_option("--plot", a.plot,
                  "write loss and learning-rate curves to this PNG (needs gnuplot)");
+  app.add_flag("--activation_checkpointing", a.activation_checkpointing,
+               "recompute each transformer block in backward instead of keeping its activations "
+               "(the config's activation_checkpointing section applies)");
+  app.add_option("--dropout", a.dropout, "dropout probability (GPT-2: 0.1)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--continue_on_nonfinite_loss", a.continue_on_nonfinite_loss,
                "train on when the loss is nan or inf (default: stop with an error naming the "
                "step and the ranks)");

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "deepspeed/checkpointing.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
 #include "deepspeed/engine.h"

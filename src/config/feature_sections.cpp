@@ -46,8 +46,16 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c) {
     a.number_checkpoints = r.get_opt_int("number_checkpoints", 1);
     a.synchronize_checkpoint_boundary = r.get_bool("synchronize_checkpoint_boundary", false);
     a.profile = r.get_bool("profile", false);
-    // DeepSpeed also requires number_checkpoints with contiguous_memory_optimization; that is
-    // not checked here because check_supported() refuses the option itself first.
+    // DeepSpeed asserts both in checkpointing.configure(); checked here as well, so that the
+    // config is refused before training starts (configure() checks again after its overrides).
+    if (a.contiguous_memory_optimization && !a.partition_activations) {
+      r.fail("contiguous_memory_optimization", "is true but partition_activations is false; the "
+             "contiguous buffers hold partitions, so set partition_activations to true");
+    }
+    if (a.contiguous_memory_optimization && !a.number_checkpoints) {
+      r.fail("contiguous_memory_optimization", "is true but number_checkpoints is not set; set it "
+             "to the number of checkpointed calls per forward (the buffers' slot count)");
+    }
     r.finish();
   }
   {
@@ -153,12 +161,13 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c) {
     t.lower_precision_safe_modules = r.get_string_list("lower_precision_safe_modules");
     r.finish();
   }
-  // Present sections that only configure APIs this build does not have yet.
-  for (const char* key : {"activation_checkpointing", "pipeline"}) {
+  // Present sections that only configure APIs this build does not have yet. (The
+  // activation_checkpointing section takes effect through checkpointing::configure(), as in
+  // DeepSpeed.)
+  for (const char* key : {"pipeline"}) {
     if (top.has(key)) {
-      c.warnings.push_back(top.where(key) + " is read but has no effect yet: this build has no " +
-                           (std::string(key) == "pipeline" ? "pipeline engine"
-                                                           : "activation-checkpointing API"));
+      c.warnings.push_back(top.where(key) + " is read but has no effect yet: this build has no "
+                           "pipeline engine");
     }
   }
   // aio drives NVMe offload (stage 3); without it the section changes nothing.

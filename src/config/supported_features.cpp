@@ -74,17 +74,6 @@ void check_features_supported(const DeepSpeedConfig& c) {
   if (c.elasticity.enabled) refuse(c, "elasticity.enabled");
   if (c.progressive_layer_drop.enabled) refuse(c, "progressive_layer_drop.enabled");
   if (c.torch_autocast.enabled) refuse(c, "torch_autocast.enabled");
-  const auto& ac = c.activation_checkpointing;
-  for (auto [on, key] : {std::pair{ac.partition_activations, "partition_activations"},
-                         std::pair{ac.cpu_checkpointing, "cpu_checkpointing"},
-                         std::pair{ac.contiguous_memory_optimization,
-                                   "contiguous_memory_optimization"}}) {
-    if (on) {
-      throw NotSupportedError(source + ": activation_checkpointing." + key +
-                              " is not supported yet: this build has no activation-"
-                              "checkpointing API (remove the key or set it to false)");
-    }
-  }
   if (!c.unimplemented_requests.empty()) refuse(c, c.unimplemented_requests.front());
   // Matches DeepSpeed: without ZeRO a 16-bit gradient accumulation needs a 16-bit model.
   const auto& data_types = c.data_types;

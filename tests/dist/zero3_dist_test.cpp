@@ -16,9 +16,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "support/counting_allocator.h"
 #include "support/multi_rank.h"
 #include "support/tiny_model.h"
-#include "util/torch_compat.h"
 
 namespace deepspeed {
 namespace {
@@ -333,49 +333,7 @@ TEST(Zero3Dist, GatheredParametersStayWithinLiveUnits) {
   });
 }
 
-// Counts the bytes held through the CPU allocator (current and peak).
-class CountingAllocator final : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
-  c10::DataPtr allocate(size_t n) DS_ALLOCATOR_ALLOCATE_CONST override {
-    c10::DataPtr inner = inner_->allocate(n);
-    void* data = inner.get();
-    const auto device = inner.device();
-    auto* ctx = new Context{std::move(inner), n, this};
-    add(static_cast<int64_t>(n));
-    return c10::DataPtr(data, ctx, &CountingAllocator::release, device);
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
-#if DS_ALLOCATOR_HAS_COPY_DATA
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-#endif
-  void reset_peak() { peak_ = live_.load(); }
-  int64_t live() const { return live_; }
-  int64_t peak() const { return peak_; }
-
- private:
-  struct Context {
-    c10::DataPtr inner;
-    size_t bytes;
-    const CountingAllocator* owner;
-  };
-  static void release(void* p) {
-    auto* ctx = static_cast<Context*>(p);
-    ctx->owner->add(-static_cast<int64_t>(ctx->bytes));
-    delete ctx;
-  }
-  void add(int64_t n) const {
-    const int64_t now = live_ += n;
-    int64_t prev = peak_;
-    while (now > prev && !peak_.compare_exchange_weak(prev, now)) {
-    }
-  }
-  c10::Allocator* inner_;
-  mutable std::atomic<int64_t> live_{0};
-  mutable std::atomic<int64_t> peak_{0};
-};
+using testing::CountingAllocator;
 
 constexpr int64_t kBigWidth = 256;
 

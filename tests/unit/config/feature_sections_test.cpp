@@ -60,13 +60,56 @@ TEST(FeatureSections, ErrorsNameTheKey) {
                     "pipeline.stages is 0");
 }
 
-TEST(FeatureSections, ContiguousMemoryOptimizationIsRefusedForTheRealReasonFirst) {
-  // Asking for number_checkpoints would send the user to add a key that still fails.
+TEST(FeatureSections, ActivationCheckpointingDefaultsMatchDeepSpeed) {
+  const auto a = parse(R"({"train_batch_size": 4})").activation_checkpointing;
+  EXPECT_FALSE(a.partition_activations);
+  EXPECT_FALSE(a.cpu_checkpointing);
+  EXPECT_FALSE(a.contiguous_memory_optimization);
+  EXPECT_FALSE(a.number_checkpoints.has_value());
+  EXPECT_FALSE(a.synchronize_checkpoint_boundary);
+  EXPECT_FALSE(a.profile);
+}
+
+TEST(FeatureSections, ActivationCheckpointingIsImplementedAndReadWithoutWarnings) {
   auto c = parse(R"({"train_batch_size": 4, "activation_checkpointing":
-                     {"contiguous_memory_optimization": true}})");
-  EXPECT_THROW_WITH(c.check_supported(), NotSupportedError,
-                    "activation_checkpointing.contiguous_memory_optimization is not supported "
-                    "yet: this build has no activation-checkpointing API");
+                     {"partition_activations": true, "cpu_checkpointing": true,
+                      "contiguous_memory_optimization": true, "number_checkpoints": 4,
+                      "synchronize_checkpoint_boundary": true, "profile": true}})");
+  EXPECT_NO_THROW(c.check_supported());
+  EXPECT_TRUE(c.warnings.empty()) << c.warnings.front();
+  const auto& a = c.activation_checkpointing;
+  EXPECT_TRUE(a.partition_activations && a.cpu_checkpointing && a.contiguous_memory_optimization &&
+              a.synchronize_checkpoint_boundary && a.profile);
+  EXPECT_EQ(a.number_checkpoints, 4);
+  EXPECT_EQ(c.resolved()["activation_checkpointing"]["number_checkpoints"], 4);
+}
+
+TEST(FeatureSections, ContiguousMemoryOptimizationNeedsPartitionsAndACheckpointCount) {
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "activation_checkpointing":
+                             {"contiguous_memory_optimization": true, "number_checkpoints": 2}})"),
+                    ConfigError,
+                    "activation_checkpointing.contiguous_memory_optimization is true but "
+                    "partition_activations is false");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "activation_checkpointing":
+                             {"contiguous_memory_optimization": true,
+                              "partition_activations": true}})"),
+                    ConfigError, "number_checkpoints is not set");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "activation_checkpointing":
+                             {"number_checkpoints": 0}})"),
+                    ConfigError, "activation_checkpointing.number_checkpoints");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "activation_checkpointing":
+                             {"cpu_checkpointing": "yes"}})"),
+                    ConfigError, "activation_checkpointing.cpu_checkpointing");
+}
+
+TEST(FeatureSections, UnknownActivationCheckpointingKeyWarnsByName) {
+  auto c = parse(R"({"train_batch_size": 4, "activation_checkpointing":
+                     {"partitioned_activations": true}})");
+  ASSERT_EQ(c.warnings.size(), 1u);
+  EXPECT_NE(c.warnings[0].find("activation_checkpointing.partitioned_activations is not a known "
+                               "key; did you mean 'partition_activations'?"),
+            std::string::npos)
+      << c.warnings[0];
 }
 
 TEST(FeatureSections, EnabledFeaturesAreRefused) {
@@ -77,8 +120,6 @@ TEST(FeatureSections, EnabledFeaturesAreRefused) {
   }
   auto c = parse(R"({"train_batch_size": 4, "data_types": {"grad_accum_dtype": "bf16"}})");
   EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, "data_types.grad_accum_dtype bf16");
-  c = parse(R"({"train_batch_size": 4, "activation_checkpointing": {"partition_activations": true}})");
-  EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, "activation_checkpointing");
 }
 
 TEST(FeatureSections, UnknownKeysInLegacySectionsWarn) {
