@@ -9,6 +9,7 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/torch.h>
 
+#include "deepspeed/checkpointing.h"
 #include "gguf_file.h"
 #include "util/check.h"
 
@@ -168,7 +169,16 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* ca
   auto emb = torch::cat({freqs, freqs}, -1);       // [T, hd]
   auto cos = emb.cos(), sin = emb.sin();
   auto x = embed_tokens(ids);
-  for (const auto& layer : units) x = layer->forward(x, cos, sin, cache);
+  const bool checkpoint = activation_checkpointing_ && cache == nullptr && torch::GradMode::is_enabled();
+  for (const auto& layer : units) {
+    if (checkpoint) {
+      // Captured by value: the function is kept until the backward recomputes it.
+      x = checkpointing::checkpoint(
+          [layer, cos, sin](const torch::Tensor& h) { return layer->forward(h, cos, sin, nullptr); }, x);
+    } else {
+      x = layer->forward(x, cos, sin, cache);
+    }
+  }
   return norm(x);
 }
 

@@ -86,6 +86,9 @@ class LlamaModelImpl : public torch::nn::Module {
   LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& weights);
   /// ids [B, T] -> final hidden states [B, T, hidden]; with a cache, the positions continue it.
   torch::Tensor forward(const torch::Tensor& ids, LlamaKvCache* cache = nullptr);
+  /// Gradient checkpointing: with grad enabled and no cache, each layer runs through
+  /// deepspeed::checkpointing::checkpoint (its activations recomputed in backward).
+  void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
 
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -96,6 +99,7 @@ class LlamaModelImpl : public torch::nn::Module {
  private:
   LlamaConfig cfg_;
   torch::Tensor inv_freq_;  // [head_dim / 2]; derived, so neither a parameter nor a buffer
+  bool activation_checkpointing_ = false;
 };
 TORCH_MODULE(LlamaModel);
 

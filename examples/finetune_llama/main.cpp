@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "deepspeed/checkpointing.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero3.h"
 #include "generation.h"
@@ -37,6 +38,7 @@ struct Args {
   std::string metrics_file, save_dir, load_dir, save_hf, score_file, prompt, generation_file;
   int64_t max_new_tokens = 32;
   double temperature = 0.0, top_p = 1.0;
+  bool activation_checkpointing = false;  // each layer through checkpointing::checkpoint
   int local_rank = -1;
 };
 
@@ -104,6 +106,8 @@ int run(const Args& a) {
   }
 
   torch::manual_seed(static_cast<uint64_t>(a.seed));
+  // The config's activation_checkpointing section applies to the checkpointed layers.
+  if (a.activation_checkpointing) ds::checkpointing::configure(nullptr, &config);
   std::shared_ptr<ex::LlamaForCausalLMImpl> model;
   {
     // Under ZeRO-3 each layer is partitioned right after it loads its weights (DeepSpeed's
@@ -112,6 +116,7 @@ int run(const Args& a) {
     if (config.zero_optimization.stage == 3) partitioned.emplace(config);
     model = std::make_shared<ex::LlamaForCausalLMImpl>(ck.config, ck.weights);
   }
+  model->model->set_activation_checkpointing(a.activation_checkpointing);
   auto [engine, optimizer, lr_scheduler] = ds::initialize(model, config);
   engine->set_step_logging(false);  // one line per step is this program's
   if (rank == 0) {
@@ -280,6 +285,9 @@ int main(int argc, char** argv) {
   app.add_option("--top_p", a.top_p, "nucleus sampling mass")->capture_default_str();
   app.add_option("--generation_file", a.generation_file,
                  "write the last generation as JSON (prompt, token_ids, text)");
+  app.add_flag("--activation_checkpointing", a.activation_checkpointing,
+               "recompute each decoder layer in backward instead of keeping its activations (the "
+               "config's activation_checkpointing section applies)");
   app.add_option("--local_rank", a.local_rank, "set by the launcher (LOCAL_RANK is used)");
   CLI11_PARSE(app, argc, argv);
   try {

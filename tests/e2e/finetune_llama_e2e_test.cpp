@@ -127,6 +127,19 @@ TEST(FinetuneLlamaE2E, Zero3On2RanksMatchesZero0On1Rank) {
   EXPECT_TRUE(std::filesystem::exists(dir.file("ckpt/latest")));
 }
 
+// Gradient checkpointing (each layer recomputed in backward) under ZeRO-3 on 2 ranks takes the
+// steps of plain ZeRO-0 on 1 rank.
+TEST(FinetuneLlamaE2E, ActivationCheckpointingUnderZero3MatchesZero0) {
+  TempDir dir;
+  write_tiny_model(dir.file("tiny"));
+  finetune(dir, 1, "zero0", config(0, 4), "--steps 3");
+  const std::string out = finetune(dir, 2, "ckpt3", config(3, 2), "--steps 3 --activation_checkpointing");
+  const auto l0 = losses(dir.file("zero0.jsonl")), l3 = losses(dir.file("ckpt3.jsonl"));
+  ASSERT_EQ(l0.size(), 3u);
+  ASSERT_EQ(l3.size(), 3u);
+  for (size_t i = 0; i < l0.size(); ++i) EXPECT_NEAR(l3[i], l0[i], 1e-5 * std::abs(l0[i])) << "step " << i + 1;
+}
+
 // ZeRO-2 with the optimizer offloaded to the CPU (CPU-Adam) takes the same steps.
 TEST(FinetuneLlamaE2E, Zero2WithCpuOffloadOn2RanksMatchesZero0On1Rank) {
   TempDir dir;
