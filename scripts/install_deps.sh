@@ -12,6 +12,7 @@ packages=(
   gnuplot-nox                  # train_gpt --plot (loss and lr curves as PNG)
   openssh-client openssh-server openmpi-bin iproute2  # launcher across hosts + its netns tests
   python3-torch                # checkpoint_python_test: Python's torch.load/torch.save vs our files
+  python3-venv python3-pip     # scripts/setup_python_refs.sh: transformers for the Llama parity tests
   libaio-dev                   # ops/aio: Linux native async I/O for NVMe offload (docs/offload.md)
 )
 

@@ -1,0 +1,143 @@
+// LlamaConfig from GGUF metadata or config.json, and back (see llama_config.h).
+#include "llama_config.h"
+
+#include "gguf_file.h"
+#include "util/check.h"
+
+namespace deepspeed::examples {
+
+LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
+  const std::string arch = f.get_string("general.architecture");
+  DS_CHECK(arch == "llama", ModelFileError, "GGUF file ", f.path(), ": general.architecture is '",
+           arch, "'; finetune_llama reads 'llama' models");
+  const std::string p = arch + ".";
+  LlamaConfig c;
+  c.num_hidden_layers = f.get_int(p + "block_count");
+  c.hidden_size = f.get_int(p + "embedding_length");
+  c.intermediate_size = f.get_int(p + "feed_forward_length");
+  c.num_attention_heads = f.get_int(p + "attention.head_count");
+  c.num_key_value_heads = f.has(p + "attention.head_count_kv")
+                              ? f.get_int(p + "attention.head_count_kv")
+                              : c.num_attention_heads;
+  c.head_dim = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
+  if (f.has(p + "rope.dimension_count")) {
+    const int64_t rope_dim = f.get_int(p + "rope.dimension_count");
+    DS_CHECK(rope_dim == c.head_dim, ModelFileError, "GGUF file ", f.path(), ": metadata '", p,
+             "rope.dimension_count' is ", rope_dim, " but the head size (embedding_length / "
+             "head_count) is ", c.head_dim, "; partial rotary embeddings are not supported");
+  }
+  if (f.has(p + "context_length")) c.max_position_embeddings = f.get_int(p + "context_length");
+  if (f.has(p + "rope.freq_base")) c.rope_theta = f.get_float(p + "rope.freq_base");
+  c.rms_norm_eps = f.get_float(p + "attention.layer_norm_rms_epsilon");
+
+  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
+  DS_CHECK(embd != nullptr, ModelFileError, "GGUF file ", f.path(),
+           ": tensor 'token_embd.weight' is missing");
+  const int64_t embd_rows = embd->shape[0];
+  c.vocab_size = f.has(p + "vocab_size") ? f.get_int(p + "vocab_size")
+                                         : static_cast<int64_t>(f.get_array("tokenizer.ggml.tokens").size());
+  DS_CHECK(c.vocab_size == embd_rows, ModelFileError, "GGUF file ", f.path(), ": vocabulary size ",
+           c.vocab_size, " (metadata '", p, "vocab_size' or the tokenizer.ggml.tokens count) != "
+           "the rows of tensor 'token_embd.weight' (", embd_rows, ")");
+  c.tie_word_embeddings = f.find_tensor("output.weight") == nullptr;
+  if (f.has("tokenizer.ggml.bos_token_id")) c.bos_token_id = f.get_int("tokenizer.ggml.bos_token_id");
+  if (f.has("tokenizer.ggml.eos_token_id")) c.eos_token_id = f.get_int("tokenizer.ggml.eos_token_id");
+  if (f.has("tokenizer.ggml.padding_token_id"))
+    c.pad_token_id = f.get_int("tokenizer.ggml.padding_token_id");
+  c.validate("GGUF file " + f.path());
+  return c;
+}
+
+namespace {
+
+int64_t json_int(const nlohmann::json& j, const char* key, const std::string& path) {
+  DS_CHECK(j.contains(key), ModelFileError, path, ": '", key, "' is missing");
+  DS_CHECK(j.at(key).is_number_integer(), ModelFileError, path, ": '", key, "' is ",
+           j.at(key).type_name(), "; expected an integer");
+  return j.at(key).get<int64_t>();
+}
+
+int64_t json_token_id(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key)) return -1;
+  const auto& v = j.at(key);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_array() && !v.empty() && v.front().is_number_integer()) return v.front().get<int64_t>();
+  return -1;
+}
+
+}  // namespace
+
+LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string& path) {
+  DS_CHECK(j.is_object(), ModelFileError, path, ": expected a JSON object");
+  const std::string type = j.value("model_type", std::string());
+  DS_CHECK(type == "llama", ModelFileError, path, ": model_type is '", type,
+           "'; finetune_llama reads 'llama' models");
+  LlamaConfig c;
+  c.vocab_size = json_int(j, "vocab_size", path);
+  c.hidden_size = json_int(j, "hidden_size", path);
+  c.intermediate_size = json_int(j, "intermediate_size", path);
+  c.num_hidden_layers = json_int(j, "num_hidden_layers", path);
+  c.num_attention_heads = json_int(j, "num_attention_heads", path);
+  c.num_key_value_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
+                              ? json_int(j, "num_key_value_heads", path)
+                              : c.num_attention_heads;
+  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null()
+                   ? json_int(j, "head_dim", path)
+                   : (c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  c.max_position_embeddings = j.value("max_position_embeddings", c.max_position_embeddings);
+  c.rope_theta = j.value("rope_theta", c.rope_theta);
+  c.rms_norm_eps = j.value("rms_norm_eps", c.rms_norm_eps);
+  c.tie_word_embeddings = j.value("tie_word_embeddings", false);  // LlamaConfig's default
+  DS_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), NotSupportedError, path,
+           ": rope_scaling is set; finetune_llama implements the default rotary embedding only");
+  DS_CHECK(!j.value("attention_bias", false) && !j.value("mlp_bias", false), NotSupportedError,
+           path, ": attention_bias / mlp_bias are set; finetune_llama's Llama has no biases");
+  c.bos_token_id = json_token_id(j, "bos_token_id");
+  c.eos_token_id = json_token_id(j, "eos_token_id");
+  c.pad_token_id = json_token_id(j, "pad_token_id");
+  c.validate(path);
+  return c;
+}
+
+void LlamaConfig::validate(const std::string& source) const {
+  DS_CHECK(vocab_size > 0 && hidden_size > 0 && intermediate_size > 0 && num_hidden_layers > 0 &&
+               num_attention_heads > 0 && num_key_value_heads > 0 && head_dim > 0,
+           ModelFileError, source, ": sizes must be positive (vocab ", vocab_size, ", hidden ",
+           hidden_size, ", intermediate ", intermediate_size, ", layers ", num_hidden_layers,
+           ", heads ", num_attention_heads, ", kv heads ", num_key_value_heads, ")");
+  DS_CHECK(num_attention_heads % num_key_value_heads == 0, ModelFileError, source,
+           ": attention heads (", num_attention_heads, ") are not a multiple of the key/value "
+           "heads (", num_key_value_heads, ")");
+  DS_CHECK(head_dim % 2 == 0, ModelFileError, source, ": head size ", head_dim,
+           " is odd; rotary embeddings need an even one");
+}
+
+nlohmann::json LlamaConfig::to_hf_json() const {
+  nlohmann::json j = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"vocab_size", vocab_size},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"num_key_value_heads", num_key_value_heads},
+      {"head_dim", head_dim},
+      {"max_position_embeddings", max_position_embeddings},
+      {"rope_theta", rope_theta},
+      {"rope_scaling", nullptr},
+      {"rms_norm_eps", rms_norm_eps},
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"mlp_bias", false},
+      {"tie_word_embeddings", tie_word_embeddings},
+      {"torch_dtype", "float32"},
+  };
+  if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
+  if (eos_token_id >= 0) j["eos_token_id"] = eos_token_id;
+  if (pad_token_id >= 0) j["pad_token_id"] = pad_token_id;
+  return j;
+}
+
+}  // namespace deepspeed::examples

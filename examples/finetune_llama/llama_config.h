@@ -1,0 +1,44 @@
+// Hyper-parameters of a Llama-architecture decoder (Hugging Face's LlamaConfig fields, same names
+// and meanings), read from GGUF metadata or a Hugging Face config.json and written back as one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace deepspeed::examples {
+
+class GgufFile;
+
+struct LlamaConfig {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_key_value_heads = 0;  // < num_attention_heads: grouped-query attention
+  int64_t head_dim = 0;             // hidden_size / num_attention_heads unless given
+  int64_t max_position_embeddings = 2048;  // the context length
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-6;
+  bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
+  int64_t bos_token_id = -1;         // -1: none
+  int64_t eos_token_id = -1;
+  int64_t pad_token_id = -1;
+
+  /// From a GGUF file's metadata ({arch}.block_count, .embedding_length, .feed_forward_length,
+  /// .attention.head_count(_kv), .rope.freq_base, .attention.layer_norm_rms_epsilon,
+  /// .context_length, .vocab_size or the token list's length, .rope.dimension_count) and its
+  /// tensor table (tied when there is no output.weight). Throws ModelFileError naming the file
+  /// and key when general.architecture is not "llama" or a key is missing or inconsistent.
+  static LlamaConfig from_gguf(const GgufFile& file);
+  /// From a Hugging Face config.json (model_type "llama"); `path` names the file in errors.
+  static LlamaConfig from_hf_json(const nlohmann::json& json, const std::string& path);
+  /// The config.json that transformers' LlamaForCausalLM loads.
+  nlohmann::json to_hf_json() const;
+  /// Throws ModelFileError (naming `source`) unless the sizes fit together.
+  void validate(const std::string& source) const;
+};
+
+}  // namespace deepspeed::examples

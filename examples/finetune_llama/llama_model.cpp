@@ -1,0 +1,208 @@
+// Llama decoder implementation (see llama_model.h). The arithmetic follows transformers'
+// modeling_llama (eager attention): RMSNorm in fp32, rotate-half RoPE with cos/sin in fp32,
+// softmax in fp32, key/value heads repeated for grouped-query attention.
+#include "llama_model.h"
+
+#include <cmath>
+#include <limits>
+
+#include <torch/nn/functional/loss.h>
+#include <torch/torch.h>
+
+#include "deepspeed/checkpointing.h"
+#include "gguf_file.h"
+#include "util/check.h"
+
+namespace deepspeed::examples {
+namespace {
+
+torch::nn::Linear linear(int64_t in, int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
+}
+
+// Copies the pretrained value of each parameter of `module` (named prefix + local name) from
+// `weights`, or initialises it the way transformers' LlamaPreTrainedModel does.
+void fill_parameters(torch::nn::Module& module, const std::string& prefix,
+                     const LlamaWeightSource& weights) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : module.named_parameters()) {
+    torch::Tensor& p = item.value();
+    const std::string name = prefix + item.key();
+    if (weights) {
+      torch::Tensor w = weights(name);
+      DS_CHECK(w.sizes() == p.sizes(), ModelFileError, "tensor '", name, "' has shape ", w.sizes(),
+               "; the model config expects ", p.sizes());
+      p.copy_(w);
+    } else if (p.dim() == 1) {
+      p.fill_(1.0);  // RMSNorm weights
+    } else {
+      p.normal_(0.0, 0.02);
+    }
+  }
+}
+
+}  // namespace
+
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}));
+}
+
+torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
+  auto h = x.to(torch::kFloat);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  return weight * h.to(x.scalar_type());
+}
+
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg)
+    : n_head_(cfg.num_attention_heads), n_kv_head_(cfg.num_key_value_heads), head_dim_(cfg.head_dim) {
+  q_proj = register_module("q_proj", linear(cfg.hidden_size, n_head_ * head_dim_));
+  k_proj = register_module("k_proj", linear(cfg.hidden_size, n_kv_head_ * head_dim_));
+  v_proj = register_module("v_proj", linear(cfg.hidden_size, n_kv_head_ * head_dim_));
+  o_proj = register_module("o_proj", linear(n_head_ * head_dim_, cfg.hidden_size));
+}
+
+torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                          const torch::Tensor& sin, torch::Tensor* past_k,
+                                          torch::Tensor* past_v) {
+  const int64_t B = x.size(0), T = x.size(1);
+  auto q = q_proj(x).view({B, T, n_head_, head_dim_}).transpose(1, 2);  // [B, H, T, hd]
+  auto k = k_proj(x).view({B, T, n_kv_head_, head_dim_}).transpose(1, 2);
+  auto v = v_proj(x).view({B, T, n_kv_head_, head_dim_}).transpose(1, 2);
+  const auto c = cos.to(x.scalar_type()), s = sin.to(x.scalar_type());
+  q = q * c + rotate_half(q) * s;
+  k = k * c + rotate_half(k) * s;
+  int64_t past = 0;
+  if (past_k != nullptr) {
+    if (past_k->defined()) {
+      past = past_k->size(2);
+      k = torch::cat({*past_k, k}, 2);
+      v = torch::cat({*past_v, v}, 2);
+    }
+    *past_k = k;
+    *past_v = v;
+  }
+  const int64_t S = k.size(2), rep = n_head_ / n_kv_head_;
+  if (rep > 1) {  // grouped-query attention: each key/value head serves `rep` query heads
+    k = k.unsqueeze(2).expand({B, n_kv_head_, rep, S, head_dim_}).reshape({B, n_head_, S, head_dim_});
+    v = v.unsqueeze(2).expand({B, n_kv_head_, rep, S, head_dim_}).reshape({B, n_head_, S, head_dim_});
+  }
+  auto att = torch::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  // Query i (absolute position past + i) sees keys 0 .. past + i.
+  auto future = torch::ones({T, S}, torch::kBool).triu(past + 1);
+  att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
+  att = torch::softmax(att.to(torch::kFloat), -1).to(q.scalar_type());
+  auto y = torch::matmul(att, v).transpose(1, 2).reshape({B, T, n_head_ * head_dim_});
+  return o_proj(y);
+}
+
+LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& cfg) {
+  gate_proj = register_module("gate_proj", linear(cfg.hidden_size, cfg.intermediate_size));
+  up_proj = register_module("up_proj", linear(cfg.hidden_size, cfg.intermediate_size));
+  down_proj = register_module("down_proj", linear(cfg.intermediate_size, cfg.hidden_size));
+}
+
+torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
+  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+}
+
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t index,
+                                             const LlamaWeightSource& weights)
+    : index_(index) {
+  input_layernorm = register_module("input_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  self_attn = register_module("self_attn", LlamaAttention(cfg));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  mlp = register_module("mlp", LlamaMlp(cfg));
+  fill_parameters(*this, "model.layers." + std::to_string(index) + ".", weights);
+}
+
+torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
+                                             const torch::Tensor& sin, LlamaKvCache* cache) {
+  torch::Tensor* past_k = nullptr;
+  torch::Tensor* past_v = nullptr;
+  if (cache != nullptr) {
+    past_k = &cache->keys.at(static_cast<size_t>(index_));
+    past_v = &cache->values.at(static_cast<size_t>(index_));
+  }
+  auto h = x + self_attn(input_layernorm(x), cos, sin, past_k, past_v);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& weights) : cfg_(cfg) {
+  cfg.validate("model config");
+  embed_tokens = register_module("embed_tokens", torch::nn::Embedding(cfg.vocab_size, cfg.hidden_size));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    units.push_back(std::make_shared<zero::Unit<LlamaDecoderLayerImpl>>(cfg, i, weights));
+    layers->push_back(units.back());
+  }
+  norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  fill_parameters(*embed_tokens, "model.embed_tokens.", weights);
+  fill_parameters(*norm, "model.norm.", weights);
+  // transformers: 1 / theta^(2i / d), the exponent's numerator an integer range made float.
+  inv_freq_ = 1.0 / torch::pow(cfg.rope_theta,
+                               torch::arange(0, cfg.head_dim, 2, torch::kLong).to(torch::kFloat) /
+                                   static_cast<double>(cfg.head_dim));
+  inv_freq_ = inv_freq_.to(torch::kFloat);
+}
+
+torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* cache) {
+  const int64_t T = ids.size(1);
+  int64_t start = 0;
+  if (cache != nullptr) {
+    if (cache->keys.empty()) {
+      cache->keys.resize(static_cast<size_t>(cfg_.num_hidden_layers));
+      cache->values.resize(static_cast<size_t>(cfg_.num_hidden_layers));
+    }
+    start = cache->length();
+  }
+  DS_CHECK(start + T <= cfg_.max_position_embeddings, UsageError, "sequence of ", start + T,
+           " tokens exceeds the model's context length (max_position_embeddings ",
+           cfg_.max_position_embeddings, ")");
+  auto pos = torch::arange(start, start + T, torch::kLong).to(torch::kFloat);
+  auto freqs = torch::outer(pos, inv_freq_);      // [T, hd/2]
+  auto emb = torch::cat({freqs, freqs}, -1);       // [T, hd]
+  auto cos = emb.cos(), sin = emb.sin();
+  auto x = embed_tokens(ids);
+  const bool checkpoint = activation_checkpointing_ && cache == nullptr && torch::GradMode::is_enabled();
+  for (const auto& layer : units) {
+    if (checkpoint) {
+      // Captured by value: the function is kept until the backward recomputes it.
+      x = checkpointing::checkpoint(
+          [layer, cos, sin](const torch::Tensor& h) { return layer->forward(h, cos, sin, nullptr); }, x);
+    } else {
+      x = layer->forward(x, cos, sin, cache);
+    }
+  }
+  return norm(x);
+}
+
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& cfg, const LlamaWeightSource& weights)
+    : cfg_(cfg) {
+  model = register_module("model", LlamaModel(cfg, weights));
+  if (!cfg.tie_word_embeddings) {
+    lm_head = register_module("lm_head", linear(cfg.hidden_size, cfg.vocab_size));
+    fill_parameters(*lm_head, "lm_head.", weights);
+  }
+}
+
+torch::Tensor LlamaForCausalLMImpl::output_weight() const {
+  return cfg_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
+}
+
+torch::Tensor LlamaForCausalLMImpl::logits(const torch::Tensor& ids, LlamaKvCache* cache) {
+  auto h = model->forward(ids, cache);
+  return torch::matmul(h, output_weight().t()).to(torch::kFloat);
+}
+
+torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& ids, const torch::Tensor& targets) {
+  auto lg = logits(ids);
+  return torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+}
+
+}  // namespace deepspeed::examples

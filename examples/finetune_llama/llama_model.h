@@ -1,0 +1,126 @@
+// A Llama-architecture decoder (Hugging Face's LlamaForCausalLM, same parameter names): RMSNorm,
+// rotary position embeddings, SwiGLU MLP, grouped-query causal attention, optional tied output
+// embedding, and a key/value cache for generation. Each decoder layer is a ZeRO-3 unit and can
+// fill its weights while it is constructed, so that a model built inside zero::Init loads a
+// pretrained checkpoint one layer at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+
+#include "deepspeed/zero3.h"
+#include "llama_config.h"
+
+namespace deepspeed::examples {
+
+/// Gives the pretrained value (fp32, Hugging Face shape) of a parameter by its Hugging Face name
+/// ("model.layers.3.self_attn.q_proj.weight"). Empty: initialise randomly instead.
+using LlamaWeightSource = std::function<torch::Tensor(const std::string& hf_name)>;
+
+/// Keys and values of the positions seen so far, per layer: [B, kv_heads, T_past, head_dim].
+struct LlamaKvCache {
+  std::vector<torch::Tensor> keys, values;
+  int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
+};
+
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t dim, double eps);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RmsNorm);
+
+class LlamaAttentionImpl : public torch::nn::Module {
+ public:
+  explicit LlamaAttentionImpl(const LlamaConfig& cfg);
+  /// x [B, T, hidden]; cos/sin [T, head_dim] for the positions of x; `past_k/past_v` (may be
+  /// null) the cache of this layer, extended in place.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        torch::Tensor* past_k, torch::Tensor* past_v);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+
+ private:
+  int64_t n_head_, n_kv_head_, head_dim_;
+};
+TORCH_MODULE(LlamaAttention);
+
+class LlamaMlpImpl : public torch::nn::Module {
+ public:
+  explicit LlamaMlpImpl(const LlamaConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(LlamaMlp);
+
+class LlamaDecoderLayerImpl : public torch::nn::Module {
+ public:
+  /// Fills its weights from `weights` (names "model.layers.<index>.…") or, when empty, with
+  /// N(0, 0.02) linear weights and unit norms, before a zero::Init scope partitions it.
+  LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t index, const LlamaWeightSource& weights);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        LlamaKvCache* cache);
+
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  LlamaAttention self_attn{nullptr};
+  LlamaMlp mlp{nullptr};
+
+ private:
+  int64_t index_;
+};
+
+/// The decoder stack: Hugging Face's LlamaModel (embed_tokens, layers.N, norm).
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& weights);
+  /// ids [B, T] -> final hidden states [B, T, hidden]; with a cache, the positions continue it.
+  torch::Tensor forward(const torch::Tensor& ids, LlamaKvCache* cache = nullptr);
+  /// Gradient checkpointing: with grad enabled and no cache, each layer runs through
+  /// deepspeed::checkpointing::checkpoint (its activations recomputed in backward).
+  void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  /// The same layers, each a ZeRO-3 unit; forward() calls them through this type.
+  std::vector<std::shared_ptr<zero::Unit<LlamaDecoderLayerImpl>>> units;
+  RmsNorm norm{nullptr};
+
+ private:
+  LlamaConfig cfg_;
+  torch::Tensor inv_freq_;  // [head_dim / 2]; derived, so neither a parameter nor a buffer
+  bool activation_checkpointing_ = false;
+};
+TORCH_MODULE(LlamaModel);
+
+class LlamaForCausalLMImpl : public torch::nn::Module {
+ public:
+  /// `weights` empty: random initialisation from the current torch generator.
+  LlamaForCausalLMImpl(const LlamaConfig& cfg, const LlamaWeightSource& weights = {});
+  /// ids [B, T] int64 -> logits [B, T, vocab] (fp32).
+  torch::Tensor logits(const torch::Tensor& ids, LlamaKvCache* cache = nullptr);
+  /// Mean next-token cross-entropy: predicting targets [B, T] from ids [B, T].
+  torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& targets);
+  const LlamaConfig& config() const { return cfg_; }
+  /// The output projection's weight (embed_tokens' when tied).
+  torch::Tensor output_weight() const;
+
+  LlamaModel model{nullptr};
+  torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings
+
+ private:
+  LlamaConfig cfg_;
+};
+TORCH_MODULE(LlamaForCausalLM);
+
+}  // namespace deepspeed::examples

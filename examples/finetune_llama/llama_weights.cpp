@@ -1,0 +1,161 @@
+// Llama weight sources and the Hugging Face folder writer (see llama_weights.h).
+#include "llama_weights.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <cstring>
+#include <regex>
+
+#include <ATen/ATen.h>
+#include <torch/torch.h>
+
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/zero3.h"
+#include "gguf_file.h"
+#include "util/check.h"
+
+namespace deepspeed::examples {
+namespace fs = std::filesystem;
+namespace {
+
+// Hugging Face suffix within a layer -> GGUF suffix (llama.cpp's tensor names for "llama").
+const std::pair<const char*, const char*> kLayerNames[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+
+nlohmann::json read_json(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  DS_CHECK(in.good(), ModelFileError, "Hugging Face folder ", fs::path(path).parent_path().string(),
+           ": ", what, " (", path, ") is missing");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    DS_CHECK(false, ModelFileError, path, ": not valid JSON (", e.what(), ")");
+  }
+  return {};
+}
+
+LlamaCheckpoint open_gguf(const std::string& path) {
+  auto file = std::make_shared<GgufFile>(GgufFile::open(path));
+  LlamaCheckpoint ck;
+  ck.path = path;
+  ck.is_gguf = true;
+  ck.config = LlamaConfig::from_gguf(*file);
+  const LlamaConfig cfg = ck.config;
+  ck.weights = [file, cfg](const std::string& hf_name) {
+    at::Tensor w = file->load_tensor(gguf_tensor_name(hf_name), at::kFloat);
+    const auto ends = [&](const char* s) {
+      return hf_name.size() >= std::strlen(s) && hf_name.compare(hf_name.size() - std::strlen(s), std::string::npos, s) == 0;
+    };
+    if (ends("self_attn.q_proj.weight")) return unpermute_rope_rows(w, cfg.num_attention_heads);
+    if (ends("self_attn.k_proj.weight")) return unpermute_rope_rows(w, cfg.num_key_value_heads);
+    return w;
+  };
+  return ck;
+}
+
+LlamaCheckpoint open_hf_folder(const std::string& dir) {
+  LlamaCheckpoint ck;
+  ck.path = dir;
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  ck.config = LlamaConfig::from_hf_json(read_json(config_path, "config.json"), config_path);
+  // name -> file: one model.safetensors, or an index's weight_map over shards.
+  auto where = std::make_shared<std::map<std::string, std::string>>();
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    const auto j = read_json(index.string(), "model.safetensors.index.json");
+    DS_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), ModelFileError, index.string(),
+             ": 'weight_map' is missing or not an object");
+    for (const auto& [name, file] : j["weight_map"].items())
+      (*where)[name] = (fs::path(dir) / file.get<std::string>()).string();
+  } else {
+    DS_CHECK(fs::exists(single), ModelFileError, "Hugging Face folder ", dir,
+             ": neither model.safetensors nor model.safetensors.index.json is there");
+    for (const auto& item : checkpoint::load_safetensors(single.string())) (*where)[item.key()] = single.string();
+  }
+  // Shards are read once each, on first use.
+  auto shards = std::make_shared<std::map<std::string, checkpoint::TensorDict>>();
+  ck.weights = [where, shards, dir](const std::string& hf_name) {
+    auto it = where->find(hf_name);
+    DS_CHECK(it != where->end(), ModelFileError, "Hugging Face folder ", dir, ": tensor '", hf_name,
+             "' is in no *.safetensors file");
+    auto s = shards->find(it->second);
+    if (s == shards->end()) s = shards->emplace(it->second, checkpoint::load_safetensors(it->second)).first;
+    const at::Tensor* t = s->second.find(hf_name);
+    DS_CHECK(t != nullptr, ModelFileError, it->second, ": tensor '", hf_name,
+             "' is listed in the index but not in the file");
+    return t->to(at::kFloat);
+  };
+  // The embedding decides the vocabulary: a config that disagrees is an error here, not a
+  // shape mismatch deep inside the model.
+  const at::Tensor embed = ck.weights("model.embed_tokens.weight");
+  DS_CHECK(embed.dim() == 2 && embed.size(0) == ck.config.vocab_size, ModelFileError, config_path,
+           ": vocab_size is ", ck.config.vocab_size, " but model.embed_tokens.weight has shape ",
+           embed.sizes());
+  return ck;
+}
+
+}  // namespace
+
+std::string gguf_tensor_name(const std::string& hf_name) {
+  if (hf_name == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf_name == "model.norm.weight") return "output_norm.weight";
+  if (hf_name == "lm_head.weight") return "output.weight";
+  static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
+  std::smatch m;
+  if (std::regex_match(hf_name, m, layer)) {
+    for (const auto& [hf, gguf] : kLayerNames) {
+      if (m[2] == hf) return "blk." + m[1].str() + "." + gguf;
+    }
+  }
+  DS_CHECK(false, ModelFileError, "parameter '", hf_name, "' has no GGUF tensor name");
+  return {};
+}
+
+at::Tensor unpermute_rope_rows(const at::Tensor& w, int64_t n_head) {
+  const int64_t rows = w.size(0);
+  DS_CHECK(rows % (2 * n_head) == 0, ModelFileError, "q/k projection with ", rows,
+           " rows cannot hold ", n_head, " heads of an even size");
+  std::vector<int64_t> shape = {n_head, rows / n_head / 2, 2};
+  for (int64_t d = 1; d < w.dim(); ++d) shape.push_back(w.size(d));
+  return w.reshape(shape).transpose(1, 2).reshape(w.sizes()).contiguous();
+}
+
+LlamaCheckpoint open_llama_checkpoint(const std::string& path) {
+  DS_CHECK(fs::exists(path), ModelFileError, "model ", path,
+           ": not found (give --model a .gguf file or a Hugging Face folder)");
+  if (fs::is_directory(path)) return open_hf_folder(path);
+  return open_gguf(path);
+}
+
+void save_hf_weights(LlamaForCausalLMImpl& model, const std::string& dir, bool write) {
+  zero::GatheredParameters gathered(model);  // no-op unless ZeRO-3 partitions them
+  if (!write) return;
+  fs::create_directories(dir);
+  checkpoint::TensorDict tensors;
+  for (const auto& item : model.named_parameters()) {
+    tensors.insert(item.key(), item.value().detach().to(at::kFloat).contiguous());
+  }
+  checkpoint::save_safetensors(tensors, (fs::path(dir) / "model.safetensors").string());
+  const LlamaConfig& cfg = model.config();
+  std::ofstream(fs::path(dir) / "config.json") << cfg.to_hf_json().dump(2) << "\n";
+  nlohmann::json gen = {{"do_sample", false}};
+  if (cfg.bos_token_id >= 0) gen["bos_token_id"] = cfg.bos_token_id;
+  if (cfg.eos_token_id >= 0) gen["eos_token_id"] = cfg.eos_token_id;
+  if (cfg.pad_token_id >= 0) gen["pad_token_id"] = cfg.pad_token_id;
+  std::ofstream(fs::path(dir) / "generation_config.json") << gen.dump(2) << "\n";
+}
+
+}  // namespace deepspeed::examples

@@ -1,0 +1,188 @@
+// finetune_llama as a user runs it, on a small randomly initialised Llama written as a Hugging
+// Face folder (SmolLM2's tokenizer, so the Austen text tokenizes as for the real model):
+// 2 ranks under ZeRO-3 (built inside zero::Init, each layer a unit) train to the same losses and
+// weights as 1 rank under ZeRO-0, the held-out loss falls, and --save_hf / --save_dir round-trip.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "deepspeed/checkpoint.h"
+#include "gguf_file.h"
+#include "llama_tokenizer.h"
+#include "llama_weights.h"
+#include "support/run_command.h"
+#include "support/temp_dir.h"
+
+namespace deepspeed::examples {
+namespace {
+
+using testing::run_command;
+using testing::TempDir;
+
+const std::string kGguf = std::string(DS_SOURCE_DIR) + "/data/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+// A 2-layer Llama (hidden 32, 4 heads, 2 kv heads) with SmolLM2's vocabulary, as a HF folder.
+void write_tiny_model(const std::string& dir) {
+  const auto tokenizer = LlamaTokenizer::from_gguf(GgufFile::open(kGguf));
+  LlamaConfig c;
+  c.vocab_size = static_cast<int64_t>(tokenizer.vocab_size());
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 256;
+  c.rms_norm_eps = 1e-5;
+  c.tie_word_embeddings = true;
+  c.bos_token_id = tokenizer.bos_token_id();
+  c.eos_token_id = tokenizer.eos_token_id();
+  torch::manual_seed(7);
+  LlamaForCausalLM model(c);
+  save_hf_weights(*model, dir, true);
+  std::ofstream(dir + "/tokenizer.json") << tokenizer.to_hf_json().dump();
+}
+
+std::string config(int stage, int micro, const nlohmann::json& extra = nlohmann::json::object()) {
+  nlohmann::json j = {{"train_micro_batch_size_per_gpu", micro},
+                      {"gradient_accumulation_steps", 1},
+                      {"steps_per_print", 100},
+                      {"gradient_clipping", 1.0},
+                      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-3}, {"weight_decay", 0.0}}}}},
+                      {"zero_optimization", {{"stage", stage}, {"stage3_param_persistence_threshold", 0}}}};
+  j.merge_patch(extra);
+  return j.dump();
+}
+
+std::string finetune(const TempDir& dir, int ranks, const std::string& name, const std::string& cfg,
+                     const std::string& extra, const std::string& model = "tiny") {
+  static int runs = 0;
+  testing::write_text_file(dir.file(name + ".json"), cfg);
+  std::string launcher;
+  if (ranks > 1) {
+    launcher = std::string(DS_LAUNCHER_BIN) + " --num_gpus " + std::to_string(ranks) +
+               " --master_port " + std::to_string(31200 + (::getpid() % 300) + 300 * (runs++ % 8)) + " ";
+  }
+  auto r = run_command("OMP_NUM_THREADS=1 " + launcher + DS_FINETUNE_LLAMA_BIN + " --model " +
+                       dir.file(model) + " --deepspeed_config " + dir.file(name + ".json") +
+                       " --data " + DS_FIXTURE_TEXT + " --seq_len 32 --eval_batches 2 --metrics_file " +
+                       dir.file(name + ".jsonl") + " " + extra);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  return r.out;
+}
+
+std::vector<double> losses(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"]);
+  return out;
+}
+
+std::pair<double, double> held_out(const std::string& out) {
+  double a = 0, b = 0;
+  const auto at = out.find("held-out loss ");
+  EXPECT_NE(at, std::string::npos) << out;
+  const auto line = out.substr(out.find("finetune_llama: held-out loss"));
+  EXPECT_EQ(std::sscanf(line.c_str(), "finetune_llama: held-out loss %lf -> %lf", &a, &b), 2) << out;
+  return {a, b};
+}
+
+TEST(FinetuneLlamaE2E, Zero3On2RanksMatchesZero0On1Rank) {
+  TempDir dir;
+  write_tiny_model(dir.file("tiny"));
+  const std::string one = finetune(dir, 1, "zero0", config(0, 4), "--steps 5 --save_hf " + dir.file("hf0"));
+  const std::string two = finetune(dir, 2, "zero3", config(3, 2), "--steps 5 --save_hf " + dir.file("hf3") +
+                                                                       " --save_dir " + dir.file("ckpt"));
+  const auto l0 = losses(dir.file("zero0.jsonl")), l3 = losses(dir.file("zero3.jsonl"));
+  ASSERT_EQ(l0.size(), 5u);
+  ASSERT_EQ(l3.size(), 5u);
+  for (size_t i = 0; i < l0.size(); ++i) {
+    EXPECT_NEAR(l3[i], l0[i], 1e-5 * std::abs(l0[i])) << "step " << i + 1;
+  }
+  // The weights after 5 steps, through --save_hf (gathered from the ZeRO-3 shards). AdamW's
+  // update m / sqrt(v) turns last-bit differences of near-zero gradients (summed in another
+  // order over 2 ranks) into differences of a small fraction of lr; hence the lr term.
+  const double lr = 3e-3;
+  const auto w0 = checkpoint::load_safetensors(dir.file("hf0/model.safetensors"));
+  const auto w3 = checkpoint::load_safetensors(dir.file("hf3/model.safetensors"));
+  ASSERT_EQ(w0.size(), w3.size());
+  for (const auto& item : w0) {
+    const auto& other = *w3.find(item.key());
+    const double scale = item.value().abs().max().item<double>();
+    const double diff = (item.value() - other).abs().max().item<double>();
+    EXPECT_LE(diff, 1e-5 * scale + 5e-3 * lr) << item.key();
+  }
+  // Fine-tuning helps on held-out text.
+  const auto [before, after] = held_out(two);
+  EXPECT_LT(after, before - 0.1) << two;
+  const auto [before1, after1] = held_out(one);
+  EXPECT_NEAR(before, before1, 1e-5 * before);
+  EXPECT_NEAR(after, after1, 1e-5 * after);
+  EXPECT_TRUE(std::filesystem::exists(dir.file("ckpt/latest")));
+}
+
+// Gradient checkpointing (each layer recomputed in backward) under ZeRO-3 on 2 ranks takes the
+// steps of plain ZeRO-0 on 1 rank.
+TEST(FinetuneLlamaE2E, ActivationCheckpointingUnderZero3MatchesZero0) {
+  TempDir dir;
+  write_tiny_model(dir.file("tiny"));
+  finetune(dir, 1, "zero0", config(0, 4), "--steps 3");
+  const std::string out = finetune(dir, 2, "ckpt3", config(3, 2), "--steps 3 --activation_checkpointing");
+  const auto l0 = losses(dir.file("zero0.jsonl")), l3 = losses(dir.file("ckpt3.jsonl"));
+  ASSERT_EQ(l0.size(), 3u);
+  ASSERT_EQ(l3.size(), 3u);
+  for (size_t i = 0; i < l0.size(); ++i) EXPECT_NEAR(l3[i], l0[i], 1e-5 * std::abs(l0[i])) << "step " << i + 1;
+}
+
+// ZeRO-2 with the optimizer offloaded to the CPU (CPU-Adam) takes the same steps.
+TEST(FinetuneLlamaE2E, Zero2WithCpuOffloadOn2RanksMatchesZero0On1Rank) {
+  TempDir dir;
+  write_tiny_model(dir.file("tiny"));
+  finetune(dir, 1, "zero0", config(0, 4), "--steps 3");
+  finetune(dir, 2, "zero2", config(2, 2, {{"zero_optimization", {{"offload_optimizer", {{"device", "cpu"}}}}}}),
+           "--steps 3");
+  const auto l0 = losses(dir.file("zero0.jsonl")), l2 = losses(dir.file("zero2.jsonl"));
+  ASSERT_EQ(l0.size(), 3u);
+  ASSERT_EQ(l2.size(), 3u);
+  for (size_t i = 0; i < l0.size(); ++i) EXPECT_NEAR(l2[i], l0[i], 1e-5 * std::abs(l0[i])) << "step " << i + 1;
+}
+
+// bf16 under ZeRO-3: the layers run in bf16 (RMSNorm and softmax in fp32) and still learn.
+TEST(FinetuneLlamaE2E, Bf16UnderZero3Learns) {
+  TempDir dir;
+  write_tiny_model(dir.file("tiny"));
+  const std::string out = finetune(dir, 2, "bf16", config(3, 2, {{"bf16", {{"enabled", true}}}}),
+                                   "--steps 5 --prompt 'It is' --max_new_tokens 4");
+  const auto [before, after] = held_out(out);
+  EXPECT_LT(after, before - 0.1) << out;
+  EXPECT_NE(out.find("after fine-tuning: It is"), std::string::npos) << out;
+}
+
+TEST(FinetuneLlamaE2E, SaveHfFolderLoadsBackBitIdentically) {
+  TempDir dir;
+  write_tiny_model(dir.file("tiny"));
+  finetune(dir, 1, "export", config(0, 2), "--steps 2 --save_hf " + dir.file("hf"));
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                        "generation_config.json"}) {
+    EXPECT_TRUE(std::filesystem::exists(dir.file(std::string("hf/") + f))) << f;
+  }
+  const auto ck = open_llama_checkpoint(dir.file("hf"));
+  LlamaForCausalLM model(ck.config, ck.weights);
+  const auto saved = checkpoint::load_safetensors(dir.file("hf/model.safetensors"));
+  for (const auto& item : model->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), *saved.find(item.key()))) << item.key();
+  }
+  // And as input again: --steps 0 --save_hf writes the same tensors.
+  finetune(dir, 1, "again", config(0, 2), "--steps 0 --save_hf " + dir.file("hf2"), "hf");
+  const auto again = checkpoint::load_safetensors(dir.file("hf2/model.safetensors"));
+  for (const auto& item : saved) EXPECT_TRUE(torch::equal(item.value(), *again.find(item.key()))) << item.key();
+}
+
+}  // namespace
+}  // namespace deepspeed::examples

@@ -1,0 +1,145 @@
+// finetune_llama against transformers on the real SmolLM2-135M-Instruct GGUF (both sides
+// dequantise the same file): the tokenizer's ids, the logits of a prompt (fp32, 1e-4), the
+// --score_file loss (1e-4 relative), 20 greedy tokens with the KV cache (identical), and the
+// --save_hf folder (loads in transformers to the same logits; our loader reads it back
+// bit-identically). The model file and the Python environment come from the CTest fixtures
+// llama_model_file and llama_python_refs (scripts/fetch_smollm2.sh, scripts/setup_python_refs.sh).
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "gguf_file.h"
+#include "llama_tokenizer.h"
+#include "llama_weights.h"
+#include "support/run_command.h"
+#include "support/temp_dir.h"
+
+namespace deepspeed::examples {
+namespace {
+
+using testing::run_command;
+using testing::TempDir;
+
+const std::string kModel = std::string(DS_SOURCE_DIR) + "/data/SmolLM2-135M-Instruct.Q4_1.gguf";
+const std::string kPython = std::string(DS_SOURCE_DIR) + "/.venv/bin/python";
+const std::string kPrompt = "The capital of France is";
+const std::string kScoreFile = std::string(DS_SOURCE_DIR) + "/tests/data/austen_slice.txt";
+const std::vector<std::string> kTexts = {
+    "Hello world, it's 2024! <|im_start|>user\nhi<|im_end|>",
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune",
+    "  multiple   spaces\n\n\ttabs, caf\xC3\xA9, na\xC3\xAFve, \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E, "
+    "emoji \xF0\x9F\x99\x82, 3.14159, don't you'll I'M",
+    "control \x04\x05 bytes\x01 and \x7F end",
+};
+
+nlohmann::json run_reference(const std::string& model, const std::string& out) {
+  std::string cmd = "OMP_NUM_THREADS=2 " + kPython + " " + DS_LLAMA_REFERENCE_PY + " --model '" +
+                    model + "' --out '" + out + "' --prompt '" + kPrompt + "' --max_new_tokens 20" +
+                    " --score_file '" + kScoreFile + "' --seq_len 64 --encode_json '" + out +
+                    ".texts.json'";
+  // Through a file: a shell would mangle the control characters.
+  std::ofstream(out + ".texts.json") << nlohmann::json(kTexts).dump();
+  auto r = run_command(cmd + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(out);
+  return nlohmann::json::parse(in);
+}
+
+class LlamaParity : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_TRUE(std::filesystem::exists(kModel)) << kModel << " (run scripts/fetch_smollm2.sh)";
+    ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " (run scripts/setup_python_refs.sh)";
+    dir_ = new TempDir("llama_parity");
+    ref_ = new nlohmann::json(run_reference(kModel, dir_->file("ref.json")));
+  }
+  static void TearDownTestSuite() {
+    delete ref_;
+    delete dir_;
+  }
+  static std::string finetune(const std::string& args) {
+    auto r = run_command(std::string("OMP_NUM_THREADS=2 ") + DS_FINETUNE_LLAMA_BIN +
+                         " --deepspeed_config " + DS_LLAMA_STAGE0_CONFIG + " " + args);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return r.out;
+  }
+  static TempDir* dir_;
+  static nlohmann::json* ref_;
+};
+TempDir* LlamaParity::dir_ = nullptr;
+nlohmann::json* LlamaParity::ref_ = nullptr;
+
+TEST_F(LlamaParity, TokenizerEncodesAsTransformers) {
+  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(kModel));
+  EXPECT_EQ(tok.encode(kPrompt), (*ref_)["prompt_ids"].get<std::vector<int64_t>>());
+  ASSERT_EQ((*ref_)["tokens"].size(), kTexts.size());
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    EXPECT_EQ(tok.encode(kTexts[i]), (*ref_)["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
+  }
+}
+
+TEST_F(LlamaParity, LogitsMatchTransformersWithin1e4) {
+  const auto ck = open_llama_checkpoint(kModel);
+  LlamaForCausalLM model(ck.config, ck.weights);
+  torch::NoGradGuard no_grad;
+  const auto ids = (*ref_)["prompt_ids"].get<std::vector<int64_t>>();
+  auto ours = model->logits(torch::tensor(ids, torch::kLong).unsqueeze(0))[0];
+  std::vector<std::vector<float>> rows = (*ref_)["logits"].get<std::vector<std::vector<float>>>();
+  auto theirs = torch::empty_like(ours);
+  for (size_t i = 0; i < rows.size(); ++i) theirs[static_cast<int64_t>(i)] = torch::tensor(rows[i]);
+  const double diff = (ours - theirs).abs().max().item<double>();
+  std::printf("max |logit difference| = %.3g over %lld logits\n", diff, (long long)ours.numel());
+  EXPECT_LT(diff, 1e-4);
+}
+
+TEST_F(LlamaParity, ScoreAndGreedyGenerationMatchTransformers) {
+  const std::string out = finetune("--model " + kModel + " --steps 0 --seq_len 64 --score_file " + kScoreFile);
+  double loss = 0;
+  long long n = 0;
+  ASSERT_EQ(std::sscanf(out.substr(out.find("score: ")).c_str(), "score: loss=%lf tokens=%lld", &loss, &n), 2) << out;
+  const double ref = (*ref_)["score"]["loss"].get<double>();
+  EXPECT_NEAR(loss, ref, 1e-4 * ref);
+  EXPECT_EQ(n, (*ref_)["score"]["tokens"].get<long long>());
+
+  const std::string gen_file = dir_->file("gen.json");
+  finetune("--model " + kModel + " --steps 0 --prompt '" + kPrompt +
+           "' --max_new_tokens 20 --generation_file " + gen_file);
+  std::ifstream in(gen_file);
+  const auto gen = nlohmann::json::parse(in);
+  EXPECT_EQ(gen["prompt"], kPrompt);
+  EXPECT_EQ(gen["token_ids"].get<std::vector<int64_t>>(), (*ref_)["generated"].get<std::vector<int64_t>>());
+  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(kModel));
+  EXPECT_EQ(gen["text"].get<std::string>(), tok.decode(gen["token_ids"].get<std::vector<int64_t>>(), true));
+}
+
+// --save_hf of the GGUF model: transformers loads the folder as is (model and tokenizer) and
+// gets the GGUF's logits and ids; our loader reads the folder back bit-identically.
+TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
+  const std::string hf = dir_->file("hf");
+  finetune("--model " + kModel + " --steps 0 --save_hf " + hf);
+  const auto hf_ref = run_reference(hf, dir_->file("hf_ref.json"));
+  EXPECT_EQ(hf_ref["prompt_ids"], (*ref_)["prompt_ids"]);
+  EXPECT_EQ(hf_ref["tokens"], (*ref_)["tokens"]);
+  EXPECT_EQ(hf_ref["generated"], (*ref_)["generated"]);
+  const auto a = (*ref_)["logits"].get<std::vector<std::vector<float>>>();
+  const auto b = hf_ref["logits"].get<std::vector<std::vector<float>>>();
+  ASSERT_EQ(a.size(), b.size());
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) diff = std::max(diff, double(std::abs(a[i][j] - b[i][j])));
+  EXPECT_LT(diff, 1e-4);
+
+  const auto gguf = open_llama_checkpoint(kModel);
+  const auto back = open_llama_checkpoint(hf);
+  EXPECT_EQ(back.config.to_hf_json(), gguf.config.to_hf_json());
+  for (const char* name : {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+                           "model.layers.29.self_attn.k_proj.weight", "model.norm.weight"}) {
+    EXPECT_TRUE(torch::equal(back.weights(name), gguf.weights(name))) << name;
+  }
+}
+
+}  // namespace
+}  // namespace deepspeed::examples
