@@ -20,6 +20,7 @@
 #include "gguf_file.h"
 #include "llama_tokenizer.h"
 #include "llama_weights.h"
+#include "step_metrics.h"
 #include "token_dataset.h"
 
 namespace ds = deepspeed;
@@ -184,6 +185,7 @@ int run(const Args& a) {
     const int64_t first = engine->global_steps() + 1;
     for (int64_t step = first; step <= a.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
+      const int64_t bytes_before = ds::comm::bytes_sent();
       double loss_sum = 0.0;
       for (int64_t m = 0; m < gas; ++m) {
         auto batch = make_batch(split.train, sampler.next_micro_batch(), a.seq_len);
@@ -193,13 +195,13 @@ int run(const Args& a) {
         loss_sum += loss.item<double>();
       }
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // Bytes this rank sent in the step's collectives, before the metrics' own below.
+      const int64_t comm_bytes = ds::comm::bytes_sent() - bytes_before;
       auto stats = torch::tensor({loss_sum / static_cast<double>(gas)}, torch::kDouble);
       ds::comm::all_reduce(stats, ds::comm::ReduceOp::kAvg);
       auto mem = engine->memory_stats();
-      auto peaks = torch::tensor({static_cast<double>(mem.rss_bytes), static_cast<double>(mem.peak_rss_bytes)},
-                                 torch::kDouble);
-      auto all_peaks = torch::empty({2 * world}, torch::kDouble);
-      ds::comm::all_gather(all_peaks, peaks);
+      // Per component, one number per rank (bytes), as train_gpt's metrics file.
+      const ds::json memory = deepspeed::examples::gather_memory_figures(mem);
       const double loss = stats.item<double>();
       if (!std::isfinite(loss)) throw ds::Error("step " + std::to_string(step) + ": the training loss is not finite");
       const double tps = static_cast<double>(config.batch.train_batch_size * a.seq_len) / secs;
@@ -209,18 +211,14 @@ int run(const Args& a) {
         std::fflush(stdout);
       }
       if (metrics.is_open()) {
-        ds::json rss = ds::json::array(), peak = ds::json::array();
-        for (int r = 0; r < world; ++r) {
-          rss.push_back(static_cast<int64_t>(all_peaks[2 * r].item<double>()));
-          peak.push_back(static_cast<int64_t>(all_peaks[2 * r + 1].item<double>()));
-        }
         ds::json row = {{"step", step}, {"loss", loss}, {"lr", engine->get_lr().at(0)},
                         {"samples", engine->global_samples()},
                         {"tokens", engine->global_samples() * a.seq_len}, {"tokens_per_s", tps},
-                        {"step_time_s", secs},
+                        {"step_time_s", secs}, {"comm_bytes", comm_bytes},
                         {"grad_norm", engine->get_global_grad_norm().value_or(0.0)},
-                        {"skipped_steps", engine->skipped_steps()}, {"rss_bytes", rss},
-                        {"peak_rss_bytes", peak}};
+                        {"skipped_steps", engine->skipped_steps()},
+                        {"rss_bytes", memory["rss"]}, {"peak_rss_bytes", memory["peak_rss"]},
+                        {"memory_bytes", memory}};
         metrics << row.dump() << "\n";
         metrics.flush();
       }

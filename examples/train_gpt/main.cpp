@@ -32,6 +32,7 @@
 #include "deepspeed/deepspeed.h"
 #include "gpt_model.h"
 #include "gpt_pipe.h"
+#include "step_metrics.h"
 #include "token_dataset.h"
 
 namespace ds = deepspeed;
@@ -227,24 +228,6 @@ double pipeline_held_out_loss(ds::pipe::PipelineEngine& engine, const std::vecto
     }).item<double>();
   }
   return sum / static_cast<double>(calls);
-}
-
-// The engine's memory ledger as (name, bytes) pairs, in the order the metrics file lists them.
-std::vector<std::pair<std::string, int64_t>> memory_figures(const ds::MemoryStats& m) {
-  return {{"rss", m.rss_bytes},
-          {"peak_rss", m.peak_rss_bytes},
-          {"parameters", m.param_bytes},
-          {"master_weights", m.master_param_bytes},
-          {"gradients", m.grad_bytes},
-          {"optimizer_states", m.optimizer_state_bytes},
-          {"reduction_buffers", m.comm_buffer_bytes},
-          {"offloaded_optimizer", m.offloaded_optimizer_bytes},
-          {"offloaded_params", m.offloaded_param_bytes},
-          {"swap_buffers", m.swap_buffer_bytes},
-          {"nvme_optimizer", m.nvme_optimizer_bytes},
-          {"nvme_params", m.nvme_param_bytes},
-          {"device", m.device_bytes()},
-          {"host_offload", m.host_offload_bytes()}};
 }
 
 // Every rank's own loss of `step` (one all-gather, on the way out only), naming the ranks whose
@@ -457,13 +440,8 @@ int run(const Args& a) {
     auto stats = torch::tensor({loss_sum / static_cast<double>(gas)}, torch::kDouble);
     ds::comm::all_reduce(stats, ds::comm::ReduceOp::kAvg);
     auto mem = engine->memory_stats();
-    const auto figures = memory_figures(mem);
-    std::vector<double> mine_values;
-    for (const auto& f : figures) mine_values.push_back(static_cast<double>(f.second));
-    auto mine = torch::tensor(mine_values, torch::kDouble);
-    const int64_t n_fig = static_cast<int64_t>(figures.size());
-    auto all_mem = torch::empty({n_fig * world}, torch::kDouble);
-    ds::comm::all_gather(all_mem, mine);
+    // Per component, one number per rank (bytes); rss and peak also under their old keys.
+    const ds::json memory = deepspeed::examples::gather_memory_figures(mem);
     const double loss = stats.item<double>();
     // The averaged loss is the same on every rank, so all of them stop together. A step the
     // engine skipped (fp16 overflow, bf16 check_grad_overflow) changed nothing and said so.
@@ -501,16 +479,6 @@ int run(const Args& a) {
       plot_lrs.push_back(lr);
     }
     if (metrics.is_open()) {
-      // Per component, one number per rank (bytes); rss and peak also under their old keys.
-      ds::json memory = ds::json::object();
-      auto gathered = all_mem.accessor<double, 1>();
-      for (int64_t f = 0; f < n_fig; ++f) {
-        ds::json per_rank = ds::json::array();
-        for (int r = 0; r < world; ++r) {
-          per_rank.push_back(static_cast<int64_t>(gathered[r * n_fig + f]));
-        }
-        memory[figures[static_cast<size_t>(f)].first] = per_rank;
-      }
       const ds::json rss = memory["rss"], peak = memory["peak_rss"];
       ds::json row = {{"step", step},
                       {"loss", loss},

@@ -125,6 +125,15 @@ TEST(FinetuneLlamaE2E, Zero3On2RanksMatchesZero0On1Rank) {
   EXPECT_NEAR(before, before1, 1e-5 * before);
   EXPECT_NEAR(after, after1, 1e-5 * after);
   EXPECT_TRUE(std::filesystem::exists(dir.file("ckpt/latest")));
+  // The metrics lines carry train_gpt's keys: bytes sent and the memory ledger of every rank.
+  std::ifstream in(dir.file("zero3.jsonl"));
+  std::string first;
+  ASSERT_TRUE(std::getline(in, first));
+  const auto row = nlohmann::json::parse(first);
+  EXPECT_GT(row.at("comm_bytes").get<int64_t>(), 0) << first;
+  ASSERT_EQ(row.at("memory_bytes").at("parameters").size(), 2u) << first;
+  EXPECT_GT(row.at("memory_bytes").at("parameters")[0].get<int64_t>(), 0) << first;
+  EXPECT_EQ(row.at("rss_bytes"), row.at("memory_bytes").at("rss")) << first;
 }
 
 // Gradient checkpointing (each layer recomputed in backward) under ZeRO-3 on 2 ranks takes the
