@@ -17,7 +17,7 @@
 #include "deepspeed/deepspeed.h"
 #include "support/expect_throw.h"
 #include "support/multi_rank.h"
-#include "support/temp_dir.h"
+#include "support/shared_run_dir.h"
 #include "support/tiny_pipe_model.h"
 
 namespace deepspeed {
@@ -25,17 +25,7 @@ namespace {
 
 using testing::run_ranks;
 
-// One directory shared by every run_ranks() call of a test (each call gets its own
-// rank_output_dir()): made by the parent at the start of the test, inherited by the ranks.
-std::string new_shared_dir() {
-  if (!testing::in_rank_process()) {
-    static std::vector<std::unique_ptr<testing::TempDir>> dirs;  // live until the binary exits
-    dirs.push_back(std::make_unique<testing::TempDir>("ds_pipe"));
-    ::setenv("DS_PIPE_OUT", dirs.back()->path().c_str(), 1);
-  }
-  return std::getenv("DS_PIPE_OUT");
-}
-
+std::string new_shared_dir() { return testing::new_shared_run_dir("DS_PIPE_OUT"); }
 std::string shared_dir() { return std::getenv("DS_PIPE_OUT"); }
 
 constexpr int kMicro = 2;
