@@ -11,7 +11,11 @@
 # Usage: bench/onebit/run.sh [MODEL FLAGS...]   default: --n_layer 2 --n_head 2 --n_embd 64
 # Env: STEPS (60), FREEZE (20: freeze_step / var_freeze_step), RANKS ("2 4"), RATE (100mbit),
 #      DELAY (1ms), NETEM (1: also run the shaped-link part; 0 skips it), CORPUS
-#      (tests/data/austen_slice.txt), OUT_DIR (default a new /tmp/onebit_bench.* directory).
+#      (tests/data/austen_slice.txt), OUT_DIR (default a new /tmp/onebit_bench.* directory),
+#      VOCAB (mask: GPT-2's full vocabulary with train_gpt --exp_avg_mask, DeepSpeed's momentum
+#      mask on the embedding rows the corpus never uses, so that the 1-bit curves converge;
+#      compact: --compact_vocab, a small dense embedding; full: no mask, where 1-bit Adam
+#      diverges after the freeze; docs/onebit.md).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -23,6 +27,13 @@ DELAY=${DELAY:-1ms}
 NETEM=${NETEM:-1}
 CORPUS=${CORPUS:-tests/data/austen_slice.txt}
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/onebit_bench.XXXXXX)}
+VOCAB=${VOCAB:-mask}
+case "$VOCAB" in
+  mask) vocab_flags=(--exp_avg_mask) ;;
+  compact) vocab_flags=(--compact_vocab) ;;
+  full) vocab_flags=() ;;
+  *) echo "onebit bench: VOCAB must be mask, compact or full (got $VOCAB)" >&2; exit 1 ;;
+esac
 model_flags=("$@")
 unset OPENBLAS_CORETYPE  # see bench/README.md's pinned environment
 export OPENBLAS_NUM_THREADS=1
@@ -50,9 +61,12 @@ JSON
 }
 optimizers=(adam onebitadam zerooneadam)
 for n in $RANKS; do for o in "${optimizers[@]}"; do write_config "$o" "$n"; done; done
-train_args() {  # config metrics
-  echo --deepspeed_config "$1" --data "$CORPUS" --steps "$STEPS" --seq_len 32 --eval_batches 1 \
-    --metrics_file "$2" "${model_flags[@]}"
+train_args() {  # optimizer config metrics
+  local flags=("${vocab_flags[@]}")
+  # exp_avg_mask is a 1-bit optimizers' key: Adam trains the same full-vocabulary model without.
+  [ "$1" = adam ] && [ "$VOCAB" = mask ] && flags=()
+  echo --deepspeed_config "$2" --data "$CORPUS" --steps "$STEPS" --seq_len 32 --eval_batches 1 \
+    --metrics_file "$3" "${flags[@]}" "${model_flags[@]}"
 }
 
 echo "== loopback (launcher on this machine) =="
@@ -60,10 +74,10 @@ for n in $RANKS; do
   for o in "${optimizers[@]}"; do
     m="$OUT_DIR/loopback_${n}_$o.jsonl"
     GLOO_SOCKET_IFNAME=lo OMP_NUM_THREADS=1 "$launcher" --num_gpus "$n" --master_port $((29900 + RANDOM % 500)) \
-      "$train" $(train_args "$OUT_DIR/${o}_$n.json" "$m") > "$OUT_DIR/loopback_${n}_$o.log" 2>&1 ||
+      "$train" $(train_args "$o" "$OUT_DIR/${o}_$n.json" "$m") > "$OUT_DIR/loopback_${n}_$o.log" 2>&1 ||
       { echo "run failed: see $OUT_DIR/loopback_${n}_$o.log" >&2; exit 1; }
   done
-  python3 bench/onebit/report.py --title "loopback, $n ranks" --freeze "$FREEZE" \
+  python3 bench/onebit/report.py --title "loopback, $n ranks, vocabulary: $VOCAB" --freeze "$FREEZE" \
     --png "$OUT_DIR/loss_loopback_${n}.png" "${optimizers[@]/#/$OUT_DIR/loopback_${n}_}"
 done
 
@@ -109,7 +123,7 @@ for n in $RANKS; do
       metrics_arg=/dev/null; ((r == 0)) && metrics_arg=$m
       ip netns exec "$ns" env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=$ifname RANK=$r WORLD_SIZE=$n LOCAL_RANK=$local_rank \
         LOCAL_WORLD_SIZE=$((n / 2)) MASTER_ADDR=$ip_a MASTER_PORT=$port \
-        "$train" $(train_args "$OUT_DIR/${o}_$n.json" "$metrics_arg") \
+        "$train" $(train_args "$o" "$OUT_DIR/${o}_$n.json" "$metrics_arg") \
         > "$OUT_DIR/netem_${n}_${o}_rank$r.log" 2>&1 &
       pids+=($!)
     done
@@ -117,7 +131,7 @@ for n in $RANKS; do
       wait "$pid" || { echo "run failed: see $OUT_DIR/netem_${n}_${o}_rank*.log" >&2; exit 1; }
     done
   done
-  python3 bench/onebit/report.py --title "$RATE link between 2 namespaces, $n ranks" \
+  python3 bench/onebit/report.py --title "$RATE link between 2 namespaces, $n ranks, vocabulary: $VOCAB" \
     --freeze "$FREEZE" --png "$OUT_DIR/loss_netem_${n}.png" "${optimizers[@]/#/$OUT_DIR/netem_${n}_}"
 done
 echo "outputs in $OUT_DIR"

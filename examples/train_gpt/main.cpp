@@ -58,6 +58,7 @@ struct Args {
   double peak_tflops = 0.0;
   std::string plot;
   bool compact_vocab = false;
+  bool exp_avg_mask = false;  // 1-bit optimizers: mask the embedding rows of unused token ids
   std::string save_dir;       // checkpoints go here (DeepSpeed layout)
   int64_t save_interval = 0;  // every N steps (and after the last); 0: after the last only
   std::string load_dir;       // resume from <load_dir>/latest
@@ -166,6 +167,33 @@ int64_t compact_vocabulary(std::vector<uint16_t>& tokens) {
   return static_cast<int64_t>(ids.size());
 }
 
+// --exp_avg_mask: DeepSpeed's exp_avg_mask for the tied token embedding (vocab x n_embd): 1 on
+// the rows of token ids that occur in the training split, 0 on the others. Those rows only get
+// the output softmax's small push-down gradient, and after a 1-bit optimizer's freeze their
+// compressed momentum would be +-(the whole tensor's scale) over a tiny frozen variance (Note
+// [Momentum mask] in the library); masked, they keep a zero momentum, as DeepSpeed's BERT
+// example does for position embeddings beyond the trained sequence length.
+torch::Tensor unused_token_mask(const std::vector<uint16_t>& train, int64_t vocab_size,
+                                int64_t n_embd) {
+  auto used = torch::zeros({vocab_size}, torch::kFloat);
+  float* u = used.data_ptr<float>();
+  for (uint16_t t : train) u[t] = 1.0f;
+  return used.unsqueeze(1).expand({vocab_size, n_embd}).contiguous();
+}
+
+// The param groups for --exp_avg_mask: the token embedding in a group of its own with its mask
+// (DeepSpeed's masks are per group), everything else in the other.
+std::vector<ds::ParamGroup> masked_embedding_groups(deepspeed::examples::GptImpl& model,
+                                                    const torch::Tensor& mask) {
+  ds::ParamGroup rest, embedding;
+  for (auto& item : model.named_parameters()) {
+    if (!item.value().requires_grad()) continue;
+    (item.key() == "wte.weight" ? embedding : rest).params.push_back(item.value());
+  }
+  embedding.exp_avg_mask = mask;
+  return {rest, embedding};
+}
+
 struct Batch {
   torch::Tensor inputs, targets;
 };
@@ -255,6 +283,10 @@ int run(const Args& a) {
   // A pipeline's batch sizes count its data-parallel replicas (world / stages): its config is
   // read once the module (and its groups) exist.
   const bool pipelined = a.pipeline_parallel_size > 1;
+  if (a.exp_avg_mask && pipelined) {
+    throw ds::UsageError("--exp_avg_mask masks the data-parallel GPT's embedding; it does not "
+                         "combine with --pipeline_parallel_size");
+  }
   ds::DeepSpeedConfig config;
   if (pipelined) {
     ds::comm::init_distributed();
@@ -320,7 +352,18 @@ int run(const Args& a) {
       if (config.zero_optimization.stage == 3) partitioned.emplace(config);
       model = std::make_shared<deepspeed::examples::GptImpl>(gcfg);
     }
-    dp_engine = ds::initialize(model, config).engine;
+    if (a.exp_avg_mask) {
+      const auto mask = unused_token_mask(split.train, vocab_size, a.n_embd);
+      if (rank == 0) {
+        std::printf("train_gpt: exp_avg_mask: %lld of %lld token ids occur in the training "
+                    "split; the other rows of wte keep a zero momentum after the 1-bit freeze\n",
+                    static_cast<long long>(mask.select(1, 0).sum().item<double>()),
+                    static_cast<long long>(vocab_size));
+      }
+      dp_engine = ds::initialize(model, config, masked_embedding_groups(*model, mask)).engine;
+    } else {
+      dp_engine = ds::initialize(model, config).engine;
+    }
     num_parameters = model->num_parameters();
   }
   ds::Engine* engine = pp_engine ? static_cast<ds::Engine*>(pp_engine.get()) : dp_engine.get();
@@ -561,6 +604,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--compact_vocab", a.compact_vocab,
                "keep only the corpus's own token ids (a much smaller embedding and output layer)");
+  app.add_flag("--exp_avg_mask", a.exp_avg_mask,
+               "1-bit optimizers (OneBitAdam, ZeroOneAdam, OneBitLamb): give the token "
+               "embedding DeepSpeed's exp_avg_mask, zero on the rows of token ids the training "
+               "split never uses (docs/onebit.md)");
   app.add_option("--plot", a.plot,
                  "write loss and learning-rate curves to this PNG (needs gnuplot)");
   app.add_flag("--activation_checkpointing", a.activation_checkpointing,

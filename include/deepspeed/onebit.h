@@ -104,6 +104,28 @@ class CompressedCommunication {
   /// rounding also leaves them an ulp apart after a synchronization), so that each rank's
   /// checkpoint file must hold its own copy.
   virtual bool rank_local_parameters() const { return false; }
+  /// Whether a 16-bit engine must give the optimizer one fp32 master per parameter (DeepSpeed's
+  /// FP16_UnfusedOptimizer, which it uses for OnebitLamb: trust ratios are per parameter)
+  /// rather than one flat fp32 master per param group (FP16_Optimizer, which it uses for
+  /// OnebitAdam and ZeroOneAdam: their compression then runs over the flattened group).
+  virtual bool per_parameter_masters() const { return false; }
+
+  /// DeepSpeed's 'exp_avg_mask' param-group key: a tensor multiplied into the momentum of every
+  /// parameter of param group `group` after each compressed all-reduce (Note [Momentum mask] in
+  /// momentum_mask.cpp). 1-bit compression cannot send an exact zero, so elements whose
+  /// momentum must stay zero (BERT's position embeddings beyond the trained sequence length,
+  /// vocabulary rows the corpus never uses) need it. Its numel must equal each of the group's
+  /// parameters' (it is viewed as the momentum's shape); values are usually 0/1. An undefined
+  /// tensor removes it. Not saved in checkpoints: as in DeepSpeed, the mask the program sets
+  /// wins over the one in effect when a checkpoint was saved. Usually set through
+  /// ParamGroup::exp_avg_mask; a 16-bit engine re-registers it for the group's flat fp32
+  /// master (padding masked).
+  void set_exp_avg_mask(size_t group, at::Tensor mask);
+  /// The mask of param group `group` (undefined when it has none).
+  at::Tensor exp_avg_mask(size_t group) const;
+
+ private:
+  std::vector<at::Tensor> exp_avg_masks_;  // by param-group index
 };
 
 /// "onebit_error_feedback_dp_rank_<dp_rank>_mp_rank_<mp_rank as 2 digits>.pt".
@@ -221,6 +243,7 @@ class OneBitLamb : public optim::DsOptimizer, public CompressedCommunication {
   }
   bool backward_allreduce_enabled() const override;
   void set_data_parallel_group(const comm::Group& group) override { group_ = group; }
+  bool per_parameter_masters() const override { return true; }
   const OneBitSettings& settings() const { return settings_; }
   /// The trust ratios of the last step, one per updated parameter (DeepSpeed's lamb_coeffs).
   const std::vector<double>& lamb_coeffs() const { return lamb_coeffs_; }

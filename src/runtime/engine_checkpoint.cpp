@@ -485,6 +485,9 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     // 1-bit optimizers: this rank's error feedback (and 0/1 Adam's local parameters), after
     // the module so that rank-local parameters win over data-parallel rank 0's.
     onebit::load_rank_local_state(*optimizer_, tag_dir, dp_group_.rank(), mp_rank_);
+    auto* cc = dynamic_cast<onebit::CompressedCommunication*>(optimizer_.get());
+    // fp16: the rank-local parameters are the fp32 masters; the model's copy follows them.
+    if (cc != nullptr && cc->rank_local_parameters() && zero_) zero_->masters_to_params();
   }
   if (plan.load_optimizer && config_.fp16.enabled && plan.loss_scaler) {
     // Matches DeepSpeed's ZeRO: the checkpoint's scaler (kind and options) replaces ours.

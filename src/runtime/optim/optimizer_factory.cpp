@@ -46,6 +46,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& 
 
   std::vector<OptimizerParamGroup> torch_groups;
   std::vector<GroupOptions> group_options;
+  std::vector<std::pair<size_t, at::Tensor>> masks;  // (optimizer group, exp_avg_mask)
   // Parameter -> (group, position), to name both places of a parameter listed twice.
   std::unordered_map<const c10::TensorImpl*, std::pair<size_t, size_t>> seen;
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -60,6 +61,20 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& 
     }
     if (params.empty()) continue;  // Matches DeepSpeed: empty groups are dropped
     group_options.push_back(resolve_group_options(spec, groups[g].options, where, options.offload));
+    if (const at::Tensor& mask = groups[g].exp_avg_mask; mask.defined()) {
+      DS_CHECK(spec.kind == OptimizerKind::kOneBitAdam || spec.kind == OptimizerKind::kZeroOneAdam ||
+                   spec.kind == OptimizerKind::kOneBitLamb,
+               ConfigError, where, "exp_avg_mask is a param-group key of the 1-bit optimizers "
+               "(OneBitAdam, ZeroOneAdam, OneBitLamb); optimizer.type is \"", config.type, "\"");
+      for (size_t i = 0; i < params.size(); ++i) {
+        DS_CHECK(mask.numel() == params[i].numel(), ConfigError, where, "exp_avg_mask has ",
+                 mask.numel(), " elements (shape ", mask.sizes(), ") but parameter ", i,
+                 " has ", params[i].numel(), " (shape ", params[i].sizes(),
+                 "); the mask multiplies each parameter's momentum, so give a masked parameter "
+                 "a param group of its own");
+      }
+      masks.emplace_back(torch_groups.size(), mask);
+    }
     torch_groups.emplace_back(params, std::make_unique<GroupOptions>(group_options.back()));
   }
   DS_CHECK(!torch_groups.empty(), UsageError, source, ": optimizer ", config.type,
@@ -106,6 +121,9 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& 
   // Python's defaults are the constructor's kwargs, i.e. optimizer.params: a group added later
   // without options gets them.
   static_cast<GroupOptions&>(opt->defaults()) = spec.defaults;
+  if (auto* cc = dynamic_cast<onebit::CompressedCommunication*>(opt.get())) {
+    for (auto& [g, mask] : masks) cc->set_exp_avg_mask(g, mask);
+  }
   return opt;
 }
 

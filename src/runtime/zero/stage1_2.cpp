@@ -13,6 +13,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/onebit.h"
 #include "runtime/grad_clip.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/zero/flat_group.h"
@@ -61,6 +62,14 @@ class Stage12 final : public FlatZeroOptimizer {
       name_of[ctx.trainable_params[i].unsafeGetTensorImpl()] = ctx.param_names[i];
     }
     std::map<const void*, bool> seen;
+    // A 1-bit optimizer (16-bit stage 0 only: the config refuses ZeRO for them) communicates by
+    // itself once its warm-up ends; see use_onebit_masters for its masters.
+    compressed_ = dynamic_cast<onebit::CompressedCommunication*>(optimizer_);
+    if (compressed_ != nullptr) {
+      DS_INTERNAL_ASSERT(stage_ == 0, "1-bit optimizers run at ZeRO stage 0 only");
+      compressed_->set_data_parallel_group(dp_group_);
+    }
+    size_t optimizer_group = 0;
     for (auto& group : optimizer_->param_groups()) {
       std::vector<at::Tensor> params;
       std::vector<std::string> names;
@@ -80,6 +89,7 @@ class Stage12 final : public FlatZeroOptimizer {
       }
       if (params.empty()) {
         group.params().clear();
+        ++optimizer_group;
         continue;
       }
       // ZeRO-Offload keeps masters and optimizer state in host memory next to parameters
@@ -101,6 +111,8 @@ class Stage12 final : public FlatZeroOptimizer {
       if (grad_accum_dtype_ == at::kFloat) master.mutable_grad() = grad_partitions_.back();
       masters_.push_back(master);
       group.params() = {master};
+      if (compressed_ != nullptr) use_onebit_masters(group, optimizer_group);
+      ++optimizer_group;
     }
     std::vector<std::string> orphans;
     for (const auto& p : ctx.trainable_params) {
@@ -133,12 +145,17 @@ class Stage12 final : public FlatZeroOptimizer {
 
   void begin_backward(bool boundary) override {
     // Stage 2 reduces every micro-step into the owned partition; stage 1 lets param.grad
-    // accumulate and reduces once, on the boundary.
-    if (reducer_ && (stage_ == 2 || boundary)) reducer_->prepare();
+    // accumulate and reduces once, on the boundary. A 1-bit optimizer past its warm-up wants
+    // the local gradients (DeepSpeed's enable_backward_allreduce false).
+    local_boundary_ = boundary && compressed_ != nullptr && !compressed_->backward_allreduce_enabled();
+    if (reducer_ && (stage_ == 2 || boundary) && !local_boundary_) reducer_->prepare();
   }
 
-  void end_backward(bool /*boundary*/) override {
+  void end_backward(bool boundary) override {
     if (reducer_ && reducer_->armed()) reducer_->finish();
+    if (local_boundary_) take_local_gradients();
+    if (boundary) last_boundary_reduced_ = !local_boundary_;
+    local_boundary_ = false;
   }
 
   double grad_norm_squared() override {
@@ -163,9 +180,13 @@ class Stage12 final : public FlatZeroOptimizer {
         masters_[g].mutable_grad() = grad_partitions_[g].to(at::kFloat);
       }
     }
+    if (grad_accum_dtype_ != at::kFloat) {
+      for (size_t g = 0; g < master_views_.size(); ++g) set_view_grads(g, masters_[g].grad());
+    }
     optimizer_->step();
     if (grad_accum_dtype_ != at::kFloat) {
       for (auto& m : masters_) m.mutable_grad() = at::Tensor();
+      for (size_t g = 0; g < master_views_.size(); ++g) set_view_grads(g, at::Tensor());
     }
     if (model_dtype_ != at::kFloat) {
       for (size_t g = 0; g < groups_.size(); ++g) {
@@ -212,7 +233,7 @@ class Stage12 final : public FlatZeroOptimizer {
   }
 
   ReductionStats reduction_stats() const override {
-    return reducer_ ? reducer_->stats() : ReductionStats{};
+    return reducer_ && last_boundary_reduced_ ? reducer_->stats() : ReductionStats{};
   }
   int64_t num_buckets() const override {
     return reducer_ ? static_cast<int64_t>(reducer_->num_buckets()) : 0;
@@ -241,7 +262,70 @@ class Stage12 final : public FlatZeroOptimizer {
     for (size_t g = 0; g < groups_.size(); ++g) masters_[g].copy_(groups_[g].partition(partition_));
   }
 
+  void masters_to_params() override {
+    at::NoGradGuard no_grad;
+    if (model_dtype_ == at::kFloat) return;
+    for (size_t g = 0; g < groups_.size(); ++g) groups_[g].partition(partition_).copy_(masters_[g]);
+  }
+
  private:
+  // The inner optimizer's parameters for a 1-bit optimizer. DeepSpeed wraps OnebitAdam and
+  // ZeroOneAdam in FP16_Optimizer (one flat fp32 master per group, which is ours as it is) and
+  // OnebitLamb in FP16_UnfusedOptimizer (one fp32 master per parameter): for those the group
+  // gets views of the flat master, one per parameter in its shape, with views of the gradient
+  // partition as their gradients. A group's exp_avg_mask (one per parameter's numel) becomes
+  // the flat master's mask (padding masked) or stays as it is for the views.
+  void use_onebit_masters(torch::optim::OptimizerParamGroup& group, size_t optimizer_group) {
+    const size_t g = groups_.size() - 1;
+    const FlatGroup& fg = groups_[g];
+    const at::Tensor mask = compressed_->exp_avg_mask(optimizer_group);
+    if (compressed_->per_parameter_masters()) {
+      master_views_.resize(groups_.size());
+      std::vector<at::Tensor> views;
+      for (const auto& s : fg.slots()) {
+        views.push_back(masters_[g].narrow(0, s.offset, s.numel).view(s.param.sizes()));
+      }
+      master_views_[g] = views;
+      if (grad_accum_dtype_ == at::kFloat) set_view_grads(g, grad_partitions_[g]);
+      group.params() = std::move(views);
+      return;
+    }
+    if (!mask.defined()) return;
+    at::Tensor flat_mask = at::zeros({fg.partition_numel()}, mask.options());
+    for (const auto& s : fg.slots()) {
+      flat_mask.narrow(0, s.offset, s.numel).copy_(mask.reshape({-1}));
+    }
+    compressed_->set_exp_avg_mask(optimizer_group, flat_mask);
+  }
+
+  // Points the per-parameter master views of group g at `flat_grad` (undefined: no gradient).
+  void set_view_grads(size_t g, const at::Tensor& flat_grad) {
+    for (size_t i = 0; i < master_views_[g].size(); ++i) {
+      const FlatSlot& s = groups_[g].slots()[i];
+      master_views_[g][i].mutable_grad() =
+          flat_grad.defined() ? flat_grad.narrow(0, s.offset, s.numel).view(s.param.sizes())
+                              : at::Tensor();
+    }
+  }
+
+  // A boundary left to a 1-bit optimizer: each rank's own (accumulated) gradients go into the
+  // replicated gradient partition unreduced, where the reducer would have put the average.
+  void take_local_gradients() {
+    at::NoGradGuard no_grad;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      for (const auto& s : groups_[g].slots()) {
+        at::Tensor param = s.param;  // a handle: the gradient belongs to the shared impl
+        at::Tensor dst = grad_partitions_[g].narrow(0, s.offset, s.numel);
+        if (param.grad().defined()) {
+          dst.copy_(param.grad().reshape({-1}));
+        } else {
+          dst.zero_();  // unused this step: a zero gradient, as the reducer gives it
+        }
+        param.mutable_grad() = at::Tensor();
+      }
+    }
+  }
+
   // Re-replicates the parameters: every rank's updated slice into every rank's flat buffer, in
   // shards of about allgather_bucket_size elements in total (reference §7.4 step 4), by
   // all-gather (allgather_partitions) or by one broadcast per owner.
@@ -285,6 +369,10 @@ class Stage12 final : public FlatZeroOptimizer {
   std::vector<at::Tensor> grad_partitions_;
   std::vector<at::Tensor> masters_;
   std::unique_ptr<PartitionedGradReducer> reducer_;
+  onebit::CompressedCommunication* compressed_ = nullptr;  // a 1-bit optimizer, else null
+  std::vector<std::vector<at::Tensor>> master_views_;  // per group: per-parameter fp32 masters
+  bool local_boundary_ = false;        // this backward's gradients stay local (1-bit optimizer)
+  bool last_boundary_reduced_ = true;  // false after a boundary left to a 1-bit optimizer
 };
 
 }  // namespace

@@ -124,6 +124,9 @@ class ZeroOptimizer {
   /// offload) is brought into memory, and let go after. No-ops elsewhere.
   virtual void swap_in_optimizer_states() {}
   virtual void swap_out_optimizer_states() {}
+  /// Writes the fp32 masters into the 16-bit parameters, after something replaced the masters
+  /// (a 1-bit optimizer's rank-local parameters read from a checkpoint). No-op without masters.
+  virtual void masters_to_params() {}
 };
 
 /// What every stage needs to be built.

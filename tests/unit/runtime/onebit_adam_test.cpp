@@ -62,7 +62,7 @@ TEST(OneBitAdamConfig, BadParametersAreRefusedByKey) {
                     ConfigError, "optimizer.params.var_freeze_step is not a parameter of OneBitAdam");
 }
 
-TEST(OneBitAdamConfig, ZeroAndBf16AndFp16AreRefused) {
+TEST(OneBitAdamConfig, ZeroAndBf16AreRefusedFp16Runs) {
   auto check = [](const std::string& text) {
     auto c = DeepSpeedConfig::from_string(text, 1);
     c.check_supported();
@@ -75,9 +75,43 @@ TEST(OneBitAdamConfig, ZeroAndBf16AndFp16AreRefused) {
   EXPECT_THROW_WITH(check(R"({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam"},
                              "bf16": {"enabled": true}})"),
                     NotSupportedError, "does not run with bf16");
-  EXPECT_THROW_WITH(check(R"({"train_batch_size": 8, "optimizer": {"type": "OneBitAdam"},
-                             "fp16": {"enabled": true}})"),
-                    NotSupportedError, "with fp16 is not supported yet");
+  for (const char* type : {"OneBitAdam", "ZeroOneAdam", "OneBitLamb"}) {
+    // DeepSpeed's tutorials run all three under fp16.
+    check(std::string(R"({"train_batch_size": 8, "fp16": {"enabled": true}, "optimizer": {"type": ")") +
+          type + "\"}}");
+    EXPECT_THROW_WITH(check(std::string(R"({"train_batch_size": 8, "bf16": {"enabled": true},
+                                         "optimizer": {"type": ")") + type + "\"}}"),
+                      NotSupportedError, "set bf16.enabled to false");
+    EXPECT_THROW_WITH(check(std::string(R"({"train_batch_size": 8, "fp16": {"enabled": true},
+                                         "zero_optimization": {"stage": 2},
+                                         "optimizer": {"type": ")") + type + "\"}}"),
+                      ConfigError, "is not compatible with ZeRO (zero_optimization.stage is 2)");
+  }
+}
+
+// exp_avg_mask: a param-group key of the 1-bit optimizers only, one parameter's numel.
+TEST(OneBitAdamConfig, ExpAvgMaskIsCheckedWhenTheOptimizerIsBuilt) {
+  auto w = torch::zeros({4, 3}, torch::requires_grad());
+  auto b = torch::zeros({3}, torch::requires_grad());
+  ParamGroup masked{{w}, json::object(), torch::ones({4, 3})};
+  auto opt = optim::build_optimizer(cfg("OneBitAdam"), {ParamGroup{{b}}, masked}, "cfg",
+                                    optim::OptimizerBuildOptions{});
+  auto* cc = dynamic_cast<onebit::CompressedCommunication*>(opt.get());
+  ASSERT_NE(cc, nullptr);
+  EXPECT_FALSE(cc->exp_avg_mask(0).defined());
+  EXPECT_TRUE(cc->exp_avg_mask(1).equal(torch::ones({4, 3})));
+  // A flattened mask (DeepSpeed's BERT example flattens it for FP16_Optimizer) works too.
+  ParamGroup flat{{w}, json::object(), torch::ones({12})};
+  EXPECT_NO_THROW(optim::build_optimizer(cfg("ZeroOneAdam"), {flat}, "cfg",
+                                         optim::OptimizerBuildOptions{}));
+  ParamGroup both{{w, b}, json::object(), torch::ones({4, 3})};
+  EXPECT_THROW_WITH(optim::build_optimizer(cfg("OneBitLamb"), {both}, "cfg",
+                                           optim::OptimizerBuildOptions{}),
+                    ConfigError, "param group 0: exp_avg_mask has 12 elements (shape [4, 3]) "
+                                 "but parameter 1 has 3");
+  EXPECT_THROW_WITH(optim::build_optimizer(cfg("Adam"), {masked}, "cfg",
+                                           optim::OptimizerBuildOptions{}),
+                    ConfigError, "exp_avg_mask is a param-group key of the 1-bit optimizers");
 }
 
 // Warm-up: Adam without bias correction and with decoupled weight decay; after freeze_step the

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "deepspeed/onebit.h"
+#include "runtime/optim/onebit/momentum_mask.h"
 #include "util/check.h"
 
 namespace deepspeed::onebit {
@@ -61,12 +62,8 @@ void OneBitAdam::update(const at::Tensor& param, const at::Tensor& grad, optim::
   } else if (compression_world_size(group_) > 1) {
     const comm::Group& g = group_.valid() ? group_ : comm::world();
     compressed_allreduce(exp_avg, state.tensor("worker_error"), state.tensor("server_error"), g);
-    // Note [Momentum mask]: 1-bit compression cannot send an exact zero, so an element that
-    // never had a gradient (frozen variance exactly 0, e.g. the embedding rows of tokens not
-    // seen in warm-up) would receive +-scale and step by scale / eps. DeepSpeed's answer is a
-    // user-supplied exp_avg_mask in the param group; here that mask is derived: those elements
-    // keep a zero momentum.
-    exp_avg.mul_(exp_avg_sq.ne(0));
+    // Note [Momentum mask] (momentum_mask.cpp): the group's exp_avg_mask, as in DeepSpeed.
+    mask_momentum(exp_avg, exp_avg_mask(group_index(*this, group)), exp_avg_sq);
   }
   at::Tensor update = exp_avg / (exp_avg_sq.sqrt() + eps);
   if (weight_decay > 0.0) update.add_(param, weight_decay);

@@ -23,12 +23,12 @@ void check_onebit_compatible(const DeepSpeedConfig& config) {
   DS_CHECK(config.zero_optimization.stage == 0, ConfigError, head,
            " is not compatible with ZeRO (zero_optimization.stage is ",
            config.zero_optimization.stage, "); set zero_optimization.stage to 0");
+  // DeepSpeed wraps them in its fp16 optimizers (FP16_Optimizer / FP16_UnfusedOptimizer) or
+  // runs them in fp32; its bf16 optimizer reduces the gradients itself, which would bypass
+  // the compressed all-reduce.
   DS_CHECK(!config.bf16.enabled, NotSupportedError, head,
            " does not run with bf16 (DeepSpeed runs it in fp32 or under its fp16 optimizer); "
-           "set bf16.enabled to false");
-  DS_CHECK(!config.fp16.enabled, NotSupportedError, head,
-           " with fp16 is not supported yet (1-bit optimizers run in fp32 here); set "
-           "fp16.enabled to false");
+           "set bf16.enabled to false, or use fp16.enabled");
 }
 
 }  // namespace deepspeed::onebit

@@ -9,8 +9,8 @@ namespace deepspeed::onebit {
 bool is_onebit_type(const std::string& type);
 
 /// Throws for a 1-bit optimizer with ZeRO (ConfigError: DeepSpeed asserts "not compatible with
-/// ZeRO"), with bf16 (NotSupportedError: DeepSpeed wraps them in FP16_Optimizer, never in its
-/// bf16 optimizer), or with fp16 (NotSupportedError: not built yet). Other configs pass.
+/// ZeRO") or with bf16 (NotSupportedError: DeepSpeed wraps them in its fp16 optimizers, never
+/// in its bf16 optimizer). fp32 and fp16 pass.
 void check_onebit_compatible(const DeepSpeedConfig& config);
 
 }  // namespace deepspeed::onebit

@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "deepspeed/onebit.h"
+#include "runtime/optim/onebit/momentum_mask.h"
 #include "util/check.h"
 
 namespace deepspeed::onebit {
@@ -179,7 +180,8 @@ void OneBitLamb::compressed_step() {
     at::Tensor& v = state.tensor("exp_avg_sq");
     at::Tensor& v_fresh = state.tensor("exp_avg_sq_fresh");
     m.div_(scalar(state, "scaling_coeff"));
-    m.mul_(v.ne(0));  // Note [Momentum mask] (onebit_adam.cpp)
+    // Note [Momentum mask] (momentum_mask.cpp): where DeepSpeed applies exp_avg_mask.
+    mask_momentum(m, exp_avg_mask(group_index(*this, group)), v);
     // The averaged gradient this momentum implies keeps a fresh variance, which measures how
     // stale the frozen one has become.
     at::Tensor grad_reconstructed = (m - it.last_exp_avg * beta1) / (1.0 - beta1);

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "deepspeed/onebit.h"
+#include "runtime/optim/onebit/momentum_mask.h"
 #include "util/check.h"
 
 namespace deepspeed::onebit {
@@ -80,6 +81,7 @@ void ZeroOneAdam::update(const at::Tensor& param, const at::Tensor& grad, optim:
   }
   const int64_t var_interval = count_of(state, "var_interval");
   const int64_t local_interval = count_of(state, "local_step_interval");
+  const at::Tensor mask = exp_avg_mask(group_index(*this, group));
 
   if (!frozen) {
     if (step % var_interval == 0) {  // the engine averaged this gradient in full precision
@@ -88,7 +90,7 @@ void ZeroOneAdam::update(const at::Tensor& param, const at::Tensor& grad, optim:
     } else {  // a local gradient: 1-bit all-reduce, momentum only
       at::Tensor averaged = grad.clone();
       if (compress) compressed_allreduce(averaged, worker_error, server_error, g);
-      averaged.mul_(v.ne(0));  // Note [Momentum mask] (onebit_adam.cpp)
+      mask_momentum(averaged, mask, v);  // Note [Momentum mask] (momentum_mask.cpp)
       m.mul_(beta1).add_(averaged, 1.0 - beta1);
     }
   } else {
@@ -107,7 +109,7 @@ void ZeroOneAdam::update(const at::Tensor& param, const at::Tensor& grad, optim:
     param.sub_(acc);
     acc.mul_(denom);
     if (compress) compressed_allreduce(acc, worker_error, server_error, g);
-    acc.mul_(v.ne(0));  // Note [Momentum mask] (onebit_adam.cpp)
+    mask_momentum(acc, mask, v);
     m.copy_(acc / state.tensor("lrs")).neg_();
     param.add_(acc / denom);
     acc.zero_();
