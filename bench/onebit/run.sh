@@ -12,10 +12,11 @@
 # Env: STEPS (60), FREEZE (20: freeze_step / var_freeze_step), RANKS ("2 4"), RATE (100mbit),
 #      DELAY (1ms), NETEM (1: also run the shaped-link part; 0 skips it), CORPUS
 #      (tests/data/austen_slice.txt), OUT_DIR (default a new /tmp/onebit_bench.* directory),
-#      VOCAB (mask: GPT-2's full vocabulary with train_gpt --exp_avg_mask, DeepSpeed's momentum
-#      mask on the embedding rows the corpus never uses, so that the 1-bit curves converge;
-#      compact: --compact_vocab, a small dense embedding; full: no mask, where 1-bit Adam
-#      diverges after the freeze; docs/onebit.md).
+#      VOCAB (compact: --compact_vocab, the corpus's own tokens as a small dense embedding, where
+#      the 1-bit curves converge like Adam's; full: GPT-2's 50257-token vocabulary, where 1-bit
+#      Adam diverges after the freeze; mask: the full vocabulary with train_gpt --exp_avg_mask,
+#      DeepSpeed's momentum mask on the rows the corpus never uses, which does not prevent that
+#      divergence; docs/onebit.md).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -27,7 +28,7 @@ DELAY=${DELAY:-1ms}
 NETEM=${NETEM:-1}
 CORPUS=${CORPUS:-tests/data/austen_slice.txt}
 OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/onebit_bench.XXXXXX)}
-VOCAB=${VOCAB:-mask}
+VOCAB=${VOCAB:-compact}
 case "$VOCAB" in
   mask) vocab_flags=(--exp_avg_mask) ;;
   compact) vocab_flags=(--compact_vocab) ;;
