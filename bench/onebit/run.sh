@@ -9,7 +9,7 @@
 # Prints one table per setting (report.py) and writes loss-curve PNGs (gnuplot) into OUT_DIR.
 # Builds nothing: build train_gpt and the launcher first (scripts/build.sh).
 # Usage: bench/onebit/run.sh [MODEL FLAGS...]   default: --n_layer 2 --n_head 2 --n_embd 64
-# Env: STEPS (60), FREEZE (20: freeze_step / var_freeze_step), RANKS ("2 4"), RATE (100mbit),
+# Env: STEPS (60), FREEZE (20: freeze_step / var_freeze_step), RANKS ("2 4"), RATE (10mbit),
 #      DELAY (1ms), NETEM (1: also run the shaped-link part; 0 skips it), CORPUS
 #      (tests/data/austen_slice.txt), OUT_DIR (default a new /tmp/onebit_bench.* directory),
 #      VOCAB (compact: --compact_vocab, the corpus's own tokens as a small dense embedding, where
@@ -23,7 +23,7 @@ cd "$root"
 STEPS=${STEPS:-60}
 FREEZE=${FREEZE:-20}
 RANKS=${RANKS:-"2 4"}
-RATE=${RATE:-100mbit}
+RATE=${RATE:-10mbit}
 DELAY=${DELAY:-1ms}
 NETEM=${NETEM:-1}
 CORPUS=${CORPUS:-tests/data/austen_slice.txt}
