@@ -417,6 +417,7 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   timers.finish();
   c.checkpoint = parse_checkpoint(top.section("checkpoint", Strictness::kWarnUnknown));
   config_detail::parse_feature_sections(top, c);
+  c.autotuning = AutotuningConfig::from_json(top.get_raw("autotuning", "an object"), source);
   config_detail::parse_unimplemented_sections(top, c);
   top.finish();
   return c;

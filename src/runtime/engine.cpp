@@ -2,8 +2,10 @@
 // reduction in grad_reducer, clipping in grad_clip, optimizer/scheduler construction in optim/.
 #include "deepspeed/engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <iomanip>
 #include <sstream>
@@ -22,8 +24,11 @@
 #include "deepspeed/monitor.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/profiler.h"
+#include "runtime/autotuning_probe.h"
 #include "runtime/grad_clip.h"
 #include "runtime/host_caching_allocator.h"
+#include "runtime/memory_budget.h"
+#include "runtime/memory_formula.h"
 #include "runtime/optim/optimizer_factory.h"
 #include "runtime/timers.h"
 #include "runtime/zero/zero_optimizer.h"
@@ -113,6 +118,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config
                std::shared_ptr<Mpu> mpu)
     : module_(std::move(module)), config_(std::move(config)), mpu_(std::move(mpu)),
       timers_(std::make_unique<runtime::Timers>()) {
+  runtime::apply_memory_budget_from_env();  // before the engine allocates anything
   with_memory_report("initialization", [&] {
     setup(std::move(optimizer), std::move(lr_scheduler), std::move(model_parameters));
   });
@@ -230,6 +236,18 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
       config_.timers_throughput.synchronized ? device_synchronizer(trainable_params_)
                                              : std::function<void()>());
   progress_start_ = std::chrono::steady_clock::now();
+  if (config_.autotuning.enabled) {
+    runtime::AutotuningModelFacts facts;
+    for (const auto& p : module_->parameters()) {
+      facts.num_params += p.numel();
+      facts.largest_param_numel = std::max<int64_t>(facts.largest_param_numel, p.numel());
+    }
+    for (const auto& p : trainable_params_) facts.trainable_num_params += p.numel();
+    facts.param_bytes = c10::elementSize(model_dtype_);
+    facts.dp_world_size = config_.batch.dp_world_size;
+    facts.mp_world_size = mpu_ ? mpu_->get_model_parallel_world_size() : 1;
+    autotuning_ = std::make_unique<runtime::AutotuningProbe>(config_, facts, comm::get_rank());
+  }
 }
 
 Engine::~Engine() = default;
@@ -331,6 +349,7 @@ void Engine::build_lr_scheduler(LRSchedulerFactory lr_scheduler) {
 
 void Engine::forward_begin() {
   comm::set_phase(comm::Phase::kForward);
+  if (autotuning_) autotuning_->forward_begin();
   // Matches DeepSpeed: the profiler records the forward of global step profile_step on rank 0.
   if (flops_profiler_ && comm::get_rank() == 0 &&
       global_steps_ == config_.flops_profiler.profile_step && !flops_profiler_->started()) {
@@ -347,6 +366,7 @@ void Engine::forward_end() {
   timers_->stop("fwd");
   timers_->stop("fwd_microstep");
   if (profiling_step_ && flops_profiler_->started()) flops_profiler_->stop_profile();
+  if (autotuning_) autotuning_->forward_end();
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {
@@ -447,6 +467,8 @@ void Engine::step() {
   micro_steps_ += 1;
   boundary_override_.reset();
   comm::set_phase(comm::Phase::kOther);
+  // May end the process once the profile steps are measured (Note [Autotuning exit]).
+  if (boundary && autotuning_) autotuning_->after_step(global_steps_, last_step_timers_, memory_stats().device_bytes());
 }
 
 bool Engine::take_model_step() {
@@ -544,6 +566,7 @@ void Engine::finish_profile() {
     ctx.bwd_latency_s = last_step_timers_["bwd"] / 1e3;
     ctx.step_latency_s = last_step_timers_["step"] / 1e3;
   }
+  if (autotuning_) autotuning_->set_forward_flops(flops_profiler_->get_total_flops());
   flops_profiler_->print_model_profile(global_steps_ - 1, ctx);
   flops_profiler_->end_profile();
 }
@@ -630,6 +653,16 @@ std::string Engine::memory_report(const std::string& when) const {
                     : "",
                 mb(m.comm_buffer_bytes),
                 static_cast<long long>(m.padding_elements), mb(m.rss_bytes), mb(m.peak_rss_bytes));
+  // The formula the autotuner prunes with, beside what was measured (docs/zero.md).
+  int64_t num_params = 0, largest = 0;
+  for (const auto& p : trainable_params_) {
+    num_params += p.numel();
+    largest = std::max<int64_t>(largest, p.numel());
+  }
+  const ModelStateInputs in = model_state_inputs(config_, num_params, largest);
+  std::snprintf(buf + std::strlen(buf), sizeof(buf) - std::strlen(buf),
+                "; formula: device %.2f MB at the steady state",
+                mb(estimate_model_state_bytes(in).device()));
   return buf;
 }
 

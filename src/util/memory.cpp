@@ -1,4 +1,4 @@
-// read_process_memory(): VmRSS and VmHWM from /proc/self/status.
+// read_process_memory(): VmRSS, VmHWM and VmData from /proc/self/status.
 #include "util/memory.h"
 
 #include <cstdio>
@@ -15,6 +15,7 @@ ProcessMemory read_process_memory() {
     long long kb = 0;
     if (std::sscanf(line, "VmRSS: %lld kB", &kb) == 1) m.rss_bytes = kb * 1024;
     if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) m.peak_rss_bytes = kb * 1024;
+    if (std::sscanf(line, "VmData: %lld kB", &kb) == 1) m.data_bytes = kb * 1024;
   }
   std::fclose(f);
   return m;

@@ -5,10 +5,11 @@
 
 namespace deepspeed::util {
 
-/// Current and peak resident set size of this process in bytes (0 when unavailable).
+/// Current and peak resident set size and VmData of this process in bytes (0 when unavailable).
 struct ProcessMemory {
   int64_t rss_bytes = 0;
   int64_t peak_rss_bytes = 0;
+  int64_t data_bytes = 0;  // VmData: private writable mappings (what RLIMIT_DATA bounds)
 };
 ProcessMemory read_process_memory();
 

@@ -25,17 +25,16 @@ struct RejectedFlag {
   bool takes_value;
 };
 
-// runner.py flags for the elastic agent and the autotuner, which are not ported. Recognised by
-// name so none of them is silently dropped.
+// runner.py flags for the elastic agent, which is not ported. Recognised by name so none of them
+// is silently dropped.
 constexpr RejectedFlag kRejectedFlags[] = {
     {"--min_elastic_nodes", "--min_elastic_nodes", true},
     {"--max_elastic_nodes", "--max_elastic_nodes", true},
-    {"--autotuning", "--autotuning", true},
     {"--elastic_training", "--elastic_training", false},
 };
 
 constexpr const char* kRejectionReason =
-    "elastic training and autotuning are not supported by deepspeed-cpp; launch a fixed set of hosts "
+    "elastic training is not supported by deepspeed-cpp; launch a fixed set of hosts "
     "with --hostfile (see docs/launcher.md)";
 
 // Flags before PROGRAM that take the next argument as their value (so PROGRAM can be found before
@@ -157,7 +156,13 @@ CommandLine parse_command_line(const std::vector<std::string>& raw_args) {
   per_node->add_flag("--stop_on_stdin_eof", o.stop_on_stdin_eof,
                      "Stop the ranks when stdin closes or says SIGINT/SIGTERM (the controlling launcher)");
 
-  CLI::App* rejected_group = app.add_option_group("Elastic training, autotuning (recognised, rejected)");
+  app.add_option("--autotuning", o.autotuning,
+                 "tune: find the fastest ZeRO stage, micro-batch and ZeRO knobs for PROGRAM with short "
+                 "experiments (the config's autotuning section); run: then train with the best "
+                 "(docs/autotuning.md)")
+      ->check(CLI::IsMember({"tune", "run"}));
+
+  CLI::App* rejected_group = app.add_option_group("Elastic training (recognised, rejected)");
   std::vector<std::pair<const RejectedFlag*, CLI::Option*>> rejected;
   std::vector<std::string> ignored_values(std::size(kRejectedFlags));
   for (std::size_t i = 0; i < std::size(kRejectedFlags); ++i) {

@@ -1,5 +1,5 @@
 // The `deepspeed` command line: DeepSpeed runner.py flag names -> LauncherOptions. Owns which flags
-// are accepted, which are recognised and rejected (elastic training, autotuning, --module), and
+// are accepted, which are recognised and rejected (elastic training, --module), and
 // where the launcher's options stop: at PROGRAM, after which every argument belongs to PROGRAM.
 // The per-node flags (--world_info, --node_rank, --stop_on_stdin_eof) select per-node mode, what
 // the launcher runs on each host of a multi-node job.
@@ -20,8 +20,9 @@ struct CommandLine {
 };
 
 // Parses the launcher's arguments (argv without argv[0]). Throws UsageError (exit 2) naming the
-// offending flag for: an unknown option before PROGRAM, a missing PROGRAM, a bad value, --module,
-// the elastic-training and autotuning flags, and an unknown --launcher. An -H/--hostfile given on
+// offending flag for: an unknown option before PROGRAM, a missing PROGRAM, a bad value (also
+// --autotuning other than tune|run), --module, the elastic-training flags, and an unknown
+// --launcher. An -H/--hostfile given on
 // the command line that does not exist only warns, as in DeepSpeed: "Unable to find hostfile, will
 // proceed with training with local resources only.".
 CommandLine parse_command_line(const std::vector<std::string>& args);

@@ -53,6 +53,8 @@ struct LauncherOptions {
   std::string world_info;            // --world_info=<base64 JSON>; non-empty = per-node mode
   bool stop_on_stdin_eof = false;    // --stop_on_stdin_eof: see Note [Stdin lifeline] in local_runner.h
 
+  std::string autotuning;            // --autotuning tune|run; "" = off (docs/autotuning.md)
+
   std::string program;               // PROGRAM: the first positional argument
   std::vector<std::string> program_args;  // everything after PROGRAM, untouched
 };

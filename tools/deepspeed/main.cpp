@@ -2,8 +2,10 @@
 // throws (UsageError -> 2, anything else -> 1) or returns the job's status.
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "autotuner.h"
 #include "cli.h"
 #include "host_info.h"
 #include "launch.h"
@@ -13,7 +15,8 @@
 int main(int argc, char** argv) {
   namespace dl = deepspeed::launcher;
   try {
-    dl::CommandLine command_line = dl::parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    dl::CommandLine command_line = dl::parse_command_line(args);
     if (command_line.help_requested) {
       std::cout << command_line.help_text;
       return 0;
@@ -23,6 +26,16 @@ int main(int argc, char** argv) {
     if (options.quiet && level < dl::LogLevel::kWarning) level = dl::LogLevel::kWarning;
     dl::set_log_level(level);
     for (const std::string& warning : command_line.warnings) dl::log_warning(warning);
+    if (!options.autotuning.empty()) {
+      // Each experiment is this launcher run again, without --autotuning (docs/autotuning.md).
+      dl::AutotuneRequest request;
+      request.mode = options.autotuning;
+      request.options = options;
+      request.launcher_flags = dl::launcher_flags_without_autotuning(args, 1 + options.program_args.size());
+      std::tie(request.ranks, request.ranks_per_host) = dl::autotuning_world(options, dl::detect_host_info());
+      request.launcher_path = dl::self_executable_path();
+      return dl::run_autotuning(request);
+    }
     return dl::launch(options, dl::detect_host_info());
   } catch (const dl::UsageError& e) {
     dl::log_error(std::string("error: ") + e.what());

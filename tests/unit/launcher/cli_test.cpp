@@ -134,11 +134,18 @@ TEST_P(CliRejectsFlag, NamingTheFlag) {
   expect_usage_error(args, {flag, "not supported"});
 }
 
-INSTANTIATE_TEST_SUITE_P(ElasticAndAutotuning, CliRejectsFlag,
+INSTANTIATE_TEST_SUITE_P(Elastic, CliRejectsFlag,
                          ::testing::Values(Args{"--min_elastic_nodes", "1"}, Args{"--max_elastic_nodes", "2"},
-                                           Args{"--autotuning", "tune"}, Args{"--elastic_training"},
+                                           Args{"--elastic_training"},
                                            Args{"--launcher", "mpich"}, Args{"--launcher=impi"},
                                            Args{"--launcher", "MVAPICH"}, Args{"--launcher", "jsrun"}));
+
+TEST(Cli, Autotuning_TakesTuneOrRun) {
+  EXPECT_EQ(parse_command_line({"--autotuning", "tune", "prog"}).options.autotuning, "tune");
+  EXPECT_EQ(parse_command_line({"--autotuning=run", "prog", "--x"}).options.autotuning, "run");
+  EXPECT_EQ(parse_command_line({"prog"}).options.autotuning, "");
+  expect_usage_error({"--autotuning", "search", "prog"}, {"--autotuning", "search"});
+}
 
 TEST(Cli, UnknownLauncher_ListsTheSupportedOnes) {
   expect_usage_error({"--launcher", "pbs", "prog"}, {"--launcher 'pbs'", "pdsh, openmpi or slurm"});

@@ -214,7 +214,7 @@ TEST(LauncherE2E, ExecFailureInRank_ExitsWith127AndSaysWhy) {
 TEST(LauncherE2E, RejectedFlag_Exits2WithoutStartingRanks) {
   ProcessResult r = run_launcher({"--elastic_training", probe()});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_TRUE(contains(r.err, "--elastic_training: elastic training and autotuning are not supported")) << r.err;
+  EXPECT_TRUE(contains(r.err, "--elastic_training: elastic training is not supported")) << r.err;
   EXPECT_TRUE(r.out.empty());
 }
 

@@ -1,0 +1,52 @@
+// DS_MEMORY_BUDGET_BYTES: see memory_budget.h.
+#include "runtime/memory_budget.h"
+
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "deepspeed/errors.h"
+#include "runtime/host_caching_allocator.h"
+#include "util/env.h"
+#include "util/logging.h"
+#include "util/memory.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+std::once_flag g_once;
+int64_t g_base_bytes = 0;
+std::optional<int64_t> g_budget;
+
+}  // namespace
+
+std::optional<int64_t> apply_memory_budget_from_env() {
+  std::call_once(g_once, [] {
+    g_base_bytes = util::read_process_memory().data_bytes;
+    g_budget = env::get_int("DS_MEMORY_BUDGET_BYTES");
+    if (!g_budget) return;
+    if (*g_budget <= 0) {
+      throw ConfigError("DS_MEMORY_BUDGET_BYTES is " + std::to_string(*g_budget) +
+                        "; expected a positive number of bytes");
+    }
+    rlimit limit{};
+    limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(g_base_bytes + *g_budget);
+    if (::setrlimit(RLIMIT_DATA, &limit) != 0) {
+      throw ConfigError("DS_MEMORY_BUDGET_BYTES: setrlimit(RLIMIT_DATA) failed: " +
+                        std::string(std::strerror(errno)));
+    }
+    log::info_rank0("memory budget: " + std::to_string(*g_budget / (1 << 20)) +
+                    " MiB beyond the " + std::to_string(g_base_bytes / (1 << 20)) +
+                    " MiB this process held at engine creation (DS_MEMORY_BUDGET_BYTES)");
+  });
+  return g_budget;
+}
+
+int64_t memory_in_use_since_base() {
+  return util::read_process_memory().data_bytes - host_cache_stats().cached_bytes - g_base_bytes;
+}
+
+}  // namespace deepspeed::runtime

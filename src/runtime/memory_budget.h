@@ -1,0 +1,23 @@
+// An imposed memory budget for the training process: the CPU stand-in for an accelerator's
+// memory size, so that a configuration that needs more than a device would hold fails with
+// OutOfMemoryError instead of swapping. DS_MEMORY_BUDGET_BYTES=N lets the engine map at most N
+// more bytes of private writable memory than the process held when the engine was created
+// (Linux RLIMIT_DATA, as tests/support/memory_limit.h). The autotuner sets it for every experiment
+// and reads the same figure as "memory per GPU" (docs/autotuning.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace deepspeed::runtime {
+
+/// Reads DS_MEMORY_BUDGET_BYTES and, when set, bounds the process's data memory to what it holds
+/// now plus the budget (once per process; later calls keep the first base). Returns the budget.
+std::optional<int64_t> apply_memory_budget_from_env();
+
+/// Bytes the process holds beyond the base taken at the first call of apply_memory_budget_from_env
+/// (VmData now minus the free blocks of the host caching allocator, which it gives back before
+/// failing). Before that call the base is 0.
+int64_t memory_in_use_since_base();
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,92 @@
+// The memory formula: see memory_formula.h. Padding (flat buffers rounded to a multiple of W) is
+// left out: at most W-1 elements per parameter group.
+#include "runtime/memory_formula.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+namespace deepspeed {
+namespace {
+
+int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in) {
+  ModelStateBytes m;
+  const int64_t psi = in.num_params;
+  const int64_t w = std::max<int64_t>(1, in.dp_world_size);
+  const int64_t b = in.param_bytes;
+  const int64_t k = in.optimizer_state_bytes_per_param;
+  const int64_t shard = in.stage == 0 ? psi : div_up(psi, w);  // elements this rank updates
+  const bool mixed = b < 4;
+  const int64_t bucket = std::min(std::max<int64_t>(in.reduce_bucket_size, 1), std::max<int64_t>(psi, 1));
+  m.optimizer_states = k * shard;
+  m.master_params = mixed ? 4 * shard : 0;
+  switch (in.stage) {
+    case 0:
+      m.params = b * psi;
+      m.grads = b * psi;
+      m.reduction_buffers = w > 1 ? b * bucket : 0;
+      break;
+    case 1:
+    case 2:
+      m.params = b * psi;
+      m.grads = b * shard;
+      m.reduction_buffers = w > 1 ? b * bucket * (in.overlap_comm ? 2 : 1) : 0;
+      if (in.stage == 1) m.transient = b * psi;  // param.grad until the boundary
+      break;
+    default:
+      m.params = b * shard;
+      m.grads = b * shard;
+      // A unit's parameters gathered in full, and the next one prefetched.
+      m.transient = 2 * b * in.largest_param_numel;
+      break;
+  }
+  if (in.offload_optimizer) m.offloaded_optimizer = m.optimizer_states + m.master_params;
+  if (in.offload_param && in.stage == 3) m.offloaded_params = m.params;
+  return m;
+}
+
+ModelStateInputs model_state_inputs(const DeepSpeedConfig& c, int64_t num_params,
+                                    int64_t largest_param_numel) {
+  ModelStateInputs in;
+  in.num_params = num_params;
+  in.dp_world_size = c.batch.dp_world_size;
+  in.stage = c.zero_optimization.stage;
+  in.param_bytes = c.fp16.enabled || c.bf16.enabled ? 2 : 4;
+  std::string type;
+  for (char ch : c.optimizer.type) {
+    if (ch != '_') type += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  }
+  if (!c.optimizer.present) {
+    in.optimizer_state_bytes_per_param = 0;
+  } else if (type == "lion" || type == "adagrad" || type == "sgd") {
+    in.optimizer_state_bytes_per_param = 4;
+  } else {
+    in.optimizer_state_bytes_per_param = 8;  // the Adam family and LAMB: two fp32 moments
+  }
+  in.offload_optimizer = c.zero_optimization.optimizer_offload() != OffloadDevice::kNone;
+  in.offload_param = c.zero_optimization.param_offload() != OffloadDevice::kNone;
+  in.reduce_bucket_size = c.zero_optimization.reduce_bucket_size;
+  in.overlap_comm = c.zero_optimization.overlap_comm_enabled();
+  in.largest_param_numel = largest_param_numel;
+  return in;
+}
+
+std::string describe_model_state_bytes(const ModelStateInputs& in, const ModelStateBytes& m) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "ZeRO-%lld, W=%lld, %lld parameters: device %.2f MB (parameters %.2f, master weights "
+                "%.2f, gradients %.2f, optimizer states %.2f, reduction buffers %.2f, offloaded %.2f), "
+                "peak %.2f MB",
+                static_cast<long long>(in.stage), static_cast<long long>(in.dp_world_size),
+                static_cast<long long>(in.num_params), m.device() / 1e6, m.params / 1e6,
+                m.master_params / 1e6, m.grads / 1e6, m.optimizer_states / 1e6,
+                m.reduction_buffers / 1e6, (m.offloaded_optimizer + m.offloaded_params) / 1e6,
+                m.device_peak() / 1e6);
+  return buf;
+}
+
+}  // namespace deepspeed

@@ -1,0 +1,73 @@
+// The engine's memory formula: bytes of model states per rank (parameters, fp32 master weights,
+// gradients, optimizer states, reduction buffers) for a ZeRO stage, offload and precision, from
+// the parameter count alone. Torch-free arithmetic, so that the engine's memory report (which
+// prints it beside the measured ledger) and the autotuner (which prunes stages, offload and
+// micro-batch sizes with it before running anything) share one formula. The table it encodes is
+// in docs/zero.md ("Memory report") and docs/offload.md; tests/dist/memory_formula_dist_test.cpp
+// holds it against the measured ledger.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "deepspeed/config.h"
+
+namespace deepspeed {
+
+struct ModelStateInputs {
+  int64_t num_params = 0;          // trainable parameters of the whole model (Ψ)
+  int64_t dp_world_size = 1;       // ranks the states are partitioned over (W)
+  int64_t stage = 0;               // ZeRO stage 0..3
+  int64_t param_bytes = 4;         // bytes per model parameter: 4 fp32, 2 fp16/bf16
+  int64_t optimizer_state_bytes_per_param = 8;  // Adam/AdamW: exp_avg + exp_avg_sq in fp32
+  bool offload_optimizer = false;  // offload_optimizer cpu/nvme: masters + states leave the device
+  bool offload_param = false;      // offload_param cpu/nvme (stage 3): parameter shards leave it
+  int64_t reduce_bucket_size = 500000000;  // elements
+  bool overlap_comm = false;       // two reduction buffers instead of one
+  int64_t largest_param_numel = 0;  // stage 3: a gathered unit is at least this (0: unknown)
+};
+
+/// Per-rank bytes by component, as the engine's ledger (MemoryStats) names them.
+struct ModelStateBytes {
+  int64_t params = 0;
+  int64_t master_params = 0;
+  int64_t grads = 0;
+  int64_t optimizer_states = 0;
+  int64_t reduction_buffers = 0;
+  int64_t offloaded_optimizer = 0;  // part of master_params + optimizer_states kept in host memory
+  int64_t offloaded_params = 0;     // part of params kept in host memory
+  /// Held only during backward and step, on top of the steady state: stage 1 keeps full
+  /// gradients in param.grad until the boundary; stage 3 gathers parameters per unit.
+  int64_t transient = 0;
+  /// On the training device at the steady state (the ledger's device_bytes()).
+  int64_t device() const {
+    return params + master_params + grads + optimizer_states + reduction_buffers -
+           offloaded_optimizer - offloaded_params;
+  }
+  /// The device's high-water mark from model states: steady state plus the transient part.
+  int64_t device_peak() const { return device() + transient; }
+  /// Every byte of model states wherever it lives, at its high-water mark: what one process
+  /// holds on a CPU-only machine, where "offloaded" states stay in the same memory.
+  int64_t total_peak() const {
+    return params + master_params + grads + optimizer_states + reduction_buffers + transient;
+  }
+};
+
+/// The formula (docs/zero.md): with Ψ parameters, W ranks, b bytes per parameter, k optimizer
+/// bytes per element and B = min(reduce_bucket_size, Ψ):
+///   stage 0: params bΨ, grads bΨ, states kΨ, masters 4Ψ if b < 4, buckets bB;
+///   stage 1: params bΨ, grads bΨ/W (+ bΨ transient in param.grad), states kΨ/W, masters 4Ψ/W;
+///   stage 2: params bΨ, grads bΨ/W, states kΨ/W, masters 4Ψ/W, buckets bB (2bB with overlap);
+///   stage 3: params bΨ/W (+ gathered units transient), grads bΨ/W, states kΨ/W, masters 4Ψ/W.
+/// Offload moves the states (and masters) or the parameter shards to host memory.
+ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in);
+
+/// The inputs for a parsed config: its stage, precision, optimizer (Adam/AdamW/Lamb 8 bytes of
+/// state per element, Lion/Adagrad/SGD 4, none 0), offload, bucket size and overlap_comm.
+ModelStateInputs model_state_inputs(const DeepSpeedConfig& config, int64_t num_params,
+                                    int64_t largest_param_numel);
+
+/// One line for logs: "ZeRO-2, W=2, Ψ=1.2M: device 12.34 MB (params ..., peak 14.00 MB)".
+std::string describe_model_state_bytes(const ModelStateInputs& in, const ModelStateBytes& b);
+
+}  // namespace deepspeed
