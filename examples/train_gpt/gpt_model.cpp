@@ -79,17 +79,37 @@ void init_gpt2_weights(torch::nn::Module& module, int64_t n_layer) {
 
 }  // namespace
 
-BlockImpl::BlockImpl(const GptConfig& cfg) {
+BlockImpl::BlockImpl(const GptConfig& cfg, int64_t index) {
   ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
   attn = register_module("attn", CausalSelfAttention(cfg));
   ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
-  mlp = register_module("mlp", Mlp(cfg));
+  if (cfg.moe.is_moe_block(index)) {
+    // The experts are copies of the block's MLP (DeepSpeed deep-copies the expert module).
+    moe_mlp = register_module(
+        "mlp", moe::MoE(cfg.n_embd, [&cfg] { return torch::nn::AnyModule(Mlp(cfg)); },
+                        cfg.moe.layer_options()));
+  } else {
+    mlp = register_module("mlp", Mlp(cfg));
+  }
   init_gpt2_weights(*this, cfg.n_layer);
+  if (moe_mlp) {
+    // GPT-2's init drew each expert apart; DeepSpeed's experts start as copies of one.
+    torch::NoGradGuard no_grad;
+    auto& experts = *moe_mlp->deepspeed_moe->experts->deepspeed_experts;
+    const auto first = experts[0]->parameters();
+    for (size_t e = 1; e < experts.size(); ++e) {
+      const auto ps = experts[e]->parameters();
+      for (size_t k = 0; k < ps.size(); ++k) ps[k].copy_(first[k]);
+    }
+  }
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   auto y = x + attn(ln_1(x));
-  return y + mlp(ln_2(y));
+  if (!moe_mlp) return y + mlp(ln_2(y));
+  auto [out, aux, counts] = moe_mlp(ln_2(y));
+  l_aux = aux;
+  return y + out;
 }
 
 GptImpl::GptImpl(const GptConfig& cfg) : cfg_(cfg) {
@@ -97,7 +117,7 @@ GptImpl::GptImpl(const GptConfig& cfg) : cfg_(cfg) {
   wpe = register_module("wpe", torch::nn::Embedding(cfg.block_size, cfg.n_embd));
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
-    blocks.push_back(std::make_shared<zero::Unit<BlockImpl>>(cfg));
+    blocks.push_back(std::make_shared<zero::Unit<BlockImpl>>(cfg, i));
     h->push_back(blocks.back());
   }
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
@@ -125,7 +145,16 @@ torch::Tensor GptImpl::logits(const torch::Tensor& idx) {
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx, const torch::Tensor& targets) {
   auto lg = logits(idx);
-  return torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+  auto loss =
+      torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+  // The load-balancing loss trains the gates; a held-out (eval) loss is the LM loss alone.
+  if (!cfg_.moe.enabled() || !is_training()) return loss;
+  torch::Tensor aux = torch::zeros({}, loss.options());
+  for (const auto& block : blocks) {
+    if (block->moe_mlp) aux = aux + block->l_aux;
+  }
+  last_moe_aux_loss_ = aux.item<double>();
+  return cfg_.moe.aux_loss_coef != 0.0 ? loss + cfg_.moe.aux_loss_coef * aux : loss;
 }
 
 int64_t GptImpl::num_parameters() {
