@@ -4,6 +4,8 @@
 #include "deepspeed/checkpointing.h"
 
 #include <cmath>
+#include <functional>
+#include <string>
 
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/init.h>
@@ -56,11 +58,14 @@ namespace {
 
 // GPT-2's initialization by parameter name: LayerNorm weights 1, biases 0, the residual
 // projections (c_proj) N(0, 0.02/sqrt(2*n_layer)), everything else N(0, 0.02).
-void init_gpt2_weights(torch::nn::Module& module, int64_t n_layer) {
+// `skip`: parameters left as they are (and drawing nothing).
+void init_gpt2_weights(torch::nn::Module& module, int64_t n_layer,
+                       const std::function<bool(const std::string&)>& skip = {}) {
   torch::NoGradGuard no_grad;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(n_layer));
   for (auto& item : module.named_parameters()) {
     const std::string& name = item.key();
+    if (skip && skip(name)) continue;
     torch::Tensor& p = item.value();
     auto ends_with = [&](const std::string& s) {
       return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
@@ -91,9 +96,14 @@ BlockImpl::BlockImpl(const GptConfig& cfg, int64_t index) {
   } else {
     mlp = register_module("mlp", Mlp(cfg));
   }
-  init_gpt2_weights(*this, cfg.n_layer);
+  // DeepSpeed's experts start as copies of one: GPT-2's init draws local expert 0 only (so the
+  // rest of the model does not depend on the number of local experts, i.e. on ep_size), the
+  // others copy it.
+  init_gpt2_weights(*this, cfg.n_layer, [](const std::string& name) {
+    const auto at = name.find("deepspeed_experts.");
+    return at != std::string::npos && name.compare(at, 20, "deepspeed_experts.0.") != 0;
+  });
   if (moe_mlp) {
-    // GPT-2's init drew each expert apart; DeepSpeed's experts start as copies of one.
     torch::NoGradGuard no_grad;
     auto& experts = *moe_mlp->deepspeed_moe->experts->deepspeed_experts;
     const auto first = experts[0]->parameters();

@@ -8,7 +8,10 @@
 #include <torch/autograd.h>
 #include <torch/nn/functional/activation.h>
 
+#include <optional>
+
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include "deepspeed/moe.h"
 #include "util/check.h"
@@ -43,6 +46,19 @@ class AllToAll : public torch::autograd::Function<AllToAll> {
     comm::all_to_all_single(out, in, false, groups->expert_parallel);
     return out;
   }
+};
+
+// Restores the CPU generator's state when it goes out of scope.
+class GeneratorStateGuard {
+ public:
+  GeneratorStateGuard() : gen_(at::detail::getDefaultCPUGenerator()), state_(gen_.get_state()) {}
+  ~GeneratorStateGuard() { gen_.set_state(state_); }
+  GeneratorStateGuard(const GeneratorStateGuard&) = delete;
+  GeneratorStateGuard& operator=(const GeneratorStateGuard&) = delete;
+
+ private:
+  at::Generator gen_;
+  at::Tensor state_;
 };
 
 void check_options(int64_t hidden_size, const MoEOptions& o) {
@@ -94,6 +110,10 @@ GateOutput TopKGateImpl::forward(const at::Tensor& input, const at::Tensor& used
 
 ExpertsImpl::ExpertsImpl(const torch::nn::AnyModule& expert, int64_t num_local_experts) {
   deepspeed_experts = register_module("deepspeed_experts", torch::nn::ModuleList());
+  // A C++ clone() re-runs reset(), drawing fresh weights before it copies the original's; the
+  // generator is put back so that, as with Python's deepcopy, what is built after the experts
+  // (the gate, the rest of the model) does not depend on how many there are (ep_size).
+  GeneratorStateGuard keep_generator;
   for (int64_t i = 0; i < num_local_experts; ++i) {
     torch::nn::AnyModule copy = expert.clone();
     deepspeed_experts->push_back(copy.ptr());
@@ -105,7 +125,9 @@ ExpertsImpl::ExpertsImpl(const std::function<torch::nn::AnyModule()>& make_exper
                          int64_t num_local_experts) {
   deepspeed_experts = register_module("deepspeed_experts", torch::nn::ModuleList());
   torch::NoGradGuard no_grad;
+  std::optional<GeneratorStateGuard> keep_generator;  // from the second expert on (see above)
   for (int64_t i = 0; i < num_local_experts; ++i) {
+    if (i == 1) keep_generator.emplace();
     torch::nn::AnyModule expert = make_expert();
     DS_CHECK(!expert.is_empty(), UsageError, "MoE: make_expert() returned an empty module");
     if (i > 0) {
