@@ -4,6 +4,8 @@
 #include "deepspeed/checkpointing.h"
 
 #include <cmath>
+#include <functional>
+#include <string>
 
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/init.h>
@@ -56,11 +58,14 @@ namespace {
 
 // GPT-2's initialization by parameter name: LayerNorm weights 1, biases 0, the residual
 // projections (c_proj) N(0, 0.02/sqrt(2*n_layer)), everything else N(0, 0.02).
-void init_gpt2_weights(torch::nn::Module& module, int64_t n_layer) {
+// `skip`: parameters left as they are (and drawing nothing).
+void init_gpt2_weights(torch::nn::Module& module, int64_t n_layer,
+                       const std::function<bool(const std::string&)>& skip = {}) {
   torch::NoGradGuard no_grad;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(n_layer));
   for (auto& item : module.named_parameters()) {
     const std::string& name = item.key();
+    if (skip && skip(name)) continue;
     torch::Tensor& p = item.value();
     auto ends_with = [&](const std::string& s) {
       return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
@@ -79,17 +84,42 @@ void init_gpt2_weights(torch::nn::Module& module, int64_t n_layer) {
 
 }  // namespace
 
-BlockImpl::BlockImpl(const GptConfig& cfg) {
+BlockImpl::BlockImpl(const GptConfig& cfg, int64_t index) {
   ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
   attn = register_module("attn", CausalSelfAttention(cfg));
   ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
-  mlp = register_module("mlp", Mlp(cfg));
-  init_gpt2_weights(*this, cfg.n_layer);
+  if (cfg.moe.is_moe_block(index)) {
+    // The experts are copies of the block's MLP (DeepSpeed deep-copies the expert module).
+    moe_mlp = register_module(
+        "mlp", moe::MoE(cfg.n_embd, [&cfg] { return torch::nn::AnyModule(Mlp(cfg)); },
+                        cfg.moe.layer_options()));
+  } else {
+    mlp = register_module("mlp", Mlp(cfg));
+  }
+  // DeepSpeed's experts start as copies of one: GPT-2's init draws local expert 0 only (so the
+  // rest of the model does not depend on the number of local experts, i.e. on ep_size), the
+  // others copy it.
+  init_gpt2_weights(*this, cfg.n_layer, [](const std::string& name) {
+    const auto at = name.find("deepspeed_experts.");
+    return at != std::string::npos && name.compare(at, 20, "deepspeed_experts.0.") != 0;
+  });
+  if (moe_mlp) {
+    torch::NoGradGuard no_grad;
+    auto& experts = *moe_mlp->deepspeed_moe->experts->deepspeed_experts;
+    const auto first = experts[0]->parameters();
+    for (size_t e = 1; e < experts.size(); ++e) {
+      const auto ps = experts[e]->parameters();
+      for (size_t k = 0; k < ps.size(); ++k) ps[k].copy_(first[k]);
+    }
+  }
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   auto y = x + attn(ln_1(x));
-  return y + mlp(ln_2(y));
+  if (!moe_mlp) return y + mlp(ln_2(y));
+  auto [out, aux, counts] = moe_mlp(ln_2(y));
+  l_aux = aux;
+  return y + out;
 }
 
 GptImpl::GptImpl(const GptConfig& cfg) : cfg_(cfg) {
@@ -97,7 +127,7 @@ GptImpl::GptImpl(const GptConfig& cfg) : cfg_(cfg) {
   wpe = register_module("wpe", torch::nn::Embedding(cfg.block_size, cfg.n_embd));
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
-    blocks.push_back(std::make_shared<zero::Unit<BlockImpl>>(cfg));
+    blocks.push_back(std::make_shared<zero::Unit<BlockImpl>>(cfg, i));
     h->push_back(blocks.back());
   }
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
@@ -125,7 +155,16 @@ torch::Tensor GptImpl::logits(const torch::Tensor& idx) {
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx, const torch::Tensor& targets) {
   auto lg = logits(idx);
-  return torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+  auto loss =
+      torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+  // The load-balancing loss trains the gates; a held-out (eval) loss is the LM loss alone.
+  if (!cfg_.moe.enabled() || !is_training()) return loss;
+  torch::Tensor aux = torch::zeros({}, loss.options());
+  for (const auto& block : blocks) {
+    if (block->moe_mlp) aux = aux + block->l_aux;
+  }
+  last_moe_aux_loss_ = aux.item<double>();
+  return cfg_.moe.aux_loss_coef != 0.0 ? loss + cfg_.moe.aux_loss_coef * aux : loss;
 }
 
 int64_t GptImpl::num_parameters() {

@@ -15,6 +15,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "deepspeed/zero3.h"
+#include "gpt_moe.h"
 
 namespace deepspeed::examples {
 
@@ -29,6 +30,8 @@ struct GptConfig {
   double dropout = 0.0;
   /// Runs each block through checkpointing::checkpoint (recomputed in backward).
   bool activation_checkpointing = false;
+  /// Mixture of Experts (off by default): which blocks' MLPs become MoE layers (gpt_moe.h).
+  GptMoeConfig moe;
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
@@ -61,12 +64,15 @@ class BlockImpl : public torch::nn::Module {
  public:
   /// Initializes its own weights (GPT-2's way, see GptImpl), so that a block built inside a
   /// zero::Init scope is complete before it is partitioned.
-  explicit BlockImpl(const GptConfig& cfg);
+  /// `index`: the block's position (which blocks are MoE blocks, cfg.moe).
+  explicit BlockImpl(const GptConfig& cfg, int64_t index = 0);
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
-  Mlp mlp{nullptr};
+  Mlp mlp{nullptr};            // a dense block's MLP
+  moe::MoE moe_mlp{nullptr};   // an MoE block's, registered as "mlp" (Megatron-DeepSpeed's name)
+  torch::Tensor l_aux;         // the MoE layer's load-balancing loss of the last forward
 };
 TORCH_MODULE(Block);
 
@@ -83,6 +89,9 @@ class GptImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets);
 
   const GptConfig& config() const { return cfg_; }
+  /// The MoE layers' load-balancing losses of the last forward, summed (0 without MoE); the
+  /// loss forward() returns includes cfg.moe.aux_loss_coef times it.
+  double last_moe_aux_loss() const { return last_moe_aux_loss_; }
   int64_t num_parameters();
 
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
@@ -94,6 +103,7 @@ class GptImpl : public torch::nn::Module {
 
  private:
   GptConfig cfg_;
+  double last_moe_aux_loss_ = 0.0;
 };
 TORCH_MODULE(Gpt);
 

@@ -25,6 +25,7 @@
 #include <optional>
 #include <sstream>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
@@ -66,6 +67,7 @@ struct Args {
   bool activation_checkpointing = false;    // each block through checkpointing::checkpoint
   double dropout = 0.0;                     // GPT-2's dropout probability (0.1 there)
   int64_t pipeline_parallel_size = 1;  // > 1: the GPT as a PipelineModule of this many stages
+  deepspeed::examples::GptMoeConfig moe;  // --moe_*: MoE blocks (gpt_moe.h, docs/moe.md)
 };
 
 // Progress on rank 0: a bar with the estimated time left and the finish time, from the mean of
@@ -216,6 +218,10 @@ double held_out_loss(ds::ModuleEngine<deepspeed::examples::GptImpl>& engine,
   const int64_t batches = std::min<int64_t>(a.eval_batches, available / (micro * world));
   if (batches <= 0) throw ds::UsageError("the validation split is too small for one eval batch");
   torch::NoGradGuard no_grad;
+  // Evaluation draws from the generator too (MoE's second-expert sampling): it runs on a copy of
+  // the generator's state, so training after it is the same as without it (exact resume).
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  const at::Tensor rng_state = gen.get_state();
   engine.eval();
   double sum = 0.0;
   for (int64_t b = 0; b < batches; ++b) {
@@ -225,6 +231,7 @@ double held_out_loss(ds::ModuleEngine<deepspeed::examples::GptImpl>& engine,
     sum += engine.typed_module().forward(batch.inputs, batch.targets).item<double>();
   }
   engine.train();
+  gen.set_state(rng_state);
   auto t = torch::tensor({sum / static_cast<double>(batches)}, torch::kDouble);
   ds::comm::all_reduce(t, ds::comm::ReduceOp::kAvg);
   return t.item<double>();
@@ -313,6 +320,12 @@ int run(const Args& a) {
   gcfg.n_head = a.n_head;
   gcfg.n_embd = a.n_embd;
   gcfg.dropout = a.dropout;
+  gcfg.moe = a.moe;
+  if (a.moe.enabled() && (pipelined || a.activation_checkpointing)) {
+    throw ds::UsageError(std::string("--moe_num_experts with ") +
+                         (pipelined ? "--pipeline_parallel_size > 1" : "--activation_checkpointing") +
+                         " is not supported yet (docs/moe.md)");
+  }
   // A pipeline checkpoints its layers itself (activation_checkpoint_interval 1: each block).
   gcfg.activation_checkpointing = a.activation_checkpointing && !pipelined;
   // Under ZeRO-3 the blocks are partitioned as they are built (DeepSpeed's zero.Init), so no
@@ -457,6 +470,7 @@ int run(const Args& a) {
     auto t0 = std::chrono::steady_clock::now();
     const int64_t bytes_before = ds::comm::bytes_sent();
     double loss_sum = 0.0;
+    double aux_sum = 0.0;  // the MoE layers' load-balancing losses over the micro-steps
     const int64_t skipped_before = engine->skipped_steps();
     if (pp_engine) {
       // The first and last stages read the micro-batches; the loss (the last stage's, averaged
@@ -473,6 +487,7 @@ int run(const Args& a) {
         dp_engine->backward(loss);
         dp_engine->step();
         loss_sum += loss.item<double>();
+        aux_sum += model->last_moe_aux_loss();
       }
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -480,12 +495,14 @@ int run(const Args& a) {
     // own all-reduce below.
     const int64_t comm_bytes = ds::comm::bytes_sent() - bytes_before;
     // One small all-reduce per step: the loss and memory figures of every rank.
-    auto stats = torch::tensor({loss_sum / static_cast<double>(gas)}, torch::kDouble);
+    auto stats = torch::tensor({loss_sum / static_cast<double>(gas),
+                                aux_sum / static_cast<double>(gas)}, torch::kDouble);
     ds::comm::all_reduce(stats, ds::comm::ReduceOp::kAvg);
     auto mem = engine->memory_stats();
     // Per component, one number per rank (bytes); rss and peak also under their old keys.
     const ds::json memory = deepspeed::examples::gather_memory_figures(mem);
-    const double loss = stats.item<double>();
+    const double loss = stats[0].item<double>();
+    const double moe_aux_loss = stats[1].item<double>();
     // The averaged loss is the same on every rank, so all of them stop together. A step the
     // engine skipped (fp16 overflow, bf16 check_grad_overflow) changed nothing and said so.
     if (!std::isfinite(loss) && engine->skipped_steps() == skipped_before &&
@@ -503,6 +520,7 @@ int run(const Args& a) {
     if (rank == 0 && log_line) {
       bar->clear();
       std::printf("step %lld | loss %.4f | lr %.3e", static_cast<long long>(step), loss, lr);
+      if (a.moe.enabled()) std::printf(" | moe_aux_loss %.4f", moe_aux_loss);
       if (auto norm = engine->get_global_grad_norm()) std::printf(" | grad_norm %.4f", *norm);
       if (engine->skipped_steps() > 0) {
         std::printf(" | skipped %lld", static_cast<long long>(engine->skipped_steps()));
@@ -537,6 +555,7 @@ int run(const Args& a) {
                       {"peak_rss_bytes", peak},
                       {"memory_bytes", memory}};
       if (a.peak_tflops > 0) row["mfu"] = mfu;
+      if (a.moe.enabled()) row["moe_aux_loss"] = moe_aux_loss;
       metrics << row.dump() << "\n";
       metrics.flush();
     }
@@ -625,6 +644,7 @@ int main(int argc, char** argv) {
                  "data-parallel size (docs/pipeline.md)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  deepspeed::examples::add_moe_flags(app, a.moe);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);

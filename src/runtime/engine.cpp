@@ -29,6 +29,7 @@
 #include "runtime/host_caching_allocator.h"
 #include "runtime/memory_budget.h"
 #include "runtime/memory_formula.h"
+#include "runtime/moe_params.h"
 #include "runtime/optim/optimizer_factory.h"
 #include "runtime/timers.h"
 #include "runtime/zero/zero_optimizer.h"
@@ -172,6 +173,8 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     model_dtype_ = at::kBFloat16;
   }
   if (model_dtype_ != at::kFloat) module_->to(model_dtype_);
+  // MoE layers get their expert groups (collectively) before the parameters are broadcast.
+  runtime::configure_moe_layers(*module_, config_, dp_group_);
   // ZeRO-3 broadcasts while it partitions, one parameter at a time (never the whole model).
   const bool stage3 = config_.zero_optimization.stage == 3;
   if (!stage3) broadcast_parameters();
@@ -194,6 +197,7 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     ctx.grad_accum_dtype = gad == "fp16" ? at::kHalf : gad == "bf16" ? at::kBFloat16 : at::kFloat;
     ctx.module = module_;
     ctx.dp_group = dp_group_;
+    ctx.expert_params = runtime::moe_expert_params(*module_);
     zero_ = config_.zero_optimization.stage == 0 ? runtime::make_stage0(ctx)
             : stage3                             ? runtime::make_stage3(ctx)
                                                  : runtime::make_stage1_2(ctx);
@@ -274,25 +278,9 @@ void Engine::set_parallel_groups() {
 }
 
 void Engine::broadcast_parameters() {
-  if (dp_group_.size() == 1) return;
   // Matches DeepSpeed: every data-parallel rank starts from its group's first rank's
-  // parameters. One flat broadcast per dtype keeps this a handful of collectives whatever the
-  // number of tensors.
-  torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> all = module_->parameters();
-  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
-  for (auto& p : all) by_dtype[p.scalar_type()].push_back(p);
-  for (auto& [dtype, ps] : by_dtype) {
-    std::vector<at::Tensor> flat_views;
-    for (auto& p : ps) flat_views.push_back(p.detach().reshape({-1}));
-    at::Tensor flat = at::cat(flat_views);
-    comm::broadcast(flat, dp_group_.global_rank(0), false, dp_group_);
-    int64_t off = 0;
-    for (auto& p : ps) {
-      p.detach().view({-1}).copy_(flat.narrow(0, off, p.numel()));
-      off += p.numel();
-    }
-  }
+  // parameters; MoE expert parameters from their expert-data-parallel group's first rank.
+  runtime::broadcast_module_parameters(*module_, dp_group_);
 }
 
 void Engine::build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,

@@ -10,7 +10,8 @@
 namespace deepspeed::runtime {
 
 GradReducer::GradReducer(std::vector<at::Tensor> params, GradReducerOptions options)
-    : params_(std::move(params)), options_(options), world_size_(options_.group.size()) {
+    : params_(std::move(params)), options_(options),
+      world_size_(options_.average_divisor > 0 ? options_.average_divisor : options_.group.size()) {
   DS_INTERNAL_ASSERT(options_.group.is_member(), "GradReducer needs this rank's data-parallel group");
   DS_CHECK(options_.bucket_numel > 0, ConfigError,
            "zero_optimization.reduce_bucket_size must be positive");

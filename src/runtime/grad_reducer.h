@@ -23,6 +23,10 @@ struct GradReducerOptions {
   double predivide_factor = 1.0;     // gradient_predivide_factor
   bool average = true;               // gradient_allreduce_op "mean" (false: "sum")
   comm::Group group;                 // the data-parallel group the gradients are averaged over
+  /// What "average" divides by; 0: the group's size. MoE expert gradients are summed over the
+  /// expert-data-parallel group but divided by the whole data-parallel size (DeepSpeed's
+  /// _reduce_expert_gradients), since all-to-all already summed the expert-parallel ranks' tokens.
+  int average_divisor = 0;
 };
 
 class GradReducer {

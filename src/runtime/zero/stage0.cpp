@@ -2,19 +2,28 @@
 // the bucketed all-reduce of GradReducer on the accumulation boundary; the optimizer then steps
 // every parameter on every rank.
 #include <cmath>
+#include <optional>
+#include <set>
 
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
 #include "comm/communicator.h"
+#include "deepspeed/checkpoint.h"
 #include "deepspeed/onebit.h"
+#include "deepspeed/optimizers.h"
 #include "runtime/grad_clip.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/grad_reducer.h"
+#include "runtime/checkpoint/moe_checkpoint.h"
 #include "runtime/zero/flat_zero_optimizer.h"
+#include "runtime/zero/zero_checkpoint.h"
+#include "util/check.h"
 
 namespace deepspeed::runtime {
 namespace {
+
+namespace ckpt = deepspeed::checkpoint;
 
 // Its checkpoint is FlatZeroOptimizer's with no flat groups: the optimizer's own state dict.
 class Stage0 final : public FlatZeroOptimizer {
@@ -23,27 +32,67 @@ class Stage0 final : public FlatZeroOptimizer {
       : FlatZeroOptimizer(0, ctx.dp_group.rank(), ctx.dp_group.size()),
         optimizer_(ctx.optimizer), params_(ctx.trainable_params) {
     const auto& cfg = *ctx.config;
-    if (ctx.dp_group.size() > 1 && !params_.empty()) {
-      GradReducerOptions ro;
-      ro.bucket_numel = cfg.zero_optimization.reduce_bucket_numel();
-      ro.prescale = cfg.prescale_gradients;
-      ro.predivide_factor = cfg.gradient_predivide_factor;
-      ro.average = cfg.gradient_allreduce_op == "mean";
-      ro.group = ctx.dp_group;
-      reducer_ = std::make_unique<GradReducer>(params_, ro);
+    GradReducerOptions ro;
+    ro.bucket_numel = cfg.zero_optimization.reduce_bucket_numel();
+    ro.prescale = cfg.prescale_gradients;
+    ro.predivide_factor = cfg.gradient_predivide_factor;
+    ro.average = cfg.gradient_allreduce_op == "mean";
+    ro.group = ctx.dp_group;
+    // MoE: expert parameters are averaged over their expert-data-parallel group, everything
+    // else over the data-parallel group (DeepSpeed's buffered_allreduce_fallback).
+    std::set<const void*> expert_keys;
+    for (const auto& e : ctx.expert_params) {
+      for (const auto& p : e.params) expert_keys.insert(p.unsafeGetTensorImpl());
     }
+    std::vector<at::Tensor> dense;
+    for (const auto& p : params_) {
+      if (!expert_keys.count(p.unsafeGetTensorImpl())) dense.push_back(p);
+    }
+    if (ctx.dp_group.size() > 1 && !dense.empty()) {
+      reducers_.push_back(std::make_unique<GradReducer>(dense, ro));
+    }
+    for (const auto& e : ctx.expert_params) {
+      if (e.params.empty()) continue;
+      experts_.push_back(ExpertPart{e.params, e.expert_parallel, std::nullopt});
+      // The checkpoint's expp_rank files follow the largest expert-parallel group.
+      if (e.expert_parallel.size() >= ep_size_) {
+        ep_size_ = e.expert_parallel.size();
+        ep_rank_ = e.expert_parallel.rank();
+        edp_rank_ = e.expert_data_parallel.rank();
+      }
+      if (ctx.dp_group.size() == 1) continue;
+      GradReducerOptions eo = ro;
+      eo.group = e.expert_data_parallel;
+      eo.average_divisor = ctx.dp_group.size();
+      if (e.expert_data_parallel.size() > 1) {
+        reducers_.push_back(std::make_unique<GradReducer>(e.params, eo));
+      } else {
+        // Every rank holds other experts (ep_size = world): nothing to sum, only the divide.
+        experts_.back().local_divisor = eo;
+      }
+    }
+    module_ = ctx.module;
     // A 1-bit optimizer all-reduces (compressed) on its own once warm-up ends.
     compressed_ = dynamic_cast<onebit::CompressedCommunication*>(optimizer_);
     if (compressed_) compressed_->set_data_parallel_group(ctx.dp_group);
+    DS_CHECK(compressed_ == nullptr || ctx.expert_params.empty(), NotSupportedError,
+             "1-bit optimizers with MoE layers are not supported (they all-reduce every "
+             "gradient over the data-parallel group)");
   }
 
   void begin_backward(bool boundary) override {
-    reducing_ = reducer_ && boundary &&
-                (compressed_ == nullptr || compressed_->backward_allreduce_enabled());
-    if (reducing_) reducer_->prepare();
+    reducing_ = boundary && (compressed_ == nullptr || compressed_->backward_allreduce_enabled());
+    if (reducing_) {
+      for (auto& r : reducers_) r->prepare();
+    }
   }
   void end_backward(bool boundary) override {
-    if (reducing_ && boundary) reducer_->finish();
+    if (reducing_ && boundary) {
+      for (auto& r : reducers_) r->finish();
+      for (auto& e : experts_) {
+        if (e.local_divisor) divide_locally(e.params, *e.local_divisor);
+      }
+    }
     if (boundary) last_boundary_reduced_ = reducing_;
     reducing_ = false;
   }
@@ -55,8 +104,33 @@ class Stage0 final : public FlatZeroOptimizer {
     for (auto& p : params_) {
       if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
     }
-    double n = global_grad_norm(params_);  // replicated after the all-reduce: local is global
-    return n * n;
+    // Replicated after the all-reduce, so the local norm is the global one; but each rank holds
+    // only its experts: their squares are summed over the expert-parallel group (DeepSpeed's
+    // get_norm_with_moe_layers), each expert counted once.
+    std::set<const void*> expert_keys;
+    double experts_squared = 0.0;
+    for (const auto& e : experts_) {
+      double sq = 0.0;
+      for (const auto& p : e.params) {
+        expert_keys.insert(p.unsafeGetTensorImpl());
+        sq += squared_l2_norm(p.grad());
+      }
+      if (e.expert_parallel.size() > 1) {
+        at::Tensor t = at::full({1}, sq, at::TensorOptions().dtype(at::kDouble));
+        comm::all_reduce(t, comm::ReduceOp::kSum, false, e.expert_parallel);
+        sq = t.item<double>();
+      }
+      experts_squared += sq;
+    }
+    if (experts_.empty()) {
+      double n = global_grad_norm(params_);
+      return n * n;
+    }
+    double dense_squared = 0.0;
+    for (const auto& p : params_) {
+      if (!expert_keys.count(p.unsafeGetTensorImpl())) dense_squared += squared_l2_norm(p.grad());
+    }
+    return dense_squared + experts_squared;
   }
 
   void scale_gradients(double coef) override {
@@ -66,6 +140,48 @@ class Stage0 final : public FlatZeroOptimizer {
   }
 
   void optimizer_step() override { optimizer_->step(); }
+
+  // MoE checkpoints (DeepSpeed's _save_moe_checkpoint): experts in their own files, the
+  // optimizer in expp_rank_<ep rank>_... files (each expert-parallel rank's differs).
+  void add_model_states(const ZeroCheckpointContext& ctx, ckpt::ModelStates* m) override {
+    if (experts_.empty()) return FlatZeroOptimizer::add_model_states(ctx, m);
+    m->module = without_expert_states(m->module);
+    m->optimizer = c10::IValue();
+  }
+  std::optional<std::pair<std::string, c10::IValue>> optimizer_states_file(
+      const ZeroCheckpointContext& ctx) override {
+    if (experts_.empty()) return FlatZeroOptimizer::optimizer_states_file(ctx);
+    save_expert_files(*module_, ctx.tag_dir, ctx.mp_rank);
+    if (edp_rank_ != 0) return std::nullopt;
+    ckpt::Dict d = ckpt::new_dict();
+    d.insert("optimizer", optim::optimizer_state_dict(*optimizer_));
+    return std::make_pair(expert_optimizer_file_name(ep_rank_, ctx.mp_rank), c10::IValue(d));
+  }
+  void read_checkpoint(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan) override {
+    if (experts_.empty()) return FlatZeroOptimizer::read_checkpoint(ctx, plan);
+    plan->model_file = ctx.tag_dir + "/" + ckpt::model_states_file_name(ctx.mp_rank);
+    plan->raw_states = ckpt::load(plan->model_file);
+    plan->states = ckpt::ModelStates::from_ivalue(plan->raw_states, plan->model_file);
+    // The experts by global id: another ep_size reads the same files.
+    add_expert_states(*module_, ctx.tag_dir, ctx.mp_rank, &plan->states.module);
+    plan->optimizer_in_model_states = false;
+    if (ctx.want_optimizer) {
+      const int saved_ep = count_expert_optimizer_files(ctx.tag_dir, ctx.mp_rank);
+      DS_CHECK(saved_ep == ep_size_, CheckpointError, ctx.tag_dir, ": holds ", saved_ep,
+               " expp_rank_*_optim_states.pt files (saved with ep_size ", saved_ep,
+               "), this engine runs ep_size ", ep_size_,
+               "; the experts' optimizer states cannot be re-laid: load with "
+               "load_optimizer_states=false (the weights load onto any ep_size)");
+      const std::string path = ctx.tag_dir + "/" + expert_optimizer_file_name(ep_rank_, ctx.mp_rank);
+      c10::IValue file = ckpt::load(path);
+      DS_CHECK(file.isGenericDict() && file.toGenericDict().contains("optimizer"),
+               CheckpointError, path, ": has no 'optimizer' entry");
+      plan->optimizer_state = file.toGenericDict().at("optimizer");
+      DS_CHECK(!plan->optimizer_state.isNone(), CheckpointError, path,
+               ": its 'optimizer' is None (saved under ZeRO?)");
+    }
+    ctx.check_model_states(plan);
+  }
 
   bool local_overflow() override {
     std::vector<at::Tensor> grads;
@@ -86,28 +202,65 @@ class Stage0 final : public FlatZeroOptimizer {
       m.grad_bytes += p.numel() * static_cast<int64_t>(p.element_size());
     }
     m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
-    m.bucket_bytes = reducer_ ? reducer_->bucket_bytes() : 0;
+    for (const auto& r : reducers_) m.bucket_bytes += r->bucket_bytes();
     return m;
   }
 
   ReductionStats reduction_stats() const override {
     ReductionStats s;
-    if (reducer_ && last_boundary_reduced_) {
-      s.buckets_launched = reducer_->last_buckets_launched();
-      s.buckets_launched_from_hooks = reducer_->last_buckets_launched_from_hooks();
+    if (last_boundary_reduced_) {
+      for (const auto& r : reducers_) {
+        s.buckets_launched += r->last_buckets_launched();
+        s.buckets_launched_from_hooks += r->last_buckets_launched_from_hooks();
+      }
       s.reductions_issued = s.buckets_launched;
     }
     return s;
   }
   int64_t num_buckets() const override {
-    return reducer_ ? static_cast<int64_t>(reducer_->num_buckets()) : 0;
+    int64_t n = 0;
+    for (const auto& r : reducers_) n += static_cast<int64_t>(r->num_buckets());
+    return n;
   }
-  bool backward_pending() const override { return reducer_ && reducer_->armed(); }
+  bool backward_pending() const override {
+    for (const auto& r : reducers_) {
+      if (r->armed()) return true;
+    }
+    return false;
+  }
 
  private:
   torch::optim::Optimizer* optimizer_;
   std::vector<at::Tensor> params_;
-  std::unique_ptr<GradReducer> reducer_;
+  struct ExpertPart {
+    std::vector<at::Tensor> params;
+    comm::Group expert_parallel;
+    std::optional<GradReducerOptions> local_divisor;  // set: no one to sum with, divide only
+  };
+  // GradReducer's arithmetic on a group of one: DeepSpeed's allreduce_bucket scaling with
+  // nothing to sum (a parameter without a gradient gets zeros, as the reducer gives it).
+  static void divide_locally(const std::vector<at::Tensor>& params, const GradReducerOptions& o) {
+    const double w = o.average_divisor;
+    double factor = 1.0;
+    if (o.prescale) {
+      factor = 1.0 / w;
+    } else {
+      factor = 1.0 / o.predivide_factor;
+      if (o.average && o.predivide_factor != w) factor *= o.predivide_factor / w;
+    }
+    for (auto p : params) {
+      if (!p.grad().defined()) {
+        p.mutable_grad() = at::zeros_like(p);
+      } else {
+        p.mutable_grad().mul_(factor);
+      }
+    }
+  }
+
+  std::vector<std::unique_ptr<GradReducer>> reducers_;  // data-parallel, then expert groups
+  std::vector<ExpertPart> experts_;
+  std::shared_ptr<torch::nn::Module> module_;
+  int ep_size_ = 0, ep_rank_ = 0, edp_rank_ = 0;  // the largest expert group's
   onebit::CompressedCommunication* compressed_ = nullptr;
   bool reducing_ = false;  // this backward's gradients go through reducer_
   bool last_boundary_reduced_ = true;  // false after a boundary left to a 1-bit optimizer

@@ -378,6 +378,16 @@ class Stage12 final : public FlatZeroOptimizer {
 }  // namespace
 
 std::unique_ptr<ZeroOptimizer> make_stage1_2(const ZeroContext& context) {
+  // With ep_size 1 the experts are ordinary data-parallel parameters; otherwise their flat
+  // groups would need partitions over the expert-data-parallel group (DeepSpeed's moe param
+  // groups), which this port does not have yet.
+  for (const auto& e : context.expert_params) {
+    DS_CHECK(e.expert_data_parallel.size() == context.dp_group.size(), NotSupportedError,
+             "MoE expert parallelism (", e.name, ") is supported with ZeRO stage 0 and fp32 "
+             "only; ZeRO stage ", context.config->zero_optimization.stage,
+             context.model_dtype != at::kFloat ? " with fp16/bf16" : "",
+             " needs ep_size 1 for now");
+  }
   return std::make_unique<Stage12>(context);
 }
 

@@ -559,6 +559,9 @@ class Stage3 final : public Stage3ZeroOptimizer {
 }  // namespace
 
 std::unique_ptr<ZeroOptimizer> make_stage3(const ZeroContext& context) {
+  // Matches DeepSpeed's engine: "MoE not supported with Stage 3".
+  DS_CHECK(context.expert_params.empty(), NotSupportedError,
+           "MoE not supported with Stage 3 (zero_optimization.stage 3 with MoE layers)");
   return std::make_unique<Stage3>(context);
 }
 

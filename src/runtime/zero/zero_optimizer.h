@@ -129,6 +129,16 @@ class ZeroOptimizer {
   virtual void masters_to_params() {}
 };
 
+/// The expert parameters of the model's MoE layers of one ep_size (deepspeed::moe): their
+/// gradients are averaged over the expert-data-parallel group (divided by the whole
+/// data-parallel size), and their gradient norms summed over the expert-parallel group.
+struct ExpertParams {
+  std::string name;                  // "ep_size_<e>"
+  std::vector<at::Tensor> params;    // this rank's experts' trainable parameters
+  comm::Group expert_parallel;
+  comm::Group expert_data_parallel;
+};
+
 /// What every stage needs to be built.
 struct ZeroContext {
   const DeepSpeedConfig* config = nullptr;
@@ -142,6 +152,8 @@ struct ZeroContext {
   /// The data-parallel group: gradients are averaged over it, partitions are its ranks (the
   /// world without an mpu). ZeRO code asks it, never the world, for sizes and ranks.
   comm::Group dp_group;
+  /// MoE expert parameters (also listed in trainable_params); empty without MoE layers.
+  std::vector<ExpertParams> expert_params;
 };
 
 /// Stage 0: replicated. fp32 models all-reduce param.grad (GradReducer); fp16/bf16 models use the

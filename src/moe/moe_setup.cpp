@@ -1,0 +1,56 @@
+// How the engine finds a model's MoE layers and their expert parameters, and gives the layers
+// their process groups (DeepSpeed's engine: _configure_distributed_model's
+// set_deepspeed_parallelism, is_moe_param / group_name).
+#include <map>
+
+#include "deepspeed/moe.h"
+#include "util/check.h"
+
+namespace deepspeed::moe {
+
+std::vector<std::shared_ptr<MoEImpl>> moe_layers(torch::nn::Module& module) {
+  std::vector<std::shared_ptr<MoEImpl>> out;
+  for (const auto& m : module.modules(/*include_self=*/true)) {
+    if (auto moe = std::dynamic_pointer_cast<MoEImpl>(m)) out.push_back(moe);
+  }
+  return out;
+}
+
+std::vector<ExpertParamGroup> expert_param_groups(torch::nn::Module& module) {
+  std::vector<ExpertParamGroup> out;
+  std::map<std::string, size_t> index;
+  for (const auto& layer : moe_layers(module)) {
+    const ExpertGroups* g = layer->ep_groups();
+    DS_CHECK(g != nullptr, UsageError, "MoE layer (ep_size ", layer->options().ep_size,
+             ") has no groups yet; call set_deepspeed_parallelism() or deepspeed::initialize");
+    auto [it, inserted] = index.emplace(g->name, out.size());
+    if (inserted) out.push_back(ExpertParamGroup{g, {}});
+    for (auto& p : layer->expert_parameters()) {
+      if (p.requires_grad()) out[it->second].params.push_back(p);
+    }
+  }
+  return out;
+}
+
+std::vector<ExpertParamGroup> configure_moe(torch::nn::Module& module,
+                                            bool use_data_before_expert_parallelism,
+                                            const comm::Group& data_parallel_group) {
+  const auto layers = moe_layers(module);
+  if (layers.empty()) return {};
+  // DeepSpeed builds the expert groups over the world split by the pipeline; with a
+  // data-parallel group smaller than the world (tensor or pipeline parallelism) the expert
+  // groups would have to follow the mpu's layout, which this port does not do yet.
+  DS_CHECK(data_parallel_group.size() == comm::get_world_size(), NotSupportedError,
+           "MoE layers need the data-parallel group to be the world (got data-parallel size ",
+           data_parallel_group.size(), " of ", comm::get_world_size(),
+           " ranks); MoE with tensor or pipeline parallelism is not supported yet");
+  for (const auto& layer : layers) {
+    DS_CHECK(data_parallel_group.size() % layer->options().ep_size == 0, UsageError,
+             "MoE: ep_size (", layer->options().ep_size,
+             ") must divide the data-parallel world size (", data_parallel_group.size(), ")");
+    layer->set_deepspeed_parallelism(use_data_before_expert_parallelism);
+  }
+  return expert_param_groups(module);
+}
+
+}  // namespace deepspeed::moe

@@ -1,0 +1,136 @@
+// See moe_checkpoint.h.
+#include "runtime/checkpoint/moe_checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <map>
+
+#include "deepspeed/moe.h"
+#include "util/check.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+namespace ckpt = deepspeed::checkpoint;
+
+const std::string kExpertsPrefix = "deepspeed_moe.experts.deepspeed_experts.";
+
+std::string two_digits(int v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "%02d", v);
+  return buf;
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// The MoE layers with their module names, in named_modules order (DeepSpeed's moe_layer_id).
+std::vector<std::pair<std::string, std::shared_ptr<moe::MoEImpl>>> named_moe_layers(
+    torch::nn::Module& module) {
+  std::vector<std::pair<std::string, std::shared_ptr<moe::MoEImpl>>> out;
+  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
+    if (auto m = std::dynamic_pointer_cast<moe::MoEImpl>(item.value())) {
+      out.emplace_back(item.key(), m);
+    }
+  }
+  return out;
+}
+
+std::string prefixed(const std::string& module_name, const std::string& key) {
+  return module_name.empty() ? key : module_name + "." + key;
+}
+
+// The entries of local expert `local` of `layer`, each as (key with local id, key with `id`).
+std::vector<std::pair<std::string, std::string>> expert_keys(const std::string& module_name,
+                                                             moe::MoEImpl& layer, int64_t local,
+                                                             int64_t id) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string local_prefix = kExpertsPrefix + std::to_string(local) + ".";
+  for (const auto& item : ckpt::module_state_dict(layer)) {
+    const std::string& k = item.key();
+    if (k.rfind(local_prefix, 0) != 0) continue;
+    const std::string rest = k.substr(local_prefix.size());
+    out.emplace_back(prefixed(module_name, k),
+                     prefixed(module_name, kExpertsPrefix + std::to_string(id) + "." + rest));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string expert_file_name(int moe_layer_id, int64_t global_expert_id, int mp_rank) {
+  return "layer_" + std::to_string(moe_layer_id) + "_expert_" + std::to_string(global_expert_id) +
+         "_mp_rank_" + two_digits(mp_rank) + "_model_states.pt";
+}
+
+std::string expert_optimizer_file_name(int ep_rank, int mp_rank) {
+  return "expp_rank_" + std::to_string(ep_rank) + "_mp_rank_" + two_digits(mp_rank) +
+         "_optim_states.pt";
+}
+
+bool is_expert_state_key(const std::string& key) {
+  return key.find("expert") != std::string::npos &&
+         key.find("moe.gate.wg.weight") == std::string::npos;
+}
+
+ckpt::TensorDict without_expert_states(const ckpt::TensorDict& module_state) {
+  ckpt::TensorDict out;
+  for (const auto& item : module_state) {
+    if (!is_expert_state_key(item.key())) out.insert(item.key(), item.value());
+  }
+  return out;
+}
+
+void save_expert_files(torch::nn::Module& module, const std::string& tag_dir, int mp_rank) {
+  int layer_id = 0;
+  for (const auto& [name, layer] : named_moe_layers(module)) {
+    const moe::ExpertGroups* g = layer->ep_groups();
+    const bool writer = g == nullptr || g->expert_data_parallel.rank() == 0;
+    if (writer) {
+      const auto state = ckpt::module_state_dict(*layer);
+      for (int64_t i = 0; i < layer->num_local_experts(); ++i) {
+        const int64_t id = layer->global_expert_id(i);
+        ckpt::TensorDict expert;
+        for (const auto& [local_key, global_key] : expert_keys(name, *layer, i, id)) {
+          const std::string inner = name.empty() ? local_key : local_key.substr(name.size() + 1);
+          expert.insert(global_key, state[inner].detach().clone());
+        }
+        ckpt::save(ckpt::ivalue_from_tensors(expert),
+                   tag_dir + "/" + expert_file_name(layer_id, id, mp_rank));
+      }
+    }
+    ++layer_id;
+  }
+}
+
+void add_expert_states(torch::nn::Module& module, const std::string& tag_dir, int mp_rank,
+                       ckpt::TensorDict* module_state) {
+  int layer_id = 0;
+  for (const auto& [name, layer] : named_moe_layers(module)) {
+    for (int64_t i = 0; i < layer->num_local_experts(); ++i) {
+      const int64_t id = layer->global_expert_id(i);
+      const std::string path = tag_dir + "/" + expert_file_name(layer_id, id, mp_rank);
+      DS_CHECK(file_exists(path), CheckpointError, "load_checkpoint: ", path,
+               " is missing: the checkpoint has no expert ", id, " for MoE layer ", layer_id,
+               " (saved with fewer experts, or not an MoE checkpoint)");
+      const ckpt::TensorDict saved = ckpt::tensors_from_ivalue(ckpt::load(path), path);
+      for (const auto& [local_key, global_key] : expert_keys(name, *layer, i, id)) {
+        const at::Tensor* t = saved.find(global_key);
+        DS_CHECK(t != nullptr, CheckpointError, path, ": has no entry '", global_key, "'");
+        module_state->insert(local_key, *t);
+      }
+    }
+    ++layer_id;
+  }
+}
+
+int count_expert_optimizer_files(const std::string& tag_dir, int mp_rank) {
+  int n = 0;
+  while (file_exists(tag_dir + "/" + expert_optimizer_file_name(n, mp_rank))) ++n;
+  return n;
+}
+
+}  // namespace deepspeed::runtime

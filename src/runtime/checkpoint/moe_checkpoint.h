@@ -1,0 +1,39 @@
+// DeepSpeed's MoE checkpoint layout (engine._save_moe_checkpoint / load_moe_state_dict): each
+// expert of each MoE layer in its own file, named by its global id, written by the ranks of
+// expert-data-parallel rank 0; the model-states file without the expert entries; the (non-ZeRO)
+// optimizer in expp_rank_<ep rank>_mp_rank_XX_optim_states.pt. A model loads its experts by
+// global id, so the files load onto another ep_size (docs/moe.md, docs/checkpoints.md).
+#pragma once
+
+#include <string>
+
+#include <torch/nn/module.h>
+
+#include "deepspeed/checkpoint.h"
+
+namespace deepspeed::runtime {
+
+/// layer_<L>_expert_<E>_mp_rank_<mp:02d>_model_states.pt
+std::string expert_file_name(int moe_layer_id, int64_t global_expert_id, int mp_rank = 0);
+/// expp_rank_<ep>_mp_rank_<mp:02d>_optim_states.pt
+std::string expert_optimizer_file_name(int ep_rank, int mp_rank = 0);
+
+/// DeepSpeed's rule for what the model-states file leaves out: keys containing "expert" other
+/// than the gate's "moe.gate.wg.weight".
+bool is_expert_state_key(const std::string& key);
+checkpoint::TensorDict without_expert_states(const checkpoint::TensorDict& module_state);
+
+/// Writes this rank's experts (on expert-data-parallel rank 0 only), keys renamed from local to
+/// global expert ids.
+void save_expert_files(torch::nn::Module& module, const std::string& tag_dir, int mp_rank);
+
+/// Reads this rank's experts from their files (by global id) into `module_state`, keys renamed
+/// to this rank's local ids. CheckpointError naming the file when one is missing or lacks a key.
+void add_expert_states(torch::nn::Module& module, const std::string& tag_dir, int mp_rank,
+                       checkpoint::TensorDict* module_state);
+
+/// How many expp_rank_*_mp_rank_<mp> optimizer files the tag directory holds (the saving
+/// ep_size of the largest expert group).
+int count_expert_optimizer_files(const std::string& tag_dir, int mp_rank);
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,101 @@
+// train_gpt with MoE blocks under the deepspeed launcher on 2 ranks: --moe_* flags, the
+// moe_aux_loss metric, DeepSpeed's MoE checkpoint files and an exact resume.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "support/run_command.h"
+#include "support/temp_dir.h"
+
+namespace deepspeed {
+namespace {
+
+using testing::run_command;
+
+constexpr const char* kConfig = R"({"train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 2, "steps_per_print": 5, "gradient_clipping": 1.0,
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.0}}})";
+
+std::string launch(const testing::TempDir& dir, int steps, const std::string& metrics,
+                   const std::string& extra) {
+  static int runs = 0;
+  testing::write_text_file(dir.file("ds_config.json"), kConfig);
+  std::ifstream src(DS_FIXTURE_TEXT);
+  std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
+  return std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " +
+         std::to_string(28600 + (::getpid() % 300) + 300 * (runs++ % 3)) + " " + DS_TRAIN_GPT_BIN +
+         " --deepspeed_config " + dir.file("ds_config.json") + " --data " +
+         dir.file("corpus.txt") + " --steps " + std::to_string(steps) +
+         " --n_layer 2 --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 2 --metrics_file " +
+         dir.file(metrics) +
+         " --moe_num_experts 4 --moe_ep_size 2 --moe_top_k 2 --moe_every 2"
+         " --moe_capacity_factor 1.25 --moe_aux_loss_coef 0.01 " + extra;
+}
+
+std::vector<nlohmann::json> read_rows(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<nlohmann::json> rows;
+  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+TEST(TrainGptMoEE2E, TrainsWithExpertParallelismAndReportsTheAuxLoss) {
+  testing::TempDir dir;
+  auto r = run_command(launch(dir, 20, "metrics.jsonl", "--save_dir " + dir.file("ckpt")));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("moe_aux_loss"), std::string::npos) << r.out;
+  auto rows = read_rows(dir.file("metrics.jsonl"));
+  ASSERT_EQ(rows.size(), 20u);
+  for (const auto& row : rows) {
+    // Top-2's E^2 * mean(me * ce) is 1 for a perfectly balanced gate and at most E.
+    const double aux = row.at("moe_aux_loss").get<double>();
+    EXPECT_TRUE(std::isfinite(aux) && aux > 0.5 && aux < 4.0) << row.dump();
+  }
+  EXPECT_LT(rows.back()["loss"].get<double>(), rows[0]["loss"].get<double>() - 1.0);
+  // Block 1 (the second) is the MoE block: one file per expert, expp_rank per expert rank.
+  const std::string tag = dir.file("ckpt") + "/global_step20/";
+  for (int e = 0; e < 4; ++e) {
+    EXPECT_TRUE(std::filesystem::exists(tag + "layer_0_expert_" + std::to_string(e) +
+                                        "_mp_rank_00_model_states.pt")) << e;
+  }
+  EXPECT_TRUE(std::filesystem::exists(tag + "expp_rank_0_mp_rank_00_optim_states.pt"));
+  EXPECT_TRUE(std::filesystem::exists(tag + "expp_rank_1_mp_rank_00_optim_states.pt"));
+  EXPECT_TRUE(std::filesystem::exists(tag + "mp_rank_00_model_states.pt"));
+}
+
+// 3 steps, save, resume to 6: the same losses as 6 steps straight (token dropping with random
+// token selection and the Gumbel second expert included: the RNG states come back too).
+TEST(TrainGptMoEE2E, ResumeContinuesExactly) {
+  testing::TempDir dir;
+  auto full = run_command(launch(dir, 6, "full.jsonl", ""));
+  ASSERT_EQ(full.exit_code, 0) << full.out << full.err;
+  auto first = run_command(launch(dir, 3, "first.jsonl", "--save_dir " + dir.file("ckpt")));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  auto second = run_command(launch(dir, 6, "second.jsonl", "--load_dir " + dir.file("ckpt")));
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  auto a = read_rows(dir.file("full.jsonl"));
+  auto b = read_rows(dir.file("second.jsonl"));
+  ASSERT_EQ(a.size(), 6u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(b[i]["step"], a[3 + i]["step"]);
+    EXPECT_DOUBLE_EQ(b[i]["loss"].get<double>(), a[3 + i]["loss"].get<double>()) << i;
+    EXPECT_DOUBLE_EQ(b[i]["moe_aux_loss"].get<double>(), a[3 + i]["moe_aux_loss"].get<double>());
+  }
+}
+
+TEST(TrainGptMoEE2E, RefusesAnEpSizeThatDoesNotDivideTheWorld) {
+  testing::TempDir dir;
+  auto r = run_command(launch(dir, 2, "m.jsonl", "--moe_ep_size 4"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE((r.out + r.err).find("ep_size"), std::string::npos) << r.out << r.err;
+}
+
+}  // namespace
+}  // namespace deepspeed
