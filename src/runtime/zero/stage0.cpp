@@ -2,6 +2,8 @@
 // the bucketed all-reduce of GradReducer on the accumulation boundary; the optimizer then steps
 // every parameter on every rank.
 #include <cmath>
+#include <optional>
+#include <set>
 
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
@@ -55,8 +57,18 @@ class Stage0 final : public FlatZeroOptimizer {
     for (auto& p : params_) {
       if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
     }
-    double n = global_grad_norm(params_);  // replicated after the all-reduce: local is global
+    // Replicated after the all-reduce: local is global.
+    double n = global_grad_norm(norm_params_ ? *norm_params_ : params_);
     return n * n;
+  }
+
+  void exclude_from_norm(const std::vector<at::Tensor>& params) override {
+    std::set<const void*> out;
+    for (const auto& p : params) out.insert(p.unsafeGetTensorImpl());
+    norm_params_.emplace();
+    for (const auto& p : params_) {
+      if (!out.count(p.unsafeGetTensorImpl())) norm_params_->push_back(p);
+    }
   }
 
   void scale_gradients(double coef) override {
@@ -107,6 +119,7 @@ class Stage0 final : public FlatZeroOptimizer {
  private:
   torch::optim::Optimizer* optimizer_;
   std::vector<at::Tensor> params_;
+  std::optional<std::vector<at::Tensor>> norm_params_;  // set by exclude_from_norm
   std::unique_ptr<GradReducer> reducer_;
   onebit::CompressedCommunication* compressed_ = nullptr;
   bool reducing_ = false;  // this backward's gradients go through reducer_
