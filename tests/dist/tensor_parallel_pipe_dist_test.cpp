@@ -1,6 +1,6 @@
 // 3D parallelism on 8 Gloo ranks: the example GPT as a pipeline of 2 stages, each stage's
 // attention and MLP split over 2 tensor-parallel ranks by AutoTP, 2 data-parallel replicas
-// (PipeModelDataParallelTopology(2, 2, 2)). After K steps of ZeRO-1 AdamW with active clipping
+// (PipeModelDataParallelTopology(2, 2, 2)). After K steps of ZeRO-1 SGD with active clipping
 // every parameter (tensor-parallel shards gathered) equals the single-process model's trained on
 // the same global batches, within 1e-5 relative; so do the loss and the gradient norm.
 #include <fstream>
@@ -41,7 +41,10 @@ json config(int dp, int autotp) {
             {"train_micro_batch_size_per_gpu", 1},
             {"gradient_accumulation_steps", kGlobalBatch / dp},
             {"gradient_clipping", 0.5},
-            {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.01}}}}},
+            // SGD: Adam would amplify the rounding noise of gradients that are zero in exact
+            // arithmetic (see tensor_parallel_engine_dist_test.cpp).
+            {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.1}, {"momentum", 0.9}}}}},
+            {"zero_allow_untested_optimizer", true},
             {"zero_optimization", {{"stage", 1}}}};
   if (autotp > 1) c["tensor_parallel"] = {{"autotp_size", autotp}};
   return c;
@@ -77,8 +80,8 @@ void train(const ProcessTopology& topo, const std::string& out_name) {
   std::map<std::string, at::Tensor> full;
   for (const auto& item : module->named_parameters()) {
     at::Tensor p = item.value().detach();
-    if (tp::is_tensor_parallel(p)) {
-      const tp::ShardInfo si = tp::shard_info(p);
+    if (tp::is_tensor_parallel(item.value())) {  // the mark is on the parameter, not a detach
+      const tp::ShardInfo si = tp::shard_info(item.value());
       at::Tensor in = p.contiguous();
       at::Tensor flat = at::empty({si.group.size() * in.numel()}, in.options());
       comm::all_gather(flat, in, false, si.group);
@@ -132,6 +135,10 @@ TEST(TensorParallelPipeDist, Tp2xPp2xDp2MatchesOneProcessAfterKSteps_Zero1) {
     EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss)) << "stage " << s;
     EXPECT_NEAR(norm, ref_norm, 1e-5 * ref_norm) << "stage " << s;
     for (const auto& [name, t] : got) {
+      // The last stage holds the whole tied embedding module, but only wte is tied to it (the
+      // head): its wpe is an unused copy (as in DeepSpeed, where a tied module lives whole on
+      // every stage that uses it).
+      if (s > 0 && name == "tied_modules.embed.wpe.weight") continue;
       ASSERT_TRUE(ref.count(name)) << name;
       const at::Tensor& r = ref.at(name);
       ASSERT_EQ(t.sizes(), r.sizes()) << name;

@@ -15,13 +15,13 @@
 namespace deepspeed {
 namespace {
 
-struct Run {
+struct GptRun {
   int exit_code;
   std::string output;
   std::vector<nlohmann::json> rows;
 };
 
-Run train_gpt(testing::TempDir& dir, int ranks, const std::string& flags, const std::string& name) {
+GptRun train_gpt(testing::TempDir& dir, int ranks, const std::string& flags, const std::string& name) {
   const std::string cmd =
       std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus " +
       std::to_string(ranks) + " --master_port " + std::to_string(29600 + (::getpid() % 300)) +
@@ -30,7 +30,7 @@ Run train_gpt(testing::TempDir& dir, int ranks, const std::string& flags, const 
       " --steps 4 --n_layer 2 --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 1 "
       "--compact_vocab --metrics_file " + dir.file(name + ".jsonl") + " " + flags;
   auto r = testing::run_command(cmd);
-  Run out{r.exit_code, r.out + r.err, {}};
+  GptRun out{r.exit_code, r.out + r.err, {}};
   std::ifstream in(dir.file(name + ".jsonl"));
   for (std::string line; std::getline(in, line);) out.rows.push_back(nlohmann::json::parse(line));
   return out;
@@ -45,9 +45,9 @@ TEST(TrainGptTensorParallelE2E, Tp2MatchesOneProcessAnd3dTrains) {
   std::ifstream src(DS_FIXTURE_TEXT);
   std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
 
-  Run one = train_gpt(dir, 1, "", "one");
+  GptRun one = train_gpt(dir, 1, "", "one");
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  Run tp = train_gpt(dir, 2, "--tensor_parallel_size 2", "tp");
+  GptRun tp = train_gpt(dir, 2, "--tensor_parallel_size 2", "tp");
   ASSERT_EQ(tp.exit_code, 0) << tp.output;
   EXPECT_NE(tp.output.find("AutoTP over"), std::string::npos) << tp.output;
   ASSERT_EQ(tp.rows.size(), 4u) << tp.output;
@@ -57,12 +57,12 @@ TEST(TrainGptTensorParallelE2E, Tp2MatchesOneProcessAnd3dTrains) {
     EXPECT_NEAR(tp.rows[i]["loss"].get<double>(), want, 1e-4 * want) << "step " << i + 1;
   }
 
-  Run three_d = train_gpt(dir, 4, "--tensor_parallel_size 2 --pipeline_parallel_size 2", "3d");
+  GptRun three_d = train_gpt(dir, 4, "--tensor_parallel_size 2 --pipeline_parallel_size 2", "3d");
   ASSERT_EQ(three_d.exit_code, 0) << three_d.output;
   ASSERT_EQ(three_d.rows.size(), 4u) << three_d.output;
   EXPECT_LT(three_d.rows.back()["loss"].get<double>(), three_d.rows.front()["loss"].get<double>());
 
-  Run bad = train_gpt(dir, 2, "--tensor_parallel_size 2 --n_head 3 --n_embd 30", "bad");
+  GptRun bad = train_gpt(dir, 2, "--tensor_parallel_size 2 --n_head 3 --n_embd 30", "bad");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("n_head (3) is not divisible by 2"), std::string::npos) << bad.output;
 }
