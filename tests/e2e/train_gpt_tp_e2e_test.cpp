@@ -21,14 +21,15 @@ struct GptRun {
   std::vector<nlohmann::json> rows;
 };
 
-GptRun train_gpt(testing::TempDir& dir, int ranks, const std::string& flags, const std::string& name) {
+GptRun train_gpt(testing::TempDir& dir, int ranks, const std::string& flags, const std::string& name,
+                 const std::string& model = "--n_head 2 --n_embd 32") {
   const std::string cmd =
       std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus " +
       std::to_string(ranks) + " --master_port " + std::to_string(29600 + (::getpid() % 300)) +
       " " + DS_TRAIN_GPT_BIN + " --deepspeed_config " + dir.file("ds_config.json") + " --data " +
       dir.file("corpus.txt") +
-      " --steps 4 --n_layer 2 --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 1 "
-      "--compact_vocab --metrics_file " + dir.file(name + ".jsonl") + " " + flags;
+      " --steps 4 --n_layer 2 --seq_len 32 --eval_batches 1 --compact_vocab --metrics_file " +
+      dir.file(name + ".jsonl") + " " + model + " " + flags;
   auto r = testing::run_command(cmd);
   GptRun out{r.exit_code, r.out + r.err, {}};
   std::ifstream in(dir.file(name + ".jsonl"));
@@ -62,7 +63,7 @@ TEST(TrainGptTensorParallelE2E, Tp2MatchesOneProcessAnd3dTrains) {
   ASSERT_EQ(three_d.rows.size(), 4u) << three_d.output;
   EXPECT_LT(three_d.rows.back()["loss"].get<double>(), three_d.rows.front()["loss"].get<double>());
 
-  GptRun bad = train_gpt(dir, 2, "--tensor_parallel_size 2 --n_head 3 --n_embd 30", "bad");
+  GptRun bad = train_gpt(dir, 2, "--tensor_parallel_size 2", "bad", "--n_head 3 --n_embd 30");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("n_head (3) is not divisible by 2"), std::string::npos) << bad.output;
 }
