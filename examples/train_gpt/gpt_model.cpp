@@ -2,6 +2,7 @@
 #include "gpt_model.h"
 
 #include "deepspeed/checkpointing.h"
+#include "deepspeed/tensor_parallel.h"
 
 #include <cmath>
 #include <functional>
@@ -32,17 +33,21 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& cfg)
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head_;
-  auto qkv = c_attn(x).split(C, /*dim=*/2);
-  auto q = qkv[0].view({B, T, n_head_, hd}).transpose(1, 2);  // [B, nh, T, hd]
-  auto k = qkv[1].view({B, T, n_head_, hd}).transpose(1, 2);
-  auto v = qkv[2].view({B, T, n_head_, hd}).transpose(1, 2);
+  const int64_t B = x.size(0), T = x.size(1), hd = x.size(2) / n_head_;
+  // Through tensor_parallel::linear: under AutoTP c_attn holds this rank's heads' q|k|v rows
+  // and c_proj their columns, so the local width C and head count nh come from the output.
+  auto qkv_all = tensor_parallel::linear(c_attn, x);
+  const int64_t C = qkv_all.size(2) / 3, nh = C / hd;
+  auto qkv = qkv_all.split(C, /*dim=*/2);
+  auto q = qkv[0].view({B, T, nh, hd}).transpose(1, 2);  // [B, nh, T, hd]
+  auto k = qkv[1].view({B, T, nh, hd}).transpose(1, 2);
+  auto v = qkv[2].view({B, T, nh, hd}).transpose(1, 2);
   auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   att = att.masked_fill(causal_mask_.slice(0, 0, T).slice(1, 0, T),
                         -std::numeric_limits<float>::infinity());
   att = maybe_dropout(torch::softmax(att, -1), dropout_, is_training());
   auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
-  return maybe_dropout(c_proj(y), dropout_, is_training());
+  return maybe_dropout(tensor_parallel::linear(c_proj, y), dropout_, is_training());
 }
 
 MlpImpl::MlpImpl(const GptConfig& cfg) : dropout_(cfg.dropout) {
@@ -51,7 +56,8 @@ MlpImpl::MlpImpl(const GptConfig& cfg) : dropout_(cfg.dropout) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return maybe_dropout(c_proj(torch::gelu(c_fc(x), "tanh")), dropout_, is_training());
+  auto hidden = torch::gelu(tensor_parallel::linear(c_fc, x), "tanh");
+  return maybe_dropout(tensor_parallel::linear(c_proj, hidden), dropout_, is_training());
 }
 
 namespace {

@@ -31,8 +31,10 @@
 
 #include "bpe_tokenizer.h"
 #include "deepspeed/deepspeed.h"
+#include "deepspeed/tensor_parallel.h"
 #include "gpt_model.h"
 #include "gpt_pipe.h"
+#include "gpt_tensor_parallel.h"
 #include "step_metrics.h"
 #include "token_dataset.h"
 
@@ -68,6 +70,7 @@ struct Args {
   double dropout = 0.0;                     // GPT-2's dropout probability (0.1 there)
   int64_t pipeline_parallel_size = 1;  // > 1: the GPT as a PipelineModule of this many stages
   deepspeed::examples::GptMoeConfig moe;  // --moe_*: MoE blocks (gpt_moe.h, docs/moe.md)
+  int64_t tensor_parallel_size = 1;    // > 1: AutoTP shards attention and MLP over this many ranks
 };
 
 // Progress on rank 0: a bar with the estimated time left and the finish time, from the mean of
@@ -290,12 +293,13 @@ int run(const Args& a) {
   // A pipeline's batch sizes count its data-parallel replicas (world / stages): its config is
   // read once the module (and its groups) exist.
   const bool pipelined = a.pipeline_parallel_size > 1;
-  if (a.exp_avg_mask && pipelined) {
+  const int tp = static_cast<int>(a.tensor_parallel_size);
+  if (a.exp_avg_mask && (pipelined || tp > 1)) {
     throw ds::UsageError("--exp_avg_mask masks the data-parallel GPT's embedding; it does not "
-                         "combine with --pipeline_parallel_size");
+                         "combine with --pipeline_parallel_size or --tensor_parallel_size");
   }
   ds::DeepSpeedConfig config;
-  if (pipelined) {
+  if (pipelined || tp > 1) {
     ds::comm::init_distributed();
   } else {
     config = ds::load_config(a.deepspeed_config);
@@ -321,9 +325,11 @@ int run(const Args& a) {
   gcfg.n_embd = a.n_embd;
   gcfg.dropout = a.dropout;
   gcfg.moe = a.moe;
-  if (a.moe.enabled() && (pipelined || a.activation_checkpointing)) {
+  if (a.moe.enabled() && (pipelined || tp > 1 || a.activation_checkpointing)) {
     throw ds::UsageError(std::string("--moe_num_experts with ") +
-                         (pipelined ? "--pipeline_parallel_size > 1" : "--activation_checkpointing") +
+                         (pipelined ? "--pipeline_parallel_size > 1"
+                          : tp > 1  ? "--tensor_parallel_size > 1"
+                                    : "--activation_checkpointing") +
                          " is not supported yet (docs/moe.md)");
   }
   // A pipeline checkpoints its layers itself (activation_checkpoint_interval 1: each block).
@@ -343,9 +349,15 @@ int run(const Args& a) {
     po.seed_layers = true;
     po.base_seed = a.seed;
     po.activation_checkpoint_interval = a.activation_checkpointing ? 1 : 0;
+    if (tp > 1) {  // 3D: pipe P x model T x data world / (P T); AutoTP inside each stage
+      deepspeed::examples::check_gpt_tensor_parallel(gcfg, tp);
+      po.topology = deepspeed::examples::gpt_parallel_topology(po.num_stages, tp);
+      po.num_stages = 0;
+    }
     auto module = std::make_shared<ds::pipe::PipelineModule>(
         deepspeed::examples::gpt_pipeline_specs(gcfg), po);
     config = ds::load_config(a.deepspeed_config, module->mpu().get());
+    if (tp > 1) deepspeed::examples::request_autotp(&config, tp);
     // The config's activation_checkpointing section applies to the checkpointed layers.
     if (a.activation_checkpointing) ds::checkpointing::configure(module->mpu().get(), &config);
     pp_engine = ds::pipe::initialize(module, config);
@@ -353,18 +365,32 @@ int run(const Args& a) {
     replica = module->groups().coord("data");
     // Every stage's parameters once (the tied copies after the first stage left out).
     double mine = 0.0;
-    for (const auto& p : module->parameters()) mine += static_cast<double>(p.numel());
+    for (const auto& p : module->parameters()) {  // a tensor-parallel shard is 1/T of its weight
+      mine += static_cast<double>(p.numel()) * (ds::tensor_parallel::is_tensor_parallel(p) ? tp : 1);
+    }
     for (const auto& p : module->replicated_tied_parameters()) mine -= static_cast<double>(p.numel());
     auto t = torch::tensor({mine}, torch::kDouble);
     ds::comm::all_reduce(t, ds::comm::ReduceOp::kSum, false, module->groups().pipe());
     num_parameters = static_cast<int64_t>(t.item<double>());
   } else {
-    if (a.activation_checkpointing) ds::checkpointing::configure(nullptr, &config);
+    // --tensor_parallel_size T: groups pipe 1 x model T x data world / T; the engine's AutoTP
+    // (tensor_parallel.autotp_size) shards the GPT's attention and MLP.
+    std::shared_ptr<ds::TopologyMpu> mpu;
+    if (tp > 1) {
+      deepspeed::examples::check_gpt_tensor_parallel(gcfg, tp);
+      mpu = deepspeed::examples::gpt_parallel_mpu(1, tp);
+      config = ds::load_config(a.deepspeed_config, mpu.get());
+      deepspeed::examples::request_autotp(&config, tp);
+      replicas = mpu->groups().data().size();
+      replica = mpu->groups().coord("data");
+    }
+    if (a.activation_checkpointing) ds::checkpointing::configure(mpu.get(), &config);
     {
       std::optional<ds::zero::Init> partitioned;
       if (config.zero_optimization.stage == 3) partitioned.emplace(config);
       model = std::make_shared<deepspeed::examples::GptImpl>(gcfg);
     }
+    if (tp > 1) num_parameters = model->num_parameters();  // the full model, before AutoTP
     if (a.exp_avg_mask) {
       const auto mask = unused_token_mask(split.train, vocab_size, a.n_embd);
       if (rank == 0) {
@@ -375,9 +401,9 @@ int run(const Args& a) {
       }
       dp_engine = ds::initialize(model, config, masked_embedding_groups(*model, mask)).engine;
     } else {
-      dp_engine = ds::initialize(model, config).engine;
+      dp_engine = ds::initialize(model, config, nullptr, nullptr, mpu).engine;
     }
-    num_parameters = model->num_parameters();
+    if (tp <= 1) num_parameters = model->num_parameters();
   }
   ds::Engine* engine = pp_engine ? static_cast<ds::Engine*>(pp_engine.get()) : dp_engine.get();
   const int64_t micro = config.batch.train_micro_batch_size_per_gpu;
@@ -645,6 +671,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   deepspeed::examples::add_moe_flags(app, a.moe);
+  app.add_option("--tensor_parallel_size", a.tensor_parallel_size,
+                 "tensor-parallel ranks: AutoTP (tensor_parallel.autotp_size) splits each "
+                 "block's attention (q|k|v by heads) and MLP over this many adjacent ranks; "
+                 "world size = tensor x data-parallel size (docs/tensor_parallel.md)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);

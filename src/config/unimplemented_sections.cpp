@@ -3,6 +3,7 @@
 // refuses an enabled feature by name and a disabled section passes. Their other keys are kept
 // verbatim in DeepSpeedConfig::raw.
 #include "config/feature_sections.h"
+#include "config/tensor_parallel_section.h"
 
 namespace deepspeed::config_detail {
 namespace {
@@ -49,9 +50,7 @@ void parse_unimplemented_sections(ConfigReader& top, DeepSpeedConfig& c) {
   if (top.section("compile", Strictness::kWarnUnknown).get_bool("deepcompile", false)) {
     on.emplace_back("compile.deepcompile");
   }
-  if (top.section("tensor_parallel", Strictness::kWarnUnknown).get_int("autotp_size", 0, 0) > 1) {
-    on.emplace_back("tensor_parallel.autotp_size > 1");
-  }
+  read_tensor_parallel_section(top, &on);  // AutoTP is implemented; the section is strict
   if (top.get_bool("graph_harvesting", false)) on.emplace_back("graph_harvesting");
   if (top.get_int("sequence_parallel_size", 1, 1) > 1) on.emplace_back("sequence_parallel_size > 1");
   // Keys read elsewhere in DeepSpeed (model setup, inference); type-checked here so that a wrong

@@ -35,6 +35,7 @@
 #include "runtime/zero/zero_optimizer.h"
 #include "runtime/precision/loss_scaler.h"
 #include "runtime/precision/overflow_check.h"
+#include "runtime/tensor_parallel/engine_autotp.h"
 #include "util/check.h"
 #include "util/env.h"
 #include "util/logging.h"
@@ -131,6 +132,11 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
   comm::init_distributed();
   comm::PhaseScope phase(comm::Phase::kInit);
   set_parallel_groups();
+  // tensor_parallel.autotp_size without an mpu: DeepSpeed's groups of consecutive ranks.
+  if (auto tp_mpu = runtime::autotp_mpu(config_, mpu_); tp_mpu != mpu_) {
+    mpu_ = std::move(tp_mpu);
+    set_parallel_groups();
+  }
   // See runtime/host_caching_allocator.h: large CPU activations are reused, not re-faulted.
   if (env::get_int("DS_HOST_CACHING_ALLOCATOR").value_or(1) != 0) {
     runtime::install_host_caching_allocator();
@@ -146,6 +152,7 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
   config_.check_supported();
   for (const auto& w : config_.warnings) log::warn_rank0(w);
   if (config_.seed) torch::manual_seed(static_cast<uint64_t>(*config_.seed));
+  if (mpu_) runtime::apply_autotp(config_, *module_, *mpu_);  // before anything sees the shapes
 
   // C++ modules list a tied parameter under each name that registers it (Python dedups): the
   // engine reduces and steps each tensor once and remembers the aliases for checkpoints.
@@ -201,6 +208,7 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     zero_ = config_.zero_optimization.stage == 0 ? runtime::make_stage0(ctx)
             : stage3                             ? runtime::make_stage3(ctx)
                                                  : runtime::make_stage1_2(ctx);
+    runtime::exclude_replicated_from_norm(*zero_, trainable_params_);
     build_lr_scheduler(std::move(lr_scheduler));
     if (config_.fp16.enabled) {
       // Matches DeepSpeed: ZeRO's scaler keeps hysteresis; the non-ZeRO FP16_Optimizer's does not.
@@ -467,6 +475,11 @@ bool Engine::take_model_step() {
   if (check) {
     bool overflow = runtime::any_rank_overflow(zero_->local_overflow(), dp_group_);
     if (mp_group_.size() > 1) overflow = runtime::any_rank_overflow(overflow, mp_group_);
+    // A pipeline's model-parallel group is its stages; its tensor-parallel ranks vote too.
+    if (auto tp = runtime::tensor_parallel_group_of(trainable_params_);
+        tp && tp->size() > 1 && tp->impl() != mp_group_.impl()) {
+      overflow = runtime::any_rank_overflow(overflow, *tp);
+    }
     if (overflow) {
       // The dynamic scaler logs DeepSpeed's "OVERFLOW! ..." line itself.
       if (loss_scaler_) {
@@ -498,9 +511,11 @@ double Engine::model_parallel_norm_squared(double dp_norm_squared) const {
   if (mp_group_.size() == 1) return dp_norm_squared;
   // Matches DeepSpeed's get_grad_norm_direct: a parameter that is not split across the
   // model-parallel ranks counts on model-parallel rank 0 only, then the squares are summed over
-  // the model-parallel group. Every parameter here is replicated (no tensor-parallel layers
-  // yet), so this is model-parallel rank 0's norm on every rank.
-  at::Tensor t = at::full({1}, mp_group_.rank() == 0 ? dp_norm_squared : 0.0,
+  // the model-parallel group. With tensor-parallel parameters the ZeRO stage already left the
+  // replicated ones out on the other ranks (exclude_replicated_from_norm); without, every
+  // parameter is replicated and this is model-parallel rank 0's norm on every rank.
+  const bool split = runtime::tensor_parallel_group_of(trainable_params_).has_value();
+  at::Tensor t = at::full({1}, split || mp_group_.rank() == 0 ? dp_norm_squared : 0.0,
                           at::TensorOptions().dtype(at::kDouble));
   comm::all_reduce(t, comm::ReduceOp::kSum, false, mp_group_);
   return t.item<double>();

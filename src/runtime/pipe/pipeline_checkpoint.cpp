@@ -7,6 +7,7 @@
 
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/pipe.h"
+#include "runtime/tensor_parallel/engine_autotp.h"
 #include "util/check.h"
 #include "util/logging.h"
 
@@ -42,6 +43,15 @@ bool PipelineEngine::save_checkpoint(const std::string& save_dir,
                                      const std::optional<std::string>& tag,
                                      const ClientState& client_state) {
   DS_CHECK(!save_dir.empty(), UsageError, "save_checkpoint: save_dir is empty");
+  // DeepSpeed names a 3D job's files by the tensor-parallel rank too (layer_XX-model_YY-...,
+  // mp_rank of the slice group); this build's pipeline files are named by stage only, so the
+  // tensor-parallel ranks of a stage would overwrite each other's shards.
+  const auto tp = runtime::tensor_parallel_group_of(module().parameters());
+  DS_CHECK(!tp || tp->size() == 1, NotSupportedError,
+           "PipelineEngine::save_checkpoint with tensor parallelism inside the stages (",
+           tp ? tp->describe() : std::string(),
+           "): 3D checkpoints are not implemented; save from a pipeline without AutoTP or from "
+           "an engine with tensor and data parallelism only");
   const std::string t = tag ? *tag : checkpoint::default_tag(global_steps());
   const std::string dir = checkpoint::tag_directory(save_dir, t);
   // Layer files first: `latest` moves at the end of the base engine's save, after every rank

@@ -12,6 +12,7 @@
 #include "deepspeed/comm_p2p.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/pipe.h"
+#include "runtime/tensor_parallel/engine_autotp.h"
 #include "util/check.h"
 #include "util/logging.h"
 
@@ -346,10 +347,16 @@ void PipelineEngine::reduce_grads() {
 
 double PipelineEngine::model_parallel_norm_squared(double dp_norm_squared) const {
   // Each stage's parameters are its own: the squares add up over the pipeline, the tied copies
-  // after the first stage excluded.
-  at::Tensor t = at::full({1}, dp_norm_squared - replicated_tied_norm_sq_,
+  // after the first stage excluded. With tensor parallelism inside the stages, a rank other
+  // than its tensor-parallel group's first already left the replicated parameters (the tied
+  // ones among them) out (exclude_replicated_from_norm), and the squares add up over that
+  // group too.
+  const std::optional<comm::Group> tp = runtime::tensor_parallel_group_of(pipe_module_->parameters());
+  const bool tp_first = !tp || tp->rank() == 0;
+  at::Tensor t = at::full({1}, dp_norm_squared - (tp_first ? replicated_tied_norm_sq_ : 0.0),
                           at::TensorOptions().dtype(at::kDouble));
   if (pipe_group_.size() > 1) comm::all_reduce(t, comm::ReduceOp::kSum, false, pipe_group_);
+  if (tp && tp->size() > 1) comm::all_reduce(t, comm::ReduceOp::kSum, false, *tp);
   return t.item<double>();
 }
 

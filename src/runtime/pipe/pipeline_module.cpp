@@ -2,6 +2,7 @@
 // groups of the pipe x data topology. Partitioning lives in partition.cpp, execution in
 // pipeline_engine.cpp.
 #include <algorithm>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -10,27 +11,11 @@
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/errors.h"
 #include "deepspeed/pipe.h"
+#include "runtime/pipe/pipe_engine_mpu.h"
 #include "util/check.h"
 #include "util/logging.h"
 
 namespace deepspeed::pipe {
-namespace {
-
-// What the engine is given as its mpu: gradients average over the stage's data-parallel
-// replicas; the "model-parallel" group is the whole pipeline of this replica, so that the
-// overflow vote and the gradient norm span every stage (DeepSpeed's slice group).
-class PipeEngineMpu : public Mpu {
- public:
-  explicit PipeEngineMpu(const comm::ParallelGroups& g) : data_(g.data()), pipe_(g.pipe()) {}
-  comm::Group get_model_parallel_group() const override { return pipe_; }
-  comm::Group get_data_parallel_group() const override { return data_; }
-  comm::Group get_pipe_parallel_group() const override { return pipe_; }
-
- private:
-  comm::Group data_, pipe_;
-};
-
-}  // namespace
 
 LayerSpec LayerSpec::function(std::string type_name,
                               std::function<at::Tensor(const at::Tensor&)> fn) {
@@ -69,10 +54,6 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> layers, PipelineModuleOpti
              "num_stages, so launch a multiple of ", num_stages_, " ranks");
     options_.topology = PipeDataParallelTopology(num_stages_, world / num_stages_);
   }
-  DS_CHECK(options_.topology->get_dim("model") == 1, NotSupportedError,
-           "PipelineModule: the topology has a model axis of size ",
-           options_.topology->get_dim("model"),
-           "; tensor parallelism inside pipeline stages is not implemented");
   DS_CHECK(options_.activation_checkpoint_interval >= 0, ConfigError,
            "PipelineModule: activation_checkpoint_interval is ",
            options_.activation_checkpoint_interval, "; expected >= 0 (0 disables)");
@@ -150,20 +131,27 @@ void PipelineModule::index_tied_modules() {
   }
   const ProcessTopology& topo = *options_.topology;
   const int me = comm::get_rank();
-  // Matches DeepSpeed: keys in sorted order, one group per data-parallel index, made on every
-  // rank in the same order.
+  // Matches DeepSpeed: keys in sorted order, one group per data-parallel index (and, with
+  // tensor parallelism, per tensor-parallel index), made on every rank in the same order.
+  const bool model_axis = topo.has_axis("model");
   for (const auto& key : keys) {
     std::set<int> stages;
     for (int idx = 0; idx < num_layers(); ++idx) {
       if (specs_[idx].tied_key == key) stages.insert(stage_owner(idx));
     }
     for (int dp = 0; dp < topo.get_dim("data"); ++dp) {
-      std::vector<int> ranks;
-      for (int s : stages) ranks.push_back(topo.get_rank({{"pipe", s}, {"data", dp}}));
-      comm::Group group = comm::new_group(ranks, "tied_" + key);
-      if (std::find(ranks.begin(), ranks.end(), me) == ranks.end()) continue;
-      for (const auto& kv : tied_modules_) {
-        if (kv.first == key) tied_comms_.push_back({key, ranks, group, kv.second});
+      for (int mp = 0; mp < topo.get_dim("model"); ++mp) {
+        std::vector<int> ranks;
+        for (int s : stages) {
+          std::map<std::string, int> coord = {{"pipe", s}, {"data", dp}};
+          if (model_axis) coord["model"] = mp;
+          ranks.push_back(topo.get_rank(coord));
+        }
+        comm::Group group = comm::new_group(ranks, "tied_" + key);
+        if (std::find(ranks.begin(), ranks.end(), me) == ranks.end()) continue;
+        for (const auto& kv : tied_modules_) {
+          if (kv.first == key) tied_comms_.push_back({key, ranks, group, kv.second});
+        }
       }
     }
   }

@@ -104,9 +104,11 @@ class Stage0 final : public FlatZeroOptimizer {
     for (auto& p : params_) {
       if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
     }
-    // Replicated after the all-reduce, so the local norm is the global one; but each rank holds
-    // only its experts: their squares are summed over the expert-parallel group (DeepSpeed's
-    // get_norm_with_moe_layers), each expert counted once.
+    // Replicated after the all-reduce, so the local norm is the global one (less what
+    // exclude_from_norm left out); but each rank holds only its experts: their squares are
+    // summed over the expert-parallel group (DeepSpeed's get_norm_with_moe_layers), each expert
+    // counted once.
+    const std::vector<at::Tensor>& counted = norm_params_ ? *norm_params_ : params_;
     std::set<const void*> expert_keys;
     double experts_squared = 0.0;
     for (const auto& e : experts_) {
@@ -123,14 +125,23 @@ class Stage0 final : public FlatZeroOptimizer {
       experts_squared += sq;
     }
     if (experts_.empty()) {
-      double n = global_grad_norm(params_);
+      double n = global_grad_norm(counted);
       return n * n;
     }
     double dense_squared = 0.0;
-    for (const auto& p : params_) {
+    for (const auto& p : counted) {
       if (!expert_keys.count(p.unsafeGetTensorImpl())) dense_squared += squared_l2_norm(p.grad());
     }
     return dense_squared + experts_squared;
+  }
+
+  void exclude_from_norm(const std::vector<at::Tensor>& params) override {
+    std::set<const void*> out;
+    for (const auto& p : params) out.insert(p.unsafeGetTensorImpl());
+    norm_params_.emplace();
+    for (const auto& p : params_) {
+      if (!out.count(p.unsafeGetTensorImpl())) norm_params_->push_back(p);
+    }
   }
 
   void scale_gradients(double coef) override {
@@ -261,8 +272,9 @@ class Stage0 final : public FlatZeroOptimizer {
   std::vector<ExpertPart> experts_;
   std::shared_ptr<torch::nn::Module> module_;
   int ep_size_ = 0, ep_rank_ = 0, edp_rank_ = 0;  // the largest expert group's
+  std::optional<std::vector<at::Tensor>> norm_params_;  // set by exclude_from_norm
   onebit::CompressedCommunication* compressed_ = nullptr;
-  bool reducing_ = false;  // this backward's gradients go through reducer_
+  bool reducing_ = false;  // this backward's gradients go through reducers_
   bool last_boundary_reduced_ = true;  // false after a boundary left to a 1-bit optimizer
 };
 

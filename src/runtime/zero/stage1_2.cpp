@@ -7,6 +7,7 @@
 // are all-gathered back into every rank's flat buffer, which the model's parameters view.
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -162,11 +163,27 @@ class Stage12 final : public FlatZeroOptimizer {
     // Each rank sums the squares of what it owns (padding is zero); one small all-reduce. A
     // replicated partition (16-bit stage 0) is already the whole averaged gradient on every rank.
     double local = 0.0;
-    for (const auto& g : grad_partitions_) local += squared_l2_norm(g);
+    if (norm_excluded_.empty()) {
+      for (const auto& g : grad_partitions_) local += squared_l2_norm(g);
+    } else {
+      // Only the owned pieces of the parameters that count (the padding is zero).
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        for (const auto& piece : groups_[g].owned_pieces()) {
+          const at::Tensor& p = groups_[g].slots()[piece.slot].param;
+          if (norm_excluded_.count(p.unsafeGetTensorImpl())) continue;
+          local += squared_l2_norm(
+              grad_partitions_[g].narrow(0, piece.partition_offset, piece.numel));
+        }
+      }
+    }
     if (partitions_ == 1) return local;
     at::Tensor t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
     comm::all_reduce(t, comm::ReduceOp::kSum, false, dp_group_);
     return t.item<double>();
+  }
+
+  void exclude_from_norm(const std::vector<at::Tensor>& params) override {
+    for (const auto& p : params) norm_excluded_.insert(p.unsafeGetTensorImpl());
   }
 
   void scale_gradients(double coef) override {
@@ -366,6 +383,7 @@ class Stage12 final : public FlatZeroOptimizer {
   at::ScalarType grad_accum_dtype_;  // dtype of the gradient partitions
   bool offload_ = false;  // offload_optimizer.device "cpu" or "nvme" (docs/offload.md)
   std::vector<FlatGroup> groups_;
+  std::set<const void*> norm_excluded_;  // parameters left out of grad_norm_squared()
   std::vector<at::Tensor> grad_partitions_;
   std::vector<at::Tensor> masters_;
   std::unique_ptr<PartitionedGradReducer> reducer_;

@@ -27,6 +27,7 @@
 
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
+#include "deepspeed/errors.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -89,6 +90,14 @@ class ZeroOptimizer {
   virtual void begin_backward(bool boundary) = 0;
   virtual void end_backward(bool boundary) = 0;
   virtual double grad_norm_squared() = 0;
+  /// Leaves `params` out of this rank's grad_norm_squared() from now on (DeepSpeed's
+  /// model-parallel rule: a parameter replicated over the tensor-parallel group counts on that
+  /// group's rank 0 only). Stages 0-2; stage 3 refuses (AutoTP does not run with ZeRO-3).
+  virtual void exclude_from_norm(const std::vector<at::Tensor>& /*params*/) {
+    throw NotSupportedError(
+        "tensor-parallel parameters with ZeRO stage 3: the gradient norm cannot leave the "
+        "replicated parameters out of its sum; use ZeRO stage 0, 1 or 2 (as DeepSpeed's AutoTP)");
+  }
   virtual void scale_gradients(double coef) = 0;
   virtual void optimizer_step() = 0;
   virtual void zero_grad() = 0;
