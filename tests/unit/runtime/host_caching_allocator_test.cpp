@@ -97,7 +97,11 @@ TEST(HostCachingAllocator, Bf16MatmulRunsOnEveryCpu) {
   auto b = torch::randn({1024, 768}).to(torch::kBFloat16);
   auto c = torch::mm(a, b).to(torch::kFloat);
   auto ref = torch::mm(a.to(torch::kFloat), b.to(torch::kFloat));
-  EXPECT_LT((c - ref).abs().max().item<float>(), 0.5f);
+  // The bound is relative: with native bf16, oneDNN accumulates in fp32 and only the output's
+  // bf16 rounding remains; on AVX2-only CPUs (AMD EPYC, measured) Debian's ATen accumulates in
+  // bf16 itself: 3.7%, single entries off by 13 of 150. A wrong result is off by 100% or more.
+  const float relative = ((c - ref).norm() / ref.norm()).item<float>();
+  EXPECT_LT(relative, 0.1f);
 }
 
 }  // namespace
