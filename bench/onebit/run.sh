@@ -3,7 +3,7 @@
 # (DeepSpeed's optimizer types, ZeRO stage 0, fp32) on 2 and 4 ranks:
 #   1. over loopback (the launcher on this machine), and
 #   2. across a bandwidth-limited link: two network namespaces joined by a veth pair whose both
-#      ends are shaped with tc netem (RATE, default 100mbit, DELAY 1ms; tc tbf at RATE where the
+#      ends are shaped with tc netem (RATE, default 10mbit, DELAY 1ms; tc tbf at RATE where the
 #      kernel has no netem qdisc); half of the ranks in each
 #      namespace, started directly with RANK/WORLD_SIZE/MASTER_ADDR (no sshd needed). Needs root.
 # Prints one table per setting (report.py) and writes loss-curve PNGs (gnuplot) into OUT_DIR.
