@@ -8,6 +8,8 @@
 #include <mutex>
 #include <string>
 
+#include <ATen/ATen.h>
+
 #include "deepspeed/errors.h"
 #include "runtime/host_caching_allocator.h"
 #include "util/env.h"
@@ -25,8 +27,11 @@ std::optional<int64_t> g_budget;
 
 std::optional<int64_t> apply_memory_budget_from_env() {
   std::call_once(g_once, [] {
-    g_base_bytes = util::read_process_memory().data_bytes;
     g_budget = env::get_int("DS_MEMORY_BUDGET_BYTES");
+    // The BLAS maps its work buffers at the first matrix product, their size set by the CPU
+    // (OpenBLAS: tens of MiB per thread): part of the process, not of the budget.
+    if (g_budget) at::mm(at::ones({8, 8}), at::ones({8, 8}));
+    g_base_bytes = util::read_process_memory().data_bytes;
     if (!g_budget) return;
     if (*g_budget <= 0) {
       throw ConfigError("DS_MEMORY_BUDGET_BYTES is " + std::to_string(*g_budget) +
