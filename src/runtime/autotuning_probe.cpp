@@ -70,8 +70,9 @@ void AutotuningProbe::forward_begin() {
 void AutotuningProbe::forward_end() {
   const int64_t now = memory_in_use_since_base();
   peak_in_use_ = std::max(peak_in_use_, now);
-  // The first forward's growth: the activations autograd keeps for backward.
-  if (activation_bytes_ < 0) activation_bytes_ = std::max<int64_t>(0, now - forward_start_in_use_);
+  // The activations autograd keeps for backward: the growth over the second forward (the first
+  // also maps buffers that stay, e.g. the allocator's arenas of new threads).
+  if (++forwards_ <= 2) activation_bytes_ = std::max<int64_t>(0, now - forward_start_in_use_);
 }
 
 void AutotuningProbe::after_step(int64_t completed_steps, const std::map<std::string, double>& timers_ms,
@@ -88,6 +89,7 @@ void AutotuningProbe::after_step(int64_t completed_steps, const std::map<std::st
     return peak;
   };
   if (config_.profile_model_info()) {
+    if (completed_steps < 2) return;
     const int64_t peak = peak_all();
     const int64_t per_sample = activation_bytes_ / std::max<int64_t>(1, micro_batch_);
     nlohmann::json info = {{"num_params", facts_.num_params * facts_.mp_world_size},

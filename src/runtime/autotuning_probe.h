@@ -1,8 +1,8 @@
 // The engine's side of autotuning (DeepSpeed's autotuning hooks in engine.py): with
 // `autotuning.enabled` the engine measures the optimizer steps start_profile_step..
 // end_profile_step, writes the metric file and ends the process; with `model_info.profile` it
-// measures the model (parameters, activation memory per sample, peak memory of one step) and
-// writes the model-info file after the first step instead. The tuner (tools/deepspeed/autotuner*)
+// measures the model (parameters, activation memory per sample, peak memory of the steps) and
+// writes the model-info file after the second optimizer step instead. The tuner (tools/deepspeed/autotuner*)
 // reads both files.
 //
 // Note [Autotuning exit]: like DeepSpeed, the process exits (status 0) once its files are
@@ -66,7 +66,8 @@ class AutotuningProbe {
   int rank_;
   int64_t peak_in_use_ = 0;
   int64_t forward_start_in_use_ = 0;
-  int64_t activation_bytes_ = -1;  // first forward's growth
+  int64_t activation_bytes_ = -1;  // the second forward's growth (the first maps one-time buffers)
+  int64_t forwards_ = 0;
   int64_t forward_flops_ = 0;
   std::vector<double> step_latencies_ms_;
 };
