@@ -64,15 +64,15 @@ void AutotuningProbe::sample_memory() { peak_in_use_ = std::max(peak_in_use_, me
 
 void AutotuningProbe::forward_begin() {
   sample_memory();
-  forward_start_in_use_ = memory_in_use_since_base();
+  forward_start_live_ = live_allocated_bytes();
 }
 
 void AutotuningProbe::forward_end() {
-  const int64_t now = memory_in_use_since_base();
-  peak_in_use_ = std::max(peak_in_use_, now);
+  sample_memory();
+  const int64_t now = live_allocated_bytes();
   // The activations autograd keeps for backward: the growth over the second forward (the first
   // also maps buffers that stay, e.g. the allocator's arenas of new threads).
-  if (++forwards_ <= 2) activation_bytes_ = std::max<int64_t>(0, now - forward_start_in_use_);
+  if (++forwards_ <= 2) activation_bytes_ = std::max<int64_t>(0, now - forward_start_live_);
 }
 
 void AutotuningProbe::after_step(int64_t completed_steps, const std::map<std::string, double>& timers_ms,

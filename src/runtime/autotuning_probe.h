@@ -45,6 +45,8 @@ class AutotuningProbe {
 
   void forward_begin();
   void forward_end();
+  /// After backward (and its gradient reduction): the peak of a step is often here.
+  void backward_end() { sample_memory(); }
   /// `flops`: the flops profiler's forward flops of the profiled step (0 when it did not run).
   void set_forward_flops(int64_t flops) { forward_flops_ = flops; }
   /// After each optimizer step: `completed_steps` = global_steps after it, `timers_ms` the step's
@@ -65,7 +67,7 @@ class AutotuningProbe {
   int64_t train_batch_size_;
   int rank_;
   int64_t peak_in_use_ = 0;
-  int64_t forward_start_in_use_ = 0;
+  int64_t forward_start_live_ = 0;
   int64_t activation_bytes_ = -1;  // the second forward's growth (the first maps one-time buffers)
   int64_t forwards_ = 0;
   int64_t forward_flops_ = 0;

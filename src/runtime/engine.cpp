@@ -409,6 +409,7 @@ at::Tensor Engine::backward(const at::Tensor& loss) {
   timers_->start("bwd_allreduce_microstep");
   timers_->start("bwd_allreduce");
   with_memory_report("gradient reduction", [&] { zero_->end_backward(boundary); });
+  if (auto* probe = runtime::AutotuningProbe::find(this)) probe->backward_end();
   timers_->stop("bwd_allreduce");
   timers_->stop("bwd_allreduce_microstep");
   timers_->stop("bwd");

@@ -1,6 +1,7 @@
 // DS_MEMORY_BUDGET_BYTES: see memory_budget.h.
 #include "runtime/memory_budget.h"
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <cerrno>
@@ -48,6 +49,11 @@ std::optional<int64_t> apply_memory_budget_from_env() {
                     " MiB this process held at engine creation (DS_MEMORY_BUDGET_BYTES)");
   });
   return g_budget;
+}
+
+int64_t live_allocated_bytes() {
+  const struct mallinfo2 m = ::mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd) + host_cache_stats().in_use_bytes;
 }
 
 int64_t memory_in_use_since_base() {

@@ -19,9 +19,12 @@ using nlohmann::json;
 using Args = std::vector<std::string>;
 
 TEST(AutotuningSpace, MicroBatchListMatchesDeepSpeed) {
-  // get_tuning_micro_batch_size_list(1, 16, 3) with gas 1: from 8 by stride 2, then 16.
-  EXPECT_EQ(tuning_micro_batch_sizes(1, 16, 3, 16), (std::vector<int64_t>{8, 10, 12, 14, 16}));
-  EXPECT_EQ(tuning_micro_batch_sizes(1, 4, 3, 4), (std::vector<int64_t>{2, 3, 4}));
+  // get_tuning_micro_batch_size_list(1, 16, 3) with 16 samples per rank: 8, 10, 12, 14 by stride
+  // 2, of which only 8 needs other accumulation steps (2) than the largest size (1); then 16.
+  EXPECT_EQ(tuning_micro_batch_sizes(1, 16, 3, 16), (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(tuning_micro_batch_sizes(1, 4, 3, 4), (std::vector<int64_t>{2, 4}));
+  // 64 samples per rank: 8, 10, 12 need 8, 6, 5 steps; 14 needs 4, as 16 does.
+  EXPECT_EQ(tuning_micro_batch_sizes(1, 16, 4, 64), (std::vector<int64_t>{8, 10, 12, 16}));
   EXPECT_EQ(tuning_micro_batch_sizes(1, 1, 3, 1), (std::vector<int64_t>{1}));
   // Sizes whose accumulation equals the largest one's are left out (here 64 / 24..31 = 2).
   EXPECT_EQ(tuning_micro_batch_sizes(1, 32, 2, 64), (std::vector<int64_t>{16, 32}));
