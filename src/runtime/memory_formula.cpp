@@ -28,7 +28,7 @@ ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in) {
     case 0:
       m.params = b * psi;
       m.grads = b * psi;
-      m.reduction_buffers = w > 1 ? b * bucket : 0;
+      m.reduction_buffers = w > 1 ? b * psi : 0;  // the buckets cover every gradient
       break;
     case 1:
     case 2:
@@ -40,6 +40,7 @@ ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in) {
     default:
       m.params = b * shard;
       m.grads = b * shard;
+      m.reduction_buffers = b * (bucket + (in.reduce_scatter ? div_up(bucket, w) : 0)) * (in.overlap_comm ? 2 : 1);
       // A unit's parameters gathered in full, and the next one prefetched.
       m.transient = 2 * b * in.largest_param_numel;
       break;
@@ -71,6 +72,7 @@ ModelStateInputs model_state_inputs(const DeepSpeedConfig& c, int64_t num_params
   in.offload_param = c.zero_optimization.param_offload() != OffloadDevice::kNone;
   in.reduce_bucket_size = c.zero_optimization.reduce_bucket_size;
   in.overlap_comm = c.zero_optimization.overlap_comm_enabled();
+  in.reduce_scatter = c.zero_optimization.reduce_scatter;
   in.largest_param_numel = largest_param_numel;
   return in;
 }

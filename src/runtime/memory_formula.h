@@ -24,6 +24,7 @@ struct ModelStateInputs {
   bool offload_param = false;      // offload_param cpu/nvme (stage 3): parameter shards leave it
   int64_t reduce_bucket_size = 500000000;  // elements
   bool overlap_comm = false;       // two reduction buffers instead of one
+  bool reduce_scatter = true;      // stage 3: a receive buffer beside each send buffer
   int64_t largest_param_numel = 0;  // stage 3: a gathered unit is at least this (0: unknown)
 };
 
@@ -54,11 +55,14 @@ struct ModelStateBytes {
 };
 
 /// The formula (docs/zero.md): with Ψ parameters, W ranks, b bytes per parameter, k optimizer
-/// bytes per element and B = min(reduce_bucket_size, Ψ):
-///   stage 0: params bΨ, grads bΨ, states kΨ, masters 4Ψ if b < 4, buckets bB;
-///   stage 1: params bΨ, grads bΨ/W (+ bΨ transient in param.grad), states kΨ/W, masters 4Ψ/W;
-///   stage 2: params bΨ, grads bΨ/W, states kΨ/W, masters 4Ψ/W, buckets bB (2bB with overlap);
-///   stage 3: params bΨ/W (+ gathered units transient), grads bΨ/W, states kΨ/W, masters 4Ψ/W.
+/// bytes per element and B = min(reduce_bucket_size, Ψ) (the largest bucket when bucket sizes
+/// are filled exactly; a parameter larger than the bucket size makes a larger one):
+///   stage 0: params bΨ, grads bΨ, states kΨ, masters 4Ψ if b < 4, buckets bΨ (every gradient);
+///   stage 1: params bΨ, grads bΨ/W (+ bΨ transient in param.grad), states kΨ/W, masters 4Ψ/W,
+///            buckets bB (2bB with overlap_comm);
+///   stage 2: the same without the transient;
+///   stage 3: params bΨ/W (+ gathered units transient), grads bΨ/W, states kΨ/W, masters 4Ψ/W,
+///            buckets b(B + B/W with reduce_scatter), twice with overlap_comm.
 /// Offload moves the states (and masters) or the parameter shards to host memory.
 ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in);
 

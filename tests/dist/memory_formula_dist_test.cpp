@@ -40,7 +40,8 @@ struct Case {
 };
 
 void check(const Case& c, int) {
-  json zero = {{"stage", c.stage}, {"reduce_bucket_size", 300000}, {"overlap_comm", c.overlap}};
+  // Two weights per bucket exactly: the largest bucket is the bucket size.
+  json zero = {{"stage", c.stage}, {"reduce_bucket_size", 2 * kWeight}, {"overlap_comm", c.overlap}};
   if (c.offload) zero["offload_optimizer"] = {{"device", "cpu"}};
   json cfg = {{"train_micro_batch_size_per_gpu", 2},
               {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}}},

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -136,13 +137,13 @@ TEST(AutotuningE2E, TunesWithinTheBudgetPrunesCorrectlyAndBeatsTheStart) {
     if (status == "ok" && e["tuning_space"] != "model_info") ran_ok.push_back(e);
     if (status == "out of memory") out_of_memory.push_back(e);
   }
-  // ZeRO-0 and ZeRO-1 need more than the budget by the formula; 2 and 3 fit.
-  ASSERT_GE(pruned.size(), 2u) << summary_text;
-  ASSERT_FALSE(ran_ok.empty()) << summary_text;
-  for (const json& e : pruned) {
-    const int stage = e["ds_config"]["zero_optimization"]["stage"];
-    EXPECT_LE(stage, 1) << e.dump();
-  }
+  // ZeRO-0 and ZeRO-1 need more than the budget by the formula; ZeRO-2 fits.
+  std::set<int> pruned_stages, ok_stages;
+  for (const json& e : pruned) pruned_stages.insert(e["ds_config"]["zero_optimization"]["stage"].get<int>());
+  for (const json& e : ran_ok) ok_stages.insert(e["ds_config"]["zero_optimization"]["stage"].get<int>());
+  EXPECT_TRUE(pruned_stages.count(0) && pruned_stages.count(1)) << summary_text;
+  EXPECT_TRUE(ok_stages.count(2)) << summary_text;
+  ASSERT_FALSE(pruned.empty()) << summary_text;
   // Every kept experiment that ran fit: its measured peak is within the budget.
   for (const json& e : ran_ok) {
     EXPECT_LE(e["metrics"]["peak_memory_bytes"].get<int64_t>(), kBudget) << e["name"];

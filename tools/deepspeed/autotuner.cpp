@@ -316,7 +316,12 @@ class Autotuner {
     json c = config_for(stages.back(), cfg_.min_train_micro_batch_size_per_gpu, 1);
     c["autotuning"] = {{"enabled", true}, {"model_info", {{"profile", true}}}};
     Experiment exp{"profile_model_info", "model_info", c, 0};
+    // It measures and is no candidate: not held to the memory budget, so that it runs whichever
+    // stage turns out to fit (DeepSpeed runs it at ZeRO-3, assumed the smallest).
+    const ExperimentLaunch budgeted = launch_;
+    launch_.env["DS_MEMORY_BUDGET_BYTES"] = "";
     const Record& r = run(exp, 1 + static_cast<int64_t>(stages.size()) * (1 + cfg_.num_tuning_micro_batch_sizes));
+    launch_ = budgeted;
     if (r.result.status != ExperimentStatus::kOk) {
       log_error("autotuning: the model-information run failed (" +
                 std::string(experiment_status_name(r.result.status)) + "): " + r.result.error + "; see " +
