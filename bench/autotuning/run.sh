@@ -33,7 +33,7 @@ done
 
 unset OPENBLAS_CORETYPE
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
-export DS_MEMORY_BUDGET_BYTES=$((BUDGET_MB << 20))
+export DS_MEMORY_BUDGET_BYTES=$((BUDGET_MB << 20)) DS_AUTOTUNING_EXPERIMENT_TIMEOUT_S=${DS_AUTOTUNING_EXPERIMENT_TIMEOUT_S:-300}
 out=${OUT_DIR:-$(mktemp -d /tmp/autotuning.XXXXXX)}
 mkdir -p "$out"
 echo "INFO autotuning bench: budget ${BUDGET_MB} MiB/rank, max micro-batch $MAX_MBS, model '${model_flags[*]}', out=$out"

@@ -29,6 +29,7 @@ ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in) {
       m.params = b * psi;
       m.grads = b * psi;
       m.reduction_buffers = w > 1 ? b * psi : 0;  // the buckets cover every gradient
+      m.aliased = m.reduction_buffers;            // param.grad is a view of its bucket
       break;
     case 1:
     case 2:

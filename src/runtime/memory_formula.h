@@ -40,6 +40,9 @@ struct ModelStateBytes {
   /// Held only during backward and step, on top of the steady state: stage 1 keeps full
   /// gradients in param.grad until the boundary; stage 3 gathers parameters per unit.
   int64_t transient = 0;
+  /// Counted twice above, as the ledger counts them: stage 0's gradients are views of its
+  /// reduction buckets.
+  int64_t aliased = 0;
   /// On the training device at the steady state (the ledger's device_bytes()).
   int64_t device() const {
     return params + master_params + grads + optimizer_states + reduction_buffers -
@@ -50,7 +53,7 @@ struct ModelStateBytes {
   /// Every byte of model states wherever it lives, at its high-water mark: what one process
   /// holds on a CPU-only machine, where "offloaded" states stay in the same memory.
   int64_t total_peak() const {
-    return params + master_params + grads + optimizer_states + reduction_buffers + transient;
+    return params + master_params + grads + optimizer_states + reduction_buffers + transient - aliased;
   }
 };
 

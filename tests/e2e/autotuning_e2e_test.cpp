@@ -40,7 +40,7 @@ std::string train_gpt(const testing::TempDir& dir, const std::string& config_pat
 }
 
 std::string launcher(int port, const std::string& extra = "") {
-  return "OMP_NUM_THREADS=1 DS_MEMORY_BUDGET_BYTES=" + std::to_string(kBudget) + " " + DS_LAUNCHER_BIN +
+  return "OMP_NUM_THREADS=1 DS_AUTOTUNING_EXPERIMENT_TIMEOUT_S=120 DS_MEMORY_BUDGET_BYTES=" + std::to_string(kBudget) + " " + DS_LAUNCHER_BIN +
          " --num_gpus 2 --master_port " + std::to_string(port) + " " + extra + " ";
 }
 

@@ -144,9 +144,8 @@ class Autotuner {
     launch_.arg_mappings = cfg_.arg_mappings;
     launch_.env["DS_LAUNCHER_KILL_GRACE_S"] = "5";  // an OOM'd experiment's peers stop quickly
     launch_.timeout_s = static_cast<double>(env_int("DS_AUTOTUNING_EXPERIMENT_TIMEOUT_S").value_or(1800));
-    user_gas_ = user_.value("gradient_accumulation_steps", json(1)).is_number_integer()
-                    ? user_["gradient_accumulation_steps"].get<int64_t>()
-                    : 1;
+    const json gas = user_.value("gradient_accumulation_steps", json(1));
+    user_gas_ = gas.is_number_integer() ? gas.get<int64_t>() : 1;
     if (user_gas_ < 1) user_gas_ = 1;
     // DS_AUTOTUNING_SEARCH=deepspeed: DeepSpeed's own search on the same experiments, for
     // bench/autotuning (how many experiments DeepSpeed's algorithm needs on this machine).
