@@ -307,16 +307,16 @@ class Autotuner {
     }
   }
 
-  // DeepSpeed's model_info_profile_run, at the stage that needs least memory among those asked
-  // for and the smallest micro-batch, for two optimizer steps (the second forward is measured:
-  // the first also pays one-time buffers).
+  // DeepSpeed's model_info_profile_run, at the smallest micro-batch, for two optimizer steps (the
+  // second forward is measured: the first also pays one-time buffers). At the lowest stage asked
+  // for: its model states have no transient part, so the calibration is the formula's best case.
   bool profile_model() {
     const std::vector<int64_t> stages = requested_stages();
-    json c = config_for(stages.back(), cfg_.min_train_micro_batch_size_per_gpu, 1);
+    json c = config_for(stages.front(), cfg_.min_train_micro_batch_size_per_gpu, 1);
     c["autotuning"] = {{"enabled", true}, {"model_info", {{"profile", true}}}};
     Experiment exp{"profile_model_info", "model_info", c, 0};
     // It measures and is no candidate: not held to the memory budget, so that it runs whichever
-    // stage turns out to fit (DeepSpeed runs it at ZeRO-3, assumed the smallest).
+    // stage turns out to fit (DeepSpeed runs it at ZeRO-3, assumed the smallest, under the GPU's).
     const ExperimentLaunch budgeted = launch_;
     launch_.env["DS_MEMORY_BUDGET_BYTES"] = "";
     const Record& r = run(exp, 1 + static_cast<int64_t>(stages.size()) * (1 + cfg_.num_tuning_micro_batch_sizes));
@@ -333,7 +333,7 @@ class Autotuner {
     log_info("autotuning: the model has " + std::to_string(m.num_params) + " parameters; activations " +
              mib(static_cast<double>(m.activation_bytes_per_sample)) + " per sample; the rest of the process " +
              mib(static_cast<double>(predictor_->overhead_bytes())) + " (model-information run at ZeRO-" +
-             std::to_string(stages.back()) + ", peak " + mib(static_cast<double>(m.peak_bytes)) + ")");
+             std::to_string(stages.front()) + ", peak " + mib(static_cast<double>(m.peak_bytes)) + ")");
     return true;
   }
 
