@@ -61,11 +61,12 @@ struct ModelStateBytes {
 /// bytes per element and B = min(reduce_bucket_size, Ψ) (the largest bucket when bucket sizes
 /// are filled exactly; a parameter larger than the bucket size makes a larger one):
 ///   stage 0: params bΨ, grads bΨ, states kΨ, masters 4Ψ if b < 4, buckets bΨ (every gradient);
-///   stage 1: params bΨ, grads bΨ/W (+ bΨ transient in param.grad), states kΨ/W, masters 4Ψ/W,
+///   stage 1: params bΨ, grads gΨ/W (+ bΨ transient in param.grad), states kΨ/W, masters 4Ψ/W,
 ///            buckets bB (2bB with overlap_comm);
 ///   stage 2: the same without the transient;
-///   stage 3: params bΨ/W (+ gathered units transient), grads bΨ/W, states kΨ/W, masters 4Ψ/W,
-///            buckets b(B + B/W with reduce_scatter), twice with overlap_comm.
+///   stage 3: params bΨ/W (+ gathered units transient), grads gΨ/W, states kΨ/W, masters 4Ψ/W,
+///            buckets b(B + B/W with reduce_scatter), twice with overlap_comm;
+/// g = 4 (fp32 gradient partitions) with fp16/bf16, else b.
 /// Offload moves the states (and masters) or the parameter shards to host memory.
 ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in);
 
