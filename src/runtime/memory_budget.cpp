@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -22,6 +23,7 @@ namespace {
 
 std::once_flag g_once;
 int64_t g_base_bytes = 0;
+int64_t g_base_rss_bytes = 0;
 std::optional<int64_t> g_budget;
 
 }  // namespace
@@ -34,6 +36,14 @@ std::optional<int64_t> apply_memory_budget_from_env() {
     // without a budget, so that figures measured without one compare with runs under one.
     at::mm(at::ones({8, 8}), at::ones({8, 8}));
     g_base_bytes = util::read_process_memory().data_bytes;
+    // Reset the resident high-water mark (Linux clear_refs "5"): from now on VmHWM is the peak
+    // since the base, transients between samples included (ZeRO-1/2 flattening, say).
+    std::FILE* clear = std::fopen("/proc/self/clear_refs", "w");
+    if (clear != nullptr) {
+      std::fputs("5", clear);
+      std::fclose(clear);
+    }
+    g_base_rss_bytes = util::read_process_memory().rss_bytes;
     if (!g_budget) return;
     if (*g_budget <= 0) {
       throw ConfigError("DS_MEMORY_BUDGET_BYTES is " + std::to_string(*g_budget) +
@@ -51,6 +61,8 @@ std::optional<int64_t> apply_memory_budget_from_env() {
   });
   return g_budget;
 }
+
+int64_t peak_resident_since_base() { return util::read_process_memory().peak_rss_bytes - g_base_rss_bytes; }
 
 int64_t live_allocated_bytes() {
   const struct mallinfo2 m = ::mallinfo2();

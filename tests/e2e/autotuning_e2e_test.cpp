@@ -220,6 +220,7 @@ TEST(AutotuningE2E, BadAutotuningKeysAreErrorsNamingTheKey) {
   g_budget = 0;
   testing::TempDir dir("ds_autotune_bad");
   json config = user_config(dir, {{"fats", false}});
+  config["zero_optimization"]["stage"] = 2;
   setup(dir, config);
   auto r = run_command(launcher(port_base() + 300, "--autotuning tune") + train_gpt(dir, dir.file("ds_config.json"), 6));
   EXPECT_NE(r.exit_code, 0);
