@@ -7,24 +7,25 @@
 # plateau rule, micro-batch list and refinement: docs/autotuning.md), because PyPI DeepSpeed's
 # own autotuner cannot run on this CPU-only machine (the script checks and says why). Builds
 # nothing.
-# Usage: bench/autotuning/run.sh [MODEL FLAGS...]   (default: --n_layer 2 --n_head 4 --n_embd 256)
-# Env: BUDGET_MB (120: memory per rank, DS_MEMORY_BUDGET_BYTES), MAX_MBS (8), ROUNDS (3 throughput
+# Usage: bench/autotuning/run.sh [MODEL FLAGS...]   (default: --n_layer 3 --n_head 4 --n_embd 384)
+# Env: BUDGET_MB (100: memory per rank, DS_MEMORY_BUDGET_BYTES; ZeRO-0 needs ~125 MiB, ZeRO-2
+#      ~85 MiB for the default model here), MAX_MBS (4), ROUNDS (3 throughput
 #      runs of each choice), STEPS (end_profile_step; 3), OUT_DIR (default /tmp/autotuning.*),
 #      DS_VENV (a venv with PyPI deepspeed to check; default /tmp/dsvenv).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 
-BUDGET_MB=${BUDGET_MB:-120}
-MAX_MBS=${MAX_MBS:-8}
+BUDGET_MB=${BUDGET_MB:-100}
+MAX_MBS=${MAX_MBS:-4}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-3}
 DS_VENV=${DS_VENV:-/tmp/dsvenv}
 launcher=build/bin/deepspeed
 ours=build/bin/train_gpt
-corpus=tests/data/austen_slice.txt
+fixture=tests/data/austen_slice.txt
 model_flags=("$@")
-[ ${#model_flags[@]} -gt 0 ] || model_flags=(--n_layer 2 --n_head 4 --n_embd 256)
+[ ${#model_flags[@]} -gt 0 ] || model_flags=(--n_layer 3 --n_head 4 --n_embd 384)
 
 die() { echo "autotuning bench: $*" >&2; exit 1; }
 for bin in "$launcher" "$ours"; do
@@ -36,6 +37,8 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 export DS_MEMORY_BUDGET_BYTES=$((BUDGET_MB << 20)) DS_AUTOTUNING_EXPERIMENT_TIMEOUT_S=${DS_AUTOTUNING_EXPERIMENT_TIMEOUT_S:-300}
 out=${OUT_DIR:-$(mktemp -d /tmp/autotuning.XXXXXX)}
 mkdir -p "$out"
+corpus=$out/corpus.txt  # the fixture 4 times: a validation split for micro-batches up to 8
+for _ in 1 2 3 4; do cat "$fixture"; done > "$corpus"
 echo "INFO autotuning bench: budget ${BUDGET_MB} MiB/rank, max micro-batch $MAX_MBS, model '${model_flags[*]}', out=$out"
 echo "INFO cpu: $(awk -F': ' '/model name/ && !f {print $2; f = 1}' /proc/cpuinfo), $(getconf _NPROCESSORS_ONLN) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -72,7 +75,7 @@ JSON
 }
 
 job() {  # $1 = config path
-  echo "$ours --deepspeed_config $1 --data $corpus --steps 100 --compact_vocab --eval_batches 0 --seq_len 32 ${model_flags[*]} --metrics_file $out/metrics.jsonl"
+  echo "$ours --deepspeed_config $1 --data $corpus --steps 100 --compact_vocab --eval_batches 1 --seq_len 32 ${model_flags[*]} --metrics_file $out/metrics.jsonl"
 }
 
 for who in ours deepspeed; do
