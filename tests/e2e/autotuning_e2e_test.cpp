@@ -117,8 +117,8 @@ TEST(AutotuningE2E, TunesWithinTheBudgetPrunesCorrectlyAndBeatsTheStart) {
   const json user = user_config(dir);
   setup(dir, user);
   const int port = port_base();
-  // The budget: halfway between ZeRO-0 at micro-batch 1 and ZeRO-2 at the largest micro-batch,
-  // as measured here without one.
+  // The budget: between ZeRO-2 at the largest micro-batch and ZeRO-0 at micro-batch 1, as
+  // measured here without one.
   g_budget = 0;
   const json p0 = measure(dir, stage_config(user, 0, 1), port + 50);
   const json p2 = measure(dir, stage_config(user, 2, 2), port + 51);
@@ -127,7 +127,9 @@ TEST(AutotuningE2E, TunesWithinTheBudgetPrunesCorrectlyAndBeatsTheStart) {
   std::printf("peak per rank without a budget: ZeRO-0 mbs 1 %.1f MiB, ZeRO-2 mbs 2 %.1f MiB\n", peak0 / 1048576.0,
               peak2 / 1048576.0);
   ASSERT_GT(peak0 - peak2, int64_t{16} << 20) << "ZeRO-0 and ZeRO-2 need too similar memory on this machine";
-  g_budget = (peak0 + peak2) / 2;
+  // A quarter of the way up from ZeRO-2: under pressure the allocators give memory back, so a
+  // process fits in less than its unbudgeted peak (ZeRO-0 here ran under ~85% of its own).
+  g_budget = peak2 + (peak0 - peak2) / 4;
   const int64_t kBudget = g_budget;
   auto r = run_command(launcher(port, "--autotuning tune") + train_gpt(dir, dir.file("ds_config.json"), 50));
   const std::string all = r.out + r.err;
