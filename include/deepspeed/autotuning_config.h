@@ -47,6 +47,13 @@ struct AutotuningConfig {
   /// Parses the section alone (`section` may be null: every default). Unknown keys and bad
   /// values are ConfigError naming "<source>: autotuning.<key>".
   static AutotuningConfig from_json(const nlohmann::json* section, const std::string& source = "ds_config");
+  /// The section of a parsed config (read again from its raw JSON; DeepSpeedConfig::from_json
+  /// has already checked it).
+  template <typename Config>
+  static AutotuningConfig of(const Config& config) {
+    const auto it = config.raw.find("autotuning");
+    return from_json(it == config.raw.end() ? nullptr : &*it, config.source);
+  }
   /// The section as JSON, every key with its value (the resolved config, the tuner's files).
   nlohmann::json to_json() const;
   /// metric_path / model_info_path with DeepSpeed's defaults in the working directory.

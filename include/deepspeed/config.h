@@ -11,7 +11,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "deepspeed/autotuning_config.h"
 #include "deepspeed/errors.h"
 
 namespace deepspeed {
@@ -308,7 +307,6 @@ struct DeepSpeedConfig {
   ElasticityConfig elasticity;
   ProgressiveLayerDropConfig progressive_layer_drop;
   TorchAutocastConfig torch_autocast;
-  AutotuningConfig autotuning;  // docs/autotuning.md
 
   bool comet_enabled = false;  // comet.enabled (refused by check_supported())
   /// Features of the sections this build parses only far enough to know whether they are on

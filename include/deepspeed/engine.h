@@ -37,7 +37,6 @@ class FlopsProfiler;
 }
 namespace runtime {
 class LossScaler;
-class AutotuningProbe;
 class ThroughputTimer;
 class Timers;
 class ZeroOptimizer;
@@ -309,7 +308,6 @@ class Engine {
   bool steady_state_reported_ = false;  // memory report after the first applied optimizer step
   at::ScalarType model_dtype_ = at::kFloat;
   std::unique_ptr<runtime::Timers> timers_;
-  std::unique_ptr<runtime::AutotuningProbe> autotuning_;  // autotuning.enabled (docs/autotuning.md)
 
   int64_t global_steps_ = 0;
   int64_t global_samples_ = 0;

@@ -8,6 +8,7 @@
 #include "config/config_source.h"
 #include "config/feature_sections.h"
 #include "config/json_reader.h"
+#include "deepspeed/autotuning_config.h"
 #include "util/check.h"
 
 namespace deepspeed {
@@ -417,7 +418,8 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   timers.finish();
   c.checkpoint = parse_checkpoint(top.section("checkpoint", Strictness::kWarnUnknown));
   config_detail::parse_feature_sections(top, c);
-  c.autotuning = AutotuningConfig::from_json(top.get_raw("autotuning", "an object"), source);
+  // Checked here; read with AutotuningConfig::of(config) by the engine and the tuner.
+  AutotuningConfig::from_json(top.get_raw("autotuning", "an object"), source);
   config_detail::parse_unimplemented_sections(top, c);
   top.finish();
   return c;

@@ -1,6 +1,8 @@
 // Feature sections: typed parsing with DeepSpeed's defaults (reference §1.3, §9).
 #include "config/feature_sections.h"
 
+#include "deepspeed/autotuning_config.h"
+
 #include <algorithm>
 #include <cctype>
 
@@ -181,7 +183,7 @@ void resolve_feature_sections(const DeepSpeedConfig& c, json& j) {
       {"number_checkpoints", a.number_checkpoints ? json(*a.number_checkpoints) : json()},
       {"synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary},
       {"profile", a.profile}};
-  j["autotuning"] = c.autotuning.to_json();
+  j["autotuning"] = AutotuningConfig::of(c).to_json();
   const auto& f = c.flops_profiler;
   j["flops_profiler"] = {{"enabled", f.enabled},           {"recompute_fwd_factor", f.recompute_fwd_factor},
                          {"profile_step", f.profile_step}, {"module_depth", f.module_depth},

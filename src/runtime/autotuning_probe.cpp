@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
 #include <fstream>
+#include <mutex>
 
 #include <ATen/ATen.h>
 
@@ -18,6 +20,10 @@
 namespace deepspeed::runtime {
 namespace {
 
+std::mutex g_registry_mutex;
+std::map<const void*, std::unique_ptr<AutotuningProbe>> g_registry;
+std::atomic<int> g_registry_size{0};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -26,26 +32,51 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+AutotuningProbe* AutotuningProbe::find(const void* engine) {
+  if (g_registry_size.load(std::memory_order_relaxed) == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  auto it = g_registry.find(engine);
+  return it == g_registry.end() ? nullptr : it->second.get();
+}
+
+void AutotuningProbe::attach(const void* engine, std::unique_ptr<AutotuningProbe> probe) {
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  g_registry[engine] = std::move(probe);
+  g_registry_size = static_cast<int>(g_registry.size());
+}
+
+void AutotuningProbe::detach(const void* engine) {
+  if (g_registry_size.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  g_registry.erase(engine);
+  g_registry_size = static_cast<int>(g_registry.size());
+}
+
 AutotuningProbe::AutotuningProbe(const DeepSpeedConfig& config, AutotuningModelFacts facts, int rank)
-    : config_(config.autotuning), facts_(facts), zero_stage_(config.zero_optimization.stage),
+    : config_(AutotuningConfig::of(config)), facts_(facts), zero_stage_(config.zero_optimization.stage),
       micro_batch_(config.batch.train_micro_batch_size_per_gpu),
       gradient_accumulation_steps_(config.batch.gradient_accumulation_steps),
       train_batch_size_(config.batch.train_batch_size), rank_(rank) {
   sample_memory();
 }
 
-void AutotuningProbe::sample_memory() { peak_in_use_ = std::max(peak_in_use_, memory_in_use_since_base()); }
+// The larger of the data memory in use now and the resident peak since the base: the samples
+// alone miss what happens between them (the flattening at initialization, backward's peak).
+void AutotuningProbe::sample_memory() {
+  peak_in_use_ = std::max({peak_in_use_, memory_in_use_since_base(), peak_resident_since_base()});
+}
 
 void AutotuningProbe::forward_begin() {
   sample_memory();
-  forward_start_in_use_ = memory_in_use_since_base();
+  forward_start_live_ = live_allocated_bytes();
 }
 
 void AutotuningProbe::forward_end() {
-  const int64_t now = memory_in_use_since_base();
-  peak_in_use_ = std::max(peak_in_use_, now);
-  // The first forward's growth: the activations autograd keeps for backward.
-  if (activation_bytes_ < 0) activation_bytes_ = std::max<int64_t>(0, now - forward_start_in_use_);
+  sample_memory();
+  const int64_t now = live_allocated_bytes();
+  // The activations autograd keeps for backward: the growth over the second forward (the first
+  // also maps buffers that stay, e.g. the allocator's arenas of new threads).
+  if (++forwards_ <= 2) activation_bytes_ = std::max<int64_t>(0, now - forward_start_live_);
 }
 
 void AutotuningProbe::after_step(int64_t completed_steps, const std::map<std::string, double>& timers_ms,
@@ -62,6 +93,7 @@ void AutotuningProbe::after_step(int64_t completed_steps, const std::map<std::st
     return peak;
   };
   if (config_.profile_model_info()) {
+    if (completed_steps < 2) return;
     const int64_t peak = peak_all();
     const int64_t per_sample = activation_bytes_ / std::max<int64_t>(1, micro_batch_);
     nlohmann::json info = {{"num_params", facts_.num_params * facts_.mp_world_size},

@@ -1,8 +1,8 @@
 // The engine's side of autotuning (DeepSpeed's autotuning hooks in engine.py): with
 // `autotuning.enabled` the engine measures the optimizer steps start_profile_step..
 // end_profile_step, writes the metric file and ends the process; with `model_info.profile` it
-// measures the model (parameters, activation memory per sample, peak memory of one step) and
-// writes the model-info file after the first step instead. The tuner (tools/deepspeed/autotuner*)
+// measures the model (parameters, activation memory per sample, peak memory of the steps) and
+// writes the model-info file after the second optimizer step instead. The tuner (tools/deepspeed/autotuner*)
 // reads both files.
 //
 // Note [Autotuning exit]: like DeepSpeed, the process exits (status 0) once its files are
@@ -13,9 +13,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "deepspeed/autotuning_config.h"
 #include "deepspeed/config.h"
 
 namespace deepspeed::runtime {
@@ -29,12 +31,22 @@ struct AutotuningModelFacts {
   int64_t mp_world_size = 1;
 };
 
+// Note [Probe registry]: the probe of an engine is found by the engine's address rather than
+// held in a member, so that the engine's public header (included by every client and test) does
+// not change for a feature only experiment processes use. One lookup per forward and step.
 class AutotuningProbe {
  public:
+  /// The probe attached to `engine`, or nullptr (autotuning off: one relaxed atomic load).
+  static AutotuningProbe* find(const void* engine);
+  static void attach(const void* engine, std::unique_ptr<AutotuningProbe> probe);
+  static void detach(const void* engine);
+
   AutotuningProbe(const DeepSpeedConfig& config, AutotuningModelFacts facts, int rank);
 
   void forward_begin();
   void forward_end();
+  /// After backward (and its gradient reduction): the peak of a step is often here.
+  void backward_end() { sample_memory(); }
   /// `flops`: the flops profiler's forward flops of the profiled step (0 when it did not run).
   void set_forward_flops(int64_t flops) { forward_flops_ = flops; }
   /// After each optimizer step: `completed_steps` = global_steps after it, `timers_ms` the step's
@@ -55,8 +67,9 @@ class AutotuningProbe {
   int64_t train_batch_size_;
   int rank_;
   int64_t peak_in_use_ = 0;
-  int64_t forward_start_in_use_ = 0;
-  int64_t activation_bytes_ = -1;  // first forward's growth
+  int64_t forward_start_live_ = 0;
+  int64_t activation_bytes_ = -1;  // the second forward's growth (the first maps one-time buffers)
+  int64_t forwards_ = 0;
   int64_t forward_flops_ = 0;
   std::vector<double> step_latencies_ms_;
 };

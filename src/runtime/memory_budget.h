@@ -20,4 +20,12 @@ std::optional<int64_t> apply_memory_budget_from_env();
 /// failing). Before that call the base is 0.
 int64_t memory_in_use_since_base();
 
+/// The resident set's high-water mark since the base (reset there), minus the base's resident set.
+int64_t peak_resident_since_base();
+
+/// Bytes of live allocations (glibc's in-use and mmap'ed chunks, mallinfo2, plus the host caching
+/// allocator's blocks in use): unlike VmData it drops when memory is freed and grows when freed
+/// memory is reused, so the difference over a forward is the activations it keeps.
+int64_t live_allocated_bytes();
+
 }  // namespace deepspeed::runtime

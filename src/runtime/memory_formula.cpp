@@ -21,6 +21,8 @@ ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in) {
   const int64_t k = in.optimizer_state_bytes_per_param;
   const int64_t shard = in.stage == 0 ? psi : div_up(psi, w);  // elements this rank updates
   const bool mixed = b < 4;
+  // fp16/bf16: the gradient partitions accumulate in fp32 (data_types.grad_accum_dtype).
+  const int64_t grad_bytes = mixed ? 4 : b;
   const int64_t bucket = std::min(std::max<int64_t>(in.reduce_bucket_size, 1), std::max<int64_t>(psi, 1));
   m.optimizer_states = k * shard;
   m.master_params = mixed ? 4 * shard : 0;
@@ -28,18 +30,20 @@ ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in) {
     case 0:
       m.params = b * psi;
       m.grads = b * psi;
-      m.reduction_buffers = w > 1 ? b * bucket : 0;
+      m.reduction_buffers = w > 1 ? b * psi : 0;  // the buckets cover every gradient
+      m.aliased = m.reduction_buffers;            // param.grad is a view of its bucket
       break;
     case 1:
     case 2:
       m.params = b * psi;
-      m.grads = b * shard;
+      m.grads = grad_bytes * shard;
       m.reduction_buffers = w > 1 ? b * bucket * (in.overlap_comm ? 2 : 1) : 0;
       if (in.stage == 1) m.transient = b * psi;  // param.grad until the boundary
       break;
     default:
       m.params = b * shard;
-      m.grads = b * shard;
+      m.grads = grad_bytes * shard;
+      m.reduction_buffers = b * (bucket + (in.reduce_scatter ? div_up(bucket, w) : 0)) * (in.overlap_comm ? 2 : 1);
       // A unit's parameters gathered in full, and the next one prefetched.
       m.transient = 2 * b * in.largest_param_numel;
       break;
@@ -71,6 +75,7 @@ ModelStateInputs model_state_inputs(const DeepSpeedConfig& c, int64_t num_params
   in.offload_param = c.zero_optimization.param_offload() != OffloadDevice::kNone;
   in.reduce_bucket_size = c.zero_optimization.reduce_bucket_size;
   in.overlap_comm = c.zero_optimization.overlap_comm_enabled();
+  in.reduce_scatter = c.zero_optimization.reduce_scatter;
   in.largest_param_numel = largest_param_numel;
   return in;
 }

@@ -24,6 +24,7 @@ struct ModelStateInputs {
   bool offload_param = false;      // offload_param cpu/nvme (stage 3): parameter shards leave it
   int64_t reduce_bucket_size = 500000000;  // elements
   bool overlap_comm = false;       // two reduction buffers instead of one
+  bool reduce_scatter = true;      // stage 3: a receive buffer beside each send buffer
   int64_t largest_param_numel = 0;  // stage 3: a gathered unit is at least this (0: unknown)
 };
 
@@ -39,6 +40,9 @@ struct ModelStateBytes {
   /// Held only during backward and step, on top of the steady state: stage 1 keeps full
   /// gradients in param.grad until the boundary; stage 3 gathers parameters per unit.
   int64_t transient = 0;
+  /// Counted twice above, as the ledger counts them: stage 0's gradients are views of its
+  /// reduction buckets.
+  int64_t aliased = 0;
   /// On the training device at the steady state (the ledger's device_bytes()).
   int64_t device() const {
     return params + master_params + grads + optimizer_states + reduction_buffers -
@@ -49,16 +53,20 @@ struct ModelStateBytes {
   /// Every byte of model states wherever it lives, at its high-water mark: what one process
   /// holds on a CPU-only machine, where "offloaded" states stay in the same memory.
   int64_t total_peak() const {
-    return params + master_params + grads + optimizer_states + reduction_buffers + transient;
+    return params + master_params + grads + optimizer_states + reduction_buffers + transient - aliased;
   }
 };
 
 /// The formula (docs/zero.md): with Ψ parameters, W ranks, b bytes per parameter, k optimizer
-/// bytes per element and B = min(reduce_bucket_size, Ψ):
-///   stage 0: params bΨ, grads bΨ, states kΨ, masters 4Ψ if b < 4, buckets bB;
-///   stage 1: params bΨ, grads bΨ/W (+ bΨ transient in param.grad), states kΨ/W, masters 4Ψ/W;
-///   stage 2: params bΨ, grads bΨ/W, states kΨ/W, masters 4Ψ/W, buckets bB (2bB with overlap);
-///   stage 3: params bΨ/W (+ gathered units transient), grads bΨ/W, states kΨ/W, masters 4Ψ/W.
+/// bytes per element and B = min(reduce_bucket_size, Ψ) (the largest bucket when bucket sizes
+/// are filled exactly; a parameter larger than the bucket size makes a larger one):
+///   stage 0: params bΨ, grads bΨ, states kΨ, masters 4Ψ if b < 4, buckets bΨ (every gradient);
+///   stage 1: params bΨ, grads gΨ/W (+ bΨ transient in param.grad), states kΨ/W, masters 4Ψ/W,
+///            buckets bB (2bB with overlap_comm);
+///   stage 2: the same without the transient;
+///   stage 3: params bΨ/W (+ gathered units transient), grads gΨ/W, states kΨ/W, masters 4Ψ/W,
+///            buckets b(B + B/W with reduce_scatter), twice with overlap_comm;
+/// g = 4 (fp32 gradient partitions) with fp16/bf16, else b.
 /// Offload moves the states (and masters) or the parameter shards to host memory.
 ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in);
 

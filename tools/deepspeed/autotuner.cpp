@@ -24,6 +24,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "autotuning_experiment.h"
 #include "autotuning_space.h"
@@ -143,10 +144,13 @@ class Autotuner {
     launch_.arg_mappings = cfg_.arg_mappings;
     launch_.env["DS_LAUNCHER_KILL_GRACE_S"] = "5";  // an OOM'd experiment's peers stop quickly
     launch_.timeout_s = static_cast<double>(env_int("DS_AUTOTUNING_EXPERIMENT_TIMEOUT_S").value_or(1800));
-    user_gas_ = user_.value("gradient_accumulation_steps", json(1)).is_number_integer()
-                    ? user_["gradient_accumulation_steps"].get<int64_t>()
-                    : 1;
+    const json gas = user_.value("gradient_accumulation_steps", json(1));
+    user_gas_ = gas.is_number_integer() ? gas.get<int64_t>() : 1;
     if (user_gas_ < 1) user_gas_ = 1;
+    // DS_AUTOTUNING_SEARCH=deepspeed: DeepSpeed's own search on the same experiments, for
+    // bench/autotuning (how many experiments DeepSpeed's algorithm needs on this machine).
+    const char* search = std::getenv("DS_AUTOTUNING_SEARCH");
+    deepspeed_search_ = search != nullptr && std::string(search) == "deepspeed";
   }
 
   int tune_and_maybe_run() {
@@ -160,7 +164,11 @@ class Autotuner {
       write_results();
       return 1;
     }
-    for (int64_t stage : requested_stages()) tune_stage(stage);
+    if (deepspeed_search_) {
+      tune_like_deepspeed();
+    } else {
+      for (int64_t stage : requested_stages()) tune_stage(stage);
+    }
     write_results();
     if (best_ < 0) {
       log_error("autotuning: no experiment ran successfully; see " + fs::absolute(cfg_.exps_dir).string());
@@ -299,15 +307,20 @@ class Autotuner {
     }
   }
 
-  // DeepSpeed's model_info_profile_run, at the stage that needs least memory among those asked
-  // for and the smallest micro-batch, for two optimizer steps (the second forward is measured:
-  // the first also pays one-time buffers).
+  // DeepSpeed's model_info_profile_run, at the smallest micro-batch, for two optimizer steps (the
+  // second forward is measured: the first also pays one-time buffers). At the lowest stage asked
+  // for: its model states have no transient part, so the calibration is the formula's best case.
   bool profile_model() {
     const std::vector<int64_t> stages = requested_stages();
-    json c = config_for(stages.back(), cfg_.min_train_micro_batch_size_per_gpu, 1);
+    json c = config_for(stages.front(), cfg_.min_train_micro_batch_size_per_gpu, 1);
     c["autotuning"] = {{"enabled", true}, {"model_info", {{"profile", true}}}};
     Experiment exp{"profile_model_info", "model_info", c, 0};
+    // It measures and is no candidate: not held to the memory budget, so that it runs whichever
+    // stage turns out to fit (DeepSpeed runs it at ZeRO-3, assumed the smallest, under the GPU's).
+    const ExperimentLaunch budgeted = launch_;
+    launch_.env["DS_MEMORY_BUDGET_BYTES"] = "";
     const Record& r = run(exp, 1 + static_cast<int64_t>(stages.size()) * (1 + cfg_.num_tuning_micro_batch_sizes));
+    launch_ = budgeted;
     if (r.result.status != ExperimentStatus::kOk) {
       log_error("autotuning: the model-information run failed (" +
                 std::string(experiment_status_name(r.result.status)) + "): " + r.result.error + "; see " +
@@ -320,7 +333,7 @@ class Autotuner {
     log_info("autotuning: the model has " + std::to_string(m.num_params) + " parameters; activations " +
              mib(static_cast<double>(m.activation_bytes_per_sample)) + " per sample; the rest of the process " +
              mib(static_cast<double>(predictor_->overhead_bytes())) + " (model-information run at ZeRO-" +
-             std::to_string(stages.back()) + ", peak " + mib(static_cast<double>(m.peak_bytes)) + ")");
+             std::to_string(stages.front()) + ", peak " + mib(static_cast<double>(m.peak_bytes)) + ")");
     return true;
   }
 
@@ -590,6 +603,143 @@ class Autotuner {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
+  // --- DeepSpeed's search (autotuner.py), for comparison -----------------------------------------
+  // Its memory estimate: parameters, gradients and Adam states per stage (no buffers), with the
+  // activation bytes per sample of the model-information run.
+  int64_t deepspeed_instantiation_bytes(int64_t stage) const {
+    const int64_t psi = predictor_->info().num_params;
+    const bool half = user_.contains("fp16") && user_["fp16"].value("enabled", false);
+    double params = psi * (half ? 2.0 : 4.0), grads = params, optim = psi * (half ? 16.0 : 8.0);
+    if (stage >= 1) optim /= dp_;
+    if (stage >= 2) grads /= dp_;
+    if (stage >= 3) params /= dp_;
+    return static_cast<int64_t>((params + grads + optim) / cfg_.mp_size);
+  }
+
+  void tune_like_deepspeed() {
+    const int64_t act = std::max<int64_t>(1, predictor_->info().activation_bytes_per_sample);
+    int64_t max_mbs = 0, mbs = 0;
+    double metric = 0;
+    for (int64_t stage : requested_stages()) {
+      if (budget_ <= deepspeed_instantiation_bytes(stage) + act) {
+        log_info("autotuning (DeepSpeed's search): ZeRO-" + std::to_string(stage) + " is not runnable by its estimate");
+        continue;
+      }
+      auto [next_max, next_mbs, next_metric] = deepspeed_tune_space(stage, max_mbs, mbs, metric);
+      if (next_mbs > mbs) {
+        mbs = next_mbs;
+        max_mbs = next_max;
+        metric = next_metric;
+      }
+    }
+  }
+
+  // Returns the index of the run's record and whether it succeeded (DeepSpeed: metric_val).
+  std::pair<bool, double> ds_run(int64_t stage, int64_t m, int64_t gas) {
+    const Record& r = records_[run_mbs(stage, m, gas, 1)];
+    return {r.result.status == ExperimentStatus::kOk, r.result.metric_value};
+  }
+
+  std::tuple<int64_t, int64_t, double> deepspeed_tune_space(int64_t stage, int64_t prev_max_mbs, int64_t prev_best_mbs,
+                                                            double prev_best_metric) {
+    const int64_t act = std::max<int64_t>(1, predictor_->info().activation_bytes_per_sample);
+    const int64_t calculated_max = (budget_ - deepspeed_instantiation_bytes(stage)) / act;
+    if (calculated_max < prev_max_mbs) return {0, 0, 0};
+    // get_min_max_micro_batch_size
+    int64_t min_mbs = prev_max_mbs, max_mbs = -1;
+    std::vector<int64_t> used;
+    const int64_t gas = user_gas_;
+    if (min_mbs > calculated_max) return {0, 0, 0};
+    if (min_mbs < 1) {
+      const json& u = user_.value("train_micro_batch_size_per_gpu", json(1));
+      int64_t m = u.is_number_integer() ? u.get<int64_t>() : 1;
+      auto [ok, v] = ds_run(stage, m, gas);
+      if (!ok) {
+        if (cfg_.min_train_micro_batch_size_per_gpu == m) return {0, 0, 0};
+        m = cfg_.min_train_micro_batch_size_per_gpu;
+        if (!ds_run(stage, m, gas).first) return {0, 0, 0};
+      }
+      used.push_back(m);
+      min_mbs = m;
+    } else {
+      if (!ds_run(stage, min_mbs, gas).first) return {0, 0, 0};
+      used.push_back(min_mbs);
+    }
+    const int64_t cap = cfg_.max_train_micro_batch_size_per_gpu;
+    max_mbs = std::min(calculated_max, max_mbs_cap());
+    bool found = false;
+    for (int64_t m : {static_cast<int64_t>(std::ceil(1.05 * max_mbs)), max_mbs, static_cast<int64_t>(0.95 * max_mbs)}) {
+      if (m > cap) continue;
+      if (std::find(used.begin(), used.end(), m) != used.end()) {
+        max_mbs = m;
+        found = true;
+        break;
+      }
+      if (ds_run(stage, m, gas).first) {
+        used.push_back(m);
+        max_mbs = m;
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      // Binary search, stopping early when the metric plateaus (METRIC_PERCENT_DIFF_CONST 5%).
+      int64_t low = min_mbs, high = max_mbs;
+      std::optional<double> prev_metric;
+      while (low <= high) {
+        const int64_t mid = (low + high) / 2;
+        if (std::find(used.begin(), used.end(), mid) != used.end()) {
+          low = mid + 1;
+          continue;
+        }
+        auto [ok, v] = ds_run(stage, mid, gas);
+        if (ok) {
+          low = mid + 1;
+          used.push_back(mid);
+          if (prev_metric && (v - *prev_metric) / *prev_metric < 0.05) break;
+          prev_metric = v;
+        } else {
+          high = mid - 1;
+        }
+      }
+      max_mbs = low - 1;
+    }
+    if (max_mbs < prev_max_mbs || max_mbs < 1) return {0, 0, 0};
+    const int64_t max_tbs_per_gpu = cfg_.max_train_batch_size ? *cfg_.max_train_batch_size * cfg_.mp_size / world_
+                                                              : max_mbs * user_gas_ / cfg_.mp_size;
+    std::vector<int64_t> sizes =
+        tuning_micro_batch_sizes(min_mbs, max_mbs, cfg_.num_tuning_micro_batch_sizes, max_tbs_per_gpu);
+    double max_metric = 0;
+    for (int64_t m : sizes) {
+      auto [ok, v] = ds_run(stage, m, std::max<int64_t>(1, max_tbs_per_gpu / m));
+      if (ok && m == max_mbs) max_metric = v;
+    }
+    // run_tuning_micro_batch_sizes' refinement below the largest size, same accumulation.
+    const int64_t low_same_gas = sizes.size() > 1 ? sizes[sizes.size() - 2] + 1 : min_mbs;
+    int64_t stride = std::max<int64_t>(1, (max_mbs - low_same_gas) / 3);
+    double best_metric = max_metric;
+    for (int64_t m = low_same_gas + ((max_mbs - 1 - low_same_gas) / stride) * stride; m >= low_same_gas && m < max_mbs;
+         m -= stride) {
+      auto [ok, v] = ds_run(stage, m, std::max<int64_t>(1, max_tbs_per_gpu / m));
+      if (!ok || v <= best_metric * 1.05) break;
+      best_metric = v;
+    }
+    // The stage's best (DeepSpeed returns it to compare stages).
+    int64_t best_mbs = 0;
+    double best = 0;
+    for (const Record& r : records_) {
+      if (r.exp.space == "z" + std::to_string(stage) && r.result.status == ExperimentStatus::kOk &&
+          r.result.metric_value > best) {
+        best = r.result.metric_value;
+        best_mbs = r.exp.ds_config["train_micro_batch_size_per_gpu"].get<int64_t>();
+      }
+    }
+    (void)prev_best_mbs;
+    (void)prev_best_metric;
+    return {max_mbs, best_mbs, best};
+  }
+
+  bool deepspeed_search_ = false;
   const AutotuneRequest& request_;
   json user_;
   AutotuningConfig cfg_;

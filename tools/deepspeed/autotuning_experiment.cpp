@@ -83,7 +83,13 @@ std::pair<int, bool> run_to_files(const std::vector<std::string>& argv, const st
     ::dup2(in, 0);
     ::dup2(out, 1);
     ::dup2(err, 2);
-    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    for (const auto& [k, v] : env) {
+      if (v.empty()) {
+        ::unsetenv(k.c_str());
+      } else {
+        ::setenv(k.c_str(), v.c_str(), 1);
+      }
+    }
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);

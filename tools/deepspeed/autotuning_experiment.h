@@ -40,7 +40,7 @@ struct ExperimentLaunch {
   std::string program;
   std::vector<std::string> program_args;   // with the config flag; arg_mappings applied per run
   std::map<std::string, std::string> arg_mappings;
-  std::map<std::string, std::string> env;  // added to the experiment's environment
+  std::map<std::string, std::string> env;  // set in the experiment's environment ("" unsets)
   double timeout_s = 600;
 };
 
