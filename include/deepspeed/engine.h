@@ -36,6 +36,7 @@ namespace profiling {
 class FlopsProfiler;
 }
 namespace runtime {
+class AutotuningProbe;
 class LossScaler;
 class ThroughputTimer;
 class Timers;
@@ -308,6 +309,7 @@ class Engine {
   bool steady_state_reported_ = false;  // memory report after the first applied optimizer step
   at::ScalarType model_dtype_ = at::kFloat;
   std::unique_ptr<runtime::Timers> timers_;
+  std::unique_ptr<runtime::AutotuningProbe> autotuning_;  // autotuning.enabled (docs/autotuning.md)
 
   int64_t global_steps_ = 0;
   int64_t global_samples_ = 0;

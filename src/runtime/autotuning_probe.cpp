@@ -7,9 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <atomic>
 #include <fstream>
-#include <mutex>
 
 #include <ATen/ATen.h>
 
@@ -20,10 +18,6 @@
 namespace deepspeed::runtime {
 namespace {
 
-std::mutex g_registry_mutex;
-std::map<const void*, std::unique_ptr<AutotuningProbe>> g_registry;
-std::atomic<int> g_registry_size{0};
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -31,26 +25,6 @@ double median(std::vector<double> v) {
 }
 
 }  // namespace
-
-AutotuningProbe* AutotuningProbe::find(const void* engine) {
-  if (g_registry_size.load(std::memory_order_relaxed) == 0) return nullptr;
-  std::lock_guard<std::mutex> lock(g_registry_mutex);
-  auto it = g_registry.find(engine);
-  return it == g_registry.end() ? nullptr : it->second.get();
-}
-
-void AutotuningProbe::attach(const void* engine, std::unique_ptr<AutotuningProbe> probe) {
-  std::lock_guard<std::mutex> lock(g_registry_mutex);
-  g_registry[engine] = std::move(probe);
-  g_registry_size = static_cast<int>(g_registry.size());
-}
-
-void AutotuningProbe::detach(const void* engine) {
-  if (g_registry_size.load(std::memory_order_relaxed) == 0) return;
-  std::lock_guard<std::mutex> lock(g_registry_mutex);
-  g_registry.erase(engine);
-  g_registry_size = static_cast<int>(g_registry.size());
-}
 
 AutotuningProbe::AutotuningProbe(const DeepSpeedConfig& config, AutotuningModelFacts facts, int rank)
     : config_(AutotuningConfig::of(config)), facts_(facts), zero_stage_(config.zero_optimization.stage),

@@ -31,16 +31,9 @@ struct AutotuningModelFacts {
   int64_t mp_world_size = 1;
 };
 
-// Note [Probe registry]: the probe of an engine is found by the engine's address rather than
-// held in a member, so that the engine's public header (included by every client and test) does
-// not change for a feature only experiment processes use. One lookup per forward and step.
+// Held by the engine of an experiment process (autotuning.enabled); absent otherwise.
 class AutotuningProbe {
  public:
-  /// The probe attached to `engine`, or nullptr (autotuning off: one relaxed atomic load).
-  static AutotuningProbe* find(const void* engine);
-  static void attach(const void* engine, std::unique_ptr<AutotuningProbe> probe);
-  static void detach(const void* engine);
-
   AutotuningProbe(const DeepSpeedConfig& config, AutotuningModelFacts facts, int rank);
 
   void forward_begin();

@@ -258,11 +258,11 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     facts.param_bytes = c10::elementSize(model_dtype_);
     facts.dp_world_size = config_.batch.dp_world_size;
     facts.mp_world_size = mpu_ ? mpu_->get_model_parallel_world_size() : 1;
-    runtime::AutotuningProbe::attach(this, std::make_unique<runtime::AutotuningProbe>(config_, facts, comm::get_rank()));
+    autotuning_ = std::make_unique<runtime::AutotuningProbe>(config_, facts, comm::get_rank());
   }
 }
 
-Engine::~Engine() { runtime::AutotuningProbe::detach(this); }  // See Note [Probe registry]
+Engine::~Engine() = default;
 
 void Engine::set_parallel_groups() {
   if (!mpu_) {
@@ -345,7 +345,7 @@ void Engine::build_lr_scheduler(LRSchedulerFactory lr_scheduler) {
 
 void Engine::forward_begin() {
   comm::set_phase(comm::Phase::kForward);
-  if (auto* probe = runtime::AutotuningProbe::find(this)) probe->forward_begin();
+  if (autotuning_) autotuning_->forward_begin();
   // Matches DeepSpeed: the profiler records the forward of global step profile_step on rank 0.
   if (flops_profiler_ && comm::get_rank() == 0 &&
       global_steps_ == config_.flops_profiler.profile_step && !flops_profiler_->started()) {
@@ -362,7 +362,7 @@ void Engine::forward_end() {
   timers_->stop("fwd");
   timers_->stop("fwd_microstep");
   if (profiling_step_ && flops_profiler_->started()) flops_profiler_->stop_profile();
-  if (auto* probe = runtime::AutotuningProbe::find(this)) probe->forward_end();
+  if (autotuning_) autotuning_->forward_end();
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {
@@ -405,7 +405,7 @@ at::Tensor Engine::backward(const at::Tensor& loss) {
   timers_->start("bwd_allreduce_microstep");
   timers_->start("bwd_allreduce");
   with_memory_report("gradient reduction", [&] { zero_->end_backward(boundary); });
-  if (auto* probe = runtime::AutotuningProbe::find(this)) probe->backward_end();
+  if (autotuning_) autotuning_->backward_end();
   timers_->stop("bwd_allreduce");
   timers_->stop("bwd_allreduce_microstep");
   timers_->stop("bwd");
@@ -465,8 +465,8 @@ void Engine::step() {
   boundary_override_.reset();
   comm::set_phase(comm::Phase::kOther);
   // May end the process once the profile steps are measured (Note [Autotuning exit]).
-  if (auto* probe = boundary ? runtime::AutotuningProbe::find(this) : nullptr) {
-    probe->after_step(global_steps_, last_step_timers_, memory_stats().device_bytes());
+  if (boundary && autotuning_) {
+    autotuning_->after_step(global_steps_, last_step_timers_, memory_stats().device_bytes());
   }
 }
 
@@ -572,7 +572,7 @@ void Engine::finish_profile() {
     ctx.bwd_latency_s = last_step_timers_["bwd"] / 1e3;
     ctx.step_latency_s = last_step_timers_["step"] / 1e3;
   }
-  if (auto* probe = runtime::AutotuningProbe::find(this)) probe->set_forward_flops(flops_profiler_->get_total_flops());
+  if (autotuning_) autotuning_->set_forward_flops(flops_profiler_->get_total_flops());
   flops_profiler_->print_model_profile(global_steps_ - 1, ctx);
   flops_profiler_->end_profile();
 }
