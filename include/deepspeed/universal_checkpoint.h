@@ -61,10 +61,14 @@ struct UniversalConversion {
 };
 
 /// ds_to_universal: converts `<input_tag_dir>` (ZeRO 1/2, any tensor- and data-parallel size)
-/// into `output_dir` and writes `latest_universal` (the output folder's name) beside it. Throws
-/// CheckpointError naming the file or parameter that is missing or inconsistent.
+/// into `output_dir` and (`write_latest`) writes `latest_universal` (the output folder's name)
+/// beside it. Throws CheckpointError naming the file or parameter that is missing or
+/// inconsistent.
 UniversalConversion ds_to_universal(const std::string& input_tag_dir,
-                                    const std::string& output_dir);
+                                    const std::string& output_dir, bool write_latest = true);
+
+/// The number of mp_rank_XX_model_states.pt files in a tag folder (its tensor-parallel size).
+int count_model_parallel_files(const std::string& tag_dir);
 
 /// The tag in `<dir>/latest_universal` (surrounding whitespace dropped); nullopt when there is
 /// no such file.

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -32,6 +33,7 @@
 #include "deepspeed/version.h"
 #include "deepspeed/zero3.h"
 #include "runtime/precision/loss_scaler.h"
+#include "runtime/tensor_parallel/engine_autotp.h"
 #include "runtime/zero/flat_zero_optimizer.h"
 #include "runtime/zero/universal_load.h"
 #include "runtime/zero/zero_checkpoint.h"
@@ -439,6 +441,45 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
   SwappedIn swapped(zero_.get());
   LoadPlan plan;
   runtime::ZeroCheckpointContext ctx = checkpoint_context(tag_dir);
+  // Beyond DeepSpeed: a checkpoint of another tensor-parallel size loads directly. Global rank 0
+  // converts it as ds_to_universal does, into a hidden folder beside it (every rank must see
+  // it, as they see the checkpoint), and every rank loads that as a universal checkpoint; the
+  // folder is removed once every rank has read it (all_ranks_or_none meets after the read).
+  bool reshape = false;
+  struct RemoveOnRank0 {
+    std::string dir;
+    ~RemoveOnRank0() {
+      if (!dir.empty() && comm::get_rank() == 0) {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+      }
+    }
+  } reshape_folder;
+  // Only where the model-parallel group is the tensor-parallel one (not a pipeline's stages).
+  const auto tp_group = runtime::tensor_parallel_group_of(module_->parameters());
+  const bool mp_is_tp =
+      mp_group_.size() == 1 || (tp_group && tp_group->size() == mp_group_.size());
+  if (!universal && zero_ && mp_is_tp && is_directory(tag_dir)) {
+    const int saved_tp = ckpt::count_model_parallel_files(tag_dir);
+    if (saved_tp > 0 && saved_tp != mp_group_.size()) {
+      reshape = true;
+      const std::string tmp = load_dir + "/." + *name + ".tp" +
+                              std::to_string(mp_group_.size()) + ".universal";
+      all_ranks_or_none("load_checkpoint(" + tag_dir + ") converting tensor-parallel size " +
+                            std::to_string(saved_tp) + " to " +
+                            std::to_string(mp_group_.size()),
+                        [&] {
+                          if (comm::get_rank() != 0) return;
+                          reshape_folder.dir = tmp;
+                          ckpt::ds_to_universal(tag_dir, tmp, /*write_latest=*/false);
+                        });
+      ctx.tag_dir = tmp;
+      log::info_rank0("load_checkpoint: " + tag_dir + " was written with tensor-parallel size " +
+                      std::to_string(saved_tp) + ", this engine runs " +
+                      std::to_string(mp_group_.size()) + ": loading it through a universal "
+                      "conversion");
+    }
+  }
   ctx.want_optimizer = want_optimizer;
   ctx.load_module_strict = options.load_module_strict;
   // The checks of what every stage shares, once the stage has read the model states.
@@ -477,7 +518,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
              load_dir, " does not exist");
     DS_CHECK(is_directory(tag_dir), CheckpointError, "load_checkpoint: no checkpoint with tag '",
              *name, "' in ", load_dir, " (no directory ", tag_dir, ")");
-    if (universal) {
+    if (universal || reshape) {
       auto* flat = dynamic_cast<runtime::FlatZeroOptimizer*>(zero_.get());
       DS_CHECK(!zero_ || flat != nullptr, NotSupportedError,
                "checkpoint.load_universal with zero_optimization.stage 3: universal checkpoints "

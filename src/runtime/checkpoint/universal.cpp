@@ -207,12 +207,26 @@ std::map<std::string, TensorParallelSplit> tensor_parallel_splits(const c10::IVa
   return out;
 }
 
+int count_model_parallel_files(const std::string& tag_dir) {
+  int n = 0;
+  for (const auto& path : list_files_with_suffix(tag_dir, "_model_states.pt")) {
+    const std::string base = path.substr(path.rfind('/') + 1);
+    if (base.rfind("mp_rank_", 0) == 0) ++n;
+  }
+  return n;
+}
+
 UniversalConversion ds_to_universal(const std::string& input_tag_dir,
-                                    const std::string& output_dir) {
+                                    const std::string& output_dir, bool write_latest) {
   struct stat st {};
   DS_CHECK(::stat(input_tag_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), CheckpointError,
            "ds_to_universal: input folder ", input_tag_dir, " does not exist");
   const std::string first = mp_file(input_tag_dir, 0);
+  DS_CHECK(file_exists(first) ||
+               !file_exists(input_tag_dir + "/" + zero3_model_states_file_name(0)),
+           NotSupportedError, "ds_to_universal: ", input_tag_dir, " is a ZeRO-3 checkpoint ("
+           "zero_pp_rank_0_mp_rank_00_model_states.pt); ds_to_universal converts ZeRO 1/2 "
+           "checkpoints");
   DS_CHECK(file_exists(first), CheckpointError, "ds_to_universal: ", input_tag_dir, " has no ",
            model_states_file_name(0), " (pass the tag folder, <dir>/<tag>)");
   const IValue raw0 = load(first);
@@ -275,6 +289,7 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
     save(m == 0 ? raw0 : load(mp_file(input_tag_dir, m)),
          output_dir + "/" + model_states_file_name(static_cast<int>(m)));
   }
+  if (!write_latest) return result;
   // latest_universal beside the output folder names it, as DeepSpeed's tool writes it.
   std::string out = output_dir;
   while (out.size() > 1 && out.back() == '/') out.pop_back();
