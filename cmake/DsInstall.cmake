@@ -1,7 +1,7 @@
 # `cmake --install <build> --prefix P` lays out deepspeed-cpp for other CMake projects:
 #   P/include/deepspeed/*.h          the public headers (they include no private header)
 #   P/lib/libdeepspeed.a, libds_ops_cpu_adam.a
-#   P/bin/deepspeed, ds_config, ds_report, zero_to_fp32
+#   P/bin/deepspeed, ds_config, ds_report, zero_to_fp32, ds_to_universal
 #   P/lib/cmake/deepspeed/deepspeedConfig.cmake (+ Version, Targets)
 # A downstream project then writes
 #   find_package(deepspeed REQUIRED)
@@ -16,7 +16,7 @@ install(TARGETS deepspeed ds_ops_cpu_adam
         EXPORT deepspeedTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(TARGETS deepspeed_launcher ds_config ds_report zero_to_fp32
+install(TARGETS deepspeed_launcher ds_config ds_report zero_to_fp32 ds_to_universal
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 set(DS_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/deepspeed)

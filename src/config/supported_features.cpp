@@ -69,7 +69,6 @@ void check_features_supported(const DeepSpeedConfig& c) {
   if (c.sparse_gradients) refuse(c, "sparse_gradients");
   if (c.wandb.enabled) refuse(c, "wandb.enabled");
   if (c.comet_enabled) refuse(c, "comet.enabled");
-  if (c.checkpoint.load_universal) refuse(c, "checkpoint.load_universal");
 
   if (c.elasticity.enabled) refuse(c, "elasticity.enabled");
   if (c.progressive_layer_drop.enabled) refuse(c, "progressive_layer_drop.enabled");

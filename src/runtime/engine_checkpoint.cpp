@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -28,10 +29,13 @@
 #include "deepspeed/engine.h"
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
+#include "deepspeed/universal_checkpoint.h"
 #include "deepspeed/version.h"
 #include "deepspeed/zero3.h"
 #include "runtime/precision/loss_scaler.h"
+#include "runtime/tensor_parallel/engine_autotp.h"
 #include "runtime/zero/flat_zero_optimizer.h"
+#include "runtime/zero/universal_load.h"
 #include "runtime/zero/zero_checkpoint.h"
 #include "runtime/zero/zero_optimizer.h"
 #include "util/check.h"
@@ -48,6 +52,8 @@ using List = c10::impl::GenericList;
 // Ours, not DeepSpeed's: every rank's generator state, in the model-states file (rank 0 writes
 // it), as a list indexed by rank of {"torch_rng_state": uint8 tensor} (Megatron's key name).
 constexpr const char* kRngStateKey = "rng_state";
+// DeepSpeed's key for what ds_to_universal needs to know about the model-parallel splits.
+constexpr const char* kUniversalInfoKey = "universal_checkpoint_info";
 
 // Runs `fn` on every rank; if it threw on any rank, every rank throws: the failing ranks their
 // own error, the others a CheckpointError naming them. Keeps ranks from parting ways (one rank
@@ -263,6 +269,10 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
   m.ds_config = config_.raw;
   m.ds_version = kDeepSpeedCompatVersion;
   m.client_state = client_state;
+  if (mp_group_.size() > 1) {  // which parameters are split, for ds_to_universal
+    m.client_state.emplace_back(kUniversalInfoKey,
+                                ckpt::universal_checkpoint_info(*module_, mp_group_.size()));
+  }
   return m;
 }
 
@@ -275,8 +285,8 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
            "save_checkpoint: called between backward() and step() on an accumulation boundary; "
            "save after step()");
   for (const auto& [key, value] : client_state) {
-    DS_CHECK(key != kRngStateKey, UsageError, "save_checkpoint: client_state key '", key,
-             "' is reserved for the engine's RNG states");
+    DS_CHECK(key != kRngStateKey && key != kUniversalInfoKey, UsageError,
+             "save_checkpoint: client_state key '", key, "' is reserved for the engine");
   }
   const std::string name = tag.value_or(ckpt::default_tag(global_steps_));
   const std::string mode = config_.checkpoint.tag_validation;
@@ -403,6 +413,14 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
   DS_CHECK(!zero_ || !zero_->backward_pending(), UsageError,
            "load_checkpoint: called between backward() and step() on an accumulation boundary");
   std::optional<std::string> name = tag;
+  const bool universal = config_.checkpoint.load_universal;
+  if (!name && universal) {
+    // Matches DeepSpeed: a universal load without a tag needs `latest_universal`.
+    name = ckpt::read_latest_universal(load_dir);
+    DS_CHECK(name.has_value(), CheckpointError, "load_checkpoint: checkpoint.load_universal is "
+             "true but ", load_dir, "/latest_universal does not exist; pass the tag of the "
+             "universal checkpoint folder or run ds_to_universal");
+  }
   if (!name) {
     name = ckpt::read_latest(load_dir);
     if (!name) {
@@ -423,6 +441,45 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
   SwappedIn swapped(zero_.get());
   LoadPlan plan;
   runtime::ZeroCheckpointContext ctx = checkpoint_context(tag_dir);
+  // Beyond DeepSpeed: a checkpoint of another tensor-parallel size loads directly. Global rank 0
+  // converts it as ds_to_universal does, into a hidden folder beside it (every rank must see
+  // it, as they see the checkpoint), and every rank loads that as a universal checkpoint; the
+  // folder is removed once every rank has read it (all_ranks_or_none meets after the read).
+  bool reshape = false;
+  struct RemoveOnRank0 {
+    std::string dir;
+    ~RemoveOnRank0() {
+      if (!dir.empty() && comm::get_rank() == 0) {
+        std::error_code ec;
+        std::filesystem::remove_all(dir, ec);
+      }
+    }
+  } reshape_folder;
+  // Only where the model-parallel group is the tensor-parallel one (not a pipeline's stages).
+  const auto tp_group = runtime::tensor_parallel_group_of(module_->parameters());
+  const bool mp_is_tp =
+      mp_group_.size() == 1 || (tp_group && tp_group->size() == mp_group_.size());
+  if (!universal && zero_ && mp_is_tp && is_directory(tag_dir)) {
+    const int saved_tp = ckpt::count_model_parallel_files(tag_dir);
+    if (saved_tp > 0 && saved_tp != mp_group_.size()) {
+      reshape = true;
+      const std::string tmp = load_dir + "/." + *name + ".tp" +
+                              std::to_string(mp_group_.size()) + ".universal";
+      all_ranks_or_none("load_checkpoint(" + tag_dir + ") converting tensor-parallel size " +
+                            std::to_string(saved_tp) + " to " +
+                            std::to_string(mp_group_.size()),
+                        [&] {
+                          if (comm::get_rank() != 0) return;
+                          reshape_folder.dir = tmp;
+                          ckpt::ds_to_universal(tag_dir, tmp, /*write_latest=*/false);
+                        });
+      ctx.tag_dir = tmp;
+      log::info_rank0("load_checkpoint: " + tag_dir + " was written with tensor-parallel size " +
+                      std::to_string(saved_tp) + ", this engine runs " +
+                      std::to_string(mp_group_.size()) + ": loading it through a universal "
+                      "conversion");
+    }
+  }
   ctx.want_optimizer = want_optimizer;
   ctx.load_module_strict = options.load_module_strict;
   // The checks of what every stage shares, once the stage has read the model states.
@@ -461,7 +518,13 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
              load_dir, " does not exist");
     DS_CHECK(is_directory(tag_dir), CheckpointError, "load_checkpoint: no checkpoint with tag '",
              *name, "' in ", load_dir, " (no directory ", tag_dir, ")");
-    if (zero_) {
+    if (universal || reshape) {
+      auto* flat = dynamic_cast<runtime::FlatZeroOptimizer*>(zero_.get());
+      DS_CHECK(!zero_ || flat != nullptr, NotSupportedError,
+               "checkpoint.load_universal with zero_optimization.stage 3: universal checkpoints "
+               "load with ZeRO stages 0, 1 and 2");
+      runtime::read_universal_checkpoint(ctx, flat, mp_rank_, mp_group_.size(), &plan);
+    } else if (zero_) {
       zero_->read_checkpoint(ctx, &plan);
     } else {
       runtime::read_replicated_model_states(ctx, &plan);
@@ -526,10 +589,11 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
                                            plan.lr_scheduler.has_value(),
                                            plan.load_optimizer && plan.optimizer_in_model_states);
   (void)out.client_state.erase(kRngStateKey);
+  (void)out.client_state.erase(kUniversalInfoKey);
   std::ostringstream keys;
   size_t i = 0;
   for (const auto& [key, value] : plan.states.client_state) {
-    if (key != kRngStateKey) keys << (i++ ? ", " : "") << key;
+    if (key != kRngStateKey && key != kUniversalInfoKey) keys << (i++ ? ", " : "") << key;
   }
   if (i) restored.push_back("client state [" + keys.str() + "]");
   std::ostringstream os;

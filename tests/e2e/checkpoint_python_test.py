@@ -11,6 +11,9 @@ users (torch.load, DeepSpeed) read them, and writes files the way Python DeepSpe
                                       every file an engine save wrote (and DIR/pytorch_model.bin)
                                       loads under the weights_only allowlist with DeepSpeed's
                                       keys; the fp32 partitions rebuild the module's weights
+  check_universal DIR TP               ds_to_universal's output DIR: every zero/<param>/*.pt loads
+                                      under weights_only as {"param": full tensor, ...}; fp32
+                                      equals the TP ranks' module shards joined along cat_dim
   write_engine_zero2 DIR W            a Python-DeepSpeed ZeRO-2 checkpoint of a two-Linear model
                                       (fc1 4->8, fc2 8->2) with Adam state, plus DIR/expected.pt
 
@@ -526,6 +529,36 @@ def write_engine_zero2(directory, world):
         expected["exp_avg." + n] = exp_avg[n]
         expected["exp_avg_sq." + n] = exp_avg_sq[n]
     torch.save(expected, os.path.join(directory, "expected.pt"))
+    print("OK")
+
+
+def check_universal(directory, tp):
+    tp = int(tp)
+    mp = [restricted_load(os.path.join(directory, f"mp_rank_{m:02d}_model_states.pt"))["module"]
+          for m in range(tp)]
+    zero = os.path.join(directory, "zero")
+    names = sorted(n for n in os.listdir(zero) if os.path.isdir(os.path.join(zero, n)))
+    check(sorted(names) == sorted(mp[0].keys()), f"universal parameters {names}")
+    for name in names:
+        for key in ("fp32", "exp_avg", "exp_avg_sq", "step"):
+            path = os.path.join(zero, name, key + ".pt")
+            d = weights_only_load(path) if TORCH_MAJOR >= 2 else restricted_load(path)
+            check(isinstance(d, dict) and torch.is_tensor(d["param"]), f"{path}: param")
+            if key == "step":
+                check(d["param"].dim() == 0 and float(d["param"]) == 2.0, f"{path}: step")
+                continue
+            if key != "fp32":
+                continue
+            if "cat_dim" in d:
+                want = torch.cat([m[name] for m in mp], dim=d["cat_dim"])
+            else:
+                want = mp[0][name]
+            check(d["param"].shape == want.shape and torch.equal(d["param"], want.float()),
+                  f"{path}: fp32 {tuple(d['param'].shape)} vs joined shards {tuple(want.shape)}")
+    state = restricted_load(os.path.join(zero, "optimizer_state.pt"))
+    check("param_groups" in state, "optimizer_state.pt param_groups")
+    with open(os.path.join(os.path.dirname(directory.rstrip("/")), "latest_universal")) as f:
+        check(f.read() == os.path.basename(directory.rstrip("/")), "latest_universal")
     print("OK")
 
 

@@ -11,6 +11,7 @@
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/optimizers.h"
+#include "deepspeed/universal_checkpoint.h"
 #include "support/multi_rank.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
@@ -131,6 +132,32 @@ TEST(EngineCheckpointPython, LoadsAPythonDeepSpeedCheckpointOnAnotherWorldSize) 
   e->backward(e->forward(x, y));
   e->step();
   EXPECT_EQ(e->global_steps(), 4);
+}
+
+// ds_to_universal's output of a TP=2 (AutoTP: fc1 column-, fc2 row-parallel) ZeRO-1 save reads
+// in Python: DeepSpeed's per-parameter files, full tensors joined along their cat_dim.
+TEST(EngineCheckpointPython, UniversalCheckpointLoadsInPython) {
+  if (!python_torch_available()) GTEST_SKIP() << "SKIPPED: python3 cannot import torch";
+  std::optional<testing::TempDir> tmp;
+  if (!in_rank_process()) tmp.emplace("ds_universal_py");
+  testing::RunOptions o;
+  o.env.push_back({"DS_TEST_DIR", tmp ? tmp->path() : ""});
+  testing::run_ranks(2, [](int rank, int) {
+    auto model = std::make_shared<TwoLinearImpl>();
+    json cfg = config(1, false);
+    cfg["tensor_parallel"] = {{"autotp_size", 2}};
+    auto e = initialize(model, cfg).engine;
+    for (int s = 0; s < 2; ++s) {
+      auto [x, y] = testing::tiny_batch(s * 2, 2);
+      e->backward(e->forward(x, y));
+      e->step();
+    }
+    e->save_checkpoint(std::getenv("DS_TEST_DIR"), std::string("step2"));
+    (void)rank;
+  }, o);
+  if (in_rank_process()) return;
+  ckpt::ds_to_universal(tmp->path() + "/step2", tmp->path() + "/step2_universal");
+  EXPECT_EQ(python("check_universal " + tmp->path() + "/step2_universal 2"), "");
 }
 
 }  // namespace

@@ -1,0 +1,365 @@
+// Universal checkpoints: the engine's record of its tensor-parallel splits
+// (universal_checkpoint_info), the offline conversion (ds_to_universal) and the per-rank slice
+// a universal load takes. Layout as DeepSpeed's ds_to_universal.py writes it; see
+// include/deepspeed/universal_checkpoint.h.
+#include "deepspeed/universal_checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/errors.h"
+#include "deepspeed/tensor_parallel.h"
+#include "runtime/zero/repartition.h"
+#include "util/check.h"
+
+namespace deepspeed::checkpoint {
+namespace {
+
+using c10::IValue;
+using List = c10::impl::GenericList;
+
+constexpr const char* kInfoKey = "universal_checkpoint_info";
+constexpr double kUniversalVersion = 0.2;  // DeepSpeed's universal_checkpoint_version for
+                                           // Megatron-style checkpoints
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+List string_list(const std::vector<std::string>& names) {
+  List l(c10::StringType::get());
+  for (const auto& n : names) l.push_back(n);
+  return l;
+}
+
+std::string mp_file(const std::string& dir, int64_t m) {
+  return dir + "/" + model_states_file_name(static_cast<int>(m));
+}
+
+// One model-parallel rank's fp32 weights and per-element optimizer states, by parameter name,
+// merged over its data-parallel ranks (padding dropped).
+struct RankParams {
+  std::map<std::string, runtime::SavedParams> states;  // "fp32", "exp_avg", ... -> params
+  std::map<std::string, at::Tensor> step;              // param -> its step (a 0-d tensor)
+  std::vector<std::string> order;                      // names in param_shapes order
+  IValue param_groups;
+  IValue loss_scaler;
+};
+
+at::Tensor as_step_tensor(const IValue& v, const std::string& where) {
+  if (v.isTensor()) return v.toTensor().detach().clone();
+  if (v.isInt()) return at::scalar_tensor(static_cast<double>(v.toInt()), at::kFloat);
+  if (v.isDouble()) return at::scalar_tensor(v.toDouble(), at::kFloat);
+  DS_CHECK(false, CheckpointError, where, ": 'step' is neither a number nor a tensor");
+  return {};
+}
+
+RankParams read_model_parallel_rank(const std::string& dir, int64_t m) {
+  RankParams out;
+  const std::string model_path = mp_file(dir, m);
+  const ModelStates states = ModelStates::from_ivalue(load(model_path), model_path);
+  DS_CHECK(states.param_shapes.has_value(), CheckpointError, model_path,
+           ": has no param_shapes: ds_to_universal converts ZeRO stage 1/2 checkpoints "
+           "(stage 0 keeps its optimizer in the model states; stage 3 is not supported)");
+  const auto& shapes = *states.param_shapes;
+  for (const auto& g : shapes) {
+    for (const auto& item : g) out.order.push_back(item.key());
+  }
+  char suffix[64];
+  std::snprintf(suffix, sizeof suffix, "mp_rank_%02d_optim_states.pt", static_cast<int>(m));
+  const auto files = list_files_with_suffix(dir, suffix);
+  DS_CHECK(!files.empty(), CheckpointError, dir, ": no '*_", suffix,
+           "' files for model-parallel rank ", m, " (a ZeRO 1/2 checkpoint has one per rank)");
+  std::vector<ZeroOptimizerStates> ranks;
+  for (const auto& f : files) {
+    ranks.push_back(ZeroOptimizerFile::from_ivalue(load(f), f).optimizer_state_dict);
+  }
+  int64_t saved_world = 0;
+  for (int64_t c : ranks[0].partition_count) saved_world = std::max(saved_world, c);
+  DS_CHECK(static_cast<int64_t>(ranks.size()) == saved_world, CheckpointError, dir,
+           ": model-parallel rank ", m, " has ", ranks.size(), " optimizer-states files but "
+           "partition_count says ", saved_world);
+  for (size_t g = 0; g < shapes.size(); ++g) {
+    std::vector<at::Tensor> masters;
+    std::map<std::string, std::vector<at::Tensor>> per_element;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      const auto& parts = ranks[r].single_partition_of_fp32_groups;
+      DS_CHECK(parts.size() == shapes.size(), CheckpointError, files[r], ": ", parts.size(),
+               " fp32 partition groups, param_shapes lists ", shapes.size());
+      const int64_t real = parts[g].numel();
+      masters.push_back(parts[g]);
+      Dict base = ranks[r].base_optimizer_state.toGenericDict();
+      DS_CHECK(base.contains("state") && base.contains("param_groups"), CheckpointError,
+               files[r], ": base_optimizer_state has no state/param_groups");
+      if (r == 0 && g == 0) out.param_groups = base.at("param_groups");
+      Dict state = base.at("state").toGenericDict();
+      const IValue key(static_cast<int64_t>(g));
+      if (!state.contains(key)) continue;  // no step taken yet
+      for (const auto& e : state.at(key).toGenericDict()) {
+        const std::string name = e.key().toStringRef();
+        const IValue& v = e.value();
+        if (v.isTensor() && v.toTensor().dim() == 1 && v.toTensor().numel() >= real &&
+            name != "step") {
+          per_element[name].push_back(v.toTensor().narrow(0, 0, real));
+        } else if (name == "step" && r == 0) {
+          const at::Tensor step = as_step_tensor(v, files[r] + ": state[" +
+                                                        std::to_string(g) + "]");
+          for (const auto& item : shapes[g]) out.step[item.key()] = step;
+        }
+      }
+    }
+    runtime::split_saved_group(at::cat(masters), shapes[g], files[0], &out.states["fp32"]);
+    for (auto& [name, pieces] : per_element) {
+      DS_CHECK(pieces.size() == ranks.size(), CheckpointError, dir, ": optimizer state '", name,
+               "' of group ", g, " is missing on some data-parallel ranks of model-parallel rank ",
+               m);
+      runtime::split_saved_group(at::cat(pieces), shapes[g], files[0], &out.states[name]);
+    }
+  }
+  out.loss_scaler = ranks[0].loss_scaler.to_ivalue(false);
+  return out;
+}
+
+void save_param_state(const std::string& folder, const std::string& key, const at::Tensor& t,
+                      const TensorParallelSplit* split) {
+  Dict d = new_dict();
+  d.insert("param", t.contiguous());
+  if (split) {
+    d.insert("cat_dim", static_cast<int64_t>(split->partition_dim));
+    if (split->partition_stride > 1) {
+      d.insert("param_n_sub_params", static_cast<int64_t>(split->partition_stride));
+    }
+    if (split->original_vocab_size >= 0) d.insert("vocab_tensor", true);
+  }
+  save(d, folder + "/" + key + ".pt");
+}
+
+}  // namespace
+
+c10::IValue universal_checkpoint_info(const torch::nn::Module& module, int64_t tp_degree) {
+  Dict info = new_dict();
+  info.insert("universal_checkpoint_version", kUniversalVersion);
+  info.insert("tp_degree", tp_degree);
+  Dict splits = new_dict();
+  std::vector<std::string> row, vocab;
+  int64_t original_vocab = -1, padded_vocab = -1;
+  for (const auto& m : module.named_modules()) {
+    const auto* emb = dynamic_cast<const tensor_parallel::VocabParallelEmbeddingImpl*>(
+        m.value().get());
+    if (emb == nullptr) continue;
+    vocab.push_back(m.key().empty() ? "weight" : m.key() + ".weight");
+    original_vocab = emb->vocab_size();
+    padded_vocab = emb->padded_vocab_size();
+  }
+  for (const auto& p : module.named_parameters()) {
+    if (!tensor_parallel::is_tensor_parallel(p.value())) continue;
+    const auto s = tensor_parallel::shard_info(p.value());
+    Dict d = new_dict();
+    d.insert("partition_dim", static_cast<int64_t>(s.partition_dim));
+    d.insert("partition_stride", static_cast<int64_t>(s.partition_stride));
+    splits.insert(p.key(), d);
+    if (s.partition_dim == 1) row.push_back(p.key());
+  }
+  info.insert("tensor_parallel_parameters", splits);
+  info.insert("parameter_with_row_parallelism_patterns", string_list(row));
+  info.insert("vocabulary_parameter_patterns", string_list(vocab));
+  if (original_vocab >= 0) {
+    info.insert("original_vocab_size", original_vocab);
+    info.insert("padded_vocab_size", padded_vocab);
+  }
+  return info;
+}
+
+std::map<std::string, TensorParallelSplit> tensor_parallel_splits(const c10::IValue& info,
+                                                                  const std::string& source) {
+  std::map<std::string, TensorParallelSplit> out;
+  DS_CHECK(info.isGenericDict(), CheckpointError, source, ": ", kInfoKey, " is not a dict");
+  Dict d = info.toGenericDict();
+  if (!d.contains("tensor_parallel_parameters")) return out;
+  int64_t original_vocab = -1;
+  if (d.contains("original_vocab_size")) original_vocab = d.at("original_vocab_size").toInt();
+  std::vector<std::string> vocab;
+  if (d.contains("vocabulary_parameter_patterns")) {
+    for (const auto& v : d.at("vocabulary_parameter_patterns").toListRef()) {
+      vocab.push_back(v.toStringRef());
+    }
+  }
+  for (const auto& e : d.at("tensor_parallel_parameters").toGenericDict()) {
+    Dict s = e.value().toGenericDict();
+    TensorParallelSplit split;
+    split.partition_dim = static_cast<int>(s.at("partition_dim").toInt());
+    split.partition_stride = static_cast<int>(s.at("partition_stride").toInt());
+    const std::string name = e.key().toStringRef();
+    if (std::find(vocab.begin(), vocab.end(), name) != vocab.end()) {
+      split.original_vocab_size = original_vocab;
+    }
+    out[name] = split;
+  }
+  return out;
+}
+
+int count_model_parallel_files(const std::string& tag_dir) {
+  int n = 0;
+  for (const auto& path : list_files_with_suffix(tag_dir, "_model_states.pt")) {
+    const std::string base = path.substr(path.rfind('/') + 1);
+    if (base.rfind("mp_rank_", 0) == 0) ++n;
+  }
+  return n;
+}
+
+UniversalConversion ds_to_universal(const std::string& input_tag_dir,
+                                    const std::string& output_dir, bool write_latest) {
+  struct stat st {};
+  DS_CHECK(::stat(input_tag_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), CheckpointError,
+           "ds_to_universal: input folder ", input_tag_dir, " does not exist");
+  const std::string first = mp_file(input_tag_dir, 0);
+  DS_CHECK(file_exists(first) ||
+               !file_exists(input_tag_dir + "/" + zero3_model_states_file_name(0)),
+           NotSupportedError, "ds_to_universal: ", input_tag_dir, " is a ZeRO-3 checkpoint ("
+           "zero_pp_rank_0_mp_rank_00_model_states.pt); ds_to_universal converts ZeRO 1/2 "
+           "checkpoints");
+  DS_CHECK(file_exists(first), CheckpointError, "ds_to_universal: ", input_tag_dir, " has no ",
+           model_states_file_name(0), " (pass the tag folder, <dir>/<tag>)");
+  const IValue raw0 = load(first);
+  const ModelStates states0 = ModelStates::from_ivalue(raw0, first);
+  const int64_t tp = std::max<int64_t>(1, states0.mp_world_size);
+  std::map<std::string, TensorParallelSplit> splits;
+  bool has_info = false;
+  for (const auto& [key, value] : states0.client_state) {
+    if (key == kInfoKey) {
+      splits = tensor_parallel_splits(value, first);
+      has_info = true;
+    }
+  }
+  DS_CHECK(tp == 1 || has_info, CheckpointError, first, ": written with mp_world_size ", tp,
+           " but without ", kInfoKey, ", so the tensor-parallel splits are unknown");
+  std::vector<RankParams> ranks;
+  for (int64_t m = 0; m < tp; ++m) {
+    DS_CHECK(file_exists(mp_file(input_tag_dir, m)), CheckpointError, "ds_to_universal: ",
+             mp_file(input_tag_dir, m), " is missing (mp_world_size is ", tp, ")");
+    ranks.push_back(read_model_parallel_rank(input_tag_dir, m));
+  }
+  const std::string zero_dir = output_dir + "/zero";
+  create_directories(zero_dir);
+  UniversalConversion result;
+  result.tp_degree = tp;
+  result.dp_degree = states0.dp_world_size;
+  for (const auto& name : ranks[0].order) {
+    const auto it = splits.find(name);
+    const TensorParallelSplit* split = it == splits.end() ? nullptr : &it->second;
+    const std::string folder = zero_dir + "/" + name;
+    create_directories(folder);
+    for (const auto& [key, params] : ranks[0].states) {
+      std::vector<at::Tensor> parts;
+      for (int64_t m = 0; m < tp; ++m) {
+        const auto& mine = ranks[static_cast<size_t>(m)].states[key];
+        const auto p = mine.find(name);
+        DS_CHECK(p != mine.end(), CheckpointError, mp_file(input_tag_dir, m),
+                 ": model-parallel rank ", m, " has no '", key, "' state for parameter ", name);
+        parts.push_back(p->second.flat.view(p->second.shape));
+      }
+      at::Tensor full = parts[0];
+      if (split) {
+        full = tensor_parallel::unshard(parts, split->partition_dim, split->partition_stride);
+        if (split->original_vocab_size >= 0) {  // Megatron's padding rows are dropped
+          full = full.narrow(split->partition_dim, 0, split->original_vocab_size);
+        }
+      }
+      save_param_state(folder, key, full, split);
+    }
+    const auto s = ranks[0].step.find(name);
+    if (s != ranks[0].step.end()) save_param_state(folder, "step", s->second, nullptr);
+    ++result.parameters;
+  }
+  Dict opt = new_dict();
+  opt.insert("param_groups", ranks[0].param_groups);
+  opt.insert("loss_scaler", ranks[0].loss_scaler);
+  opt.insert("universal_checkpoint_version", kUniversalVersion);
+  save(opt, zero_dir + "/optimizer_state.pt");
+  for (int64_t m = 0; m < tp; ++m) {  // copies of the model states (module, counters, ...)
+    save(m == 0 ? raw0 : load(mp_file(input_tag_dir, m)),
+         output_dir + "/" + model_states_file_name(static_cast<int>(m)));
+  }
+  if (!write_latest) return result;
+  // latest_universal beside the output folder names it, as DeepSpeed's tool writes it.
+  std::string out = output_dir;
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  const size_t slash = out.rfind('/');
+  const std::string parent = slash == std::string::npos ? "." : out.substr(0, slash);
+  const std::string tag = slash == std::string::npos ? out : out.substr(slash + 1);
+  write_file_atomically(parent + "/latest_universal", tag);
+  return result;
+}
+
+std::optional<std::string> read_latest_universal(const std::string& dir) {
+  const std::string path = dir + "/latest_universal";
+  if (!file_exists(path)) return std::nullopt;
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string tag = ss.str();
+  const auto first = tag.find_first_not_of(" \t\r\n");
+  DS_CHECK(first != std::string::npos, CheckpointError, path,
+           " is empty: it should name the universal checkpoint folder");
+  return tag.substr(first, tag.find_last_not_of(" \t\r\n") - first + 1);
+}
+
+at::Tensor load_universal_state(const std::string& universal_dir, const std::string& param,
+                                const std::string& key, bool* vocab_tensor) {
+  const std::string path = universal_dir + "/zero/" + param + "/" + key + ".pt";
+  DS_CHECK(file_exists(universal_dir + "/zero/" + param), CheckpointError,
+           "universal checkpoint ", universal_dir, ": no folder for parameter ", param, " (",
+           universal_dir, "/zero/", param, ")");
+  DS_CHECK(file_exists(path), CheckpointError, "universal checkpoint ", universal_dir,
+           ": parameter ", param, " has no ", key, ".pt (", path, ")");
+  const IValue v = load(path);
+  DS_CHECK(v.isGenericDict() && v.toGenericDict().contains("param") &&
+               v.toGenericDict().at("param").isTensor(),
+           CheckpointError, path, ": not a universal state file (no tensor under 'param')");
+  Dict d = v.toGenericDict();
+  if (vocab_tensor) {
+    *vocab_tensor = d.contains("vocab_tensor") && d.at("vocab_tensor").isBool() &&
+                    d.at("vocab_tensor").toBool();
+  }
+  return d.at("param").toTensor();
+}
+
+at::Tensor universal_slice(const at::Tensor& full, at::IntArrayRef local_shape,
+                           const TensorParallelSplit* split, int tp_rank, int tp_size,
+                           const std::string& name) {
+  std::ostringstream want;
+  want << local_shape;
+  if (!split) {
+    DS_CHECK(full.sizes().equals(local_shape), CheckpointError, "universal checkpoint: parameter ",
+             name, " has shape ", full.sizes(), ", the model's is ", want.str());
+    return full;
+  }
+  const int dim = split->partition_dim;
+  DS_CHECK(dim >= 0 && dim < full.dim() && full.dim() == static_cast<int64_t>(local_shape.size()),
+           CheckpointError, "universal checkpoint: parameter ", name, " of shape ", full.sizes(),
+           " cannot be split along dimension ", dim, " into ", want.str(), " pieces");
+  const int64_t target = local_shape[static_cast<size_t>(dim)] * tp_size;
+  at::Tensor padded = full;
+  if (full.size(dim) < target && split->original_vocab_size >= 0) {
+    std::vector<int64_t> pad_shape = full.sizes().vec();
+    pad_shape[static_cast<size_t>(dim)] = target - full.size(dim);
+    padded = at::cat({full, at::zeros(pad_shape, full.options())}, dim);
+  }
+  std::vector<int64_t> expect = local_shape.vec();
+  expect[static_cast<size_t>(dim)] = target;
+  DS_CHECK(padded.sizes().equals(expect), CheckpointError, "universal checkpoint: parameter ",
+           name, " has shape ", full.sizes(), "; ", tp_size, " tensor-parallel pieces of ",
+           want.str(), " need ", at::IntArrayRef(expect));
+  return tensor_parallel::shard_of(padded, dim, tp_size, tp_rank, split->partition_stride);
+}
+
+}  // namespace deepspeed::checkpoint

@@ -1,0 +1,177 @@
+// checkpoint.load_universal (DeepSpeed's universal_checkpoint.py load_hp_checkpoint_state): see
+// universal_load.h.
+#include "runtime/zero/universal_load.h"
+
+#include <sys/stat.h>
+
+#include <map>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include "deepspeed/optimizers.h"
+#include "deepspeed/tensor_parallel.h"
+#include "deepspeed/universal_checkpoint.h"
+#include "runtime/zero/repartition.h"
+#include "util/check.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+namespace ckpt = checkpoint;
+using c10::IValue;
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// The universal states of this rank's parameters, sliced to its tensor-parallel piece.
+class UniversalReader {
+ public:
+  UniversalReader(const ZeroCheckpointContext& ctx, int tp_rank, int tp_size)
+      : dir_(ctx.tag_dir), tp_rank_(tp_rank), tp_size_(tp_size) {
+    for (const auto& p : ctx.module->named_parameters()) params_.emplace(p.key(), p.value());
+  }
+
+  /// Parameter `name`'s `key` state, this rank's piece, in the live parameter's shape.
+  at::Tensor local(const std::string& name, const std::string& key) {
+    const at::Tensor& live = params_.at(name);
+    bool vocab = false;
+    const at::Tensor full = ckpt::load_universal_state(dir_, name, key, &vocab);
+    if (key == "step") return full;  // a count, the same for every piece
+    if (!tensor_parallel::is_tensor_parallel(live)) {
+      return ckpt::universal_slice(full, live.sizes(), nullptr, tp_rank_, tp_size_, name);
+    }
+    const auto info = tensor_parallel::shard_info(live);
+    ckpt::TensorParallelSplit split;
+    split.partition_dim = info.partition_dim;
+    split.partition_stride = info.partition_stride;
+    split.original_vocab_size = vocab ? full.size(info.partition_dim) : -1;
+    return ckpt::universal_slice(full, live.sizes(), &split, tp_rank_, tp_size_, name);
+  }
+
+  bool has(const std::string& name, const std::string& key) const {
+    return exists(dir_ + "/zero/" + name + "/" + key + ".pt");
+  }
+  bool is_param(const std::string& name) const { return params_.count(name) > 0; }
+  const std::map<std::string, at::Tensor>& params() const { return params_; }
+
+ private:
+  std::string dir_;
+  int tp_rank_, tp_size_;
+  std::map<std::string, at::Tensor> params_;
+};
+
+// The per-element state names the checkpoint holds (those of `first`, DeepSpeed's keys).
+std::vector<std::string> element_keys(const UniversalReader& reader, const std::string& first) {
+  std::vector<std::string> keys;
+  for (const auto& k : ckpt::universal_state_keys()) {
+    if (k != "fp32" && k != "step" && reader.has(first, k)) keys.push_back(k);
+  }
+  return keys;
+}
+
+}  // namespace
+
+void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimizer* zero,
+                               int tp_rank, int tp_size, ZeroLoadPlan* plan) {
+  const std::string& dir = ctx.tag_dir;
+  DS_CHECK(exists(dir + "/zero"), CheckpointError, "load_universal: ", dir,
+           " is not a universal checkpoint (no zero/ folder; convert with ds_to_universal)");
+  // Counters, scheduler, client state: the copied model states of model-parallel rank 0.
+  plan->model_file = dir + "/" + ckpt::model_states_file_name(0);
+  plan->raw_states = ckpt::load(plan->model_file);
+  plan->states = ckpt::ModelStates::from_ivalue(plan->raw_states, plan->model_file);
+  plan->optimizer_in_model_states = zero && ctx.config->zero_optimization.stage == 0;
+
+  UniversalReader reader(ctx, tp_rank, tp_size);
+  // The module: every parameter from its fp32 state (tied aliases from their source), buffers
+  // from the model states.
+  std::map<std::string, std::string> alias_of(ctx.shared_params.begin(), ctx.shared_params.end());
+  ckpt::TensorDict module;
+  std::map<std::string, at::Tensor> fp32;
+  for (const auto& item : ckpt::module_state_dict(*ctx.module)) {
+    const std::string& name = item.key();
+    if (!reader.is_param(name)) {
+      const at::Tensor* saved = plan->states.module.find(name);
+      DS_CHECK(saved != nullptr, CheckpointError, plan->model_file, ": has no buffer ", name);
+      module.insert(name, *saved);
+      continue;
+    }
+    const auto a = alias_of.find(name);
+    const std::string source = a == alias_of.end() ? name : a->second;
+    if (!fp32.count(source)) fp32[source] = reader.local(source, "fp32");
+    module.insert(name, fp32[source].to(item.value().scalar_type()));
+  }
+  plan->states.module = std::move(module);
+  if (ctx.want_optimizer) plan->load_optimizer = true;  // the saved stage does not matter
+  ctx.check_model_states(plan);
+  if (!plan->load_optimizer || !zero) return;
+
+  auto* optimizer = ctx.optimizer;
+  ckpt::Dict current = optim::optimizer_state_dict(*optimizer).toGenericDict();
+  ckpt::Dict state = ckpt::new_dict();
+  const auto layout = zero->flat_layout();
+  if (!layout.empty()) {  // fp32 masters in flat groups: stages 1/2 (and 16-bit stage 0)
+    for (size_t g = 0; g < layout.size(); ++g) {
+      SavedParams masters;
+      for (const auto& [name, shape] : layout[g].params) {
+        masters[name] = SavedParam{fp32.count(name) ? fp32[name] : reader.local(name, "fp32"),
+                                   shape};
+        masters[name].flat = masters[name].flat.reshape({-1});
+      }
+      plan->masters.push_back(assemble_partition(layout[g], masters, at::kFloat, dir));
+      if (layout[g].params.empty()) continue;
+      const std::string& first = layout[g].params.front().first;
+      if (!reader.has(first, "step")) continue;  // saved before the first step
+      ckpt::Dict s = ckpt::new_dict();
+      s.insert("step", reader.local(first, "step"));
+      for (const auto& key : element_keys(reader, first)) {
+        SavedParams per;
+        for (const auto& [name, shape] : layout[g].params) {
+          per[name] = SavedParam{reader.local(name, key).reshape({-1}), shape};
+        }
+        s.insert(key, assemble_partition(layout[g], per, at::kFloat, dir));
+      }
+      state.insert(static_cast<int64_t>(g), s);
+    }
+  } else {  // fp32 stage 0: the optimizer steps the parameters themselves
+    std::map<const void*, std::string> name_of;
+    for (const auto& [name, p] : reader.params()) {  // tied aliases are stepped as their source
+      if (!alias_of.count(name)) name_of.emplace(p.unsafeGetTensorImpl(), name);
+    }
+    int64_t index = 0;
+    for (const auto& group : optimizer->param_groups()) {
+      for (const auto& p : group.params()) {
+        const auto n = name_of.find(p.unsafeGetTensorImpl());
+        DS_CHECK(n != name_of.end(), CheckpointError, "load_universal: an optimizer parameter "
+                 "is not a parameter of the module");
+        const std::string& name = n->second;
+        if (reader.has(name, "step")) {
+          ckpt::Dict s = ckpt::new_dict();
+          s.insert("step", reader.local(name, "step"));
+          for (const auto& key : element_keys(reader, name)) s.insert(key, reader.local(name, key));
+          state.insert(index, s);
+        }
+        ++index;
+      }
+    }
+  }
+  current.insert_or_assign("state", state);
+  plan->optimizer_state = current;
+  const std::string opt_file = dir + "/zero/optimizer_state.pt";
+  if (exists(opt_file)) {
+    ckpt::Dict d = ckpt::load(opt_file).toGenericDict();
+    if (d.contains("loss_scaler")) {
+      plan->loss_scaler = loss_scaler_json(
+          ckpt::LossScalerState::from_ivalue(d.at("loss_scaler"), opt_file));
+    }
+  }
+  plan->masters_note = "fp32 masters and optimizer state from the universal checkpoint (sliced "
+                       "for tensor-parallel rank " + std::to_string(tp_rank) + " of " +
+                       std::to_string(tp_size) + ")";
+}
+
+}  // namespace deepspeed::runtime

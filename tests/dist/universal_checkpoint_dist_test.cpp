@@ -1,0 +1,255 @@
+// Universal checkpoints on the example GPT under AutoTP: a TP=2 checkpoint (ZeRO-1, AdamW)
+// converted by ds_to_universal and loaded with checkpoint.load_universal on TP=1 (one process),
+// TP=4 (4 ranks, ZeRO-2) and TP=2 x DP=2 (4 ranks, ZeRO-0) continues with the losses of the
+// uninterrupted TP=2 run (1e-5 relative). The universal layout (one folder per parameter, full
+// tensors, cat_dim), the slicing rules (stride-3 q|k|v, vocabulary padding) and the errors for
+// bad input.
+#include "deepspeed/deepspeed.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/tensor_parallel.h"
+#include "deepspeed/universal_checkpoint.h"
+#include "gpt_model.h"
+#include "support/multi_rank.h"
+
+namespace deepspeed {
+namespace {
+
+namespace ckpt = checkpoint;
+namespace tp = tensor_parallel;
+using examples::GptConfig;
+using examples::GptImpl;
+using testing::run_ranks;
+
+constexpr int64_t kGlobalBatch = 4;
+constexpr int64_t kMicro = 2;
+constexpr int64_t kSeq = 8;
+
+GptConfig tiny_gpt() {
+  GptConfig c;
+  c.vocab_size = 37;
+  c.block_size = kSeq;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 16;
+  return c;
+}
+
+json config(int stage, int autotp, bool universal) {
+  json c = {{"train_batch_size", kGlobalBatch},
+            {"train_micro_batch_size_per_gpu", kMicro},
+            {"gradient_clipping", 0.5},
+            {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.01}}}}},
+            {"zero_optimization", {{"stage", stage}, {"reduce_bucket_size", 500}}}};
+  if (autotp > 1) c["tensor_parallel"] = {{"autotp_size", autotp}};
+  if (universal) c["checkpoint"] = {{"load_universal", true}};
+  return c;
+}
+
+std::pair<at::Tensor, at::Tensor> sequences(int64_t first, int64_t count) {
+  std::vector<at::Tensor> xs, ys;
+  for (int64_t i = first; i < first + count; ++i) {
+    auto pos = torch::arange(kSeq + 1, torch::kLong);
+    auto stream = (pos * (i % 5 + 2) + i * 3 + (pos * pos) % 7) % 37;
+    xs.push_back(stream.narrow(0, 0, kSeq));
+    ys.push_back(stream.narrow(0, 1, kSeq));
+  }
+  return {torch::stack(xs), torch::stack(ys)};
+}
+
+// Steps [first, first + steps) of the stream on data-parallel rank `dp_rank`; the global loss
+// of each step.
+std::vector<double> train(const std::shared_ptr<ModuleEngine<GptImpl>>& engine, int first,
+                          int steps) {
+  const int dp = engine->dp_world_size();
+  const int dp_rank = engine->data_parallel_group().rank();
+  const int64_t gas = kGlobalBatch / (kMicro * dp);
+  std::vector<double> losses;
+  for (int s = first; s < first + steps; ++s) {
+    double sum = 0.0;
+    for (int64_t m = 0; m < gas; ++m) {
+      auto [x, y] = sequences(s * kGlobalBatch + (dp_rank * gas + m) * kMicro, kMicro);
+      auto loss = engine->forward(x, y);
+      sum += loss.item<double>();
+      engine->backward(loss);
+      engine->step();
+    }
+    at::Tensor mean = torch::tensor({sum / gas}, torch::kDouble);
+    if (dp > 1) comm::all_reduce(mean, comm::ReduceOp::kAvg, false, engine->data_parallel_group());
+    losses.push_back(mean.item<double>());
+  }
+  return losses;
+}
+
+void save_losses(const std::string& dir, const std::vector<double>& losses) {
+  torch::save(torch::tensor(losses, torch::kDouble), dir + "/losses.pt");
+}
+at::Tensor load_losses(const std::string& dir) {
+  at::Tensor t;
+  torch::load(t, dir + "/losses.pt");
+  return t;
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Trains TP=2 (ZeRO-1) 2 steps, saves "step2", trains 2 more: the checkpoint and the losses
+// of steps 3-4. Returns the output directory.
+std::string tp2_checkpoint() {
+  run_ranks(2, [](int rank, int) {
+    torch::manual_seed(42);
+    auto model = std::make_shared<GptImpl>(tiny_gpt());
+    auto engine = initialize(model, config(1, 2, false)).engine;
+    train(engine, 0, 2);
+    engine->save_checkpoint(testing::rank_output_dir() + "/ckpt", std::string("step2"));
+    const auto losses = train(engine, 2, 2);
+    if (rank == 0) save_losses(testing::rank_output_dir(), losses);
+  });
+  return testing::rank_output_dir();
+}
+
+// Loads the universal checkpoint in `dir` (tag from latest_universal) on `world` ranks with
+// AutoTP `autotp` and ZeRO `stage`, trains steps 3-4, and compares the losses with `want`.
+// `universal` false: a plain load of tag step2 (the direct reshape, beyond DeepSpeed).
+void resume_universal(const std::string& ckpt_dir, const std::string& want_dir, int world,
+                      int autotp, int stage, bool universal = true) {
+  testing::RunOptions o;
+  o.timeout_s = 120;
+  o.env = {{"DS_TEST_CKPT", ckpt_dir}, {"DS_TEST_TP", std::to_string(autotp)},
+           {"DS_TEST_STAGE", std::to_string(stage)},
+           {"DS_TEST_UNIVERSAL", universal ? "1" : "0"}};
+  run_ranks(world, [](int rank, int) {
+    torch::manual_seed(7);  // another initialization: everything comes from the checkpoint
+    auto model = std::make_shared<GptImpl>(tiny_gpt());
+    const bool u = std::string(std::getenv("DS_TEST_UNIVERSAL")) == "1";
+    auto engine = initialize(model, config(std::stoi(std::getenv("DS_TEST_STAGE")),
+                                           std::stoi(std::getenv("DS_TEST_TP")), u))
+                      .engine;
+    auto loaded = u ? engine->load_checkpoint(std::getenv("DS_TEST_CKPT"))
+                    : engine->load_checkpoint(std::getenv("DS_TEST_CKPT"), std::string("step2"));
+    ASSERT_TRUE(loaded.load_path.has_value());
+    EXPECT_EQ(engine->global_steps(), 2);
+    const auto losses = train(engine, 2, 2);
+    if (rank == 0) save_losses(testing::rank_output_dir(), losses);
+  }, o);
+  if (testing::in_rank_process()) return;
+  const at::Tensor got = load_losses(testing::rank_output_dir());
+  const at::Tensor want = load_losses(want_dir);
+  EXPECT_TRUE(torch::allclose(got, want, 1e-5, 0.0))
+      << "TP=" << autotp << " on " << world << " ranks, ZeRO-" << stage << ": got " << got
+      << " want " << want;
+}
+
+TEST(UniversalCheckpointDist, Tp2ToUniversalResumesOnTp1Tp4AndTp2xDp2) {
+  const std::string first = tp2_checkpoint();
+  const std::string ckpt_dir = first + "/ckpt";
+  if (!testing::in_rank_process()) {
+    const auto r = ckpt::ds_to_universal(ckpt_dir + "/step2", ckpt_dir + "/step2_universal");
+    EXPECT_EQ(r.tp_degree, 2);
+    // Layout: one folder per parameter with full tensors, DeepSpeed's names.
+    const std::string zero = ckpt_dir + "/step2_universal/zero/";
+    for (const char* f : {"fp32.pt", "exp_avg.pt", "exp_avg_sq.pt", "step.pt"}) {
+      EXPECT_TRUE(exists(zero + "h.0.attn.c_attn.weight/" + f)) << f;
+    }
+    EXPECT_TRUE(exists(zero + "optimizer_state.pt"));
+    EXPECT_TRUE(exists(ckpt_dir + "/step2_universal/mp_rank_00_model_states.pt"));
+    EXPECT_TRUE(exists(ckpt_dir + "/step2_universal/mp_rank_01_model_states.pt"));
+    EXPECT_EQ(ckpt::read_latest_universal(ckpt_dir).value_or(""), "step2_universal");
+    auto qkv = ckpt::load(zero + "h.0.attn.c_attn.weight/fp32.pt").toGenericDict();
+    EXPECT_EQ(qkv.at("param").toTensor().sizes(), at::IntArrayRef({48, 16}));
+    EXPECT_EQ(qkv.at("cat_dim").toInt(), 0);
+    EXPECT_EQ(qkv.at("param_n_sub_params").toInt(), 3);
+    auto proj = ckpt::load(zero + "h.1.mlp.c_proj.weight/exp_avg.pt").toGenericDict();
+    EXPECT_EQ(proj.at("param").toTensor().sizes(), at::IntArrayRef({16, 64}));
+    EXPECT_EQ(proj.at("cat_dim").toInt(), 1);
+    auto wte = ckpt::load(zero + "wte.weight/fp32.pt").toGenericDict();
+    EXPECT_FALSE(wte.contains("cat_dim"));  // replicated
+  }
+  resume_universal(ckpt_dir, first, 1, 1, 1);
+  resume_universal(ckpt_dir, first, 4, 4, 2);
+  resume_universal(ckpt_dir, first, 4, 2, 0);
+}
+
+TEST(UniversalCheckpointDist, Tp2CheckpointLoadsDirectlyOnTp1) {
+  const std::string first = tp2_checkpoint();
+  resume_universal(first + "/ckpt", first, 1, 1, 1, /*universal=*/false);
+  if (!testing::in_rank_process()) {  // the conversion folder is gone, the checkpoint untouched
+    EXPECT_FALSE(exists(first + "/ckpt/.step2.tp1.universal"));
+    EXPECT_FALSE(exists(first + "/ckpt/latest_universal"));
+  }
+}
+
+TEST(UniversalCheckpointDist, BadInputNamesTheFolderAndTheParameter) {
+  const std::string first = tp2_checkpoint();
+  const std::string ckpt_dir = first + "/ckpt";
+  if (!testing::in_rank_process()) {
+    try {
+      ckpt::ds_to_universal(ckpt_dir + "/no_such_tag", ckpt_dir + "/u");
+      ADD_FAILURE() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("no_such_tag"), std::string::npos) << e.what();
+    }
+    ckpt::ds_to_universal(ckpt_dir + "/step2", ckpt_dir + "/step2_universal");
+    ASSERT_EQ(std::system(("rm -rf '" + ckpt_dir + "/step2_universal/zero/h.1.mlp.c_fc.bias'")
+                              .c_str()),
+              0);
+  }
+  testing::RunOptions o;
+  o.env = {{"DS_TEST_CKPT", ckpt_dir}};
+  run_ranks(1, [](int, int) {
+    torch::manual_seed(7);
+    auto model = std::make_shared<GptImpl>(tiny_gpt());
+    auto engine = initialize(model, config(1, 1, true)).engine;
+    try {
+      engine->load_checkpoint(std::getenv("DS_TEST_CKPT"));
+      ADD_FAILURE() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("h.1.mlp.c_fc.bias"), std::string::npos)
+          << e.what();
+    }
+    // No latest_universal: DeepSpeed's ValueError, here a CheckpointError naming the file.
+    try {
+      engine->load_checkpoint(testing::rank_output_dir());
+      ADD_FAILURE() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("latest_universal"), std::string::npos) << e.what();
+    }
+  }, o);
+}
+
+TEST(UniversalCheckpoint, SliceHonoursStrideAndVocabularyPadding) {
+  // A fused q|k|v of 3 blocks of 4 rows: rank 1 of 2 gets rows 2-3 of each block.
+  const at::Tensor full = torch::arange(12 * 2, torch::kFloat).view({12, 2});
+  ckpt::TensorParallelSplit qkv;
+  qkv.partition_stride = 3;
+  const at::Tensor piece = ckpt::universal_slice(full, {6, 2}, &qkv, 1, 2, "qkv");
+  EXPECT_TRUE(torch::equal(piece, tp::shard_of(full, 0, 2, 1, 3)));
+  EXPECT_TRUE(torch::equal(tp::unshard({tp::shard_of(full, 0, 2, 0, 3), piece}, 0, 3), full));
+  // A 37-row vocabulary on 2 ranks: 19 rows each, the last rank's last row the zero padding.
+  const at::Tensor emb = torch::randn({37, 3});
+  ckpt::TensorParallelSplit vocab;
+  vocab.original_vocab_size = 37;
+  const at::Tensor last = ckpt::universal_slice(emb, {19, 3}, &vocab, 1, 2, "wte");
+  EXPECT_TRUE(torch::equal(last.narrow(0, 0, 18), emb.narrow(0, 19, 18)));
+  EXPECT_EQ(last[18].abs().sum().item<float>(), 0.0f);
+  // Sizes that do not fit name the parameter.
+  try {
+    ckpt::universal_slice(full, {5, 2}, &qkv, 0, 2, "h.0.attn.c_attn.weight");
+    ADD_FAILURE() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("h.0.attn.c_attn.weight"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace deepspeed
