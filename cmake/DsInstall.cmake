@@ -1,6 +1,6 @@
 # `cmake --install <build> --prefix P` lays out deepspeed-cpp for other CMake projects:
 #   P/include/deepspeed/*.h          the public headers (they include no private header)
-#   P/lib/libdeepspeed.a, libds_ops_cpu_adam.a
+#   P/lib/libdeepspeed.a, libds_ops_cpu_adam.a (+ libds_ops_cuda_optim.a in CUDA builds)
 #   P/bin/deepspeed, ds_config, ds_report, zero_to_fp32, ds_to_universal
 #   P/lib/cmake/deepspeed/deepspeedConfig.cmake (+ Version, Targets)
 # A downstream project then writes
@@ -12,7 +12,12 @@ include(CMakePackageConfigHelpers)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/deepspeed
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
-install(TARGETS deepspeed ds_ops_cpu_adam
+# A static libdeepspeed names its kernel libraries in the export, so they are installed with it.
+set(ds_installed_libraries deepspeed ds_ops_cpu_adam)
+if(TARGET ds_ops_cuda_optim)
+  list(APPEND ds_installed_libraries ds_ops_cuda_optim)
+endif()
+install(TARGETS ${ds_installed_libraries}
         EXPORT deepspeedTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

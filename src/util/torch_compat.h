@@ -2,6 +2,7 @@
 // the torch 2.x wheel's on GPU machines. Every version #if lives here.
 #pragma once
 
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/version.h>
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -30,3 +31,24 @@ using CollectiveBackend = c10d::ProcessGroup;
 #define DS_ALLOCATOR_ALLOCATE_CONST const
 #define DS_ALLOCATOR_HAS_COPY_DATA 0
 #endif
+
+// at::scaled_dot_product_attention (fused flash / memory-efficient attention) exists since 2.0.
+#if TORCH_VERSION_MAJOR >= 2
+#define DS_HAS_FUSED_SDPA 1
+#else
+#define DS_HAS_FUSED_SDPA 0
+#endif
+
+namespace deepspeed::compat {
+
+// The default CUDA generator of a device through ATen's hooks (compiles without CUDA headers):
+// CUDAHooksInterface renamed getDefaultCUDAGenerator to getDefaultGenerator in 2.x.
+inline at::Generator default_cuda_generator(int device) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::detail::getCUDAHooks().getDefaultGenerator(static_cast<c10::DeviceIndex>(device));
+#else
+  return at::detail::getCUDAHooks().getDefaultCUDAGenerator(static_cast<c10::DeviceIndex>(device));
+#endif
+}
+
+}  // namespace deepspeed::compat

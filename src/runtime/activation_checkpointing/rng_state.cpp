@@ -7,6 +7,8 @@
 
 #include <mutex>
 
+#include "util/torch_compat.h"
+
 namespace deepspeed::checkpointing::detail {
 namespace {
 
@@ -30,7 +32,7 @@ RngState RngState::capture() {
   RngState s;
   s.cpu = state_of(at::detail::getDefaultCPUGenerator());
   for (int d = 0; d < cuda_devices(); ++d) {
-    s.cuda.push_back(state_of(at::detail::getCUDAHooks().getDefaultCUDAGenerator(d)));
+    s.cuda.push_back(state_of(compat::default_cuda_generator(d)));
   }
   return s;
 }
@@ -38,7 +40,7 @@ RngState RngState::capture() {
 void RngState::restore() const {
   set_state_of(at::detail::getDefaultCPUGenerator(), cpu);
   for (size_t d = 0; d < cuda.size(); ++d) {
-    set_state_of(at::detail::getCUDAHooks().getDefaultCUDAGenerator(static_cast<int>(d)), cuda[d]);
+    set_state_of(compat::default_cuda_generator(static_cast<int>(d)), cuda[d]);
   }
 }
 
