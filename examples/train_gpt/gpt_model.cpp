@@ -1,6 +1,7 @@
 // GPT model implementation (see gpt_model.h).
 #include "gpt_model.h"
 
+#include "deepspeed/causal_attention.h"
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/tensor_parallel.h"
 
@@ -28,8 +29,6 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& cfg)
               ") must be divisible by n_head (", cfg.n_head, ")");
   c_attn = register_module("c_attn", torch::nn::Linear(cfg.n_embd, 3 * cfg.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(cfg.n_embd, cfg.n_embd));
-  // Not a registered buffer: it is derived, so it is neither broadcast nor checkpointed.
-  causal_mask_ = torch::ones({cfg.block_size, cfg.block_size}, torch::kBool).triu(1);
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -42,11 +41,10 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto q = qkv[0].view({B, T, nh, hd}).transpose(1, 2);  // [B, nh, T, hd]
   auto k = qkv[1].view({B, T, nh, hd}).transpose(1, 2);
   auto v = qkv[2].view({B, T, nh, hd}).transpose(1, 2);
-  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
-  att = att.masked_fill(causal_mask_.slice(0, 0, T).slice(1, 0, T),
-                        -std::numeric_limits<float>::infinity());
-  att = maybe_dropout(torch::softmax(att, -1), dropout_, is_training());
-  auto y = torch::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
+  auto y = deepspeed::nn::causal_attention(q, k, v, dropout_, is_training())
+               .transpose(1, 2)
+               .contiguous()
+               .view({B, T, C});
   return maybe_dropout(tensor_parallel::linear(c_proj, y), dropout_, is_training());
 }
 

@@ -44,7 +44,6 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  private:
   int64_t n_head_;
   double dropout_;
-  torch::Tensor causal_mask_;  // [block, block] true above the diagonal (future positions)
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -231,7 +231,9 @@ double held_out_loss(ds::ModuleEngine<deepspeed::examples::GptImpl>& engine,
     std::vector<int64_t> windows;
     for (int64_t j = 0; j < micro; ++j) windows.push_back((b * micro + j) * world + rank);
     auto batch = make_batch(val, windows, a.seq_len);
-    sum += engine.typed_module().forward(batch.inputs, batch.targets).item<double>();
+    sum += engine.typed_module()
+               .forward(batch.inputs.to(engine.device()), batch.targets.to(engine.device()))
+               .item<double>();
   }
   engine.train();
   gen.set_state(rng_state);

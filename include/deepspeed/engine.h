@@ -52,6 +52,8 @@ struct MemoryStats {
   int64_t host_cached_bytes = 0;  // free CPU blocks the engine's allocator keeps for reuse
   int64_t device_allocated_bytes = 0;      // CUDA caching allocator, 0 on CPU
   int64_t device_max_allocated_bytes = 0;  // its peak
+  int64_t device_reserved_bytes = 0;       // held by the caching allocator (0 on CPU)
+  int64_t device_max_reserved_bytes = 0;   // its peak
   // What the engine holds for training (see docs/zero.md for the per-stage formula).
   int64_t param_bytes = 0;            // model parameters (flat buffers under ZeRO 1/2)
   int64_t master_param_bytes = 0;     // fp32 master weights kept apart from the parameters
@@ -159,6 +161,10 @@ class Engine {
   double loss_scale() const;
   /// The dtype the model trains in: fp32, or fp16/bf16 from the config.
   at::ScalarType model_dtype() const { return model_dtype_; }
+  /// The device this rank trains on (DeepSpeed's engine.device): cuda:LOCAL_RANK in a CUDA build
+  /// with a GPU visible (DS_ACCELERATOR=cpu keeps the CPU), else the CPU. The engine moves the
+  /// model there; move each batch with `.to(engine.device())` as with DeepSpeed.
+  at::Device device() const { return device_; }
   int global_rank() const { return comm::get_rank(); }
   int local_rank() const { return comm::get_local_rank(); }
   int world_size() const { return comm::get_world_size(); }
@@ -308,6 +314,7 @@ class Engine {
   bool step_logging_ = true;
   bool steady_state_reported_ = false;  // memory report after the first applied optimizer step
   at::ScalarType model_dtype_ = at::kFloat;
+  at::Device device_ = at::kCPU;
   std::unique_ptr<runtime::Timers> timers_;
   std::unique_ptr<runtime::AutotuningProbe> autotuning_;  // autotuning.enabled (docs/autotuning.md)
 
@@ -334,7 +341,8 @@ class ModuleEngine : public Engine {
                std::move(model_parameters), std::move(mpu)),
         typed_module_(std::move(module)) {}
 
-  /// With fp16.auto_cast, floating-point tensor arguments are cast to the model's dtype.
+  /// Tensor arguments on another device are moved to device() (a CPU batch reaches the GPU);
+  /// with fp16.auto_cast, floating-point ones are cast to the model's dtype.
   template <typename... Args>
   auto forward(Args&&... args) {
     return forward_with(
@@ -343,9 +351,12 @@ class ModuleEngine : public Engine {
   template <typename T>
   decltype(auto) auto_cast_input(T&& arg) {
     if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
-      return arg.is_floating_point() && config().fp16.enabled && config().fp16.auto_cast
-                 ? arg.to(model_dtype())
-                 : at::Tensor(arg);
+      at::Tensor t = arg.defined() && arg.device() != device()
+                         ? arg.to(device(), /*non_blocking=*/true)
+                         : at::Tensor(arg);
+      return t.is_floating_point() && config().fp16.enabled && config().fp16.auto_cast
+                 ? t.to(model_dtype())
+                 : t;
     } else {
       return std::forward<T>(arg);
     }

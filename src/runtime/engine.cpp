@@ -24,6 +24,8 @@
 #include "deepspeed/monitor.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/profiler.h"
+#include "runtime/accelerator/accelerator.h"
+#include "runtime/accelerator/module_placement.h"
 #include "runtime/autotuning_probe.h"
 #include "runtime/grad_clip.h"
 #include "runtime/host_caching_allocator.h"
@@ -59,8 +61,13 @@ std::function<void()> device_synchronizer(const std::vector<at::Tensor>& params)
   };
 }
 
-// DeepSpeed's CPU accelerator reports the resident set as allocated and as cached memory.
-runtime::TimerMemoryUsage process_memory_usage() {
+// DeepSpeed's accelerator memory figures: the CUDA caching allocator's on a GPU; on CPU its
+// accelerator reports the resident set as allocated and as cached memory.
+runtime::TimerMemoryUsage memory_usage(const at::Device& device) {
+  if (device.is_cuda()) {
+    const auto d = runtime::device_memory(device);
+    return {d.allocated_bytes, d.max_allocated_bytes, d.reserved_bytes, d.max_reserved_bytes};
+  }
   const auto m = util::read_process_memory();
   return {m.rss_bytes, m.peak_rss_bytes, m.rss_bytes, m.peak_rss_bytes};
 }
@@ -180,6 +187,14 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     model_dtype_ = at::kBFloat16;
   }
   if (model_dtype_ != at::kFloat) module_->to(model_dtype_);
+  // Matches DeepSpeed: the engine moves the module to its accelerator device (cuda:LOCAL_RANK);
+  // ZeRO's partitions, flat buffers and buckets then follow the parameters' device.
+  device_ = runtime::training_device(comm::get_local_rank());
+  if (!device_.is_cpu()) {
+    runtime::set_current_device(device_);
+    runtime::move_module_to_device(*module_, device_);
+    log::info_rank0("engine: training on " + device_.str());
+  }
   // MoE layers get their expert groups (collectively) before the parameters are broadcast.
   runtime::configure_moe_layers(*module_, config_, dp_group_);
   // ZeRO-3 broadcasts while it partitions, one parameter at a time (never the whole model).
@@ -597,6 +612,11 @@ MemoryStats Engine::memory_stats() const {
   s.rss_bytes = m.rss_bytes;
   s.peak_rss_bytes = m.peak_rss_bytes;
   s.host_cached_bytes = runtime::host_cache_stats().cached_bytes;
+  const auto dm = runtime::device_memory(device_);
+  s.device_allocated_bytes = dm.allocated_bytes;
+  s.device_max_allocated_bytes = dm.max_allocated_bytes;
+  s.device_reserved_bytes = dm.reserved_bytes;
+  s.device_max_reserved_bytes = dm.max_reserved_bytes;
   if (zero_) {
     auto z = zero_->memory();
     s.param_bytes = z.param_bytes;
@@ -664,6 +684,15 @@ std::string Engine::memory_report(const std::string& when) const {
   for (const auto& p : trainable_params_) {
     num_params += p.numel();
     largest = std::max<int64_t>(largest, p.numel());
+  }
+  if (device_.is_cuda()) {
+    // DeepSpeed's see_memory_usage figures, from the CUDA caching allocator.
+    const auto gb = [](int64_t b) { return b / double(1LL << 30); };
+    std::snprintf(buf + std::strlen(buf), sizeof(buf) - std::strlen(buf),
+                  "; %s MA %.2f GB Max_MA %.2f GB CA %.2f GB Max_CA %.2f GB",
+                  device_.str().c_str(), gb(m.device_allocated_bytes),
+                  gb(m.device_max_allocated_bytes), gb(m.device_reserved_bytes),
+                  gb(m.device_max_reserved_bytes));
   }
   const ModelStateInputs in = model_state_inputs(config_, num_params, largest);
   std::snprintf(buf + std::strlen(buf), sizeof(buf) - std::strlen(buf),
@@ -740,7 +769,7 @@ void Engine::print_progress() {
 }
 
 void Engine::log_throughput() {
-  const auto m = process_memory_usage();
+  const auto m = memory_usage(device_);
   log::info_rank0(tput_timer_->report(m.allocated_bytes, m.max_allocated_bytes));
 }
 
@@ -753,7 +782,7 @@ void Engine::log_timers(bool boundary) {
   // appended), global timers on the boundary; timers never started are left out. The engine
   // resets them itself after reading the step's totals.
   std::optional<runtime::TimerMemoryUsage> memory;
-  if (config_.memory_breakdown) memory = process_memory_usage();
+  if (config_.memory_breakdown) memory = memory_usage(device_);
   log::info_rank0(timers_->log(kMicroTimers, 1.0, /*reset=*/false, memory));
   if (boundary) log::info_rank0(timers_->log(kGlobalTimers, 1.0, /*reset=*/false));
 }

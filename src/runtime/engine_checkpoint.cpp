@@ -41,6 +41,8 @@
 #include "util/check.h"
 #include "util/env.h"
 #include "util/logging.h"
+#include "util/remove_tree.h"
+#include "util/torch_compat.h"
 
 namespace deepspeed {
 namespace {
@@ -133,10 +135,9 @@ int64_t tag_digest(const std::string& tag) {
   return static_cast<int64_t>(h >> 1);
 }
 
-// This rank's CPU generator state, and every rank's gathered (as int64 words so that any
-// backend moves it).
-at::Tensor gather_rng_states() {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
+// This rank's state of `gen`, and every rank's gathered (as int64 words so that any backend
+// moves it).
+at::Tensor gather_rng_states(at::Generator gen) {
   at::Tensor state;
   {
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -207,6 +208,7 @@ void check_module_state(torch::nn::Module& module, const ckpt::TensorDict& saved
 struct LoadPlan : runtime::ZeroLoadPlan {
   std::optional<json> lr_scheduler;
   std::optional<at::Tensor> rng_state;
+  std::optional<at::Tensor> cuda_rng_state;
 };
 
 }  // namespace
@@ -318,7 +320,11 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
     if (rank0) ckpt::create_directories(tag_dir);
   });
   // Gathered on every rank (a collective), written by rank 0.
-  at::Tensor rng = gather_rng_states();
+  at::Tensor rng = gather_rng_states(at::detail::getDefaultCPUGenerator());
+  // Megatron's key beside it: the training device's CUDA generator (dropout on the GPU).
+  const at::Tensor cuda_rng =
+      device_.is_cuda() ? gather_rng_states(compat::default_cuda_generator(device_.index()))
+                        : at::Tensor();
   SwappedIn swapped(zero_.get());
   all_ranks_or_none("save_checkpoint(" + tag_dir + ")", [&] {
     // The stage names the model-states file this rank writes (ZeRO-3: every rank its own;
@@ -333,6 +339,7 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
       for (int64_t r = 0; r < rng.size(0); ++r) {
         ckpt::Dict d = ckpt::new_dict();
         d.insert("torch_rng_state", rng[r]);
+        if (cuda_rng.defined()) d.insert("cuda_rng_state", cuda_rng[r]);
         states.push_back(d);
       }
       m.client_state.emplace_back(kRngStateKey, IValue(states));
@@ -449,10 +456,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
   struct RemoveOnRank0 {
     std::string dir;
     ~RemoveOnRank0() {
-      if (!dir.empty() && comm::get_rank() == 0) {
-        std::error_code ec;
-        std::filesystem::remove_all(dir, ec);
-      }
+      if (!dir.empty() && comm::get_rank() == 0) util::remove_tree(dir);
     }
   } reshape_folder;
   // Only where the model-parallel group is the tensor-parallel one (not a pipeline's stages).
@@ -508,8 +512,11 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
       const auto list = value.toListRef();
       // Indexed by global rank: every process has its own generator.
       if (static_cast<int>(list.size()) == comm::get_world_size()) {
-        plan.rng_state = list[static_cast<size_t>(comm::get_rank())]
-                             .toGenericDict().at("torch_rng_state").toTensor();
+        const auto states = list[static_cast<size_t>(comm::get_rank())].toGenericDict();
+        plan.rng_state = states.at("torch_rng_state").toTensor();
+        if (states.contains("cuda_rng_state")) {
+          plan.cuda_rng_state = states.at("cuda_rng_state").toTensor();
+        }
       }
     }
   };
@@ -571,6 +578,12 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     progress_start_ = std::chrono::steady_clock::now();
     restored.push_back("counters (global_steps " + std::to_string(global_steps_) +
                        ", skipped_steps " + std::to_string(skipped_steps_) + ")");
+  }
+  if (plan.cuda_rng_state && device_.is_cuda()) {
+    at::Generator gen = compat::default_cuda_generator(device_.index());
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(*plan.cuda_rng_state);
+    restored.push_back("CUDA RNG state");
   }
   if (plan.rng_state) {
     at::Generator gen = at::detail::getDefaultCPUGenerator();  // a handle to the global one

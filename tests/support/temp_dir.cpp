@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "util/remove_tree.h"
+
 namespace deepspeed::testing {
 
 TempDir::TempDir(const std::string& prefix) {
@@ -17,10 +19,7 @@ TempDir::TempDir(const std::string& prefix) {
   path_ = buf.data();
 }
 
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
-}
+TempDir::~TempDir() { util::remove_tree(path_); }
 
 void write_text_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);

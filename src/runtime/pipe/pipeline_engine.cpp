@@ -204,12 +204,13 @@ void PipelineEngine::load_micro_batch(Buffer& b, const DataIterator& data_iter) 
   if (is_first_stage()) {
     DS_CHECK(batch.first.defined(), UsageError, "[pipe stage ", stage_id(),
              "] the data iterator returned no inputs (first element) for the first stage");
-    b.inputs = batch.first;
+    // Matches DeepSpeed's PipelineEngine: the engine moves the batch to its device.
+    b.inputs = batch.first.to(device(), /*non_blocking=*/true);
   }
   if (is_last_stage()) {
     DS_CHECK(batch.second.defined(), UsageError, "[pipe stage ", stage_id(),
              "] the data iterator returned no labels (second element) for the last stage");
-    b.labels = batch.second;
+    b.labels = batch.second.to(device(), /*non_blocking=*/true);
   }
 }
 
@@ -284,7 +285,7 @@ void PipelineEngine::recv_activation(Buffer& b) {
     for (int64_t i = 0; i < ndim; ++i) shape.push_back(meta[2 + i].item<int64_t>());
     recv_shape_ = shape;
   }
-  at::Tensor act = at::empty(*recv_shape_, at::TensorOptions().dtype(recv_dtype_));
+  at::Tensor act = at::empty(*recv_shape_, at::TensorOptions().dtype(recv_dtype_).device(device()));
   comm::recv(act, prev_rank(), pipe_group_, kActivationTag);
   if (at::isFloatingType(recv_dtype_) && torch::GradMode::is_enabled()) act.requires_grad_(true);
   b.inputs = act;
