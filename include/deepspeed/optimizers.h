@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -67,8 +69,20 @@ class ParamState : public torch::optim::OptimizerCloneableParamState<ParamState>
   at::Tensor& tensor(const std::string& name);
 };
 
+/// One parameter of a group as DsOptimizer::step() hands it to update_group().
+struct ParamUpdate {
+  at::Tensor param;  // detached
+  at::Tensor grad;   // detached
+  ParamState& state;  // state.step already incremented
+  /// The bf16/fp16 destination set_copy_out() registered for this parameter; undefined if none.
+  at::Tensor copy_out;
+  /// Set by update_group() when it wrote copy_out (then wrote_copy_out() answers true).
+  bool wrote_copy_out = false;
+};
+
 /// Base of our optimizers: step() walks the groups, creates state lazily (see Note [Lazy
-/// optimizer state]), increments state.step and calls update() once per parameter with a grad.
+/// optimizer state]), increments state.step and calls update_group() once per group with every
+/// parameter that has a grad (by default: update() on each).
 class DsOptimizer : public torch::optim::Optimizer {
  public:
   /// A group without options takes a copy of `defaults`; a group with options must hold
@@ -94,6 +108,21 @@ class DsOptimizer : public torch::optim::Optimizer {
   /// The GroupOptions of group `index`.
   GroupOptions& group_options(size_t index);
 
+  // Note [Fused copy-out]
+  // With bf16/fp16 training ZeRO keeps an fp32 master partition and copies it, after every step,
+  // into the model-dtype partition. An optimizer whose kernel can write that copy in the same
+  // pass as the update (Adam: ops::fused_adam on CUDA, ops::adam_update's HalfCopy on the CPU)
+  // does so when asked here, and saves a read of the masters. Others leave it unwritten, so the
+  // caller copies when wrote_copy_out() is false.
+
+  /// Registers `half_dst` (contiguous bf16 or fp16, master's numel) to receive `master`'s
+  /// updated values, rounded to nearest even, from the next step(); an undefined `half_dst`
+  /// removes the registration. `master` is the tensor the param group holds. UsageError when
+  /// half_dst does not fit.
+  void set_copy_out(const at::Tensor& master, at::Tensor half_dst);
+  /// Whether the last step() wrote `master`'s registered copy-out (see Note [Fused copy-out]).
+  bool wrote_copy_out(const at::Tensor& master) const;
+
  protected:
   /// Initial value of state tensor `name` of `param`: zeros like the parameter by default.
   virtual at::Tensor initial_state(const std::string& name, const at::Tensor& param,
@@ -103,6 +132,16 @@ class DsOptimizer : public torch::optim::Optimizer {
   /// Updates `param` in place from `grad`; `state.step` is already incremented.
   virtual void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
                       const GroupOptions& group) = 0;
+  /// Updates every parameter of one group that has a grad, in group order: update() on each by
+  /// default. Optimizers that batch parameters into one kernel launch override it (Adam and Lamb
+  /// on CUDA), and may write copy_out (setting wrote_copy_out).
+  virtual void update_group(std::vector<ParamUpdate>& params, const GroupOptions& group);
+
+ private:
+  // set_copy_out's registrations and the ones the last step wrote, keyed by the master's
+  // TensorImpl (the same identity as the optimizer state).
+  std::unordered_map<const void*, at::Tensor> copy_outs_;
+  std::unordered_set<const void*> copy_outs_written_;
 };
 
 /// Adam/AdamW hyper-parameters (DeepSpeed's defaults: weight_decay 0, unlike torch's AdamW).
@@ -117,8 +156,11 @@ struct AdamOptions {
 
 /// DeepSpeed's Adam (reference §3.2): eps after the sqrt of the bias-corrected second moment;
 /// adam_w_mode true decouples weight decay (AdamW), false adds it to the gradient (L2).
-/// fp32 contiguous CPU tensors go through the fused CPU-Adam kernel (ops/cpu_adam), others
-/// (CUDA, bf16/fp16 in fp32 math, fp64 in fp64 math) through the same formula in tensor ops.
+/// fp32 contiguous CPU tensors go through the fused CPU-Adam kernel (ops/cpu_adam), fp32
+/// contiguous CUDA tensors (CUDA builds) through ops::fused_adam, one launch per group for all
+/// parameters on one device with the same step count; others (bf16/fp16 in fp32 math, fp64 in
+/// fp64 math, non-contiguous) through the same formula in tensor ops. Both kernels write a
+/// registered copy-out (Note [Fused copy-out]) on the master's device.
 /// State: step, exp_avg, exp_avg_sq (dtype and device of the parameter).
 class Adam : public DsOptimizer {
  public:
@@ -134,6 +176,7 @@ class Adam : public DsOptimizer {
  protected:
   void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
               const GroupOptions& group) override;
+  void update_group(std::vector<ParamUpdate>& params, const GroupOptions& group) override;
 
  private:
   bool adam_w_mode_;
@@ -154,6 +197,8 @@ struct LambOptions {
 /// FusedLamb (reference §3.3): u = m/(sqrt(v)+eps) + wd*p with un-corrected moments, trust
 /// ratio ||p||/||u|| clamped to [min_coeff, max_coeff] (1 when either norm is 0), step size
 /// lr*sqrt(bc2)/bc1. eps_inside_sqrt uses sqrt(v+eps). State: step, exp_avg, exp_avg_sq.
+/// fp32 contiguous CUDA tensors (CUDA builds) go through ops::fused_lamb, one batch per group,
+/// device and step count, with the trust ratios computed on the device; others in tensor ops.
 class Lamb : public DsOptimizer {
  public:
   Lamb(std::vector<at::Tensor> params, LambOptions defaults = {}, bool eps_inside_sqrt = false);
@@ -171,6 +216,7 @@ class Lamb : public DsOptimizer {
   void begin_step() override { lamb_coeffs_.clear(); }
   void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
               const GroupOptions& group) override;
+  void update_group(std::vector<ParamUpdate>& params, const GroupOptions& group) override;
 
  private:
   bool eps_inside_sqrt_;

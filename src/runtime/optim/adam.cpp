@@ -1,6 +1,9 @@
 // DeepSpeed's Adam/AdamW (reference §3.2): the fused CPU-Adam kernel for fp32 CPU tensors, the
-// same formula in tensor ops elsewhere.
+// fused multi-tensor CUDA kernel for fp32 CUDA tensors (CUDA builds), the same formula in tensor
+// ops elsewhere.
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include <ATen/ATen.h>
 
@@ -8,12 +11,134 @@
 #include "ops/cpu_adam/cpu_adam.h"
 #include "runtime/optim/update_math.h"
 
+#ifdef DS_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "ops/cuda_optim/cuda_optim.h"
+#endif
+
 namespace deepspeed::optim {
 namespace {
 
 bool fits_cpu_adam(const at::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
 }
+
+/// The kernels' 16-bit copy kind for a copy-out destination (kNone: not bf16/fp16).
+ops::HalfKind half_kind_of(const at::Tensor& dst) {
+  if (!dst.defined()) return ops::HalfKind::kNone;
+  if (dst.scalar_type() == at::kBFloat16) return ops::HalfKind::kBF16;
+  if (dst.scalar_type() == at::kHalf) return ops::HalfKind::kFP16;
+  return ops::HalfKind::kNone;
+}
+
+/// The copy-out of `u` when the kernel can write it: on the parameter's device, contiguous,
+/// bf16/fp16 (set_copy_out checked the size).
+ops::HalfKind usable_copy_out(const ParamUpdate& u) {
+  if (!u.copy_out.defined() || u.copy_out.device() != u.param.device() ||
+      !u.copy_out.is_contiguous()) {
+    return ops::HalfKind::kNone;
+  }
+  return half_kind_of(u.copy_out);
+}
+
+ops::AdamStep adam_step(const GroupOptions& group, bool adam_w_mode, int64_t step) {
+  const auto [beta1, beta2] = group.pair("betas");
+  ops::AdamStep s;
+  s.lr = static_cast<float>(group.number("lr"));
+  s.beta1 = static_cast<float>(beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.eps = static_cast<float>(group.number("eps"));
+  s.weight_decay = static_cast<float>(group.number("weight_decay"));
+  s.adamw_mode = adam_w_mode;
+  s.bias_correction = group.flag("bias_correction");
+  s.step = step;
+  return s;
+}
+
+/// One parameter on the CPU-Adam kernel (with its copy-out) or in tensor ops.
+void update_one(ParamUpdate& u, const GroupOptions& group, bool adam_w_mode) {
+  const at::Tensor& param = u.param;
+  const at::Tensor& grad = u.grad;
+  at::Tensor& exp_avg = u.state.tensor("exp_avg");
+  at::Tensor& exp_avg_sq = u.state.tensor("exp_avg_sq");
+
+  if (fits_cpu_adam(param) && fits_cpu_adam(grad) && fits_cpu_adam(exp_avg) &&
+      fits_cpu_adam(exp_avg_sq)) {
+    ops::HalfCopy copy;
+    copy.kind = usable_copy_out(u);
+    if (copy.kind != ops::HalfKind::kNone) copy.data = u.copy_out.data_ptr();
+    ops::adam_update(adam_step(group, adam_w_mode, u.state.step), param.data_ptr<float>(),
+                     grad.data_ptr<float>(), exp_avg.data_ptr<float>(),
+                     exp_avg_sq.data_ptr<float>(), param.numel(), copy);
+    u.wrote_copy_out = copy.kind != ops::HalfKind::kNone;
+    return;
+  }
+
+  // The CPU-Adam formulation of the same update: denom = sqrt(v)/sqrt(bc2) + eps,
+  // p -= lr*wd*p (AdamW), p -= (lr/bc1) * m/denom.
+  const double lr = group.number("lr");
+  const auto [beta1, beta2] = group.pair("betas");
+  const double eps = group.number("eps");
+  const double weight_decay = group.number("weight_decay");
+  const bool bias_correction = group.flag("bias_correction");
+  const auto dtype = detail::math_dtype(param);
+  at::Tensor p = detail::load(param, dtype);
+  at::Tensor g = detail::load(grad, dtype);
+  at::Tensor m = detail::load(exp_avg, dtype);
+  at::Tensor v = detail::load(exp_avg_sq, dtype);
+  const double bc1 = bias_correction ? 1.0 - std::pow(beta1, u.state.step) : 1.0;
+  const double bc2 = bias_correction ? 1.0 - std::pow(beta2, u.state.step) : 1.0;
+  if (!adam_w_mode && weight_decay != 0.0) g = g.add(p, weight_decay);
+  m.mul_(beta1).add_(g, 1.0 - beta1);
+  v.mul_(beta2).addcmul_(g, g, 1.0 - beta2);
+  at::Tensor denom = v.sqrt().mul_(1.0 / std::sqrt(bc2)).add_(eps);
+  if (adam_w_mode && weight_decay != 0.0) p.mul_(1.0 - lr * weight_decay);
+  p.addcdiv_(m, denom, -lr / bc1);
+  detail::store(exp_avg, m);
+  detail::store(exp_avg_sq, v);
+  detail::store(param, p);
+}
+
+#ifdef DS_WITH_CUDA
+bool fits_fused_cuda(const at::Tensor& t, const at::Device& device) {
+  return t.device() == device && t.scalar_type() == at::kFloat && t.is_contiguous();
+}
+
+/// Whether `u` can go through ops::fused_adam: param, grad and moments fp32, contiguous, on one
+/// CUDA device.
+bool fits_fused_adam(ParamUpdate& u) {
+  const at::Device device = u.param.device();
+  return device.is_cuda() && fits_fused_cuda(u.param, device) && fits_fused_cuda(u.grad, device) &&
+         fits_fused_cuda(u.state.tensor("exp_avg"), device) &&
+         fits_fused_cuda(u.state.tensor("exp_avg_sq"), device);
+}
+
+/// Updates `batch` (one device, one step count, one copy-out kind) with one ops::fused_adam call
+/// on the device's current stream.
+void fused_adam_batch(const std::vector<ParamUpdate*>& batch, const GroupOptions& group,
+                      bool adam_w_mode, ops::HalfKind half_kind) {
+  const at::Device device = batch.front()->param.device();
+  const c10::cuda::CUDAGuard device_guard(device);
+  std::vector<ops::AdamTensor> tensors;
+  tensors.reserve(batch.size());
+  for (ParamUpdate* u : batch) {
+    ops::AdamTensor t;
+    t.param = u->param.data_ptr<float>();
+    t.grad = u->grad.data_ptr<float>();
+    t.exp_avg = u->state.tensor("exp_avg").data_ptr<float>();
+    t.exp_avg_sq = u->state.tensor("exp_avg_sq").data_ptr<float>();
+    t.half_copy = half_kind == ops::HalfKind::kNone ? nullptr : u->copy_out.data_ptr();
+    t.n = u->param.numel();
+    tensors.push_back(t);
+  }
+  ops::fused_adam(adam_step(group, adam_w_mode, batch.front()->state.step), tensors.data(),
+                  static_cast<int>(tensors.size()), half_kind,
+                  c10::cuda::getCurrentCUDAStream(device.index()).stream());
+  for (ParamUpdate* u : batch) u->wrote_copy_out = half_kind != ops::HalfKind::kNone;
+}
+#endif
 
 }  // namespace
 
@@ -36,48 +161,29 @@ Adam::Adam(std::vector<torch::optim::OptimizerParamGroup> groups, AdamOptions de
 
 void Adam::update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
                   const GroupOptions& group) {
-  const double lr = group.number("lr");
-  const auto [beta1, beta2] = group.pair("betas");
-  const double eps = group.number("eps");
-  const double weight_decay = group.number("weight_decay");
-  const bool bias_correction = group.flag("bias_correction");
-  at::Tensor& exp_avg = state.tensor("exp_avg");
-  at::Tensor& exp_avg_sq = state.tensor("exp_avg_sq");
+  std::vector<ParamUpdate> one{ParamUpdate{param, grad, state, at::Tensor()}};
+  update_group(one, group);
+}
 
-  if (fits_cpu_adam(param) && fits_cpu_adam(grad) && fits_cpu_adam(exp_avg) &&
-      fits_cpu_adam(exp_avg_sq)) {
-    ops::AdamStep s;
-    s.lr = static_cast<float>(lr);
-    s.beta1 = static_cast<float>(beta1);
-    s.beta2 = static_cast<float>(beta2);
-    s.eps = static_cast<float>(eps);
-    s.weight_decay = static_cast<float>(weight_decay);
-    s.adamw_mode = adam_w_mode_;
-    s.bias_correction = bias_correction;
-    s.step = state.step;
-    ops::adam_update(s, param.data_ptr<float>(), grad.data_ptr<float>(), exp_avg.data_ptr<float>(),
-                     exp_avg_sq.data_ptr<float>(), param.numel());
-    return;
+void Adam::update_group(std::vector<ParamUpdate>& params, const GroupOptions& group) {
+#ifdef DS_WITH_CUDA
+  // One launch per (device, step count, copy-out kind): the step count sets the bias
+  // correction, and a group's parameters normally share all three, so a group is one launch.
+  std::map<std::tuple<int, int64_t, int>, std::vector<ParamUpdate*>> batches;
+  for (ParamUpdate& u : params) {
+    if (!fits_fused_adam(u)) {
+      update_one(u, group, adam_w_mode_);
+      continue;
+    }
+    const auto kind = usable_copy_out(u);
+    batches[{u.param.device().index(), u.state.step, static_cast<int>(kind)}].push_back(&u);
   }
-
-  // The CPU-Adam formulation of the same update: denom = sqrt(v)/sqrt(bc2) + eps,
-  // p -= lr*wd*p (AdamW), p -= (lr/bc1) * m/denom.
-  const auto dtype = detail::math_dtype(param);
-  at::Tensor p = detail::load(param, dtype);
-  at::Tensor g = detail::load(grad, dtype);
-  at::Tensor m = detail::load(exp_avg, dtype);
-  at::Tensor v = detail::load(exp_avg_sq, dtype);
-  const double bc1 = bias_correction ? 1.0 - std::pow(beta1, state.step) : 1.0;
-  const double bc2 = bias_correction ? 1.0 - std::pow(beta2, state.step) : 1.0;
-  if (!adam_w_mode_ && weight_decay != 0.0) g = g.add(p, weight_decay);
-  m.mul_(beta1).add_(g, 1.0 - beta1);
-  v.mul_(beta2).addcmul_(g, g, 1.0 - beta2);
-  at::Tensor denom = v.sqrt().mul_(1.0 / std::sqrt(bc2)).add_(eps);
-  if (adam_w_mode_ && weight_decay != 0.0) p.mul_(1.0 - lr * weight_decay);
-  p.addcdiv_(m, denom, -lr / bc1);
-  detail::store(exp_avg, m);
-  detail::store(exp_avg_sq, v);
-  detail::store(param, p);
+  for (const auto& [key, batch] : batches) {
+    fused_adam_batch(batch, group, adam_w_mode_, static_cast<ops::HalfKind>(std::get<2>(key)));
+  }
+#else
+  for (ParamUpdate& u : params) update_one(u, group, adam_w_mode_);
+#endif
 }
 
 }  // namespace deepspeed::optim

@@ -124,19 +124,60 @@ at::Tensor DsOptimizer::step(LossClosure closure) {
     loss = closure();
   }
   torch::NoGradGuard no_grad;
+  copy_outs_written_.clear();
   begin_step();
   for (size_t g = 0; g < param_groups_.size(); ++g) {
     const GroupOptions& group = group_options(g);
+    std::vector<ParamUpdate> updates;
+    std::vector<const void*> keys;  // copy-out identity of updates[i]'s parameter
     for (const at::Tensor& p : param_groups_[g].params()) {
       if (!p.grad().defined()) continue;
       DS_CHECK(!p.grad().is_sparse(), NotSupportedError, type_name(),
                " does not support sparse gradients");
       ParamState& state = get_or_create_state(p, group);
       ++state.step;
-      update(p.detach(), p.grad().detach(), state, group);
+      const void* key = p.unsafeGetTensorImpl();
+      auto copy_out = copy_outs_.find(key);
+      updates.push_back(ParamUpdate{p.detach(), p.grad().detach(), state,
+                                    copy_out == copy_outs_.end() ? at::Tensor() : copy_out->second});
+      keys.push_back(key);
+    }
+    if (updates.empty()) continue;
+    update_group(updates, group);
+    for (size_t i = 0; i < updates.size(); ++i) {
+      if (updates[i].wrote_copy_out) copy_outs_written_.insert(keys[i]);
     }
   }
   return loss;
+}
+
+void DsOptimizer::update_group(std::vector<ParamUpdate>& params, const GroupOptions& group) {
+  for (ParamUpdate& u : params) update(u.param, u.grad, u.state, group);
+}
+
+// --- fused copy-out (Note [Fused copy-out]) -------------------------------------------------
+
+void DsOptimizer::set_copy_out(const at::Tensor& master, at::Tensor half_dst) {
+  DS_CHECK(master.defined(), UsageError, type_name(), ".set_copy_out: the master is undefined");
+  const void* key = master.unsafeGetTensorImpl();
+  if (!half_dst.defined()) {
+    copy_outs_.erase(key);
+    copy_outs_written_.erase(key);
+    return;
+  }
+  DS_CHECK(half_dst.scalar_type() == at::kBFloat16 || half_dst.scalar_type() == at::kHalf,
+           UsageError, type_name(), ".set_copy_out: the destination is ",
+           half_dst.scalar_type(), "; expected bf16 or fp16 (the model partition's dtype)");
+  DS_CHECK(half_dst.numel() == master.numel(), UsageError, type_name(),
+           ".set_copy_out: the destination has ", half_dst.numel(), " elements, the master ",
+           master.numel(), "; expected the same partition");
+  DS_CHECK(half_dst.is_contiguous(), UsageError, type_name(),
+           ".set_copy_out: the destination must be contiguous (a flat partition)");
+  copy_outs_[key] = std::move(half_dst);
+}
+
+bool DsOptimizer::wrote_copy_out(const at::Tensor& master) const {
+  return master.defined() && copy_outs_written_.count(master.unsafeGetTensorImpl()) > 0;
 }
 
 // --- betas of any optimizer -----------------------------------------------------------------

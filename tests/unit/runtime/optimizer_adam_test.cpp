@@ -1,6 +1,7 @@
 // deepspeed::optim::Adam against a double-precision reference of DeepSpeed's formula (reference
 // §3.2) and against torch::optim::Adam/AdamW, on both the CPU-Adam kernel path (fp32, contiguous)
-// and the tensor path (fp64, non-contiguous fp32, bf16); lazy state after a param swap.
+// and the tensor path (fp64, non-contiguous fp32, bf16); lazy state after a param swap; the fused
+// bf16/fp16 copy-out of the CPU path.
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -192,6 +193,61 @@ TEST(OptimizerAdam, ParamsWithoutGradAreSkipped) {
   EXPECT_NE(opt.find_state(a), nullptr);
   EXPECT_EQ(opt.find_state(b), nullptr);
   EXPECT_TRUE(torch::equal(b, torch::ones({3})));
+}
+
+// Note [Fused copy-out] on the CPU: the CPU-Adam kernel writes the registered bf16/fp16 copy in
+// the same pass; a path that cannot (the tensor path) leaves it and says so.
+TEST(OptimizerAdam, CopyOutIsWrittenByTheCpuKernel) {
+  for (at::ScalarType half : {at::kBFloat16, at::kHalf}) {
+    at::Tensor master = tensor(values(kNumel, 9)).requires_grad_();
+    at::Tensor fp64 = tensor(values(kNumel, 10), at::kDouble).requires_grad_();
+    Adam opt({master, fp64}, options(0.1));
+    at::Tensor dst = at::full({static_cast<int64_t>(kNumel)}, 7.0, half);  // poisoned
+    at::Tensor dst_fp64 = at::full({static_cast<int64_t>(kNumel)}, 7.0, half);
+    opt.set_copy_out(master, dst);
+    opt.set_copy_out(fp64, dst_fp64);
+    EXPECT_FALSE(opt.wrote_copy_out(master));
+    for (int s = 0; s < 3; ++s) {
+      master.mutable_grad() = tensor(values(kNumel, 500 + s));
+      fp64.mutable_grad() = tensor(values(kNumel, 600 + s), at::kDouble);
+      opt.step();
+      EXPECT_TRUE(opt.wrote_copy_out(master));
+      EXPECT_TRUE(torch::equal(dst, master.detach().to(half))) << half << " step " << s;
+      EXPECT_FALSE(opt.wrote_copy_out(fp64));  // fp64 takes the tensor path
+    }
+    EXPECT_TRUE(torch::equal(dst_fp64, at::full({static_cast<int64_t>(kNumel)}, 7.0, half)));
+    // Unregistered: the next step leaves the destination alone.
+    opt.set_copy_out(master, at::Tensor());
+    const at::Tensor before = dst.clone();
+    master.mutable_grad() = tensor(values(kNumel, 700));
+    opt.step();
+    EXPECT_FALSE(opt.wrote_copy_out(master));
+    EXPECT_TRUE(torch::equal(dst, before));
+  }
+}
+
+TEST(OptimizerAdam, CopyOutLeavesTheUpdateUnchanged) {
+  at::Tensor with = tensor(values(kNumel, 11)).requires_grad_();
+  at::Tensor without = with.detach().clone().requires_grad_();
+  Adam a({with}, options(0.1));
+  Adam b({without}, options(0.1));
+  a.set_copy_out(with, at::empty({static_cast<int64_t>(kNumel)}, at::kBFloat16));
+  for (int s = 0; s < kSteps; ++s) {
+    with.mutable_grad() = tensor(values(kNumel, 800 + s));
+    without.mutable_grad() = tensor(values(kNumel, 800 + s));
+    a.step();
+    b.step();
+  }
+  EXPECT_TRUE(torch::equal(with, without));
+}
+
+TEST(OptimizerAdam, SetCopyOutRefusesADestinationThatDoesNotFit) {
+  at::Tensor master = torch::zeros({8}, torch::requires_grad());
+  Adam opt({master});
+  EXPECT_THROW(opt.set_copy_out(master, torch::zeros({8})), UsageError);  // fp32
+  EXPECT_THROW(opt.set_copy_out(master, torch::zeros({7}, at::kBFloat16)), UsageError);
+  EXPECT_THROW(opt.set_copy_out(master, torch::zeros({4, 2}, at::kHalf).t()), UsageError);
+  EXPECT_NO_THROW(opt.set_copy_out(master, torch::zeros({2, 4}, at::kHalf)));
 }
 
 }  // namespace
