@@ -15,6 +15,8 @@
 
 #include "deepspeed/comm.h"
 #include "deepspeed/onebit.h"
+#include "deepspeed/optimizers.h"
+#include "runtime/accelerator/accelerator.h"
 #include "runtime/grad_clip.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/zero/flat_group.h"
@@ -93,11 +95,9 @@ class Stage12 final : public FlatZeroOptimizer {
         ++optimizer_group;
         continue;
       }
-      // ZeRO-Offload keeps masters and optimizer state in host memory next to parameters
-      // that live on the accelerator; a CPU-only build has them in host memory already.
-      DS_CHECK(!offload_ || params.front().device().is_cpu(), NotSupportedError,
-               "zero_optimization.offload_optimizer with parameters on ",
-               params.front().device(), ": this build offloads CPU-resident training only");
+      // ZeRO-Offload keeps masters and optimizer state in host memory next to parameters that
+      // live on the accelerator (on CPU they are in host memory already).
+      host_masters_ = offload_ && !params.front().device().is_cpu();
       groups_.emplace_back(std::move(params), std::move(names), partitions_, partition_,
                            z.round_robin_gradients);
       FlatGroup& fg = groups_.back();
@@ -108,8 +108,20 @@ class Stage12 final : public FlatZeroOptimizer {
       // of the flat buffer itself, so the update lands in the model's parameters directly;
       // fp16/bf16 models get an fp32 master copy that is written back after each step.
       at::Tensor master = fg.partition(partition_);
-      if (model_dtype_ != at::kFloat) master = master.to(fp32, /*non_blocking=*/false, /*copy=*/true);
-      if (grad_accum_dtype_ == at::kFloat) master.mutable_grad() = grad_partitions_.back();
+      if (host_masters_) {
+        add_host_master(master);
+        master = host_.back().master;
+      } else {
+        if (model_dtype_ != at::kFloat) {
+          master = master.to(fp32, /*non_blocking=*/false, /*copy=*/true);
+          // The optimizer writes the model-dtype partition in the same pass as the update where
+          // its kernel can (Note [Fused copy-out]); optimizer_step() copies where it did not.
+          if (auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_)) {
+            if (compressed_ == nullptr) ds->set_copy_out(master, fg.partition(partition_));
+          }
+        }
+        if (grad_accum_dtype_ == at::kFloat) master.mutable_grad() = grad_partitions_.back();
+      }
       masters_.push_back(master);
       group.params() = {master};
       if (compressed_ != nullptr) use_onebit_masters(group, optimizer_group);
@@ -191,6 +203,7 @@ class Stage12 final : public FlatZeroOptimizer {
   }
 
   void optimizer_step() override {
+    if (host_masters_) return offloaded_step();
     // Gradients accumulated in a 16-bit grad_accum_dtype reach the optimizer as fp32.
     if (grad_accum_dtype_ != at::kFloat) {
       for (size_t g = 0; g < masters_.size(); ++g) {
@@ -206,7 +219,9 @@ class Stage12 final : public FlatZeroOptimizer {
       for (size_t g = 0; g < master_views_.size(); ++g) set_view_grads(g, at::Tensor());
     }
     if (model_dtype_ != at::kFloat) {
+      auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_);
       for (size_t g = 0; g < groups_.size(); ++g) {
+        if (ds != nullptr && ds->wrote_copy_out(masters_[g])) continue;
         groups_[g].partition(partition_).copy_(masters_[g]);
       }
     }
@@ -275,17 +290,71 @@ class Stage12 final : public FlatZeroOptimizer {
 
   void params_to_masters() override {
     at::NoGradGuard no_grad;
-    if (model_dtype_ == at::kFloat) return;  // the masters are the parameters' own memory
+    // Without host masters an fp32 model's masters are the parameters' own memory.
+    if (model_dtype_ == at::kFloat && !host_masters_) return;
     for (size_t g = 0; g < groups_.size(); ++g) masters_[g].copy_(groups_[g].partition(partition_));
   }
 
   void masters_to_params() override {
     at::NoGradGuard no_grad;
-    if (model_dtype_ == at::kFloat) return;
+    if (model_dtype_ == at::kFloat && !host_masters_) return;
     for (size_t g = 0; g < groups_.size(); ++g) groups_[g].partition(partition_).copy_(masters_[g]);
   }
 
  private:
+  // ZeRO-Offload with the parameters on a GPU (DeepSpeed's headline): the fp32 master partition
+  // and its gradient live in pinned host memory, the optimizer (CPU-Adam) steps there, and only
+  // the model-dtype partition, its gradient partition and the reduction buckets stay on the
+  // device. Pinned buffers make both copies asynchronous DMA transfers.
+  struct HostMaster {
+    at::Tensor master;  // fp32, pinned: the optimizer's parameter
+    at::Tensor grad;    // fp32, pinned: the reduced gradient partition, copied before the step
+    at::Tensor half;    // pinned model-dtype copy of the updated master (fp16/bf16 models only)
+  };
+
+  void add_host_master(const at::Tensor& device_partition) {
+    const auto pinned = at::TensorOptions().device(at::kCPU).pinned_memory(true);
+    HostMaster h;
+    h.master = at::empty({device_partition.numel()}, pinned.dtype(at::kFloat));
+    h.master.copy_(device_partition);
+    h.grad = at::zeros({device_partition.numel()}, pinned.dtype(at::kFloat));
+    h.master.mutable_grad() = h.grad;
+    if (model_dtype_ != at::kFloat) {
+      h.half = at::empty({device_partition.numel()}, pinned.dtype(model_dtype_));
+      // CPU-Adam writes the 16-bit copy in the same pass as the update (DeepSpeed's
+      // step-with-copy), so the host-to-device copy moves 2 bytes per element, not 4.
+      if (auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_)) ds->set_copy_out(h.master, h.half);
+    }
+    host_.push_back(std::move(h));
+  }
+
+  void offloaded_step() {
+    at::NoGradGuard no_grad;
+    // Device to host: every gradient partition, then one wait for the copies to land.
+    for (size_t g = 0; g < host_.size(); ++g) {
+      host_[g].grad.copy_(grad_partitions_[g], /*non_blocking=*/true);
+    }
+    synchronize_device(grad_partitions_.front().device());
+    optimizer_->step();
+    // Host to device: the updated partition in the model's dtype, then the all-gather.
+    auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_);
+    for (size_t g = 0; g < host_.size(); ++g) {
+      at::Tensor dst = groups_[g].partition(partition_);
+      const HostMaster& h = host_[g];
+      if (h.half.defined() && ds != nullptr && ds->wrote_copy_out(h.master)) {
+        dst.copy_(h.half, /*non_blocking=*/true);
+      } else if (h.half.defined()) {
+        h.half.copy_(h.master);
+        dst.copy_(h.half, /*non_blocking=*/true);
+      } else {
+        dst.copy_(h.master, /*non_blocking=*/true);
+      }
+    }
+    // The pinned buffers are rewritten at the next step: the copies must have left them.
+    synchronize_device(grad_partitions_.front().device());
+    gather_partitions();
+  }
+
   // The inner optimizer's parameters for a 1-bit optimizer. DeepSpeed wraps OnebitAdam and
   // ZeroOneAdam in FP16_Optimizer (one flat fp32 master per group, which is ours as it is) and
   // OnebitLamb in FP16_UnfusedOptimizer (one fp32 master per parameter): for those the group
@@ -382,6 +451,8 @@ class Stage12 final : public FlatZeroOptimizer {
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;  // dtype of the gradient partitions
   bool offload_ = false;  // offload_optimizer.device "cpu" or "nvme" (docs/offload.md)
+  bool host_masters_ = false;      // offload with parameters on a GPU (HostMaster)
+  std::vector<HostMaster> host_;   // per group, with host_masters_
   std::vector<FlatGroup> groups_;
   std::set<const void*> norm_excluded_;  // parameters left out of grad_norm_squared()
   std::vector<at::Tensor> grad_partitions_;

@@ -70,23 +70,28 @@ class Stage3 final : public Stage3ZeroOptimizer {
     std::vector<std::vector<size_t>> group_params = map_param_groups();
     at::TensorOptions options = params_.empty() ? at::TensorOptions() : params_[0].param.options();
     const bool param_offload = param_device_ != OffloadDevice::kNone;
-    DS_CHECK(!(optimizer_states_->offloads() || param_offload) || options.device().is_cpu(),
-             NotSupportedError,
-             config_.source, ": zero_optimization.offload_optimizer / offload_param with "
-             "parameters on ", options.device(), ": this build offloads CPU-resident training only");
+    // ZeRO-Offload with the model on a GPU: the masters, their gradients and the optimizer
+    // state live in pinned host memory (CPU-Adam steps them there), and with offload_param the
+    // shards too, which then cross to the device to be gathered. On CPU everything is host
+    // memory already.
+    const bool on_gpu = !options.device().is_cpu();
+    const at::TensorOptions host = options.device(at::kCPU).pinned_memory(on_gpu);
+    const at::TensorOptions state_options =
+        on_gpu && (optimizer_states_->offloads() || param_offload) ? host : options;
+    shard_options_ = on_gpu && param_offload ? host : options;
     SubGroupAllocation allocation;
     const bool param_nvme = param_device_ == OffloadDevice::kNvme;
     allocation.separate_master = optimizer_states_->swaps_masters() || param_nvme;
     allocation.own_shards = param_nvme;
     allocation.deferred = optimizer_states_->swaps_masters() || param_nvme;
     sub_groups_ = build_sub_groups(group_params, params_, z.sub_group_size, model_dtype_,
-                                   grad_accum_dtype_, options, allocation);
+                                   grad_accum_dtype_, state_options, allocation, shard_options_);
     fill_shards();
     optimizer_states_->place();
     // A store that swaps the masters makes each in turn (start() below); otherwise they are
     // made now.
     const auto make_master = [&](size_t k) {
-      if (allocation.deferred) sub_groups_[k].fp32.set_data(at::zeros({sub_groups_[k].numel}, options.dtype(at::kFloat)));
+      if (allocation.deferred) sub_groups_[k].fp32.set_data(at::zeros({sub_groups_[k].numel}, state_options.dtype(at::kFloat)));
       shards_to_master(k);
     };
     if (!optimizer_states_->swaps_masters()) {
@@ -104,7 +109,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     if (param_nvme) start_shard_store();
     // Gradients last: by now the shards and masters that NVMe offload swaps are on disk.
     if (allocation.deferred) {
-      for (auto& sg : sub_groups_) allocate_grad(sg, grad_accum_dtype_, options);
+      for (auto& sg : sub_groups_) allocate_grad(sg, grad_accum_dtype_, state_options);
     }
     // What NVMe offload swapped out is free now: give it back to the system rather than keep it
     // cached for reuse (the point was to need less memory).
@@ -352,18 +357,19 @@ class Stage3 final : public Stage3ZeroOptimizer {
   // the others released.
   void fill_shards() {
     for (auto& p : params_) {
-      if (!p.trainable) p.shard = at::zeros({p.shard_numel}, p.param.options());
+      if (!p.trainable) p.shard = at::zeros({p.shard_numel}, shard_options_.dtype(p.param.scalar_type()));
       auto pre = take_pre_partitioned(p.param);
       // Own shards (offload_param "nvme") adopt zero::Init's shard as it is: no copy.
       if (!p.shard.defined()) {
         const bool adopt = pre && pre->world == world_ && pre->shard.scalar_type() == model_dtype_ &&
+                           pre->shard.device() == shard_options_.device() &&
                            pre->shard.is_contiguous() && pre->shard.numel() == p.shard_numel;
         if (adopt) {
           p.shard = pre->shard;
           p.available = false;
           continue;
         }
-        p.shard = at::zeros({p.shard_numel}, p.param.options().dtype(model_dtype_));
+        p.shard = at::zeros({p.shard_numel}, shard_options_.dtype(model_dtype_));
       }
       if (pre) {
         DS_CHECK(pre->world == world_, UsageError, "parameter '", p.name,
@@ -542,6 +548,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   // anyway) or in swap files read in for each all-gather ("nvme": shard_store_, Note [NVMe
   // shards]).
   const OffloadDevice param_device_ = config_.zero_optimization.param_offload();
+  at::TensorOptions shard_options_;  // where the model-dtype shards live (host with offload_param)
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;
   at::ScalarType communication_dtype_;

@@ -127,7 +127,9 @@ void Stage3GradReducer::complete(const Bucket& b, size_t buffer) {
   at::Tensor mine = receive_view(b, buffer);
   for (size_t m = 0; m < b.members.size(); ++m) {
     at::Tensor& shard = grad_shards_[b.members[m]];
-    shard.add_(mine.narrow(0, b.offsets[m], shard.numel()));
+    at::Tensor part = mine.narrow(0, b.offsets[m], shard.numel());
+    // ZeRO-Offload with the model on a GPU keeps the gradient shards in host memory.
+    shard.add_(part.device() == shard.device() ? part : part.to(shard.device()));
   }
 }
 

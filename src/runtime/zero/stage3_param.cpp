@@ -71,7 +71,12 @@ void start_gather(PartitionedParam& p, const comm::Group& group, bool async, boo
     full.narrow(0, static_cast<int64_t>(rank) * p.shard_numel, p.shard_numel).copy_(p.shard);
     p.inflight = comm::all_reduce(full, comm::ReduceOp::kSum, async, group);
   } else {
-    p.inflight = comm::all_gather(full, p.shard, async, group);
+    // offload_param with the model on a GPU: the shard is in pinned host memory and NCCL
+    // gathers device memory, so it crosses first (asynchronously, on the current stream).
+    const at::Tensor mine = p.shard.device() == full.device()
+                                ? p.shard
+                                : p.shard.to(full.device(), /*non_blocking=*/true);
+    p.inflight = comm::all_gather(full, mine, async, group);
   }
   p.gather_target = full;
   p.available = true;

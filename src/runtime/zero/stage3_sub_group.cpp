@@ -14,7 +14,10 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
                                              int64_t sub_group_size, at::ScalarType model_dtype,
                                              at::ScalarType grad_dtype,
                                              const at::TensorOptions& options,
-                                             const SubGroupAllocation& allocation) {
+                                             const SubGroupAllocation& allocation,
+                                             std::optional<at::TensorOptions> shard_options) {
+  const at::TensorOptions model_options = shard_options.value_or(options);
+  const bool same_device = model_options.device() == options.device();
   std::vector<Stage3SubGroup> out;
   for (size_t g = 0; g < group_params.size(); ++g) {
     Stage3SubGroup current;
@@ -37,9 +40,9 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
     sg.fp32 = allocation.deferred ? at::empty({0}, options.dtype(at::kFloat))
                                   : at::zeros({sg.numel}, options.dtype(at::kFloat));
     if (!allocation.own_shards) {
-      sg.model_flat = model_dtype == at::kFloat && !allocation.separate_master
+      sg.model_flat = model_dtype == at::kFloat && !allocation.separate_master && same_device
                           ? sg.fp32
-                          : at::zeros({sg.numel}, options.dtype(model_dtype));
+                          : at::zeros({sg.numel}, model_options.dtype(model_dtype));
     }
     if (!allocation.deferred) allocate_grad(sg, grad_dtype, options);
     for (const auto& e : sg.entries) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -57,14 +58,17 @@ struct SubGroupAllocation {
 };
 
 /// Lays out sub-groups for `group_params` (per optimizer param group, indices into `params` of
-/// trainable parameters, in group order), allocates the flats on `options`' device and points
-/// every parameter's `shard` at its view of the model-dtype flat (contents zero).
+/// trainable parameters, in group order), allocates the masters and gradients with `options`
+/// and the model-dtype flats with `shard_options` (the same unless ZeRO-Offload keeps the
+/// optimizer's flats in host memory and the shards on the GPU: the master is then separate), and
+/// points every parameter's `shard` at its view of the model-dtype flat (contents zero).
 std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_t>>& group_params,
                                              std::vector<PartitionedParam>& params,
                                              int64_t sub_group_size, at::ScalarType model_dtype,
                                              at::ScalarType grad_dtype,
                                              const at::TensorOptions& options,
-                                             const SubGroupAllocation& allocation = {});
+                                             const SubGroupAllocation& allocation = {},
+                                             std::optional<at::TensorOptions> shard_options = {});
 
 /// Allocates sub-group `sg`'s gradient flat (zeros) and, for fp32 gradients, attaches it to the
 /// master as its grad.
