@@ -165,11 +165,14 @@ CommandLine parse_command_line(const std::vector<std::string>& raw_args) {
   CLI::App* rejected_group = app.add_option_group("Elastic training (recognised, rejected)");
   std::vector<std::pair<const RejectedFlag*, CLI::Option*>> rejected;
   std::vector<std::string> ignored_values(std::size(kRejectedFlags));
+  // A std::string, not a literal: under C++20 (the CUDA build) a char array is constructible
+  // from a long (parenthesized aggregate init), which makes CLI11's add_flag overloads ambiguous.
+  const std::string not_supported = "not supported";
   for (std::size_t i = 0; i < std::size(kRejectedFlags); ++i) {
     const RejectedFlag& flag = kRejectedFlags[i];
     CLI::Option* opt = flag.takes_value
-                           ? rejected_group->add_option(flag.names, ignored_values[i], "not supported")
-                           : rejected_group->add_flag(flag.names, "not supported");
+                           ? rejected_group->add_option(flag.names, ignored_values[i], not_supported)
+                           : rejected_group->add_flag(flag.names, not_supported);
     rejected.emplace_back(&flag, opt);
   }
 
