@@ -13,14 +13,20 @@ PartitionedGradReducer::PartitionedGradReducer(std::vector<FlatGroup>* groups,
                                                std::vector<at::Tensor>* grad_partitions,
                                                PartitionedReducerOptions options)
     : groups_(groups), grad_partitions_(grad_partitions), options_(options),
-      world_size_(options_.group.size()), rank_(options_.group.rank()) {
+      divisor_(options_.average_divisor > 0 ? options_.average_divisor : options_.group.size()) {
   DS_INTERNAL_ASSERT(options_.group.is_member(),
                      "PartitionedGradReducer needs this rank's data-parallel group");
   DS_CHECK(options_.bucket_numel > 0, ConfigError,
            "zero_optimization.reduce_bucket_size must be positive");
-  for (size_t g = 0; g < groups_->size(); ++g) {
+  std::vector<size_t> served = options_.flat_groups;
+  if (served.empty()) {
+    for (size_t g = 0; g < groups_->size(); ++g) served.push_back(g);
+  }
+  for (size_t g : served) {
+    DS_INTERNAL_ASSERT(g < groups_->size(), "PartitionedGradReducer: no flat group ", g);
     for (size_t s = 0; s < (*groups_)[g].slots().size(); ++s) param_at_.emplace_back(g, s);
   }
+  DS_INTERNAL_ASSERT(!param_at_.empty(), "PartitionedGradReducer: no parameters to reduce");
   BucketPlan plan = build_buckets();
 
   BucketerOptions bucketing;
@@ -41,7 +47,8 @@ PartitionedGradReducer::PartitionedGradReducer(std::vector<FlatGroup>* groups,
   int64_t largest = 0;
   for (const auto& b : buckets_) largest = std::max(largest, b.numel);
   if (bucketer_->num_buffers() > 0) {
-    at::TensorOptions o = (*groups_)[0].flat().options().dtype(options_.bucket_dtype);
+    at::TensorOptions o =
+        (*groups_)[param_at_.front().first].flat().options().dtype(options_.bucket_dtype);
     for (size_t i = 0; i < bucketer_->num_buffers(); ++i) {
       buffers_.push_back(at::empty({largest}, o));
     }
@@ -140,7 +147,7 @@ void PartitionedGradReducer::fill(const Bucket& b, size_t k, size_t buffer) {
 
 std::vector<comm::Handle> PartitionedGradReducer::launch(const Bucket& b, size_t buffer) {
   at::Tensor flat = bucket_view(b, buffer);
-  const double w = static_cast<double>(world_size_);
+  const double w = static_cast<double>(divisor_);
   if (options_.average) {
     if (options_.reduce_scatter || options_.prescale) {
       flat.mul_(1.0 / w);
@@ -165,7 +172,7 @@ std::vector<comm::Handle> PartitionedGradReducer::launch(const Bucket& b, size_t
 
 void PartitionedGradReducer::complete(const Bucket& b, size_t buffer) {
   at::Tensor flat = bucket_view(b, buffer);
-  const double w = static_cast<double>(world_size_);
+  const double w = static_cast<double>(divisor_);
   if (options_.average && !options_.reduce_scatter && !options_.prescale &&
       options_.predivide_factor != w) {
     flat.mul_(options_.predivide_factor / w);

@@ -38,6 +38,13 @@ struct PartitionedReducerOptions {
   bool ignore_unused_parameters = true;
   at::ScalarType bucket_dtype = at::kFloat;  // communication_data_type
   comm::Group group;  // the data-parallel group; partition r belongs to its group rank r
+  /// The flat groups this reducer serves (indices into the groups vector); empty: all. MoE
+  /// expert groups get a reducer of their own over their expert-data-parallel group.
+  std::vector<size_t> flat_groups;
+  /// What "mean" divides by; 0: group's size. An expert group's reducer sums over the
+  /// expert-data-parallel group but divides by the whole data-parallel size (each expert saw
+  /// the tokens of every data-parallel rank, through the all-to-all).
+  int average_divisor = 0;
 };
 
 class PartitionedGradReducer {
@@ -92,8 +99,7 @@ class PartitionedGradReducer {
   std::vector<FlatGroup>* groups_;
   std::vector<at::Tensor>* grad_partitions_;
   PartitionedReducerOptions options_;
-  int world_size_ = 1;
-  int rank_ = 0;
+  int divisor_ = 1;  // what "mean" divides by (average_divisor, or the group's size)
 
   std::vector<std::pair<size_t, size_t>> param_at_;  // global index -> (group, slot)
   std::vector<Bucket> buckets_;
