@@ -270,7 +270,8 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
   m.mp_world_size = mp_group_.size();
   m.ds_config = config_.raw;
   m.ds_version = kDeepSpeedCompatVersion;
-  m.client_state = client_state;
+  // After the stage's own top-level keys (MoE's num_experts), as DeepSpeed's state.update().
+  m.client_state.insert(m.client_state.end(), client_state.begin(), client_state.end());
   if (mp_group_.size() > 1) {  // which parameters are split, for ds_to_universal
     m.client_state.emplace_back(kUniversalInfoKey,
                                 ckpt::universal_checkpoint_info(*module_, mp_group_.size()));

@@ -97,8 +97,18 @@ OptimizerParts read_optimizer_states(const std::string& path) {
   if (count.isInt()) {
     o.world_size = count.toInt();
   } else {
+    std::vector<int64_t> counts;
     for (const auto& c : detail::as_sequence(count, r.where("partition_count"))) {
-      o.world_size = std::max(o.world_size, detail::as_int(c, r.where("partition_count")));
+      counts.push_back(detail::as_int(c, r.where("partition_count")));
+      o.world_size = std::max(o.world_size, counts.back());
+    }
+    // An MoE checkpoint partitions its expert groups over the expert-data-parallel group only:
+    // their partitions are not one slice per file.
+    for (size_t g = 0; g < counts.size(); ++g) {
+      DS_CHECK(counts[g] == o.world_size, NotSupportedError, r.where("partition_count"), ": param group ",
+               g, " is partitioned over ", counts[g], " ranks, others over ", o.world_size,
+               " (MoE expert groups): consolidating MoE checkpoints is not supported; load the "
+               "checkpoint with the engine and save_16bit_model instead");
     }
   }
   DS_CHECK(o.world_size > 0, CheckpointError, r.where("partition_count"), " is empty or zero");

@@ -127,6 +127,12 @@ void add_expert_states(torch::nn::Module& module, const std::string& tag_dir, in
   }
 }
 
+std::vector<int64_t> moe_num_experts(torch::nn::Module& module) {
+  std::vector<int64_t> out;
+  for (const auto& item : named_moe_layers(module)) out.push_back(item.second->options().num_experts);
+  return out;
+}
+
 int count_expert_optimizer_files(const std::string& tag_dir, int mp_rank) {
   int n = 0;
   while (file_exists(tag_dir + "/" + expert_optimizer_file_name(n, mp_rank))) ++n;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 
@@ -31,6 +32,10 @@ void save_expert_files(torch::nn::Module& module, const std::string& tag_dir, in
 /// to this rank's local ids. CheckpointError naming the file when one is missing or lacks a key.
 void add_expert_states(torch::nn::Module& module, const std::string& tag_dir, int mp_rank,
                        checkpoint::TensorDict* module_state);
+
+/// Per MoE layer (named_modules order), its num_experts: the model states' 'num_experts' list,
+/// which DeepSpeed's load_checkpoint reads from an MoE checkpoint.
+std::vector<int64_t> moe_num_experts(torch::nn::Module& module);
 
 /// How many expp_rank_*_mp_rank_<mp> optimizer files the tag directory holds (the saving
 /// ep_size of the largest expert group).

@@ -85,6 +85,11 @@ RankParams read_model_parallel_rank(const std::string& dir, int64_t m) {
   }
   int64_t saved_world = 0;
   for (int64_t c : ranks[0].partition_count) saved_world = std::max(saved_world, c);
+  for (int64_t c : ranks[0].partition_count) {
+    DS_CHECK(c == saved_world, NotSupportedError, files[0], ": a param group partitioned over ",
+             c, " of ", saved_world, " ranks (an MoE expert group): ds_to_universal does not "
+             "convert MoE checkpoints");
+  }
   DS_CHECK(static_cast<int64_t>(ranks.size()) == saved_world, CheckpointError, dir,
            ": model-parallel rank ", m, " has ", ranks.size(), " optimizer-states files but "
            "partition_count says ", saved_world);

@@ -12,6 +12,7 @@
 
 #include "deepspeed/optimizers.h"
 #include "deepspeed/version.h"
+#include "runtime/checkpoint/moe_checkpoint.h"
 #include "runtime/zero/repartition.h"
 #include "util/check.h"
 
@@ -102,10 +103,33 @@ std::string FlatZeroOptimizer::model_states_file_name(int dp_rank, int mp_rank) 
   return dp_rank == 0 ? ckpt::model_states_file_name(mp_rank) : std::string();
 }
 
+void FlatZeroOptimizer::use_moe_checkpoint(std::shared_ptr<torch::nn::Module> module,
+                                           const std::vector<ExpertParams>& experts) {
+  if (experts.empty()) return;
+  MoeCheckpoint m;
+  m.module = std::move(module);
+  for (const auto& e : experts) {
+    if (e.expert_parallel.size() < m.ep_size) continue;
+    m.ep_size = e.expert_parallel.size();
+    m.ep_rank = e.expert_parallel.rank();
+    m.edp_rank = e.expert_data_parallel.rank();
+  }
+  moe_ = std::move(m);
+}
+
 void FlatZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
                                          ckpt::ModelStates* m) {
+  // MoE: the experts go to files of their own (optimizer_states_file); at stage 0 the
+  // optimizer too, in the expp_rank file, as every expert-parallel rank's differs.
+  if (moe_) {
+    m->module = without_expert_states(m->module);
+    // DeepSpeed's load_checkpoint reads this list from every MoE checkpoint.
+    c10::List<int64_t> counts;
+    for (int64_t n : moe_num_experts(*moe_->module)) counts.push_back(n);
+    m->client_state.emplace_back("num_experts", IValue(counts));
+  }
   if (stage_ == 0) {
-    m->optimizer = stage0_optimizer_state(ctx);
+    m->optimizer = moe_ ? IValue() : stage0_optimizer_state(ctx);
     return;
   }
   std::vector<ckpt::ShapeDict> shapes;
@@ -160,6 +184,17 @@ IValue FlatZeroOptimizer::stage0_optimizer_state(const ZeroCheckpointContext& ct
 
 std::optional<std::pair<std::string, IValue>> FlatZeroOptimizer::optimizer_states_file(
     const ZeroCheckpointContext& ctx) {
+  if (moe_) {
+    save_expert_files(*moe_->module, ctx.tag_dir, ctx.mp_rank);
+    if (stage_ == 0) {
+      // DeepSpeed's _save_moe_checkpoint: expert-data-parallel rank 0 of each expert-parallel
+      // rank writes {'optimizer': <the optimizer's state_dict>}.
+      if (moe_->edp_rank != 0) return std::nullopt;
+      ckpt::Dict d = ckpt::new_dict();
+      d.insert("optimizer", stage0_optimizer_state(ctx));
+      return std::make_pair(expert_optimizer_file_name(moe_->ep_rank, ctx.mp_rank), IValue(d));
+    }
+  }
   if (stage_ == 0) return std::nullopt;  // in the model states
   return std::make_pair(
       ckpt::zero_optim_states_file_name(dp_rank_, ctx.mp_rank, ctx.config->bf16.enabled),
@@ -212,44 +247,74 @@ void read_replicated_model_states(const ZeroCheckpointContext& ctx, ZeroLoadPlan
 }
 
 void FlatZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan) {
-  plan->optimizer_in_model_states = stage_ == 0;
-  read_replicated_model_states(ctx, plan);
-  if (!plan->load_optimizer) return;
-  if (stage_ == 0) {
-    read_stage0_optimizer(plan);
+  if (moe_) {
+    // The model states lack the experts: they come from their files by global id, so the
+    // weights load onto any ep_size.
+    plan->model_file = ctx.tag_dir + "/" + ckpt::model_states_file_name(ctx.mp_rank);
+    plan->raw_states = ckpt::load(plan->model_file);
+    plan->states = ckpt::ModelStates::from_ivalue(plan->raw_states, plan->model_file);
+    add_expert_states(*moe_->module, ctx.tag_dir, ctx.mp_rank, &plan->states.module);
+    plan->optimizer_in_model_states = false;
+    ctx.check_model_states(plan);
   } else {
-    read_partitions(ctx, plan);
+    plan->optimizer_in_model_states = stage_ == 0;
+    read_replicated_model_states(ctx, plan);
   }
-}
-
-void FlatZeroOptimizer::read_stage0_optimizer(ZeroLoadPlan* plan) {
+  if (!plan->load_optimizer) return;
+  if (stage_ != 0) return read_partitions(ctx, plan);
+  if (moe_) return read_expert_optimizer(ctx, plan);
   DS_CHECK(!plan->states.optimizer.isNone(), CheckpointError, plan->model_file,
            ": has no optimizer state (part 'optimizer'); load with "
            "load_optimizer_states=false");
+  read_stage0_optimizer(plan->states.optimizer, plan->model_file, plan);
+}
+
+void FlatZeroOptimizer::read_expert_optimizer(const ZeroCheckpointContext& ctx,
+                                              ZeroLoadPlan* plan) {
+  const int saved_ep = count_expert_optimizer_files(ctx.tag_dir, ctx.mp_rank);
+  DS_CHECK(saved_ep == moe_->ep_size, CheckpointError, ctx.tag_dir, ": holds ", saved_ep,
+           " expp_rank_*_optim_states.pt files (saved with ep_size ", saved_ep,
+           "), this engine runs ep_size ", moe_->ep_size,
+           "; the experts' optimizer states cannot be re-laid: load with "
+           "load_optimizer_states=false (the weights load onto any ep_size)");
+  const std::string path =
+      ctx.tag_dir + "/" + expert_optimizer_file_name(moe_->ep_rank, ctx.mp_rank);
+  c10::IValue file = ckpt::load(path);
+  DS_CHECK(file.isGenericDict() && file.toGenericDict().contains("optimizer"), CheckpointError,
+           path, ": has no 'optimizer' entry");
+  const IValue optimizer = file.toGenericDict().at("optimizer");
+  DS_CHECK(!optimizer.isNone(), CheckpointError, path,
+           ": its 'optimizer' is None (saved under ZeRO stage 1 or 2?)");
+  read_stage0_optimizer(optimizer, path, plan);
+}
+
+void FlatZeroOptimizer::read_stage0_optimizer(const IValue& optimizer, const std::string& path,
+                                              ZeroLoadPlan* plan) {
   const auto layout = flat_layout();
   if (layout.empty()) {
-    plan->optimizer_state = plan->states.optimizer;
+    plan->optimizer_state = optimizer;
     return;
   }
   // 16-bit stage 0: FP16_Optimizer's dict with replicated fp32 masters.
-  ckpt::Dict d = plan->states.optimizer.toGenericDict();
+  DS_CHECK(optimizer.isGenericDict(), CheckpointError, path,
+           ": 'optimizer' is not a dict (part 'fp32 master weights')");
+  ckpt::Dict d = optimizer.toGenericDict();
   DS_CHECK(d.contains("fp32_groups_flat") && d.contains("optimizer_state_dict"),
-           CheckpointError, plan->model_file,
+           CheckpointError, path,
            ": 'optimizer' has no fp32_groups_flat/optimizer_state_dict (part 'fp32 master "
            "weights'): written without fp16/bf16?");
   auto flats = d.at("fp32_groups_flat").toListRef();
-  DS_CHECK(flats.size() == layout.size(), CheckpointError, plan->model_file, ": ",
-           flats.size(), " fp32 master groups, this engine has ", layout.size());
+  DS_CHECK(flats.size() == layout.size(), CheckpointError, path, ": ", flats.size(),
+           " fp32 master groups, this engine has ", layout.size());
   for (size_t g = 0; g < layout.size(); ++g) {
     const at::Tensor t = flats[g].toTensor();
-    DS_CHECK(t.numel() == layout[g].numel, CheckpointError, plan->model_file,
-             ": fp32_groups_flat[", g, "] has ", t.numel(), " elements, the model's group ",
-             layout[g].numel);
-    plan->masters.push_back(padded_to(t, layout[g].partition_numel, plan->model_file));
+    DS_CHECK(t.numel() == layout[g].numel, CheckpointError, path, ": fp32_groups_flat[", g,
+             "] has ", t.numel(), " elements, the model's group ", layout[g].numel);
+    plan->masters.push_back(padded_to(t, layout[g].partition_numel, path));
   }
   plan->optimizer_state = d.at("optimizer_state_dict");
   if (d.contains("loss_scaler")) {
-    plan->loss_scaler = ckpt::json_from_ivalue(d.at("loss_scaler"), plan->model_file);
+    plan->loss_scaler = ckpt::json_from_ivalue(d.at("loss_scaler"), path);
   }
   plan->masters_note = "fp32 master weights";
 }
@@ -268,17 +333,41 @@ void FlatZeroOptimizer::read_partitions(const ZeroCheckpointContext& ctx, ZeroLo
   };
   std::string path0;
   ckpt::ZeroOptimizerFile file0 = read(0, &path0);
+  const auto& counts = file0.optimizer_state_dict.partition_count;
   int64_t saved_world = 0;
-  for (int64_t c : file0.optimizer_state_dict.partition_count) saved_world = std::max(saved_world, c);
-  bool same = saved_world == world && shapes.size() == layout.size();
+  for (int64_t c : counts) saved_world = std::max(saved_world, c);
+  // Each group against its own partition count: an MoE expert group's is its
+  // expert-data-parallel size.
+  bool same = saved_world == world && shapes.size() == layout.size() &&
+              counts.size() == layout.size();
   for (size_t g = 0; same && g < layout.size(); ++g) {
-    same = same_layout(layout[g], shapes[g], saved_world);
+    same = same_layout(layout[g], shapes[g], counts[g]);
   }
   ckpt::ZeroOptimizerStates z;
+  if (!same && moe_) {
+    std::string mine;
+    for (const auto& l : layout) mine += " " + std::to_string(l.partitions);
+    std::string saved;
+    for (int64_t c : counts) saved += " " + std::to_string(c);
+    DS_CHECK(false, CheckpointError, path0, ": partitioned over", saved,
+             " ranks per param group, this engine over", mine, " (ep_size ", moe_->ep_size,
+             ", ", world, " data-parallel ranks); MoE expert groups cannot be re-partitioned "
+             "onto another ep_size or data-parallel size: load with load_optimizer_states=false "
+             "(the weights load onto any ep_size)");
+  }
   if (same) {
     std::string path = path0;
     ckpt::ZeroOptimizerFile own = dp_rank_ == 0 ? file0 : read(dp_rank_, &path);
-    own.optimizer_state_dict.check_partition_count(world, path);
+    if (moe_) {
+      for (size_t g = 0; g < layout.size(); ++g) {
+        const auto& own_counts = own.optimizer_state_dict.partition_count;
+        DS_CHECK(own_counts.size() == layout.size() && own_counts[g] == layout[g].partitions,
+                 CheckpointError, path, ": param group ", g, " is not partitioned over ",
+                 layout[g].partitions, " ranks as in ", path0);
+      }
+    } else {
+      own.optimizer_state_dict.check_partition_count(world, path);
+    }
     const auto& parts = own.optimizer_state_dict.single_partition_of_fp32_groups;
     DS_CHECK(parts.size() == layout.size(), CheckpointError, path, ": ", parts.size(),
              " fp32 partition groups, the model has ", layout.size());

@@ -8,8 +8,13 @@
 //    and the inner optimizer's state. A checkpoint of another data-parallel size or layout is
 //    re-partitioned (repartition.h).
 // Stage 0 in fp32 has no flat groups (the optimizer steps the parameters themselves).
+// With MoE layers (use_moe_checkpoint), DeepSpeed's MoE layout (moe_checkpoint.h): experts in
+// their own files, the model states without them, and at stage 0 the optimizer in
+// expp_rank_<ep rank>_mp_rank_XX_optim_states.pt (each expert-parallel rank's differs); stages
+// 1/2 keep their zero_pp_rank files, expert flats partitioned over the expert-data-parallel group.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -46,15 +51,28 @@ class FlatZeroOptimizer : public ZeroOptimizer {
   void apply_checkpoint(const ZeroCheckpointContext& ctx, const ZeroLoadPlan& plan,
                         std::vector<std::string>* restored) override;
 
+ protected:
+  /// The model has MoE layers: checkpoints take DeepSpeed's MoE layout. The expp_rank files
+  /// follow the expert group with the largest ep_size, as DeepSpeed's.
+  void use_moe_checkpoint(std::shared_ptr<torch::nn::Module> module,
+                          const std::vector<ExpertParams>& experts);
+
  private:
   c10::IValue stage0_optimizer_state(const ZeroCheckpointContext& ctx);
   checkpoint::ZeroOptimizerFile zero_optimizer_file(const ZeroCheckpointContext& ctx);
-  void read_stage0_optimizer(ZeroLoadPlan* plan);
+  void read_stage0_optimizer(const c10::IValue& optimizer, const std::string& path,
+                             ZeroLoadPlan* plan);
+  void read_expert_optimizer(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan);
   void read_partitions(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan);
 
   int stage_;
   int dp_rank_;
   int dp_size_;
+  struct MoeCheckpoint {
+    std::shared_ptr<torch::nn::Module> module;
+    int ep_size = 0, ep_rank = 0, edp_rank = 0;  // the largest expert group's
+  };
+  std::optional<MoeCheckpoint> moe_;
 };
 
 /// The model states every data-parallel rank of model-parallel rank ctx.mp_rank reads

@@ -9,23 +9,20 @@
 #include <torch/optim/optimizer.h>
 
 #include "comm/communicator.h"
-#include "deepspeed/checkpoint.h"
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
 #include "runtime/grad_clip.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/grad_reducer.h"
-#include "runtime/checkpoint/moe_checkpoint.h"
 #include "runtime/zero/flat_zero_optimizer.h"
-#include "runtime/zero/zero_checkpoint.h"
+#include "runtime/zero/reducer_list.h"
 #include "util/check.h"
 
 namespace deepspeed::runtime {
 namespace {
 
-namespace ckpt = deepspeed::checkpoint;
-
-// Its checkpoint is FlatZeroOptimizer's with no flat groups: the optimizer's own state dict.
+// Its checkpoint is FlatZeroOptimizer's with no flat groups: the optimizer's own state dict (in
+// the expp_rank files of DeepSpeed's MoE layout with MoE layers).
 class Stage0 final : public FlatZeroOptimizer {
  public:
   explicit Stage0(const ZeroContext& ctx)
@@ -54,12 +51,6 @@ class Stage0 final : public FlatZeroOptimizer {
     for (const auto& e : ctx.expert_params) {
       if (e.params.empty()) continue;
       experts_.push_back(ExpertPart{e.params, e.expert_parallel, std::nullopt});
-      // The checkpoint's expp_rank files follow the largest expert-parallel group.
-      if (e.expert_parallel.size() >= ep_size_) {
-        ep_size_ = e.expert_parallel.size();
-        ep_rank_ = e.expert_parallel.rank();
-        edp_rank_ = e.expert_data_parallel.rank();
-      }
       if (ctx.dp_group.size() == 1) continue;
       GradReducerOptions eo = ro;
       eo.group = e.expert_data_parallel;
@@ -71,7 +62,7 @@ class Stage0 final : public FlatZeroOptimizer {
         experts_.back().local_divisor = eo;
       }
     }
-    module_ = ctx.module;
+    use_moe_checkpoint(ctx.module, ctx.expert_params);
     // A 1-bit optimizer all-reduces (compressed) on its own once warm-up ends.
     compressed_ = dynamic_cast<onebit::CompressedCommunication*>(optimizer_);
     if (compressed_) compressed_->set_data_parallel_group(ctx.dp_group);
@@ -152,48 +143,6 @@ class Stage0 final : public FlatZeroOptimizer {
 
   void optimizer_step() override { optimizer_->step(); }
 
-  // MoE checkpoints (DeepSpeed's _save_moe_checkpoint): experts in their own files, the
-  // optimizer in expp_rank_<ep rank>_... files (each expert-parallel rank's differs).
-  void add_model_states(const ZeroCheckpointContext& ctx, ckpt::ModelStates* m) override {
-    if (experts_.empty()) return FlatZeroOptimizer::add_model_states(ctx, m);
-    m->module = without_expert_states(m->module);
-    m->optimizer = c10::IValue();
-  }
-  std::optional<std::pair<std::string, c10::IValue>> optimizer_states_file(
-      const ZeroCheckpointContext& ctx) override {
-    if (experts_.empty()) return FlatZeroOptimizer::optimizer_states_file(ctx);
-    save_expert_files(*module_, ctx.tag_dir, ctx.mp_rank);
-    if (edp_rank_ != 0) return std::nullopt;
-    ckpt::Dict d = ckpt::new_dict();
-    d.insert("optimizer", optim::optimizer_state_dict(*optimizer_));
-    return std::make_pair(expert_optimizer_file_name(ep_rank_, ctx.mp_rank), c10::IValue(d));
-  }
-  void read_checkpoint(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan) override {
-    if (experts_.empty()) return FlatZeroOptimizer::read_checkpoint(ctx, plan);
-    plan->model_file = ctx.tag_dir + "/" + ckpt::model_states_file_name(ctx.mp_rank);
-    plan->raw_states = ckpt::load(plan->model_file);
-    plan->states = ckpt::ModelStates::from_ivalue(plan->raw_states, plan->model_file);
-    // The experts by global id: another ep_size reads the same files.
-    add_expert_states(*module_, ctx.tag_dir, ctx.mp_rank, &plan->states.module);
-    plan->optimizer_in_model_states = false;
-    if (ctx.want_optimizer) {
-      const int saved_ep = count_expert_optimizer_files(ctx.tag_dir, ctx.mp_rank);
-      DS_CHECK(saved_ep == ep_size_, CheckpointError, ctx.tag_dir, ": holds ", saved_ep,
-               " expp_rank_*_optim_states.pt files (saved with ep_size ", saved_ep,
-               "), this engine runs ep_size ", ep_size_,
-               "; the experts' optimizer states cannot be re-laid: load with "
-               "load_optimizer_states=false (the weights load onto any ep_size)");
-      const std::string path = ctx.tag_dir + "/" + expert_optimizer_file_name(ep_rank_, ctx.mp_rank);
-      c10::IValue file = ckpt::load(path);
-      DS_CHECK(file.isGenericDict() && file.toGenericDict().contains("optimizer"),
-               CheckpointError, path, ": has no 'optimizer' entry");
-      plan->optimizer_state = file.toGenericDict().at("optimizer");
-      DS_CHECK(!plan->optimizer_state.isNone(), CheckpointError, path,
-               ": its 'optimizer' is None (saved under ZeRO?)");
-    }
-    ctx.check_model_states(plan);
-  }
-
   bool local_overflow() override {
     std::vector<at::Tensor> grads;
     for (const auto& p : params_) grads.push_back(p.grad());
@@ -228,17 +177,8 @@ class Stage0 final : public FlatZeroOptimizer {
     }
     return s;
   }
-  int64_t num_buckets() const override {
-    int64_t n = 0;
-    for (const auto& r : reducers_) n += static_cast<int64_t>(r->num_buckets());
-    return n;
-  }
-  bool backward_pending() const override {
-    for (const auto& r : reducers_) {
-      if (r->armed()) return true;
-    }
-    return false;
-  }
+  int64_t num_buckets() const override { return total_buckets(reducers_); }
+  bool backward_pending() const override { return any_armed(reducers_); }
 
  private:
   torch::optim::Optimizer* optimizer_;
@@ -270,8 +210,6 @@ class Stage0 final : public FlatZeroOptimizer {
 
   std::vector<std::unique_ptr<GradReducer>> reducers_;  // data-parallel, then expert groups
   std::vector<ExpertPart> experts_;
-  std::shared_ptr<torch::nn::Module> module_;
-  int ep_size_ = 0, ep_rank_ = 0, edp_rank_ = 0;  // the largest expert group's
   std::optional<std::vector<at::Tensor>> norm_params_;  // set by exclude_from_norm
   onebit::CompressedCommunication* compressed_ = nullptr;
   bool reducing_ = false;  // this backward's gradients go through reducers_
