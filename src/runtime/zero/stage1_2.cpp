@@ -5,6 +5,10 @@
 // PartitionedGradReducer: at the accumulation boundary only (stage 1) or in every backward,
 // accumulating into the owned gradient partition (stage 2). After the step the updated slices
 // are all-gathered back into every rank's flat buffer, which the model's parameters view.
+//
+// MoE: expert parameters get flat groups of their own (moe_param_groups.h), partitioned over
+// their expert-data-parallel group and reduced over it by a reducer of their own, divided by the
+// whole data-parallel size (Note [Expert flat groups]).
 #include <cmath>
 #include <map>
 #include <set>
@@ -20,8 +24,10 @@
 #include "runtime/grad_clip.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/zero/flat_group.h"
+#include "runtime/zero/moe_param_groups.h"
 #include "runtime/zero/partitioned_reducer.h"
 #include "runtime/zero/flat_zero_optimizer.h"
+#include "runtime/zero/reducer_list.h"
 #include "util/check.h"
 #include "util/logging.h"
 
@@ -45,6 +51,17 @@ void check_config(const DeepSpeedConfig& cfg) {
            ": zero_optimization.allgather_bucket_size must be positive");
 }
 
+// Note [Expert flat groups]
+// Under expert parallelism a rank holds num_experts / ep_size experts, each replicated over its
+// expert-data-parallel group (the ranks with the same expert-parallel rank). So an expert flat
+// group is cut into edp_size partitions, reduced and re-gathered over that group, while dense
+// groups use the data-parallel group. An expert's gradient sums the contributions of every
+// data-parallel rank's tokens (the all-to-all brought them), so "mean" divides it by the
+// data-parallel size, as DeepSpeed's average_tensor does: the same update whatever the ep_size.
+// Every element, dense or expert, is owned by exactly one data-parallel rank, so the gradient
+// norm stays one sum over the data-parallel group; replicated (16-bit stage 0), each
+// expert-parallel rank holds different experts, and their squares are summed over the
+// expert-parallel group.
 class Stage12 final : public FlatZeroOptimizer {
  public:
   explicit Stage12(const ZeroContext& ctx)
@@ -52,9 +69,9 @@ class Stage12 final : public FlatZeroOptimizer {
                           ctx.dp_group.rank(), ctx.dp_group.size()),
         config_(*ctx.config), optimizer_(ctx.optimizer),
         stage_(static_cast<int>(ctx.config->zero_optimization.stage)),
-        dp_group_(ctx.dp_group), world_(dp_group_.size()), rank_(dp_group_.rank()),
-        partitions_(stage_ == 0 ? 1 : world_), partition_(stage_ == 0 ? 0 : rank_),
-        model_dtype_(ctx.model_dtype), grad_accum_dtype_(ctx.grad_accum_dtype) {
+        dp_group_(ctx.dp_group), world_(dp_group_.size()), replicated_(stage_ == 0),
+        model_dtype_(ctx.model_dtype), grad_accum_dtype_(ctx.grad_accum_dtype),
+        experts_(ctx.expert_params) {
     if (stage_ > 0) check_config(config_);
     // Matches DeepSpeed (engine.zero_cpu_offload): with stages 1/2, device "nvme" offloads to
     // host memory like "cpu"; only stage 3 swaps to files (check_supported() warns).
@@ -72,6 +89,9 @@ class Stage12 final : public FlatZeroOptimizer {
       DS_INTERNAL_ASSERT(stage_ == 0, "1-bit optimizers run at ZeRO stage 0 only");
       compressed_->set_data_parallel_group(dp_group_);
     }
+    // DeepSpeed's MoE param groups: expert parameters leave their groups for groups of their own.
+    const std::vector<int> expert_of = split_moe_param_groups(*optimizer_, experts_);
+    use_moe_checkpoint(ctx.module, experts_);
     size_t optimizer_group = 0;
     for (auto& group : optimizer_->param_groups()) {
       std::vector<at::Tensor> params;
@@ -98,7 +118,13 @@ class Stage12 final : public FlatZeroOptimizer {
       // ZeRO-Offload keeps masters and optimizer state in host memory next to parameters that
       // live on the accelerator (on CPU they are in host memory already).
       host_masters_ = offload_ && !params.front().device().is_cpu();
-      groups_.emplace_back(std::move(params), std::move(names), partitions_, partition_,
+      FlatComm fc;
+      fc.expert = expert_of[optimizer_group];
+      fc.group = fc.expert < 0 ? dp_group_ : experts_[static_cast<size_t>(fc.expert)].expert_data_parallel;
+      fc.partitions = replicated_ ? 1 : fc.group.size();
+      fc.partition = replicated_ ? 0 : fc.group.rank();
+      comm_.push_back(fc);
+      groups_.emplace_back(std::move(params), std::move(names), fc.partitions, fc.partition,
                            z.round_robin_gradients);
       FlatGroup& fg = groups_.back();
       const auto fp32 = fg.flat().options().dtype(at::kFloat);
@@ -107,7 +133,7 @@ class Stage12 final : public FlatZeroOptimizer {
       // The owned slice is the inner optimizer's only parameter. For fp32 models it is a view
       // of the flat buffer itself, so the update lands in the model's parameters directly;
       // fp16/bf16 models get an fp32 master copy that is written back after each step.
-      at::Tensor master = fg.partition(partition_);
+      at::Tensor master = fg.partition(fc.partition);
       if (host_masters_) {
         add_host_master(master);
         master = host_.back().master;
@@ -117,7 +143,7 @@ class Stage12 final : public FlatZeroOptimizer {
           // The optimizer writes the model-dtype partition in the same pass as the update where
           // its kernel can (Note [Fused copy-out]); optimizer_step() copies where it did not.
           if (auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_)) {
-            if (compressed_ == nullptr) ds->set_copy_out(master, fg.partition(partition_));
+            if (compressed_ == nullptr) ds->set_copy_out(master, fg.partition(fc.partition));
           }
         }
         if (grad_accum_dtype_ == at::kFloat) master.mutable_grad() = grad_partitions_.back();
@@ -139,6 +165,7 @@ class Stage12 final : public FlatZeroOptimizer {
     }
     if (!groups_.empty()) {
       PartitionedReducerOptions ro;
+      ro.average_divisor = world_;
       ro.bucket_numel = z.reduce_bucket_numel();
       ro.overlap_comm = z.overlap_comm_enabled();
       // Matches DeepSpeed: CPU offload forces contiguous_gradients on.
@@ -150,9 +177,19 @@ class Stage12 final : public FlatZeroOptimizer {
       ro.predivide_factor = config_.gradient_predivide_factor;
       ro.ignore_unused_parameters = z.ignore_unused_parameters;
       ro.bucket_dtype = ctx.communication_dtype;
-      ro.group = dp_group_;
-      if (partitions_ == 1) ro.reduce_scatter = false;  // replicated (stage 0): plain all-reduce
-      reducer_ = std::make_unique<PartitionedGradReducer>(&groups_, &grad_partitions_, ro);
+      // One reducer per communication group: the dense flats', then each expert group's.
+      for (int e = -1; e < static_cast<int>(experts_.size()); ++e) {
+        PartitionedReducerOptions gro = ro;
+        gro.group = e < 0 ? dp_group_ : experts_[static_cast<size_t>(e)].expert_data_parallel;
+        for (size_t g = 0; g < groups_.size(); ++g) {
+          if (comm_[g].expert == e) gro.flat_groups.push_back(g);
+        }
+        if (gro.flat_groups.empty()) continue;
+        // Replicated (stage 0), or a group of one: a plain all-reduce.
+        if (replicated_ || gro.group.size() == 1) gro.reduce_scatter = false;
+        reducers_.push_back(
+            std::make_unique<PartitionedGradReducer>(&groups_, &grad_partitions_, gro));
+      }
     }
   }
 
@@ -161,11 +198,15 @@ class Stage12 final : public FlatZeroOptimizer {
     // accumulate and reduces once, on the boundary. A 1-bit optimizer past its warm-up wants
     // the local gradients (DeepSpeed's enable_backward_allreduce false).
     local_boundary_ = boundary && compressed_ != nullptr && !compressed_->backward_allreduce_enabled();
-    if (reducer_ && (stage_ == 2 || boundary) && !local_boundary_) reducer_->prepare();
+    if ((stage_ == 2 || boundary) && !local_boundary_) {
+      for (auto& r : reducers_) r->prepare();
+    }
   }
 
   void end_backward(bool boundary) override {
-    if (reducer_ && reducer_->armed()) reducer_->finish();
+    for (auto& r : reducers_) {
+      if (r->armed()) r->finish();
+    }
     if (local_boundary_) take_local_gradients();
     if (boundary) last_boundary_reduced_ = !local_boundary_;
     local_boundary_ = false;
@@ -173,25 +214,29 @@ class Stage12 final : public FlatZeroOptimizer {
 
   double grad_norm_squared() override {
     // Each rank sums the squares of what it owns (padding is zero); one small all-reduce. A
-    // replicated partition (16-bit stage 0) is already the whole averaged gradient on every rank.
-    double local = 0.0;
-    if (norm_excluded_.empty()) {
-      for (const auto& g : grad_partitions_) local += squared_l2_norm(g);
-    } else {
-      // Only the owned pieces of the parameters that count (the padding is zero).
-      for (size_t g = 0; g < groups_.size(); ++g) {
-        for (const auto& piece : groups_[g].owned_pieces()) {
-          const at::Tensor& p = groups_[g].slots()[piece.slot].param;
-          if (norm_excluded_.count(p.unsafeGetTensorImpl())) continue;
-          local += squared_l2_norm(
-              grad_partitions_[g].narrow(0, piece.partition_offset, piece.numel));
-        }
+    // replicated partition (16-bit stage 0) is already the whole averaged gradient on every rank,
+    // but for experts, which differ across the expert-parallel group (Note [Expert flat groups]).
+    double dense = 0.0;
+    std::vector<double> experts(experts_.size(), 0.0);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const double sq = owned_squares(g);
+      if (comm_[g].expert < 0) {
+        dense += sq;
+      } else {
+        experts[static_cast<size_t>(comm_[g].expert)] += sq;
       }
     }
-    if (partitions_ == 1) return local;
-    at::Tensor t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
-    comm::all_reduce(t, comm::ReduceOp::kSum, false, dp_group_);
-    return t.item<double>();
+    if (replicated_) {
+      for (size_t e = 0; e < experts_.size(); ++e) {
+        if (experts_[e].expert_parallel.size() > 1) {
+          experts[e] = sum_over(experts[e], experts_[e].expert_parallel);
+        }
+        dense += experts[e];
+      }
+      return dense;
+    }
+    for (double sq : experts) dense += sq;
+    return world_ == 1 ? dense : sum_over(dense, dp_group_);
   }
 
   void exclude_from_norm(const std::vector<at::Tensor>& params) override {
@@ -222,7 +267,7 @@ class Stage12 final : public FlatZeroOptimizer {
       auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_);
       for (size_t g = 0; g < groups_.size(); ++g) {
         if (ds != nullptr && ds->wrote_copy_out(masters_[g])) continue;
-        groups_[g].partition(partition_).copy_(masters_[g]);
+        groups_[g].partition(comm_[g].partition).copy_(masters_[g]);
       }
     }
     gather_partitions();
@@ -260,27 +305,35 @@ class Stage12 final : public FlatZeroOptimizer {
     }
     m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
     if (offload_) m.offloaded_optimizer_bytes = m.optimizer_state_bytes + m.master_param_bytes;
-    m.bucket_bytes = reducer_ ? reducer_->buffer_bytes() : 0;
+    for (const auto& r : reducers_) m.bucket_bytes += r->buffer_bytes();
     return m;
   }
 
   ReductionStats reduction_stats() const override {
-    return reducer_ && last_boundary_reduced_ ? reducer_->stats() : ReductionStats{};
+    ReductionStats s;
+    if (!last_boundary_reduced_) return s;
+    for (const auto& r : reducers_) {
+      const ReductionStats rs = r->stats();
+      s.buckets_launched += rs.buckets_launched;
+      s.buckets_launched_from_hooks += rs.buckets_launched_from_hooks;
+      s.reductions_issued += rs.reductions_issued;
+    }
+    return s;
   }
-  int64_t num_buckets() const override {
-    return reducer_ ? static_cast<int64_t>(reducer_->num_buckets()) : 0;
-  }
-  bool backward_pending() const override { return reducer_ && reducer_->armed(); }
+  int64_t num_buckets() const override { return total_buckets(reducers_); }
+  bool backward_pending() const override { return any_armed(reducers_); }
 
   std::vector<FlatGroupLayout> flat_layout() const override {
     std::vector<FlatGroupLayout> out;
-    for (const auto& fg : groups_) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const FlatGroup& fg = groups_[g];
       FlatGroupLayout layout;
       for (const auto& s : fg.slots()) layout.params.emplace_back(s.name, s.param.sizes().vec());
       layout.numel = fg.numel();
       layout.partition_numel = fg.partition_numel();
-      layout.partitions = partitions_;
-      layout.partition = partition_;
+      layout.partitions = comm_[g].partitions;
+      layout.partition = comm_[g].partition;
+      if (comm_[g].expert >= 0) layout.expert_group = experts_[static_cast<size_t>(comm_[g].expert)].name;
       out.push_back(std::move(layout));
     }
     return out;
@@ -292,13 +345,17 @@ class Stage12 final : public FlatZeroOptimizer {
     at::NoGradGuard no_grad;
     // Without host masters an fp32 model's masters are the parameters' own memory.
     if (model_dtype_ == at::kFloat && !host_masters_) return;
-    for (size_t g = 0; g < groups_.size(); ++g) masters_[g].copy_(groups_[g].partition(partition_));
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      masters_[g].copy_(groups_[g].partition(comm_[g].partition));
+    }
   }
 
   void masters_to_params() override {
     at::NoGradGuard no_grad;
     if (model_dtype_ == at::kFloat && !host_masters_) return;
-    for (size_t g = 0; g < groups_.size(); ++g) groups_[g].partition(partition_).copy_(masters_[g]);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      groups_[g].partition(comm_[g].partition).copy_(masters_[g]);
+    }
   }
 
  private:
@@ -339,7 +396,7 @@ class Stage12 final : public FlatZeroOptimizer {
     // Host to device: the updated partition in the model's dtype, then the all-gather.
     auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_);
     for (size_t g = 0; g < host_.size(); ++g) {
-      at::Tensor dst = groups_[g].partition(partition_);
+      at::Tensor dst = groups_[g].partition(comm_[g].partition);
       const HostMaster& h = host_[g];
       if (h.half.defined() && ds != nullptr && ds->wrote_copy_out(h.master)) {
         dst.copy_(h.half, /*non_blocking=*/true);
@@ -412,28 +469,50 @@ class Stage12 final : public FlatZeroOptimizer {
     }
   }
 
+  // This rank's squared gradient norm over what it owns of flat group g (padding is zero),
+  // less the parameters exclude_from_norm left out.
+  double owned_squares(size_t g) const {
+    if (norm_excluded_.empty()) return squared_l2_norm(grad_partitions_[g]);
+    double sq = 0.0;
+    for (const auto& piece : groups_[g].owned_pieces()) {
+      const at::Tensor& p = groups_[g].slots()[piece.slot].param;
+      if (norm_excluded_.count(p.unsafeGetTensorImpl())) continue;
+      sq += squared_l2_norm(grad_partitions_[g].narrow(0, piece.partition_offset, piece.numel));
+    }
+    return sq;
+  }
+
+  static double sum_over(double value, const comm::Group& group) {
+    at::Tensor t = at::full({1}, value, at::TensorOptions().dtype(at::kDouble));
+    comm::all_reduce(t, comm::ReduceOp::kSum, false, group);
+    return t.item<double>();
+  }
+
   // Re-replicates the parameters: every rank's updated slice into every rank's flat buffer, in
   // shards of about allgather_bucket_size elements in total (reference §7.4 step 4), by
-  // all-gather (allgather_partitions) or by one broadcast per owner.
+  // all-gather (allgather_partitions) or by one broadcast per owner. Each flat group over its
+  // own group (an expert group's over its expert-data-parallel group).
   void gather_partitions() {
-    if (partitions_ == 1) return;
     const auto& z = config_.zero_optimization;
-    for (auto& fg : groups_) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const FlatComm& fc = comm_[g];
+      if (fc.partitions == 1) continue;
+      FlatGroup& fg = groups_[g];
       const int64_t p = fg.partition_numel();
-      const int64_t shards = std::max<int64_t>(1, p * world_ / z.allgather_bucket_size);
+      const int64_t shards = std::max<int64_t>(1, p * fc.partitions / z.allgather_bucket_size);
       int64_t shard = std::max<int64_t>(2, (p / shards) & ~int64_t{1});
       for (int64_t start = 0; start < p; start += shard) {
         const int64_t len = std::min(shard, p - start);
         std::vector<at::Tensor> outs;
-        for (int r = 0; r < world_; ++r) {
+        for (int r = 0; r < fc.partitions; ++r) {
           outs.push_back(fg.flat().narrow(0, static_cast<int64_t>(r) * p + start, len));
         }
         if (z.allgather_partitions) {
-          comm::all_gather(outs, outs[static_cast<size_t>(rank_)], false, dp_group_);
+          comm::all_gather(outs, outs[static_cast<size_t>(fc.partition)], false, fc.group);
         } else {
-          for (int r = 0; r < world_; ++r) {
-            comm::broadcast(outs[static_cast<size_t>(r)], dp_group_.global_rank(r), false,
-                            dp_group_);
+          for (int r = 0; r < fc.partitions; ++r) {
+            comm::broadcast(outs[static_cast<size_t>(r)], fc.group.global_rank(r), false,
+                            fc.group);
           }
         }
       }
@@ -444,12 +523,19 @@ class Stage12 final : public FlatZeroOptimizer {
   torch::optim::Optimizer* optimizer_;
   int stage_;
   comm::Group dp_group_;
-  int world_;  // data-parallel size and rank
-  int rank_;
-  int partitions_;  // W for stages 1/2; 1 when replicated (stage 0 in fp16/bf16)
-  int partition_;   // the slice this rank owns
+  int world_;        // data-parallel size
+  bool replicated_;  // stage 0 in fp16/bf16: one partition holding everything, on every rank
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;  // dtype of the gradient partitions
+  std::vector<ExpertParams> experts_;  // MoE expert groups; empty without MoE layers
+  // Who a flat group is partitioned over and reduced with.
+  struct FlatComm {
+    comm::Group group;   // the data-parallel group, or an expert group's expert-data-parallel one
+    int partitions = 1;  // group's size for stages 1/2; 1 when replicated
+    int partition = 0;   // the slice this rank owns
+    int expert = -1;     // index in experts_; -1 for a dense group
+  };
+  std::vector<FlatComm> comm_;  // per flat group
   bool offload_ = false;  // offload_optimizer.device "cpu" or "nvme" (docs/offload.md)
   bool host_masters_ = false;      // offload with parameters on a GPU (HostMaster)
   std::vector<HostMaster> host_;   // per group, with host_masters_
@@ -457,7 +543,7 @@ class Stage12 final : public FlatZeroOptimizer {
   std::set<const void*> norm_excluded_;  // parameters left out of grad_norm_squared()
   std::vector<at::Tensor> grad_partitions_;
   std::vector<at::Tensor> masters_;
-  std::unique_ptr<PartitionedGradReducer> reducer_;
+  std::vector<std::unique_ptr<PartitionedGradReducer>> reducers_;  // dense, then per expert group
   onebit::CompressedCommunication* compressed_ = nullptr;  // a 1-bit optimizer, else null
   std::vector<std::vector<at::Tensor>> master_views_;  // per group: per-parameter fp32 masters
   bool local_boundary_ = false;        // this backward's gradients stay local (1-bit optimizer)
@@ -467,16 +553,11 @@ class Stage12 final : public FlatZeroOptimizer {
 }  // namespace
 
 std::unique_ptr<ZeroOptimizer> make_stage1_2(const ZeroContext& context) {
-  // With ep_size 1 the experts are ordinary data-parallel parameters; otherwise their flat
-  // groups would need partitions over the expert-data-parallel group (DeepSpeed's moe param
-  // groups), which this port does not have yet.
-  for (const auto& e : context.expert_params) {
-    DS_CHECK(e.expert_data_parallel.size() == context.dp_group.size(), NotSupportedError,
-             "MoE expert parallelism (", e.name, ") is supported with ZeRO stage 0 and fp32 "
-             "only; ZeRO stage ", context.config->zero_optimization.stage,
-             context.model_dtype != at::kFloat ? " with fp16/bf16" : "",
-             " needs ep_size 1 for now");
-  }
+  DS_CHECK(context.expert_params.empty() ||
+               dynamic_cast<onebit::CompressedCommunication*>(context.optimizer) == nullptr,
+           NotSupportedError,
+           "1-bit optimizers with MoE layers are not supported (they all-reduce every "
+           "gradient over the data-parallel group)");
   return std::make_unique<Stage12>(context);
 }
 

@@ -114,6 +114,11 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimiz
   ckpt::Dict current = optim::optimizer_state_dict(*optimizer).toGenericDict();
   ckpt::Dict state = ckpt::new_dict();
   const auto layout = zero->flat_layout();
+  for (const auto& l : layout) {
+    DS_CHECK(l.expert_group.empty(), NotSupportedError, "load_universal: ", dir,
+             ": MoE expert parameters (", l.expert_group,
+             ") are not read from universal checkpoints; load the MoE checkpoint itself");
+  }
   if (!layout.empty()) {  // fp32 masters in flat groups: stages 1/2 (and 16-bit stage 0)
     for (size_t g = 0; g < layout.size(); ++g) {
       SavedParams masters;

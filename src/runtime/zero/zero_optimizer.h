@@ -74,6 +74,9 @@ struct FlatGroupLayout {
   int64_t partition_numel = 0;  // elements per partition, padding included
   int partitions = 1;           // W for ZeRO 1/2; 1 for 16-bit stage 0 (replicated)
   int partition = 0;            // the slice this rank owns
+  /// An MoE expert group's flat ("ep_size_<e>"): partitioned over the expert-data-parallel
+  /// group, not the data-parallel one. Empty for dense groups.
+  std::string expert_group;
 };
 
 /// Counters tests and logs use to see what a backward did.
