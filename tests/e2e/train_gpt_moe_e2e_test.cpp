@@ -21,10 +21,16 @@ constexpr const char* kConfig = R"({"train_micro_batch_size_per_gpu": 2,
     "gradient_accumulation_steps": 2, "steps_per_print": 5, "gradient_clipping": 1.0,
     "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.0}}})";
 
+// The same with ZeRO-2 and bf16: expert flats partitioned over the expert-data-parallel group.
+constexpr const char* kZero2Bf16Config = R"({"train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 2, "steps_per_print": 5, "gradient_clipping": 1.0,
+    "bf16": {"enabled": true}, "zero_optimization": {"stage": 2},
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.0}}})";
+
 std::string launch(const testing::TempDir& dir, int steps, const std::string& metrics,
-                   const std::string& extra) {
+                   const std::string& extra, const char* config = kConfig) {
   static int runs = 0;
-  testing::write_text_file(dir.file("ds_config.json"), kConfig);
+  testing::write_text_file(dir.file("ds_config.json"), config);
   std::ifstream src(DS_FIXTURE_TEXT);
   std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
   return std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " +
@@ -71,13 +77,13 @@ TEST(TrainGptMoEE2E, TrainsWithExpertParallelismAndReportsTheAuxLoss) {
 
 // 3 steps, save, resume to 6: the same losses as 6 steps straight (token dropping with random
 // token selection and the Gumbel second expert included: the RNG states come back too).
-TEST(TrainGptMoEE2E, ResumeContinuesExactly) {
+void expect_exact_resume(const char* config) {
   testing::TempDir dir;
-  auto full = run_command(launch(dir, 6, "full.jsonl", ""));
+  auto full = run_command(launch(dir, 6, "full.jsonl", "", config));
   ASSERT_EQ(full.exit_code, 0) << full.out << full.err;
-  auto first = run_command(launch(dir, 3, "first.jsonl", "--save_dir " + dir.file("ckpt")));
+  auto first = run_command(launch(dir, 3, "first.jsonl", "--save_dir " + dir.file("ckpt"), config));
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
-  auto second = run_command(launch(dir, 6, "second.jsonl", "--load_dir " + dir.file("ckpt")));
+  auto second = run_command(launch(dir, 6, "second.jsonl", "--load_dir " + dir.file("ckpt"), config));
   ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
   auto a = read_rows(dir.file("full.jsonl"));
   auto b = read_rows(dir.file("second.jsonl"));
@@ -88,6 +94,12 @@ TEST(TrainGptMoEE2E, ResumeContinuesExactly) {
     EXPECT_DOUBLE_EQ(b[i]["loss"].get<double>(), a[3 + i]["loss"].get<double>()) << i;
     EXPECT_DOUBLE_EQ(b[i]["moe_aux_loss"].get<double>(), a[3 + i]["moe_aux_loss"].get<double>());
   }
+}
+
+TEST(TrainGptMoEE2E, ResumeContinuesExactly) { expect_exact_resume(kConfig); }
+
+TEST(TrainGptMoEE2E, ResumeContinuesExactlyUnderZero2Bf16) {
+  expect_exact_resume(kZero2Bf16Config);
 }
 
 TEST(TrainGptMoEE2E, RefusesAnEpSizeThatDoesNotDivideTheWorld) {
