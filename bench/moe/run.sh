@@ -6,7 +6,8 @@
 # the MoE side's loss when it has spent the dense side's wall time (the equal-time budget).
 # Builds nothing. Usage: bench/moe/run.sh [MODEL FLAGS...]
 # Env: ROUNDS (2), STEPS (60), SKIP (3 warm-up steps not timed), MOE_EXPERTS (8), MOE_K (2),
-#      MOE_EVERY (2), MOE_EP (2), CORPUS (data/austen.txt), OUT_DIR (a new /tmp directory).
+#      MOE_EVERY (2), MOE_EP (2), CORPUS (data/austen.txt), OUT_DIR (a new /tmp directory),
+#      DS_CONFIG (examples/train_gpt/ds_config.json; any ZeRO stage 0-2, fp32/bf16, for both sides).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -21,6 +22,7 @@ PY=/usr/bin/python3
 launcher=build/bin/deepspeed
 ours=build/bin/train_gpt
 corpus=${CORPUS:-data/austen.txt}
+ds_config=${DS_CONFIG:-examples/train_gpt/ds_config.json}
 model_flags=("$@")
 die() { echo "moe bench: $*" >&2; exit 1; }
 for bin in "$launcher" "$ours"; do [ -x "$bin" ] || die "$bin not found; build it first"; done
@@ -31,14 +33,14 @@ unset OPENBLAS_CORETYPE
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 out=${OUT_DIR:-$(mktemp -d /tmp/moe_bench.XXXXXX)}
 mkdir -p "$out"
-echo "INFO moe bench: rounds=$ROUNDS steps=$STEPS experts=$MOE_EXPERTS top_k=$MOE_K every=$MOE_EVERY ep_size=$MOE_EP model_flags='${model_flags[*]}' out=$out load=$(cut -d' ' -f1-3 /proc/loadavg)"
+echo "INFO moe bench: rounds=$ROUNDS steps=$STEPS experts=$MOE_EXPERTS top_k=$MOE_K every=$MOE_EVERY ep_size=$MOE_EP config=$ds_config model_flags='${model_flags[*]}' out=$out load=$(cut -d' ' -f1-3 /proc/loadavg)"
 
 moe_flags=(--moe_num_experts "$MOE_EXPERTS" --moe_top_k "$MOE_K" --moe_every "$MOE_EVERY"
            --moe_ep_size "$MOE_EP" --moe_capacity_factor 1.0 --moe_aux_loss_coef 0.01)
 run() {  # run NAME [EXTRA FLAGS...]
   local name=$1; shift
   "$launcher" --num_gpus 2 --master_port $((29600 + RANDOM % 300)) "$ours" \
-    --deepspeed_config examples/train_gpt/ds_config.json --data "$corpus" --steps "$STEPS" \
+    --deepspeed_config "$ds_config" --data "$corpus" --steps "$STEPS" \
     --eval_batches 4 --compact_vocab --metrics_file "$out/$name.jsonl" "${model_flags[@]}" "$@" \
     > "$out/$name.log" 2>&1 || die "$name failed; see $out/$name.log"
 }
