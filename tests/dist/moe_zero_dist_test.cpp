@@ -12,6 +12,7 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/moe.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 
@@ -181,7 +182,10 @@ TEST_P(MoEZeroDistCheckpoint, DeepSpeedLayoutExactResumeAndAnotherEpSize) {
   const CkptCase c = GetParam();
   share_dir();
   const std::string dir = shared_dir();
-  const std::string ckpt = dir + "/ckpt";
+  // DS_MOE_CKPT_EXPORT=<dir>: the checkpoints stay in <dir>/<case>, for a check by Python
+  // DeepSpeed (docs/moe.md).
+  const char* exported = std::getenv("DS_MOE_CKPT_EXPORT");
+  const std::string ckpt = exported ? std::string(exported) + "/" + c.name : dir + "/ckpt";
   run_ranks(2, [&](int rank, int world) {
     {
       auto model = ckpt_model(2);
@@ -216,7 +220,9 @@ TEST_P(MoEZeroDistCheckpoint, DeepSpeedLayoutExactResumeAndAnotherEpSize) {
     for (const auto& item : states.module) {
       EXPECT_EQ(item.key().find("deepspeed_experts"), std::string::npos) << item.key();
     }
-    EXPECT_TRUE(states.optimizer.isNone());  // ZeRO files or the expp_rank file hold it
+    // Stage 0: rank 0's optimizer state also sits in the model states, as DeepSpeed writes it
+    // (its loader reads the expp_rank files); ZeRO: in the zero_pp_rank files only.
+    EXPECT_EQ(states.optimizer.isNone(), c.stage > 0);
     ASSERT_TRUE(raw.toGenericDict().contains("num_experts"));
     const auto counts = raw.toGenericDict().at("num_experts").toListRef();
     ASSERT_EQ(counts.size(), 1u);
@@ -225,14 +231,29 @@ TEST_P(MoEZeroDistCheckpoint, DeepSpeedLayoutExactResumeAndAnotherEpSize) {
       const std::string expp = tag + "expp_rank_" + std::to_string(r) + "_mp_rank_00_optim_states.pt";
       const std::string zero = tag + (c.dtype == "bf16" ? "bf16_" : "") + "zero_pp_rank_" +
                                std::to_string(r) + "_mp_rank_00_optim_states.pt";
+      // DeepSpeed's MoE param groups: the dense one, then the experts' with name and moe.
+      const auto expect_moe_groups = [&](const c10::IValue& base, const std::string& where) {
+        const auto groups = base.toGenericDict().at("param_groups").toList();
+        ASSERT_EQ(groups.size(), 2u) << where;
+        EXPECT_FALSE(groups.get(0).toGenericDict().contains("moe")) << where;
+        const auto experts = groups.get(1).toGenericDict();
+        EXPECT_EQ(experts.at("name").toStringRef(), "ep_size_2") << where;
+        EXPECT_TRUE(experts.at("moe").toBool()) << where;
+      };
       if (c.stage == 0) {
-        EXPECT_TRUE(checkpoint::load(expp).toGenericDict().contains("optimizer")) << expp;
+        const auto file = checkpoint::load(expp).toGenericDict();
+        ASSERT_TRUE(file.contains("optimizer")) << expp;
+        const c10::IValue optimizer = file.at("optimizer");
+        expect_moe_groups(c.dtype == "fp32" ? optimizer
+                                            : optimizer.toGenericDict().at("optimizer_state_dict"),
+                          expp);
       } else {
         // DeepSpeed writes no expp_rank file under ZeRO: every rank's zero_pp_rank file holds
         // its dense and expert partitions, param groups split as DeepSpeed's MoE groups.
         EXPECT_FALSE(std::filesystem::exists(expp)) << expp;
         auto z = checkpoint::ZeroOptimizerFile::from_ivalue(checkpoint::load(zero), zero);
         EXPECT_EQ(z.optimizer_state_dict.partition_count, (std::vector<int64_t>{2, 1})) << zero;
+        expect_moe_groups(z.optimizer_state_dict.base_optimizer_state, zero);
         EXPECT_EQ(states.param_shapes->size(), 2u);
       }
     }

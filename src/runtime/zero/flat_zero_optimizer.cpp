@@ -104,10 +104,12 @@ std::string FlatZeroOptimizer::model_states_file_name(int dp_rank, int mp_rank) 
 }
 
 void FlatZeroOptimizer::use_moe_checkpoint(std::shared_ptr<torch::nn::Module> module,
-                                           const std::vector<ExpertParams>& experts) {
+                                           const std::vector<ExpertParams>& experts,
+                                           const std::vector<int>& expert_of) {
   if (experts.empty()) return;
   MoeCheckpoint m;
   m.module = std::move(module);
+  for (int e : expert_of) m.group_names.push_back(e < 0 ? "" : experts[static_cast<size_t>(e)].name);
   for (const auto& e : experts) {
     if (e.expert_parallel.size() < m.ep_size) continue;
     m.ep_size = e.expert_parallel.size();
@@ -123,13 +125,16 @@ void FlatZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
   // optimizer too, in the expp_rank file, as every expert-parallel rank's differs.
   if (moe_) {
     m->module = without_expert_states(m->module);
+    // At stage 0 DeepSpeed also leaves rank 0's optimizer state in the model states
+    // (_common_checkpoint_state); its MoE loader reads the expp_rank files.
+    if (stage_ == 0) m->optimizer = stage0_optimizer_state(ctx);
     // DeepSpeed's load_checkpoint reads this list from every MoE checkpoint.
     c10::List<int64_t> counts;
     for (int64_t n : moe_num_experts(*moe_->module)) counts.push_back(n);
     m->client_state.emplace_back("num_experts", IValue(counts));
   }
   if (stage_ == 0) {
-    m->optimizer = moe_ ? IValue() : stage0_optimizer_state(ctx);
+    if (!moe_) m->optimizer = stage0_optimizer_state(ctx);
     return;
   }
   std::vector<ckpt::ShapeDict> shapes;
@@ -155,8 +160,23 @@ void FlatZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
   }
 }
 
-IValue FlatZeroOptimizer::stage0_optimizer_state(const ZeroCheckpointContext& ctx) {
+IValue FlatZeroOptimizer::base_optimizer_state(const ZeroCheckpointContext& ctx) const {
   IValue base = optim::optimizer_state_dict(*ctx.optimizer);
+  if (!moe_) return base;
+  // DeepSpeed's MoE param groups carry their expert group's name and 'moe': True (its ZeRO
+  // restore paths look for them).
+  auto groups = base.toGenericDict().at("param_groups").toList();
+  for (size_t g = 0; g < groups.size() && g < moe_->group_names.size(); ++g) {
+    if (moe_->group_names[g].empty()) continue;
+    ckpt::Dict group = groups.get(g).toGenericDict();
+    group.insert_or_assign("name", moe_->group_names[g]);
+    group.insert_or_assign("moe", true);
+  }
+  return base;
+}
+
+IValue FlatZeroOptimizer::stage0_optimizer_state(const ZeroCheckpointContext& ctx) {
+  IValue base = base_optimizer_state(ctx);
   const auto layout = flat_layout();
   if (layout.empty()) return base;  // fp32: the optimizer steps the parameters themselves
   // fp16/bf16 at stage 0: DeepSpeed's FP16_Optimizer state_dict (fp32 masters replicated),
@@ -206,7 +226,7 @@ ckpt::ZeroOptimizerFile FlatZeroOptimizer::zero_optimizer_file(const ZeroCheckpo
   z.loss_scaler = ctx.loss_scaler_state;
   z.dynamic_loss_scale = z.loss_scaler.dynamic;
   z.clip_grad = ctx.config->gradient_clipping;
-  z.base_optimizer_state = optim::optimizer_state_dict(*ctx.optimizer);
+  z.base_optimizer_state = base_optimizer_state(ctx);
   z.zero_stage = stage_;
   z.ds_version = kDeepSpeedCompatVersion;
   z.python_objects = ctx.python_objects;

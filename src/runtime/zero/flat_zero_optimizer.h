@@ -53,12 +53,16 @@ class FlatZeroOptimizer : public ZeroOptimizer {
 
  protected:
   /// The model has MoE layers: checkpoints take DeepSpeed's MoE layout. The expp_rank files
-  /// follow the expert group with the largest ep_size, as DeepSpeed's.
+  /// follow the expert group with the largest ep_size, as DeepSpeed's. `expert_of`: per
+  /// optimizer param group, the index in `experts` of its expert group or -1
+  /// (split_moe_param_groups); saved param groups are marked as DeepSpeed marks its MoE groups.
   void use_moe_checkpoint(std::shared_ptr<torch::nn::Module> module,
-                          const std::vector<ExpertParams>& experts);
+                          const std::vector<ExpertParams>& experts,
+                          const std::vector<int>& expert_of);
 
  private:
   c10::IValue stage0_optimizer_state(const ZeroCheckpointContext& ctx);
+  c10::IValue base_optimizer_state(const ZeroCheckpointContext& ctx) const;
   checkpoint::ZeroOptimizerFile zero_optimizer_file(const ZeroCheckpointContext& ctx);
   void read_stage0_optimizer(const c10::IValue& optimizer, const std::string& path,
                              ZeroLoadPlan* plan);
@@ -71,6 +75,7 @@ class FlatZeroOptimizer : public ZeroOptimizer {
   struct MoeCheckpoint {
     std::shared_ptr<torch::nn::Module> module;
     int ep_size = 0, ep_rank = 0, edp_rank = 0;  // the largest expert group's
+    std::vector<std::string> group_names;  // per optimizer param group; "" for dense groups
   };
   std::optional<MoeCheckpoint> moe_;
 };

@@ -15,6 +15,7 @@
 #include "runtime/precision/overflow_check.h"
 #include "runtime/grad_reducer.h"
 #include "runtime/zero/flat_zero_optimizer.h"
+#include "runtime/zero/moe_param_groups.h"
 #include "runtime/zero/reducer_list.h"
 #include "util/check.h"
 
@@ -62,7 +63,9 @@ class Stage0 final : public FlatZeroOptimizer {
         experts_.back().local_divisor = eo;
       }
     }
-    use_moe_checkpoint(ctx.module, ctx.expert_params);
+    // DeepSpeed's MoE param groups (moe_param_groups.h): they shape the optimizer's state dict.
+    use_moe_checkpoint(ctx.module, ctx.expert_params,
+                       split_moe_param_groups(*optimizer_, ctx.expert_params));
     // A 1-bit optimizer all-reduces (compressed) on its own once warm-up ends.
     compressed_ = dynamic_cast<onebit::CompressedCommunication*>(optimizer_);
     if (compressed_) compressed_->set_data_parallel_group(ctx.dp_group);

@@ -91,7 +91,7 @@ class Stage12 final : public FlatZeroOptimizer {
     }
     // DeepSpeed's MoE param groups: expert parameters leave their groups for groups of their own.
     const std::vector<int> expert_of = split_moe_param_groups(*optimizer_, experts_);
-    use_moe_checkpoint(ctx.module, experts_);
+    use_moe_checkpoint(ctx.module, experts_, expert_of);
     size_t optimizer_group = 0;
     for (auto& group : optimizer_->param_groups()) {
       std::vector<at::Tensor> params;
