@@ -32,6 +32,19 @@ std::vector<int> split_moe_param_groups(torch::optim::Optimizer& optimizer,
         moved[g][static_cast<size_t>(it->second)].push_back(p);
       }
     }
+    // A group holding one expert group's parameters alone is an MoE group already (the user
+    // split them, as DeepSpeed asks of client optimizers): it stays where it is.
+    size_t kinds = 0, only = 0;
+    for (size_t e = 0; e < experts.size(); ++e) {
+      if (moved[g][e].empty()) continue;
+      ++kinds;
+      only = e;
+    }
+    if (dense.empty() && kinds == 1) {
+      expert_of[g] = static_cast<int>(only);
+      moved[g][only].clear();
+      continue;
+    }
     groups[g].params() = std::move(dense);
   }
   for (size_t g = 0; g < originals; ++g) {

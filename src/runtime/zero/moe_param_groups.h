@@ -4,7 +4,8 @@
 // group, so they cannot share a flat group with dense parameters, partitioned over the whole
 // data-parallel group. Each optimizer param group gives its expert parameters up to new groups,
 // one per expert group it holds parameters of, appended after the original groups with the
-// original's options (lr, betas, weight decay ...).
+// original's options (lr, betas, weight decay ...). A group that holds one expert group's
+// parameters alone is left as it is (already an MoE group).
 #pragma once
 
 #include <vector>
