@@ -36,6 +36,12 @@ double squared_l2_norm(const at::Tensor& t) {
   return sum;
 }
 
+double sum_over_group(double value, const comm::Group& group) {
+  at::Tensor t = at::full({1}, value, at::TensorOptions().dtype(at::kDouble));
+  comm::all_reduce(t, comm::ReduceOp::kSum, false, group);
+  return t.item<double>();
+}
+
 double global_grad_norm(const std::vector<at::Tensor>& params) {
   double sum_sq = 0.0;
   for (const auto& p : params) {

@@ -5,12 +5,17 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "deepspeed/comm.h"
+
 namespace deepspeed::runtime {
 
 /// Sum of the squares of `t`'s elements, accumulated in double. LibTorch 1.13's CPU norm() of a
 /// float tensor accumulates in float: over the hundreds of millions of elements of a ZeRO
 /// partition its error reaches percents, which the gradient norm and clipping then carry.
 double squared_l2_norm(const at::Tensor& t);
+
+/// `value` summed over `group` (one double all-reduce): a partial squared norm made global.
+double sum_over_group(double value, const comm::Group& group);
 
 /// L2 norm over the .grad of every tensor in `params` (undefined grads count as zero).
 /// Gradients are replicated after the ZeRO-0 all-reduce, so the local norm is the global one.

@@ -69,9 +69,6 @@ class Stage0 final : public FlatZeroOptimizer {
     // A 1-bit optimizer all-reduces (compressed) on its own once warm-up ends.
     compressed_ = dynamic_cast<onebit::CompressedCommunication*>(optimizer_);
     if (compressed_) compressed_->set_data_parallel_group(ctx.dp_group);
-    DS_CHECK(compressed_ == nullptr || ctx.expert_params.empty(), NotSupportedError,
-             "1-bit optimizers with MoE layers are not supported (they all-reduce every "
-             "gradient over the data-parallel group)");
   }
 
   void begin_backward(bool boundary) override {
@@ -111,11 +108,7 @@ class Stage0 final : public FlatZeroOptimizer {
         expert_keys.insert(p.unsafeGetTensorImpl());
         sq += squared_l2_norm(p.grad());
       }
-      if (e.expert_parallel.size() > 1) {
-        at::Tensor t = at::full({1}, sq, at::TensorOptions().dtype(at::kDouble));
-        comm::all_reduce(t, comm::ReduceOp::kSum, false, e.expert_parallel);
-        sq = t.item<double>();
-      }
+      if (e.expert_parallel.size() > 1) sq = sum_over_group(sq, e.expert_parallel);
       experts_squared += sq;
     }
     if (experts_.empty()) {
@@ -222,6 +215,12 @@ class Stage0 final : public FlatZeroOptimizer {
 }  // namespace
 
 std::unique_ptr<ZeroOptimizer> make_stage0(const ZeroContext& context) {
+  // 1-bit optimizers run at stage 0 only (the config refuses them with ZeRO), fp32 or 16-bit.
+  DS_CHECK(context.expert_params.empty() ||
+               dynamic_cast<onebit::CompressedCommunication*>(context.optimizer) == nullptr,
+           NotSupportedError,
+           "1-bit optimizers with MoE layers are not supported (they all-reduce every "
+           "gradient over the data-parallel group)");
   if (context.model_dtype != at::kFloat) return make_stage1_2(context);
   return std::make_unique<Stage0>(context);
 }

@@ -229,14 +229,14 @@ class Stage12 final : public FlatZeroOptimizer {
     if (replicated_) {
       for (size_t e = 0; e < experts_.size(); ++e) {
         if (experts_[e].expert_parallel.size() > 1) {
-          experts[e] = sum_over(experts[e], experts_[e].expert_parallel);
+          experts[e] = sum_over_group(experts[e], experts_[e].expert_parallel);
         }
         dense += experts[e];
       }
       return dense;
     }
     for (double sq : experts) dense += sq;
-    return world_ == 1 ? dense : sum_over(dense, dp_group_);
+    return world_ == 1 ? dense : sum_over_group(dense, dp_group_);
   }
 
   void exclude_from_norm(const std::vector<at::Tensor>& params) override {
@@ -482,12 +482,6 @@ class Stage12 final : public FlatZeroOptimizer {
     return sq;
   }
 
-  static double sum_over(double value, const comm::Group& group) {
-    at::Tensor t = at::full({1}, value, at::TensorOptions().dtype(at::kDouble));
-    comm::all_reduce(t, comm::ReduceOp::kSum, false, group);
-    return t.item<double>();
-  }
-
   // Re-replicates the parameters: every rank's updated slice into every rank's flat buffer, in
   // shards of about allgather_bucket_size elements in total (reference §7.4 step 4), by
   // all-gather (allgather_partitions) or by one broadcast per owner. Each flat group over its
@@ -553,11 +547,6 @@ class Stage12 final : public FlatZeroOptimizer {
 }  // namespace
 
 std::unique_ptr<ZeroOptimizer> make_stage1_2(const ZeroContext& context) {
-  DS_CHECK(context.expert_params.empty() ||
-               dynamic_cast<onebit::CompressedCommunication*>(context.optimizer) == nullptr,
-           NotSupportedError,
-           "1-bit optimizers with MoE layers are not supported (they all-reduce every "
-           "gradient over the data-parallel group)");
   return std::make_unique<Stage12>(context);
 }
 

@@ -151,9 +151,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   double grad_norm_squared() override {
     double local = 0.0;
     for (const auto& sg : sub_groups_) local += squared_l2_norm(sg.grad);
-    at::Tensor t = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
-    comm::all_reduce(t, comm::ReduceOp::kSum, false, dp_group_);
-    return t.item<double>();
+    return sum_over_group(local, dp_group_);
   }
 
   void scale_gradients(double coef) override {
