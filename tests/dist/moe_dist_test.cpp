@@ -137,5 +137,28 @@ TEST(MoEDist, RefusesZero3ByName) {
   });
 }
 
+// 1-bit optimizers all-reduce every gradient over the data-parallel group by themselves, fp32 or
+// fp16 (both stage-0 paths).
+TEST(MoEDist, RefusesOneBitOptimizersByName) {
+  run_ranks(2, [](int, int) {
+    for (bool fp16 : {false, true}) {
+      moe::MoEOptions o;
+      o.num_experts = 2;
+      o.ep_size = 2;
+      auto model = std::make_shared<MoENetImpl>(o, 0.01);
+      json config{{"train_micro_batch_size_per_gpu", 4},
+                  {"optimizer", {{"type", "OneBitAdam"}, {"params", {{"lr", 0.1}, {"freeze_step", 2}}}}}};
+      if (fp16) config["fp16"] = {{"enabled", true}};
+      try {
+        initialize(model, config);
+        ADD_FAILURE() << "1-bit Adam with MoE was accepted (fp16 " << fp16 << ")";
+      } catch (const NotSupportedError& e) {
+        EXPECT_NE(std::string(e.what()).find("1-bit optimizers with MoE"), std::string::npos)
+            << e.what();
+      }
+    }
+  });
+}
+
 }  // namespace
 }  // namespace deepspeed
