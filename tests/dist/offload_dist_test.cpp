@@ -15,6 +15,7 @@
 
 #include "deepspeed/aio.h"
 #include "deepspeed/zero3.h"
+#include "runtime/zero/zero_optimizer.h"
 #include "support/expect_throw.h"
 #include "support/multi_rank.h"
 #include "support/temp_dir.h"
@@ -106,6 +107,62 @@ TEST(OffloadDist, CpuOffloadStage3MatchesNoOffloadOn2Ranks) {
 }
 TEST(OffloadDist, CpuOffloadStage2Bf16MatchesNoOffloadOn2Ranks) {
   run_ranks(2, offload_matches_on_rank<2, true>);
+}
+
+// The offload path of a model on a GPU runs on CPU with DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU:
+// stages 1/2 keep separate host masters and gradients, each reduced range copied as its bucket
+// completes and the clip scale applied on the host; stage 3 copies reduced buckets into zeroed
+// gradient shards and adds staged ones after. Bit for bit the same as without offload, and the
+// copies start during backward, not at the step.
+template <int kStage, bool kBf16>
+void host_buffers_match_on_rank(int rank, int) {
+  const std::string dtype = kBf16 ? "bf16" : "fp32";
+  auto [plain, plain_mem] = train(rank, config(kStage, false, dtype));
+  auto model = std::make_shared<Net>();
+  auto engine = initialize(model, config(kStage, true, dtype)).engine;
+  torch::manual_seed(1000 + rank);
+  for (int s = 0; s < kSteps * kGas; ++s) {
+    engine->backward(engine->forward(torch::randn({2, 7}).to(model->fc1->weight.scalar_type())));
+    // Stages 1/2 copy each owned range of a bucket on the accumulation boundary; stage 3 copies
+    // each bucket in the first backward after zero_grad (later micro-steps add on the host).
+    const bool copies = kStage == 3 ? s % kGas == 0 : engine->is_gradient_accumulation_boundary();
+    if (copies) {
+      EXPECT_GT(engine->reduction_stats().host_copies_in_backward, 0) << "micro-step " << s;
+    } else {
+      EXPECT_EQ(engine->reduction_stats().host_copies_in_backward, 0) << "micro-step " << s;
+    }
+    engine->step();
+  }
+  std::vector<at::Tensor> offloaded;
+  for (auto& p : model->parameters()) offloaded.push_back(p.detach().to(torch::kFloat));
+  ASSERT_EQ(plain.size(), offloaded.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_TRUE(torch::equal(plain[i], offloaded[i]))
+        << "stage " << kStage << " " << dtype << ", tensor " << i << ": max difference "
+        << (plain[i] - offloaded[i]).abs().max().item<double>();
+  }
+}
+
+testing::RunOptions host_buffers_on_cpu() {
+  testing::RunOptions options;
+  options.env = {{"DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU", "1"}};
+  return options;
+}
+
+TEST(OffloadDist, HostBuffersStage1MatchNoOffloadOn2Ranks) {
+  run_ranks(2, host_buffers_match_on_rank<1, false>, host_buffers_on_cpu());
+}
+TEST(OffloadDist, HostBuffersStage2MatchNoOffloadOn2Ranks) {
+  run_ranks(2, host_buffers_match_on_rank<2, false>, host_buffers_on_cpu());
+}
+TEST(OffloadDist, HostBuffersStage2Bf16MatchNoOffloadOn2Ranks) {
+  run_ranks(2, host_buffers_match_on_rank<2, true>, host_buffers_on_cpu());
+}
+TEST(OffloadDist, HostBuffersStage3MatchNoOffloadOn2Ranks) {
+  run_ranks(2, host_buffers_match_on_rank<3, false>, host_buffers_on_cpu());
+}
+TEST(OffloadDist, HostBuffersStage3Bf16MatchNoOffloadOn2Ranks) {
+  run_ranks(2, host_buffers_match_on_rank<3, true>, host_buffers_on_cpu());
 }
 
 // Matches DeepSpeed's _configure_optimizer: with offload, a client optimizer other than

@@ -182,6 +182,7 @@ void PartitionedGradReducer::complete(const Bucket& b, size_t buffer) {
     (*grad_partitions_)[c.group]
         .narrow(0, c.partition_offset, c.numel)
         .add_(flat.narrow(0, c.bucket_offset, c.numel));
+    if (options_.on_reduced) options_.on_reduced(c.group, c.partition_offset, c.numel);
   }
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct PartitionedReducerOptions {
   /// expert-data-parallel group but divides by the whole data-parallel size (each expert saw
   /// the tokens of every data-parallel rank, through the all-to-all).
   int average_divisor = 0;
+  /// Called after a reduced range was added into a gradient partition: (group, partition
+  /// offset, numel). ZeRO-Offload copies it to the host from there (host_offload.h).
+  std::function<void(size_t, int64_t, int64_t)> on_reduced;
 };
 
 class PartitionedGradReducer {

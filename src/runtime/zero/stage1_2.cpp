@@ -24,11 +24,13 @@
 #include "runtime/grad_clip.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/zero/flat_group.h"
+#include "runtime/zero/host_offload.h"
 #include "runtime/zero/moe_param_groups.h"
 #include "runtime/zero/partitioned_reducer.h"
 #include "runtime/zero/flat_zero_optimizer.h"
 #include "runtime/zero/reducer_list.h"
 #include "util/check.h"
+#include "util/env.h"
 #include "util/logging.h"
 
 namespace deepspeed::runtime {
@@ -116,8 +118,13 @@ class Stage12 final : public FlatZeroOptimizer {
         continue;
       }
       // ZeRO-Offload keeps masters and optimizer state in host memory next to parameters that
-      // live on the accelerator (on CPU they are in host memory already).
-      host_masters_ = offload_ && !params.front().device().is_cpu();
+      // live on the accelerator (on CPU they are in host memory already, unless a test asks
+      // for separate host buffers to cover that logic without a GPU).
+      host_masters_ = offload_ && (!params.front().device().is_cpu() ||
+                                   env::get("DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU").value_or("") == "1");
+      if (host_masters_ && !host_) {
+        host_ = std::make_unique<HostOffload>(params.front().device(), model_dtype_, optimizer_);
+      }
       FlatComm fc;
       fc.expert = expert_of[optimizer_group];
       fc.group = fc.expert < 0 ? dp_group_ : experts_[static_cast<size_t>(fc.expert)].expert_data_parallel;
@@ -135,8 +142,7 @@ class Stage12 final : public FlatZeroOptimizer {
       // fp16/bf16 models get an fp32 master copy that is written back after each step.
       at::Tensor master = fg.partition(fc.partition);
       if (host_masters_) {
-        add_host_master(master);
-        master = host_.back().master;
+        master = host_->add_group(master);
       } else {
         if (model_dtype_ != at::kFloat) {
           master = master.to(fp32, /*non_blocking=*/false, /*copy=*/true);
@@ -187,6 +193,11 @@ class Stage12 final : public FlatZeroOptimizer {
         if (gro.flat_groups.empty()) continue;
         // Replicated (stage 0), or a group of one: a plain all-reduce.
         if (replicated_ || gro.group.size() == 1) gro.reduce_scatter = false;
+        if (host_) {
+          gro.on_reduced = [this](size_t g, int64_t offset, int64_t numel) {
+            host_->on_reduced(g, grad_partitions_[g], offset, numel);
+          };
+        }
         reducers_.push_back(
             std::make_unique<PartitionedGradReducer>(&groups_, &grad_partitions_, gro));
       }
@@ -201,6 +212,7 @@ class Stage12 final : public FlatZeroOptimizer {
     if ((stage_ == 2 || boundary) && !local_boundary_) {
       for (auto& r : reducers_) r->prepare();
     }
+    if (host_) host_->begin_backward(boundary && !local_boundary_);
   }
 
   void end_backward(bool boundary) override {
@@ -209,6 +221,7 @@ class Stage12 final : public FlatZeroOptimizer {
     }
     if (local_boundary_) take_local_gradients();
     if (boundary) last_boundary_reduced_ = !local_boundary_;
+    if (host_) host_->end_backward(boundary, !local_boundary_);
     local_boundary_ = false;
   }
 
@@ -244,11 +257,22 @@ class Stage12 final : public FlatZeroOptimizer {
   }
 
   void scale_gradients(double coef) override {
+    if (host_) {
+      host_->before_device_grad_write();
+      host_->scale(coef);
+    }
     for (auto& g : grad_partitions_) g.mul_(coef);
   }
 
   void optimizer_step() override {
-    if (host_masters_) return offloaded_step();
+    if (host_) {
+      std::vector<at::Tensor> partitions;
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        partitions.push_back(groups_[g].partition(comm_[g].partition));
+      }
+      host_->step(grad_partitions_, partitions);
+      return gather_partitions();
+    }
     // Gradients accumulated in a 16-bit grad_accum_dtype reach the optimizer as fp32.
     if (grad_accum_dtype_ != at::kFloat) {
       for (size_t g = 0; g < masters_.size(); ++g) {
@@ -278,6 +302,7 @@ class Stage12 final : public FlatZeroOptimizer {
   }
 
   void zero_grad() override {
+    if (host_) host_->before_device_grad_write();
     for (auto& g : grad_partitions_) g.zero_();
     for (auto& fg : groups_) {
       for (const auto& s : fg.slots()) {
@@ -318,6 +343,7 @@ class Stage12 final : public FlatZeroOptimizer {
       s.buckets_launched_from_hooks += rs.buckets_launched_from_hooks;
       s.reductions_issued += rs.reductions_issued;
     }
+    if (host_) s.host_copies_in_backward = host_->copies_in_backward();
     return s;
   }
   int64_t num_buckets() const override { return total_buckets(reducers_); }
@@ -359,59 +385,6 @@ class Stage12 final : public FlatZeroOptimizer {
   }
 
  private:
-  // ZeRO-Offload with the parameters on a GPU (DeepSpeed's headline): the fp32 master partition
-  // and its gradient live in pinned host memory, the optimizer (CPU-Adam) steps there, and only
-  // the model-dtype partition, its gradient partition and the reduction buckets stay on the
-  // device. Pinned buffers make both copies asynchronous DMA transfers.
-  struct HostMaster {
-    at::Tensor master;  // fp32, pinned: the optimizer's parameter
-    at::Tensor grad;    // fp32, pinned: the reduced gradient partition, copied before the step
-    at::Tensor half;    // pinned model-dtype copy of the updated master (fp16/bf16 models only)
-  };
-
-  void add_host_master(const at::Tensor& device_partition) {
-    const auto pinned = at::TensorOptions().device(at::kCPU).pinned_memory(true);
-    HostMaster h;
-    h.master = at::empty({device_partition.numel()}, pinned.dtype(at::kFloat));
-    h.master.copy_(device_partition);
-    h.grad = at::zeros({device_partition.numel()}, pinned.dtype(at::kFloat));
-    h.master.mutable_grad() = h.grad;
-    if (model_dtype_ != at::kFloat) {
-      h.half = at::empty({device_partition.numel()}, pinned.dtype(model_dtype_));
-      // CPU-Adam writes the 16-bit copy in the same pass as the update (DeepSpeed's
-      // step-with-copy), so the host-to-device copy moves 2 bytes per element, not 4.
-      if (auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_)) ds->set_copy_out(h.master, h.half);
-    }
-    host_.push_back(std::move(h));
-  }
-
-  void offloaded_step() {
-    at::NoGradGuard no_grad;
-    // Device to host: every gradient partition, then one wait for the copies to land.
-    for (size_t g = 0; g < host_.size(); ++g) {
-      host_[g].grad.copy_(grad_partitions_[g], /*non_blocking=*/true);
-    }
-    synchronize_device(grad_partitions_.front().device());
-    optimizer_->step();
-    // Host to device: the updated partition in the model's dtype, then the all-gather.
-    auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_);
-    for (size_t g = 0; g < host_.size(); ++g) {
-      at::Tensor dst = groups_[g].partition(comm_[g].partition);
-      const HostMaster& h = host_[g];
-      if (h.half.defined() && ds != nullptr && ds->wrote_copy_out(h.master)) {
-        dst.copy_(h.half, /*non_blocking=*/true);
-      } else if (h.half.defined()) {
-        h.half.copy_(h.master);
-        dst.copy_(h.half, /*non_blocking=*/true);
-      } else {
-        dst.copy_(h.master, /*non_blocking=*/true);
-      }
-    }
-    // The pinned buffers are rewritten at the next step: the copies must have left them.
-    synchronize_device(grad_partitions_.front().device());
-    gather_partitions();
-  }
-
   // The inner optimizer's parameters for a 1-bit optimizer. DeepSpeed wraps OnebitAdam and
   // ZeroOneAdam in FP16_Optimizer (one flat fp32 master per group, which is ours as it is) and
   // OnebitLamb in FP16_UnfusedOptimizer (one fp32 master per parameter): for those the group
@@ -531,8 +504,8 @@ class Stage12 final : public FlatZeroOptimizer {
   };
   std::vector<FlatComm> comm_;  // per flat group
   bool offload_ = false;  // offload_optimizer.device "cpu" or "nvme" (docs/offload.md)
-  bool host_masters_ = false;      // offload with parameters on a GPU (HostMaster)
-  std::vector<HostMaster> host_;   // per group, with host_masters_
+  bool host_masters_ = false;            // offload with parameters on a GPU
+  std::unique_ptr<HostOffload> host_;   // their host buffers, with host_masters_
   std::vector<FlatGroup> groups_;
   std::set<const void*> norm_excluded_;  // parameters left out of grad_norm_squared()
   std::vector<at::Tensor> grad_partitions_;

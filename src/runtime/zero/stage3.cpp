@@ -26,6 +26,7 @@
 #include "runtime/zero/stage3_init.h"
 #include "runtime/zero/stage3_units.h"
 #include "util/check.h"
+#include "util/env.h"
 #include "util/logging.h"
 
 namespace deepspeed::runtime {
@@ -165,6 +166,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
 
   void zero_grad() override {
     for (auto& sg : sub_groups_) sg.grad.zero_();
+    if (reducer_) reducer_->shards_zeroed();
     for (auto& p : params_) {
       at::Tensor handle = p.param;
       if (handle.grad().defined()) handle.mutable_grad() = at::Tensor();
@@ -524,6 +526,9 @@ class Stage3 final : public Stage3ZeroOptimizer {
     ro.ignore_unused_parameters = z.ignore_unused_parameters;
     ro.bucket_dtype = communication_dtype_;
     ro.group = dp_group_;
+    const bool offloads = optimizer_states_->offloads() || param_device_ != OffloadDevice::kNone;
+    ro.host_shards = grad_shards[0].device() != params_[trainable[0]].param.device() ||
+                     (offloads && env::get("DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU").value_or("") == "1");
     // Gloo has no reduce-scatter and comm's emulation cannot sum bf16 (comm::all_reduce
     // widens it): take DeepSpeed's all-reduce path, which keeps the same chunks.
     // TODO(comm): drop once comm::reduce_scatter widens bf16 like all_reduce.

@@ -52,6 +52,10 @@ Stage3GradReducer::Stage3GradReducer(std::vector<PartitionedParam>* params,
       receive_buffers_.push_back(options_.reduce_scatter ? at::empty({largest}, o) : at::Tensor());
     }
   }
+  if (options_.host_shards && bucketer_->num_buffers() > 0) {
+    d2h_ = std::make_unique<SideStream>(send_buffers_.front().device());
+    copies_read_.assign(bucketer_->num_buffers(), false);
+  }
   std::vector<at::Tensor> hooked;
   for (size_t k : trainable_) hooked.push_back((*params_)[k].param);
   hooks_ = std::make_unique<GradReadyHooks>(hooked, [this](size_t k) { on_grad_ready(k); });
@@ -59,13 +63,17 @@ Stage3GradReducer::Stage3GradReducer(std::vector<PartitionedParam>* params,
 
 Stage3GradReducer::~Stage3GradReducer() = default;
 
-void Stage3GradReducer::prepare() { bucketer_->prepare(); }
+void Stage3GradReducer::prepare() {
+  host_copies_ = 0;
+  bucketer_->prepare();
+}
 
 ReductionStats Stage3GradReducer::stats() const {
   ReductionStats stats;
   stats.buckets_launched = bucketer_->buckets_launched();
   stats.buckets_launched_from_hooks = bucketer_->buckets_launched_from_hooks();
   stats.reductions_issued = bucketer_->collectives_issued();
+  stats.host_copies_in_backward = host_copies_;
   return stats;
 }
 
@@ -89,6 +97,7 @@ void Stage3GradReducer::on_grad_ready(size_t k) {
 }
 
 void Stage3GradReducer::fill(const Bucket& b, size_t m, size_t buffer) {
+  wait_for_copies_from(buffer);
   const size_t k = b.members[m];
   at::Tensor param = (*params_)[trainable_[k]].param;
   const int64_t n = param.numel();
@@ -112,6 +121,7 @@ void Stage3GradReducer::fill(const Bucket& b, size_t m, size_t buffer) {
 }
 
 std::vector<comm::Handle> Stage3GradReducer::launch(const Bucket& b, size_t buffer) {
+  wait_for_copies_from(buffer);
   at::Tensor send = send_view(b, buffer);
   // Matches DeepSpeed's stage 3: divide by W, then sum (reference §7.1).
   if (options_.average && world_ > 1) send.mul_(1.0 / world_);
@@ -124,13 +134,46 @@ std::vector<comm::Handle> Stage3GradReducer::launch(const Bucket& b, size_t buff
 }
 
 void Stage3GradReducer::complete(const Bucket& b, size_t buffer) {
+  if (d2h_) return copy_to_host_shards(b, buffer);
   at::Tensor mine = receive_view(b, buffer);
   for (size_t m = 0; m < b.members.size(); ++m) {
     at::Tensor& shard = grad_shards_[b.members[m]];
     at::Tensor part = mine.narrow(0, b.offsets[m], shard.numel());
-    // ZeRO-Offload with the model on a GPU keeps the gradient shards in host memory.
-    shard.add_(part.device() == shard.device() ? part : part.to(shard.device()));
+    shard.add_(part);
   }
+}
+
+void Stage3GradReducer::copy_to_host_shards(const Bucket& b, size_t buffer) {
+  const at::Tensor mine = receive_view(b, buffer);
+  if (shards_zero_) {
+    d2h_->enqueue_after_current([&] {
+      for (size_t m = 0; m < b.members.size(); ++m) {
+        at::Tensor& shard = grad_shards_[b.members[m]];
+        shard.copy_(mine.narrow(0, b.offsets[m], shard.numel()), /*non_blocking=*/true);
+      }
+    });
+    copies_read_[buffer] = true;
+    ++host_copies_;
+    return;
+  }
+  if (!staging_.defined()) {
+    int64_t largest = 0;
+    for (const auto& bk : buckets_) largest = std::max(largest, bk.region);
+    staging_ = at::empty({largest}, mine.options().device(at::kCPU).pinned_memory(!mine.is_cpu()));
+  }
+  at::Tensor staged = staging_.narrow(0, 0, b.region);
+  d2h_->enqueue_after_current([&] { staged.copy_(mine, /*non_blocking=*/true); });
+  d2h_->synchronize();
+  for (size_t m = 0; m < b.members.size(); ++m) {
+    at::Tensor& shard = grad_shards_[b.members[m]];
+    shard.add_(staged.narrow(0, b.offsets[m], shard.numel()));
+  }
+}
+
+void Stage3GradReducer::wait_for_copies_from(size_t buffer) {
+  if (!d2h_ || !copies_read_[buffer]) return;
+  d2h_->current_waits();
+  copies_read_[buffer] = false;
 }
 
 void Stage3GradReducer::finish() {
@@ -144,6 +187,11 @@ void Stage3GradReducer::finish() {
     }
   }
   bucketer_->flush();
+  if (d2h_) {
+    d2h_->synchronize();
+    copies_read_.assign(copies_read_.size(), false);
+  }
+  shards_zero_ = false;
 }
 
 int64_t Stage3GradReducer::buffer_bytes() const {

@@ -16,6 +16,15 @@
 // result, DeepSpeed's non-reduce-scatter path). overlap_comm: two buffers; a launched bucket
 // completes while the next fills, else each completes inside the hook that launched it.
 // contiguous_gradients false: gradients stay in param.grad until their bucket launches.
+//
+// Note [Stage-3 gradients to the host]
+// ZeRO-Offload with the model on a GPU keeps the gradient shards in pinned host memory. In the
+// first backward after zero_grad the shards are zero, so a reduced bucket is copied straight
+// into them on a side stream, and the host does not wait: the copies run while backward goes
+// on. A later micro-step must add: the bucket is copied to a pinned staging buffer and added on
+// the host (one wait per bucket, as DeepSpeed's accumulation of offloaded gradients). Before a
+// bucket buffer that copies still read is refilled, the compute stream waits for them; finish()
+// waits once for the last, since the host reads the shards next (norm, overflow, CPU-Adam).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +34,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "deepspeed/comm.h"
+#include "runtime/accelerator/side_stream.h"
 #include "runtime/zero/bucketer.h"
 #include "runtime/zero/stage3_param.h"
 #include "runtime/zero/zero_optimizer.h"
@@ -40,6 +50,9 @@ struct Stage3ReducerOptions {
   bool ignore_unused_parameters = true;
   at::ScalarType bucket_dtype = at::kFloat;  // communication_data_type
   comm::Group group;  // the data-parallel group; shard r belongs to its group rank r
+  /// The shards are host memory and the buckets device memory (Note [Stage-3 gradients to the
+  /// host]); set on CPU too by DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU, to test that logic.
+  bool host_shards = false;
 };
 
 class Stage3GradReducer {
@@ -52,6 +65,8 @@ class Stage3GradReducer {
 
   void prepare();
   void finish();
+  /// zero_grad() zeroed every gradient shard: the next backward may copy instead of add.
+  void shards_zeroed() { shards_zero_ = true; }
   bool armed() const { return bucketer_->armed(); }
   size_t num_buckets() const { return buckets_.size(); }
   int64_t buffer_bytes() const;
@@ -81,6 +96,14 @@ class Stage3GradReducer {
   // receive_buffers_[i] (region elements, the reduce_scatter output).
   std::vector<at::Tensor> send_buffers_;
   std::vector<at::Tensor> receive_buffers_;
+  // Note [Stage-3 gradients to the host]
+  void copy_to_host_shards(const Bucket& b, size_t buffer);
+  void wait_for_copies_from(size_t buffer);
+  std::unique_ptr<SideStream> d2h_;  // with host_shards
+  std::vector<bool> copies_read_;    // per buffer: copies in flight read it
+  at::Tensor staging_;               // pinned, one bucket region: what a later micro-step adds
+  bool shards_zero_ = true;
+  int64_t host_copies_ = 0;          // buckets copied without a host wait, this backward
   std::unique_ptr<Bucketer> bucketer_;
   std::unique_ptr<GradReadyHooks> hooks_;  // last: removed first
 };

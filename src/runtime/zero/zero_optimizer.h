@@ -84,6 +84,10 @@ struct ReductionStats {
   int64_t buckets_launched = 0;              // in the last backward
   int64_t buckets_launched_from_hooks = 0;   // of those, issued while autograd was running
   int64_t reductions_issued = 0;             // collectives issued in the last backward
+  /// ZeRO-Offload with host buffers beside a device: reduced gradient ranges (stages 1/2) or
+  /// buckets (stage 3) whose copy to the host started during the last backward, without a host
+  /// wait (Note [Overlapped offload copies], Note [Stage-3 gradients to the host]).
+  int64_t host_copies_in_backward = 0;
 };
 
 class ZeroOptimizer {
