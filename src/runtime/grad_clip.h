@@ -14,6 +14,10 @@ namespace deepspeed::runtime {
 /// partition its error reaches percents, which the gradient norm and clipping then carry.
 double squared_l2_norm(const at::Tensor& t);
 
+/// The sum of squared_l2_norm over `tensors` (undefined ones count as zero), in their order.
+/// Device tensors are summed where they live: one host synchronisation in all, not one each.
+double squared_l2_norm(const std::vector<at::Tensor>& tensors);
+
 /// `value` summed over `group` (one double all-reduce): a partial squared norm made global.
 double sum_over_group(double value, const comm::Group& group);
 

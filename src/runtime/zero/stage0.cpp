@@ -103,11 +103,12 @@ class Stage0 final : public FlatZeroOptimizer {
     std::set<const void*> expert_keys;
     double experts_squared = 0.0;
     for (const auto& e : experts_) {
-      double sq = 0.0;
+      std::vector<at::Tensor> grads;
       for (const auto& p : e.params) {
         expert_keys.insert(p.unsafeGetTensorImpl());
-        sq += squared_l2_norm(p.grad());
+        grads.push_back(p.grad());
       }
+      double sq = squared_l2_norm(grads);
       if (e.expert_parallel.size() > 1) sq = sum_over_group(sq, e.expert_parallel);
       experts_squared += sq;
     }
@@ -115,11 +116,11 @@ class Stage0 final : public FlatZeroOptimizer {
       double n = global_grad_norm(counted);
       return n * n;
     }
-    double dense_squared = 0.0;
+    std::vector<at::Tensor> dense;
     for (const auto& p : counted) {
-      if (!expert_keys.count(p.unsafeGetTensorImpl())) dense_squared += squared_l2_norm(p.grad());
+      if (!expert_keys.count(p.unsafeGetTensorImpl())) dense.push_back(p.grad());
     }
-    return dense_squared + experts_squared;
+    return squared_l2_norm(dense) + experts_squared;
   }
 
   void exclude_from_norm(const std::vector<at::Tensor>& params) override {

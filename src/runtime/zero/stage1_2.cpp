@@ -446,13 +446,13 @@ class Stage12 final : public FlatZeroOptimizer {
   // less the parameters exclude_from_norm left out.
   double owned_squares(size_t g) const {
     if (norm_excluded_.empty()) return squared_l2_norm(grad_partitions_[g]);
-    double sq = 0.0;
+    std::vector<at::Tensor> counted;
     for (const auto& piece : groups_[g].owned_pieces()) {
       const at::Tensor& p = groups_[g].slots()[piece.slot].param;
       if (norm_excluded_.count(p.unsafeGetTensorImpl())) continue;
-      sq += squared_l2_norm(grad_partitions_[g].narrow(0, piece.partition_offset, piece.numel));
+      counted.push_back(grad_partitions_[g].narrow(0, piece.partition_offset, piece.numel));
     }
-    return sq;
+    return squared_l2_norm(counted);
   }
 
   // Re-replicates the parameters: every rank's updated slice into every rank's flat buffer, in

@@ -150,9 +150,9 @@ class Stage3 final : public Stage3ZeroOptimizer {
   }
 
   double grad_norm_squared() override {
-    double local = 0.0;
-    for (const auto& sg : sub_groups_) local += squared_l2_norm(sg.grad);
-    return sum_over_group(local, dp_group_);
+    std::vector<at::Tensor> grads;
+    for (const auto& sg : sub_groups_) grads.push_back(sg.grad);
+    return sum_over_group(squared_l2_norm(grads), dp_group_);
   }
 
   void scale_gradients(double coef) override {
