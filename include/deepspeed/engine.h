@@ -150,7 +150,7 @@ class Engine {
   int64_t micro_steps() const { return micro_steps_; }
   int64_t skipped_steps() const { return skipped_steps_; }
   /// The last optimizer step's training loss (averaged over its micro-steps, this rank).
-  double last_loss() const { return last_loss_; }
+  double last_loss() const;
   /// Tokens per sample, for tokens/s in the step log (0: not printed).
   void set_tokens_per_sample(int64_t tokens) { tokens_per_sample_ = tokens; }
   /// The lines printed every steps_per_print optimizer steps (DeepSpeed's `step=N, skipped=...`
@@ -308,8 +308,11 @@ class Engine {
   std::unique_ptr<monitor::MonitorMaster> monitor_;
   std::unique_ptr<profiling::FlopsProfiler> flops_profiler_;
   bool profiling_step_ = false;
-  double interval_loss_ = 0.0;  // sum of backward()'s returns since the last boundary
-  double last_loss_ = 0.0;      // the last optimizer step's loss (mean over micro-steps)
+  // Losses stay where backward() computed them (a GPU): reading one is a host synchronisation,
+  // done when a log line, a monitor or last_loss() asks, not in every micro-step.
+  at::Tensor interval_loss_;  // sum of backward()'s returns since the last boundary
+  at::Tensor last_loss_;      // the last optimizer step's loss (mean over micro-steps)
+  double interval_loss() const;
   int64_t tokens_per_sample_ = 0;
   bool step_logging_ = true;
   bool steady_state_reported_ = false;  // memory report after the first applied optimizer step

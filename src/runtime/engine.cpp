@@ -426,7 +426,8 @@ at::Tensor Engine::backward(const at::Tensor& loss) {
   timers_->stop("bwd");
   timers_->stop("bwd_microstep");
   at::Tensor result = loss_scaler_ ? (scaled / loss_scale()).detach() : scaled.detach();
-  interval_loss_ += result.to(at::kDouble).item<double>();
+  const at::Tensor micro_loss = result.to(at::kDouble).reshape({});
+  interval_loss_ = interval_loss_.defined() ? interval_loss_ + micro_loss : micro_loss;
   return result;
 }
 
@@ -514,7 +515,7 @@ bool Engine::take_model_step() {
   const double used_scale = loss_scale();
   const double norm = std::sqrt(model_parallel_norm_squared(zero_->grad_norm_squared())) / used_scale;
   global_grad_norm_ = norm;
-  if (!std::isfinite(norm)) warn_non_finite_grad_norm(norm, global_steps_ + 1, interval_loss_);
+  if (!std::isfinite(norm)) warn_non_finite_grad_norm(norm, global_steps_ + 1, interval_loss());
   // Matches DeepSpeed (reference §2.5): the scale is updated before unscaling, and unscaling
   // and clipping are one multiply by 1/combined.
   if (loss_scaler_) loss_scaler_->update_scale(false);
@@ -539,6 +540,12 @@ double Engine::model_parallel_norm_squared(double dp_norm_squared) const {
   return t.item<double>();
 }
 
+double Engine::interval_loss() const {
+  return interval_loss_.defined() ? interval_loss_.item<double>() : 0.0;
+}
+
+double Engine::last_loss() const { return last_loss_.defined() ? last_loss_.item<double>() : 0.0; }
+
 double Engine::loss_scale() const { return loss_scaler_ ? loss_scaler_->loss_scale() : 1.0; }
 
 at::ScalarType Engine::communication_dtype() const {
@@ -554,11 +561,11 @@ at::ScalarType Engine::communication_dtype() const {
 
 void Engine::write_monitor_events() {
   last_loss_ = interval_loss_;
-  interval_loss_ = 0.0;
+  interval_loss_ = at::Tensor();
   if (!monitor_->enabled()) return;
   // Matches DeepSpeed: the loss at the samples before this step, lr (and scale) after it.
   std::vector<monitor::Event> events{
-      {monitor::kTrainLoss, last_loss_, global_samples_ - config_.batch.train_batch_size},
+      {monitor::kTrainLoss, last_loss(), global_samples_ - config_.batch.train_batch_size},
       {monitor::kLr, get_lr().empty() ? 0.0 : get_lr()[0], global_samples_}};
   if (loss_scaler_) events.push_back({monitor::kLossScale, loss_scale(), global_samples_});
   monitor_->write_events(events);
@@ -756,7 +763,7 @@ void Engine::print_progress() {
   line.setf(std::ios::fixed);
   line.precision(4);
   line << "step " << global_steps_ << " | samples " << global_samples_ << " | loss (rank 0) "
-       << interval_loss_ << " | lr " << std::scientific << std::setprecision(3)
+       << interval_loss() << " | lr " << std::scientific << std::setprecision(3)
        << (get_lr().empty() ? 0.0 : get_lr()[0]) << std::fixed << std::setprecision(4);
   if (loss_scaler_) line << " | loss_scale " << loss_scale();
   if (global_grad_norm_) line << " | grad_norm " << *global_grad_norm_;
