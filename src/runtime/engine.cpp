@@ -24,6 +24,7 @@
 #include "deepspeed/monitor.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/profiler.h"
+#include "deepspeed/zero3.h"
 #include "runtime/accelerator/accelerator.h"
 #include "runtime/accelerator/module_placement.h"
 #include "runtime/autotuning_probe.h"
@@ -192,6 +193,13 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
   device_ = runtime::training_device(comm::get_local_rank());
   if (!device_.is_cpu()) {
     runtime::set_current_device(device_);
+    // ZeRO-3 partitions the parameters where they are, in host memory, before the move, as
+    // zero::Init would have at construction: the device then never holds the whole model, only
+    // this rank's shards and what a gather brings. (Without an optimizer the model stays whole.)
+    if (config_.zero_optimization.stage == 3 && (optimizer || config_.optimizer.present)) {
+      zero::Init partitioned(config_, mpu_);
+      partitioned.partition(*module_);
+    }
     runtime::move_module_to_device(*module_, device_);
     log::info_rank0("engine: training on " + device_.str());
   }

@@ -247,6 +247,32 @@ TEST(EngineOnGpuOffload, OffloadTrainsAModelThatDoesNotFitTheCappedGpu) {
   // Without offload the same model does not fit: the cap is real.
   EXPECT_ANY_THROW(run(false));
 }
+
+// ZeRO-3 partitions a model built outside zero::Init in host memory before moving it: with
+// offload_param the device never holds the model's weights, not even while the engine starts.
+TEST(EngineOnGpuOffload, Stage3NeverMovesTheWholeModelToTheGpu) {
+  DS_REQUIRE_GPU();
+  AcceleratorScope scope("cuda");
+  const int64_t model_bytes = 2 * 8 * (4096 * 4096 + 4096);  // bf16
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  runtime::reset_device_peaks(at::Device(at::kCUDA, 0));
+  json cfg = config(3, "bf16", kAdamW);
+  cfg["gradient_accumulation_steps"] = 1;
+  cfg["train_micro_batch_size_per_gpu"] = 4;
+  cfg["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}, {"pin_memory", true}};
+  cfg["zero_optimization"]["offload_param"] = {{"device", "cpu"}, {"pin_memory", true}};
+  auto model = std::make_shared<WideNetImpl>();
+  auto engine = initialize(model, cfg).engine;
+  const MemoryStats at_start = engine->memory_stats();
+  EXPECT_LT(at_start.device_max_allocated_bytes, model_bytes / 4)
+      << "the engine held " << at_start.device_max_allocated_bytes << " bytes of a "
+      << model_bytes << "-byte model on the GPU before the first step";
+  torch::manual_seed(11);
+  auto loss = engine->forward(torch::randn({4, 4096}).to(at::kBFloat16));
+  engine->backward(loss);
+  engine->step();
+  EXPECT_TRUE(std::isfinite(loss.item<double>()));
+}
 #endif
 
 // GpuNet with dropout: its masks come from the CUDA generator, which a resume must restore.
