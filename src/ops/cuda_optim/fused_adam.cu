@@ -9,6 +9,7 @@
 #include "ops/cuda_optim/half_bits.cuh"
 #include "ops/cuda_optim/launch_check.h"
 #include "ops/cuda_optim/multi_tensor.cuh"
+#include "ops/cuda_optim/tensor_list_check.cuh"
 #include "util/check.h"
 
 namespace deepspeed::ops::cuda_detail {
@@ -143,22 +144,10 @@ void launch(const AdamBatch& batch, const AdamCoeffs& c, HalfKind half_kind,
 
 void check_arguments(const AdamStep& step, const AdamTensor* tensors, int count,
                      HalfKind half_kind) {
-  DS_CHECK(count >= 0, UsageError, "fused_adam: count is ", count, "; expected >= 0");
-  DS_CHECK(count == 0 || tensors != nullptr, UsageError, "fused_adam: null tensor list of ",
-           count, " tensors");
-  DS_CHECK(step.step >= 1, UsageError, "fused_adam: step is ", step.step,
-           "; expected the 1-based count of this update (increment before calling)");
+  check_tensor_list("fused_adam", step, tensors, count);
   DS_CHECK(half_kind == HalfKind::kNone || half_kind == HalfKind::kBF16 ||
                half_kind == HalfKind::kFP16,
            UsageError, "fused_adam: unknown HalfKind ", static_cast<int>(half_kind));
-  for (int i = 0; i < count; ++i) {
-    const AdamTensor& t = tensors[i];
-    DS_CHECK(t.n >= 0 && t.n <= kMaxTensorNumel, UsageError, "fused_adam: tensor ", i, " has n = ",
-             t.n, "; expected 0 <= n <= ", kMaxTensorNumel);
-    DS_CHECK(t.n == 0 || (t.param != nullptr && t.grad != nullptr && t.exp_avg != nullptr &&
-                          t.exp_avg_sq != nullptr),
-             UsageError, "fused_adam: tensor ", i, " has a null buffer for ", t.n, " elements");
-  }
 }
 
 }  // namespace

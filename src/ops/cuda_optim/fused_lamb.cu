@@ -16,6 +16,7 @@
 #include "ops/cuda_optim/cuda_optim.h"
 #include "ops/cuda_optim/launch_check.h"
 #include "ops/cuda_optim/multi_tensor.cuh"
+#include "ops/cuda_optim/tensor_list_check.cuh"
 #include "util/check.h"
 
 namespace deepspeed::ops::cuda_detail {
@@ -223,19 +224,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 void check_arguments(const LambStep& step, const LambTensor* tensors, int count) {
-  DS_CHECK(count >= 0, UsageError, "fused_lamb: count is ", count, "; expected >= 0");
-  DS_CHECK(count == 0 || tensors != nullptr, UsageError, "fused_lamb: null tensor list of ",
-           count, " tensors");
-  DS_CHECK(step.step >= 1, UsageError, "fused_lamb: step is ", step.step,
-           "; expected the 1-based count of this update (increment before calling)");
-  for (int i = 0; i < count; ++i) {
-    const LambTensor& t = tensors[i];
-    DS_CHECK(t.n >= 0 && t.n <= kMaxTensorNumel, UsageError, "fused_lamb: tensor ", i, " has n = ",
-             t.n, "; expected 0 <= n <= ", kMaxTensorNumel);
-    DS_CHECK(t.n == 0 || (t.param != nullptr && t.grad != nullptr && t.exp_avg != nullptr &&
-                          t.exp_avg_sq != nullptr),
-             UsageError, "fused_lamb: tensor ", i, " has a null buffer for ", t.n, " elements");
-  }
+  check_tensor_list("fused_lamb", step, tensors, count);
 }
 
 }  // namespace
