@@ -1,7 +1,6 @@
 // See side_stream.h.
 #include "runtime/accelerator/side_stream.h"
 
-#include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -31,6 +30,18 @@ void SideStream::enqueue_after_current(const std::function<void()>& work) {
   order_after(current_stream(device_), *stream_);
   c10::StreamGuard guard(*stream_);
   work();
+}
+
+SideStream::Mark SideStream::enqueue_marked(const std::function<void()>& work) {
+  enqueue_after_current(work);
+  if (!stream_) return nullptr;
+  auto mark = std::make_shared<c10::Event>(stream_->device_type());
+  mark->record(*stream_);
+  return mark;
+}
+
+void SideStream::current_waits_for(const Mark& mark) {
+  if (mark) mark->block(current_stream(mark->device()));
 }
 
 void SideStream::current_waits() {

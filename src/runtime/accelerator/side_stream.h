@@ -8,9 +8,11 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 
 #include <c10/core/Device.h>
+#include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 
 namespace deepspeed::runtime {
@@ -22,9 +24,15 @@ class SideStream {
   /// Runs `work` with the side stream current, after everything queued so far on the current
   /// stream (the kernels `work` queues read what those wrote).
   void enqueue_after_current(const std::function<void()>& work);
+  /// enqueue_after_current, and a mark of that work alone for current_waits_for(); null on the
+  /// CPU, where the work is done when this returns.
+  using Mark = std::shared_ptr<c10::Event>;
+  Mark enqueue_marked(const std::function<void()>& work);
   /// The current stream waits, on the device, for everything queued on the side stream so far
   /// (before it overwrites memory those copies read).
   void current_waits();
+  /// The current stream of the mark's device waits for the marked work (null: nothing).
+  static void current_waits_for(const Mark& mark);
   /// The host waits for everything queued on the side stream so far.
   void synchronize();
 

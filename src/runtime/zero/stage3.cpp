@@ -160,6 +160,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   }
 
   void optimizer_step() override {
+    wait_for_shard_copies();  // the step rewrites the host shards the copies read
     optimizer_states_->step([this](size_t i) { step_sub_group(i); });
     refresh_gathered_params();
   }

@@ -95,7 +95,9 @@ void ParamCoordinator::settle(const std::vector<size_t>& params) {
     finish_gather((*params_)[i]);
     if (store_ != nullptr && store_->swapped(i)) swapped.push_back(i);
   }
-  if (!swapped.empty()) store_->release(swapped);
+  if (swapped.empty()) return;
+  wait_for_shard_copies();  // the swap buffers are reused: no copy may still read them
+  store_->release(swapped);
 }
 
 void ParamCoordinator::gather_now(size_t i) {

@@ -1,6 +1,10 @@
 // PartitionedParam: storage release and gather (see Note [Release by storage resize]).
 #include "runtime/zero/stage3_param.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
+
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
@@ -27,7 +31,39 @@ void resize_storage_bytes(const at::Tensor& t, size_t nbytes) {
   s->set_nbytes(nbytes);
 }
 
+// Note [Offloaded shards to the device]
+// With offload_param on a GPU a shard is pinned host memory. Its host-to-device copy runs on a
+// side stream ordered after the compute stream (the gathered storage was just allocated there,
+// and the caching allocator may hand out a block that queued kernels still use): a prefetch then
+// copies while the compute stream goes on, and the compute stream waits only when it needs the
+// parameter (finish_gather). With several ranks the all-gather is launched from the side stream
+// too, so NCCL waits for the copy and not for the compute stream. The host must not rewrite a
+// shard while a copy may still read it: wait_for_shard_copies() first.
+struct ShardCopyStreams {
+  std::mutex mutex;
+  std::map<c10::DeviceIndex, std::unique_ptr<SideStream>> streams;  // one per device
+};
+
+ShardCopyStreams& shard_copy_streams() {
+  static ShardCopyStreams s;
+  return s;
+}
+
+SideStream& shard_copy_stream(const c10::Device& device) {
+  ShardCopyStreams& s = shard_copy_streams();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto& stream = s.streams[device.index()];
+  if (!stream) stream = std::make_unique<SideStream>(device);
+  return *stream;
+}
+
 }  // namespace
+
+void wait_for_shard_copies() {
+  ShardCopyStreams& s = shard_copy_streams();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (auto& [device, stream] : s.streams) stream->synchronize();
+}
 
 void ensure_own_storage(const at::Tensor& param) {
   const auto bytes = static_cast<size_t>(param.numel()) * param.element_size();
@@ -64,19 +100,27 @@ void start_gather(PartitionedParam& p, const comm::Group& group, bool async, boo
   }
   at::NoGradGuard no_grad;
   at::Tensor full = storage_as_flat(p.param, p.padded_numel(world));
-  if (world == 1) {
+  // offload_param with the model on a GPU (Note [Offloaded shards to the device]).
+  const bool from_host = p.shard.is_cpu() && !full.is_cpu();
+  if (world == 1 && from_host) {
+    p.copied = shard_copy_stream(full.device()).enqueue_marked([&] {
+      full.copy_(p.shard, /*non_blocking=*/true);
+    });
+  } else if (world == 1) {
     full.copy_(p.shard);
   } else if (use_all_reduce) {
     full.zero_();
     full.narrow(0, static_cast<int64_t>(rank) * p.shard_numel, p.shard_numel).copy_(p.shard);
     p.inflight = comm::all_reduce(full, comm::ReduceOp::kSum, async, group);
+  } else if (from_host) {
+    // NCCL gathers device memory: the shard crosses first, and the all-gather waits for that
+    // copy alone. Launched asynchronously; finish_gather makes the compute stream wait for it.
+    shard_copy_stream(full.device()).enqueue_after_current([&] {
+      const at::Tensor mine = p.shard.to(full.device(), /*non_blocking=*/true);
+      p.inflight = comm::all_gather(full, mine, /*async_op=*/true, group);
+    });
   } else {
-    // offload_param with the model on a GPU: the shard is in pinned host memory and NCCL
-    // gathers device memory, so it crosses first (asynchronously, on the current stream).
-    const at::Tensor mine = p.shard.device() == full.device()
-                                ? p.shard
-                                : p.shard.to(full.device(), /*non_blocking=*/true);
-    p.inflight = comm::all_gather(full, mine, async, group);
+    p.inflight = comm::all_gather(full, p.shard, async, group);
   }
   p.gather_target = full;
   p.available = true;
@@ -84,6 +128,8 @@ void start_gather(PartitionedParam& p, const comm::Group& group, bool async, boo
 }
 
 void finish_gather(PartitionedParam& p) {
+  SideStream::current_waits_for(p.copied);
+  p.copied.reset();
   if (p.inflight.valid()) {
     p.inflight.wait();
     p.inflight = comm::Handle();

@@ -19,6 +19,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "deepspeed/comm.h"
+#include "runtime/accelerator/side_stream.h"
 
 namespace deepspeed::runtime {
 
@@ -50,6 +51,7 @@ struct PartitionedParam {
   bool available = false;   // the full data is in the storage (or arriving: see `inflight`)
   int active_users = 0;     // unit calls that are running (forward or backward) and need it
   comm::Handle inflight;    // the all-gather filling the storage, while not yet waited for
+  SideStream::Mark copied;  // the host-to-device copy filling it (world 1), while not waited for
   at::Tensor gather_target; // the flat padded storage the in-flight all-gather writes
 
   int64_t padded_numel(int world) const { return shard_numel * world; }
@@ -60,8 +62,11 @@ struct PartitionedParam {
 /// zero-filled buffer holding only this rank's shard (stage3_use_all_reduce_for_fetch_params).
 /// `group` is the data-parallel group: its rank r holds shard r.
 void start_gather(PartitionedParam& p, const comm::Group& group, bool async, bool use_all_reduce);
-/// Waits for an in-flight gather of `p` (no-op if none).
+/// Waits for an in-flight gather of `p` (no-op if none): on a GPU, the current stream waits.
 void finish_gather(PartitionedParam& p);
+/// The host waits until no copy reads a host shard any more (Note [Offloaded shards to the
+/// device]): before it rewrites one (the optimizer step, an NVMe buffer's reuse).
+void wait_for_shard_copies();
 /// Releases `p`'s storage (waits for an in-flight gather first).
 void release(PartitionedParam& p);
 
