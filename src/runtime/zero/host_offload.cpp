@@ -35,7 +35,10 @@ at::Tensor HostOffload::add_group(const at::Tensor& device_partition) {
 void HostOffload::begin_backward(bool boundary) {
   copying_ = boundary;
   copies_in_backward_ = 0;
-  if (boundary) grads_on_host_ = false;
+  if (boundary) {
+    grads_on_host_ = false;
+    grad_scale_ = 1.0;  // a scale belongs to the step of the gradients it was computed for
+  }
 }
 
 void HostOffload::on_reduced(size_t group, const at::Tensor& grad_partition, int64_t offset,
@@ -80,14 +83,6 @@ void HostOffload::step(const std::vector<at::Tensor>& grad_partitions,
     if (h.half.defined() && !(ds != nullptr && ds->wrote_copy_out(h.master))) h.half.copy_(h.master);
     dst.copy_(h.half.defined() ? h.half : h.master, /*non_blocking=*/pinned_);
   }
-}
-
-int64_t HostOffload::host_bytes() const {
-  int64_t total = 0;
-  for (const auto& g : groups_) {
-    total += g.master.nbytes() + g.grad.nbytes() + (g.half.defined() ? g.half.nbytes() : 0);
-  }
-  return total;
 }
 
 }  // namespace deepspeed::runtime

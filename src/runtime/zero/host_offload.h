@@ -65,8 +65,6 @@ class HostOffload {
 
   /// Ranges on_reduced sent to the host during the last backward (0 off the boundary).
   int64_t copies_in_backward() const { return copies_in_backward_; }
-  /// Bytes of host memory the buffers take.
-  int64_t host_bytes() const;
 
  private:
   struct Group {
