@@ -5,8 +5,13 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/optimizers.h"
+#include "util/env.h"
 
 namespace deepspeed::runtime {
+
+bool offload_host_path_on_cpu() {
+  return env::get("DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU").value_or("") == "1";
+}
 
 HostOffload::HostOffload(c10::Device device, at::ScalarType model_dtype,
                          torch::optim::Optimizer* optimizer)

@@ -34,6 +34,11 @@ class Optimizer;
 
 namespace deepspeed::runtime {
 
+/// DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU=1: the CPU engine's offload takes the path of a model on a
+/// GPU (host buffers beside the "device" ones, copies through a side stream that runs inline),
+/// so that the CPU suite covers that logic (docs/env.md). Stages 1/2 and 3 ask it.
+bool offload_host_path_on_cpu();
+
 class HostOffload {
  public:
   /// `optimizer` steps the host masters; a DeepSpeed optimizer writes the model-dtype copy in

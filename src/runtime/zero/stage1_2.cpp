@@ -30,7 +30,6 @@
 #include "runtime/zero/flat_zero_optimizer.h"
 #include "runtime/zero/reducer_list.h"
 #include "util/check.h"
-#include "util/env.h"
 #include "util/logging.h"
 
 namespace deepspeed::runtime {
@@ -120,9 +119,9 @@ class Stage12 final : public FlatZeroOptimizer {
       // ZeRO-Offload keeps masters and optimizer state in host memory next to parameters that
       // live on the accelerator (on CPU they are in host memory already, unless a test asks
       // for separate host buffers to cover that logic without a GPU).
-      host_masters_ = offload_ && (!params.front().device().is_cpu() ||
-                                   env::get("DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU").value_or("") == "1");
-      if (host_masters_ && !host_) {
+      const bool host_masters =
+          offload_ && (!params.front().device().is_cpu() || offload_host_path_on_cpu());
+      if (host_masters && !host_) {
         host_ = std::make_unique<HostOffload>(params.front().device(), model_dtype_, optimizer_);
       }
       FlatComm fc;
@@ -141,7 +140,7 @@ class Stage12 final : public FlatZeroOptimizer {
       // of the flat buffer itself, so the update lands in the model's parameters directly;
       // fp16/bf16 models get an fp32 master copy that is written back after each step.
       at::Tensor master = fg.partition(fc.partition);
-      if (host_masters_) {
+      if (host_) {
         master = host_->add_group(master);
       } else {
         if (model_dtype_ != at::kFloat) {
@@ -370,7 +369,7 @@ class Stage12 final : public FlatZeroOptimizer {
   void params_to_masters() override {
     at::NoGradGuard no_grad;
     // Without host masters an fp32 model's masters are the parameters' own memory.
-    if (model_dtype_ == at::kFloat && !host_masters_) return;
+    if (model_dtype_ == at::kFloat && !host_) return;
     for (size_t g = 0; g < groups_.size(); ++g) {
       masters_[g].copy_(groups_[g].partition(comm_[g].partition));
     }
@@ -378,7 +377,7 @@ class Stage12 final : public FlatZeroOptimizer {
 
   void masters_to_params() override {
     at::NoGradGuard no_grad;
-    if (model_dtype_ == at::kFloat && !host_masters_) return;
+    if (model_dtype_ == at::kFloat && !host_) return;
     for (size_t g = 0; g < groups_.size(); ++g) {
       groups_[g].partition(comm_[g].partition).copy_(masters_[g]);
     }
@@ -504,8 +503,8 @@ class Stage12 final : public FlatZeroOptimizer {
   };
   std::vector<FlatComm> comm_;  // per flat group
   bool offload_ = false;  // offload_optimizer.device "cpu" or "nvme" (docs/offload.md)
-  bool host_masters_ = false;            // offload with parameters on a GPU
-  std::unique_ptr<HostOffload> host_;   // their host buffers, with host_masters_
+  // Offload with the parameters on a GPU: the host masters and gradients (host_offload.h).
+  std::unique_ptr<HostOffload> host_;
   std::vector<FlatGroup> groups_;
   std::set<const void*> norm_excluded_;  // parameters left out of grad_norm_squared()
   std::vector<at::Tensor> grad_partitions_;

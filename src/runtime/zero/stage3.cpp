@@ -18,6 +18,7 @@
 #include "deepspeed/optimizers.h"
 #include "runtime/grad_clip.h"
 #include "runtime/host_caching_allocator.h"
+#include "runtime/zero/host_offload.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/zero/stage3_nvme_shards.h"
 #include "runtime/zero/stage3_optimizer_states.h"
@@ -26,7 +27,6 @@
 #include "runtime/zero/stage3_init.h"
 #include "runtime/zero/stage3_units.h"
 #include "util/check.h"
-#include "util/env.h"
 #include "util/logging.h"
 
 namespace deepspeed::runtime {
@@ -529,7 +529,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     ro.group = dp_group_;
     const bool offloads = optimizer_states_->offloads() || param_device_ != OffloadDevice::kNone;
     ro.host_shards = grad_shards[0].device() != params_[trainable[0]].param.device() ||
-                     (offloads && env::get("DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU").value_or("") == "1");
+                     (offloads && offload_host_path_on_cpu());
     // Gloo has no reduce-scatter and comm's emulation cannot sum bf16 (comm::all_reduce
     // widens it): take DeepSpeed's all-reduce path, which keeps the same chunks.
     // TODO(comm): drop once comm::reduce_scatter widens bf16 like all_reduce.
