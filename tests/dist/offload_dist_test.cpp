@@ -112,8 +112,8 @@ TEST(OffloadDist, CpuOffloadStage2Bf16MatchesNoOffloadOn2Ranks) {
 // The offload path of a model on a GPU runs on CPU with DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU:
 // stages 1/2 keep separate host masters and gradients, each reduced range copied as its bucket
 // completes and the clip scale applied on the host; stage 3 copies reduced buckets into zeroed
-// gradient shards and adds staged ones after. Bit for bit the same as without offload, and the
-// copies start during backward, not at the step.
+// gradient shards and, in later micro-steps, adds them to the shards' sums on the "device". Bit
+// for bit the same as without offload, and the copies start during backward, not at the step.
 template <int kStage, bool kBf16>
 void host_buffers_match_on_rank(int rank, int) {
   const std::string dtype = kBf16 ? "bf16" : "fp32";
@@ -123,9 +123,9 @@ void host_buffers_match_on_rank(int rank, int) {
   torch::manual_seed(1000 + rank);
   for (int s = 0; s < kSteps * kGas; ++s) {
     engine->backward(engine->forward(torch::randn({2, 7}).to(model->fc1->weight.scalar_type())));
-    // Stages 1/2 copy each owned range of a bucket on the accumulation boundary; stage 3 copies
-    // each bucket in the first backward after zero_grad (later micro-steps add on the host).
-    const bool copies = kStage == 3 ? s % kGas == 0 : engine->is_gradient_accumulation_boundary();
+    // Stages 1/2 copy each owned range of a bucket on the accumulation boundary; stage 3 sends
+    // each bucket in every backward (copied into zeroed shards, later added on the device).
+    const bool copies = kStage == 3 || engine->is_gradient_accumulation_boundary();
     if (copies) {
       EXPECT_GT(engine->reduction_stats().host_copies_in_backward, 0) << "micro-step " << s;
     } else {

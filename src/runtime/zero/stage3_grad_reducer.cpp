@@ -145,29 +145,28 @@ void Stage3GradReducer::complete(const Bucket& b, size_t buffer) {
 
 void Stage3GradReducer::copy_to_host_shards(const Bucket& b, size_t buffer) {
   const at::Tensor mine = receive_view(b, buffer);
-  if (shards_zero_) {
-    d2h_->enqueue_after_current([&] {
+  const bool add = !shards_zero_;
+  d2h_->enqueue_after_current([&] {
+    // A later micro-step adds where the bucket is: the shards' sums so far cross to the device,
+    // take the bucket's chunks there and cross back (allocated on the side stream, so the
+    // caching allocator reuses the block only after this stream's copies).
+    at::Tensor sum;
+    if (add) {
+      sum = at::empty({b.region}, mine.options().dtype(grad_shards_[b.members.front()].dtype()));
       for (size_t m = 0; m < b.members.size(); ++m) {
-        at::Tensor& shard = grad_shards_[b.members[m]];
-        shard.copy_(mine.narrow(0, b.offsets[m], shard.numel()), /*non_blocking=*/true);
+        const at::Tensor& shard = grad_shards_[b.members[m]];
+        sum.narrow(0, b.offsets[m], shard.numel()).copy_(shard, /*non_blocking=*/true);
       }
-    });
-    copies_read_[buffer] = true;
-    ++host_copies_;
-    return;
-  }
-  if (!staging_.defined()) {
-    int64_t largest = 0;
-    for (const auto& bk : buckets_) largest = std::max(largest, bk.region);
-    staging_ = at::empty({largest}, mine.options().device(at::kCPU).pinned_memory(!mine.is_cpu()));
-  }
-  at::Tensor staged = staging_.narrow(0, 0, b.region);
-  d2h_->enqueue_after_current([&] { staged.copy_(mine, /*non_blocking=*/true); });
-  d2h_->synchronize();
-  for (size_t m = 0; m < b.members.size(); ++m) {
-    at::Tensor& shard = grad_shards_[b.members[m]];
-    shard.add_(staged.narrow(0, b.offsets[m], shard.numel()));
-  }
+      sum.add_(mine);
+    }
+    const at::Tensor& from = add ? sum : mine;
+    for (size_t m = 0; m < b.members.size(); ++m) {
+      at::Tensor& shard = grad_shards_[b.members[m]];
+      shard.copy_(from.narrow(0, b.offsets[m], shard.numel()), /*non_blocking=*/true);
+    }
+  });
+  copies_read_[buffer] = true;
+  ++host_copies_;
 }
 
 void Stage3GradReducer::wait_for_copies_from(size_t buffer) {

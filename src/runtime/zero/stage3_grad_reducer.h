@@ -18,13 +18,17 @@
 // contiguous_gradients false: gradients stay in param.grad until their bucket launches.
 //
 // Note [Stage-3 gradients to the host]
-// ZeRO-Offload with the model on a GPU keeps the gradient shards in pinned host memory. In the
-// first backward after zero_grad the shards are zero, so a reduced bucket is copied straight
-// into them on a side stream, and the host does not wait: the copies run while backward goes
-// on. A later micro-step must add: the bucket is copied to a pinned staging buffer and added on
-// the host (one wait per bucket, as DeepSpeed's accumulation of offloaded gradients). Before a
-// bucket buffer that copies still read is refilled, the compute stream waits for them; finish()
-// waits once for the last, since the host reads the shards next (norm, overflow, CPU-Adam).
+// ZeRO-Offload with the model on a GPU keeps the gradient shards in pinned host memory. Each
+// reduced bucket reaches them on a side stream, without a host wait, so the copies run while
+// backward goes on. In the first backward after zero_grad the shards are zero and the bucket is
+// copied straight into them; a later micro-step of an accumulation must add, and adds on the
+// device, as DeepSpeed's accumulation of offloaded gradients does: the shards' sums so far cross
+// to the device, the bucket is added there and the sums cross back, all on the side stream (the
+// host would otherwise wait for every bucket before adding it, and the GPU would idle while it
+// adds). The shards of one parameter are only touched by that stream between zero_grad and
+// finish(), so its copies keep the order of the micro-steps. Before a bucket buffer that copies
+// still read is refilled, the compute stream waits for them; finish() waits once for the last,
+// since the host reads the shards next (norm, overflow, CPU-Adam).
 #pragma once
 
 #include <cstdint>
@@ -101,9 +105,8 @@ class Stage3GradReducer {
   void wait_for_copies_from(size_t buffer);
   std::unique_ptr<SideStream> d2h_;  // with host_shards
   std::vector<bool> copies_read_;    // per buffer: copies in flight read it
-  at::Tensor staging_;               // pinned, one bucket region: what a later micro-step adds
   bool shards_zero_ = true;
-  int64_t host_copies_ = 0;          // buckets copied without a host wait, this backward
+  int64_t host_copies_ = 0;          // buckets sent to the host without a host wait, this backward
   std::unique_ptr<Bucketer> bucketer_;
   std::unique_ptr<GradReadyHooks> hooks_;  // last: removed first
 };
