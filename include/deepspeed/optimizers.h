@@ -78,6 +78,9 @@ struct ParamUpdate {
   at::Tensor copy_out;
   /// Set by update_group() when it wrote copy_out (then wrote_copy_out() answers true).
   bool wrote_copy_out = false;
+  /// The gradient scale (set_grad_scale) that update_group() must apply itself, 1 when it was
+  /// applied to `grad` already (see Note [Gradient scale in the step]).
+  double grad_scale = 1.0;
 };
 
 /// Base of our optimizers: step() walks the groups, creates state lazily (see Note [Lazy
@@ -123,6 +126,19 @@ class DsOptimizer : public torch::optim::Optimizer {
   /// Whether the last step() wrote `master`'s registered copy-out (see Note [Fused copy-out]).
   bool wrote_copy_out(const at::Tensor& master) const;
 
+  // Note [Gradient scale in the step]
+  // ZeRO multiplies the gradients by the unscale/clip coefficient right before the step. With
+  // the gradients in host memory (ZeRO-Offload) that multiply is a pass of its own over them, as
+  // long as a quarter of CPU-Adam's memory traffic. An optimizer whose kernel can multiply each
+  // gradient as it loads it (CPU-Adam) takes the coefficient here instead; every other update
+  // gets gradients multiplied in place first, as before. The product is the same fp32 one.
+
+  /// Every following step() uses `coef` x the gradients (1: as they are) until set again. The
+  /// gradients are either left unscaled or multiplied in place, so the caller must not read
+  /// them after the step.
+  void set_grad_scale(double coef) { grad_scale_ = coef; }
+  double grad_scale() const { return grad_scale_; }
+
  protected:
   /// Initial value of state tensor `name` of `param`: zeros like the parameter by default.
   virtual at::Tensor initial_state(const std::string& name, const at::Tensor& param,
@@ -132,6 +148,9 @@ class DsOptimizer : public torch::optim::Optimizer {
   /// Updates `param` in place from `grad`; `state.step` is already incremented.
   virtual void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
                       const GroupOptions& group) = 0;
+  /// Whether update_group() applies ParamUpdate::grad_scale to `u` itself (Note [Gradient scale
+  /// in the step]); by default it does not, and step() multiplies u.grad first.
+  virtual bool applies_grad_scale(const ParamUpdate& /*u*/) const { return false; }
   /// Updates every parameter of one group that has a grad, in group order: update() on each by
   /// default. Optimizers that batch parameters into one kernel launch override it (Adam and Lamb
   /// on CUDA), and may write copy_out (setting wrote_copy_out).
@@ -142,6 +161,7 @@ class DsOptimizer : public torch::optim::Optimizer {
   // TensorImpl (the same identity as the optimizer state).
   std::unordered_map<const void*, at::Tensor> copy_outs_;
   std::unordered_set<const void*> copy_outs_written_;
+  double grad_scale_ = 1.0;
 };
 
 /// Adam/AdamW hyper-parameters (DeepSpeed's defaults: weight_decay 0, unlike torch's AdamW).
@@ -177,6 +197,8 @@ class Adam : public DsOptimizer {
   void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
               const GroupOptions& group) override;
   void update_group(std::vector<ParamUpdate>& params, const GroupOptions& group) override;
+  /// On the CPU-Adam kernel (fp32 contiguous CPU tensors).
+  bool applies_grad_scale(const ParamUpdate& u) const override;
 
  private:
   bool adam_w_mode_;

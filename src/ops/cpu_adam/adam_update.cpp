@@ -19,6 +19,7 @@ AdamCoeffs make_adam_coeffs(const AdamStep& step) {
   c.one_minus_beta1 = 1.0f - step.beta1;
   c.one_minus_beta2 = 1.0f - step.beta2;
   c.eps = step.eps;
+  c.grad_scale = step.grad_scale;
   // The bias terms are computed in double from the step count and then rounded once to fp32.
   // DeepSpeed keeps beta^t as a running fp32 product; the two differ by a few fp32 ulp of a
   // per-step scalar, far below the optimizer's own rounding.

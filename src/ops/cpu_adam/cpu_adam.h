@@ -38,6 +38,9 @@ struct AdamStep {
   bool adamw_mode = true;       // decoupled weight decay; false: L2 (added to the gradient)
   bool bias_correction = true;
   int64_t step = 1;             // 1-based count of this update (already incremented)
+  // Multiplies the gradient before anything else: the unscale/clip coefficient, applied in this
+  // pass instead of a pass of its own over the gradients (the same fp32 product as grad.mul_).
+  float grad_scale = 1.0f;
 };
 
 /// Optional low-precision copy of the updated parameters, written in the same pass.

@@ -25,6 +25,7 @@ struct AdamCoeffs {
   float step_size = -1e-3f;                // -lr / (1 - beta1^step), or -lr
   float decay = 0.0f;                      // kL2: weight_decay; kDecoupled: -lr * weight_decay
   DecayMode decay_mode = DecayMode::kNone;
+  float grad_scale = 1.0f;  // AdamStep::grad_scale (g * 1 is g: no cost to the result)
 };
 
 /// DeepSpeed's scalars for `step` (bias terms from the 1-based step count).
@@ -36,7 +37,9 @@ AdamCoeffs make_adam_coeffs(const AdamStep& step);
 // path), never a separate multiply and add, and no path lets the compiler contract or reorder
 // (the library is compiled with -ffp-contract=off). sqrt and division are correctly rounded in
 // IEEE arithmetic on all paths. The paths therefore agree bit for bit, which the tests check.
-// The order follows DeepSpeed's SIMD step:
+// The order follows DeepSpeed's SIMD step, after the gradient's scale (DeepSpeed multiplies the
+// gradients by it beforehand, the same single rounding):
+//   g = g * grad_scale
 //   L2:        g = fma(p, wd, g)
 //   m = fma(g, 1-beta1, m*beta1);  v = fma(g*g, 1-beta2, v*beta2)
 //   denom = fma(sqrt(v), 1/sqrt(bc2), eps)

@@ -40,10 +40,11 @@ int64_t adam_vector_body(const AdamCoeffs& c, float* param, const float* grad, f
   const Reg bias_correction2_inv_sqrt = V::set1(c.bias_correction2_inv_sqrt);
   const Reg step_size = V::set1(c.step_size);
   const Reg decay = V::set1(c.decay);
+  const Reg grad_scale = V::set1(c.grad_scale);
 
   const int64_t n_body = n - n % V::kWidth;
   for (int64_t i = 0; i < n_body; i += V::kWidth) {
-    Reg g = V::load(grad + i);
+    Reg g = V::mul(V::load(grad + i), grad_scale);
     Reg p = V::load(param + i);
     Reg m = V::load(exp_avg + i);
     Reg v = V::load(exp_avg_sq + i);

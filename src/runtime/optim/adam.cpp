@@ -43,7 +43,8 @@ ops::HalfKind usable_copy_out(const ParamUpdate& u) {
   return half_kind_of(u.copy_out);
 }
 
-ops::AdamStep adam_step(const GroupOptions& group, bool adam_w_mode, int64_t step) {
+ops::AdamStep adam_step(const GroupOptions& group, bool adam_w_mode, int64_t step,
+                        double grad_scale = 1.0) {
   const auto [beta1, beta2] = group.pair("betas");
   ops::AdamStep s;
   s.lr = static_cast<float>(group.number("lr"));
@@ -54,7 +55,13 @@ ops::AdamStep adam_step(const GroupOptions& group, bool adam_w_mode, int64_t ste
   s.adamw_mode = adam_w_mode;
   s.bias_correction = group.flag("bias_correction");
   s.step = step;
+  s.grad_scale = static_cast<float>(grad_scale);  // as grad.mul_(grad_scale) rounds it
   return s;
+}
+
+bool on_cpu_adam_kernel(const ParamUpdate& u) {
+  return fits_cpu_adam(u.param) && fits_cpu_adam(u.grad) &&
+         fits_cpu_adam(u.state.tensor("exp_avg")) && fits_cpu_adam(u.state.tensor("exp_avg_sq"));
 }
 
 /// One parameter on the CPU-Adam kernel (with its copy-out) or in tensor ops.
@@ -64,12 +71,12 @@ void update_one(ParamUpdate& u, const GroupOptions& group, bool adam_w_mode) {
   at::Tensor& exp_avg = u.state.tensor("exp_avg");
   at::Tensor& exp_avg_sq = u.state.tensor("exp_avg_sq");
 
-  if (fits_cpu_adam(param) && fits_cpu_adam(grad) && fits_cpu_adam(exp_avg) &&
-      fits_cpu_adam(exp_avg_sq)) {
+  if (on_cpu_adam_kernel(u)) {
     ops::HalfCopy copy;
     copy.kind = usable_copy_out(u);
     if (copy.kind != ops::HalfKind::kNone) copy.data = u.copy_out.data_ptr();
-    ops::adam_update(adam_step(group, adam_w_mode, u.state.step), param.data_ptr<float>(),
+    ops::adam_update(adam_step(group, adam_w_mode, u.state.step, u.grad_scale),
+                     param.data_ptr<float>(),
                      grad.data_ptr<float>(), exp_avg.data_ptr<float>(),
                      exp_avg_sq.data_ptr<float>(), param.numel(), copy);
     u.wrote_copy_out = copy.kind != ops::HalfKind::kNone;
@@ -164,6 +171,8 @@ void Adam::update(const at::Tensor& param, const at::Tensor& grad, ParamState& s
   std::vector<ParamUpdate> one{ParamUpdate{param, grad, state, at::Tensor()}};
   update_group(one, group);
 }
+
+bool Adam::applies_grad_scale(const ParamUpdate& u) const { return on_cpu_adam_kernel(u); }
 
 void Adam::update_group(std::vector<ParamUpdate>& params, const GroupOptions& group) {
 #ifdef DS_WITH_CUDA

@@ -141,6 +141,14 @@ at::Tensor DsOptimizer::step(LossClosure closure) {
       updates.push_back(ParamUpdate{p.detach(), p.grad().detach(), state,
                                     copy_out == copy_outs_.end() ? at::Tensor() : copy_out->second});
       keys.push_back(key);
+      if (grad_scale_ != 1.0) {
+        ParamUpdate& u = updates.back();
+        if (applies_grad_scale(u)) {
+          u.grad_scale = grad_scale_;
+        } else {
+          u.grad.mul_(grad_scale_);
+        }
+      }
     }
     if (updates.empty()) continue;
     update_group(updates, group);

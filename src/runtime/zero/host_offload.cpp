@@ -5,6 +5,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/optimizers.h"
+#include "runtime/optim/scoped_grad_scale.h"
 #include "util/env.h"
 
 namespace deepspeed::runtime {
@@ -74,14 +75,19 @@ void HostOffload::step(const std::vector<at::Tensor>& grad_partitions,
   }
   d2h_.synchronize();
   grads_on_host_ = false;
-  if (grad_scale_ != 1.0) {
-    for (auto& g : groups_) g.grad.mul_(grad_scale_);
+  // A DeepSpeed optimizer scales each gradient as CPU-Adam reads it (Note [Gradient scale in
+  // the step]), instead of a pass of its own over the host gradients.
+  {
+    ScopedGradScale scale(optimizer_, grad_scale_);
+    if (!scale.taken() && grad_scale_ != 1.0) {
+      for (auto& g : groups_) g.grad.mul_(grad_scale_);
+    }
+    grad_scale_ = 1.0;
+    optimizer_->step();
   }
-  grad_scale_ = 1.0;
-  optimizer_->step();
+  auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_);
   // Host to device: the updated partition in the model's dtype (see the Note for why the
   // pinned sources may be left in flight).
-  auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_);
   for (size_t g = 0; g < groups_.size(); ++g) {
     at::Tensor dst = device_partitions[g];
     const Group& h = groups_[g];

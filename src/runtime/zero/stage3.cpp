@@ -17,6 +17,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/optimizers.h"
 #include "runtime/grad_clip.h"
+#include "runtime/optim/scoped_grad_scale.h"
 #include "runtime/host_caching_allocator.h"
 #include "runtime/zero/host_offload.h"
 #include "runtime/precision/overflow_check.h"
@@ -156,12 +157,22 @@ class Stage3 final : public Stage3ZeroOptimizer {
   }
 
   void scale_gradients(double coef) override {
+    // A DeepSpeed optimizer scales each gradient as its step reads it (Note [Gradient scale in
+    // the step]): with offload the sub-groups' gradients are host memory, and this saves a pass.
+    if (ScopedGradScale::takes_scale(optimizer_)) {
+      step_grad_scale_ *= coef;
+      return;
+    }
     for (auto& sg : sub_groups_) sg.grad.mul_(coef);
   }
 
   void optimizer_step() override {
     wait_for_shard_copies();  // the step rewrites the host shards the copies read
-    optimizer_states_->step([this](size_t i) { step_sub_group(i); });
+    {
+      ScopedGradScale scale(optimizer_, step_grad_scale_);
+      step_grad_scale_ = 1.0;  // it belongs to these gradients alone
+      optimizer_states_->step([this](size_t i) { step_sub_group(i); });
+    }
     refresh_gathered_params();
   }
 
@@ -542,6 +553,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
 
   const DeepSpeedConfig& config_;
   torch::optim::Optimizer* optimizer_;
+  double step_grad_scale_ = 1.0;  // scale_gradients' coefficient, for the optimizer's step
   std::shared_ptr<torch::nn::Module> module_;
   int global_rank() const { return dp_group_.global_rank(rank_); }
 

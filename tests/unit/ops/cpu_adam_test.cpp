@@ -315,6 +315,43 @@ TEST(CpuAdam, DefaultLevelFollowsEnvOverrideButNeverRaisesIt) {
   ::unsetenv("DS_CPU_ADAM_SIMD");
 }
 
+// AdamStep::grad_scale multiplies each gradient as it is loaded: the same fp32 product as
+// scaling the gradient buffer first, so the same bits on every path, body and tail alike.
+TEST(CpuAdam, GradScaleEqualsScalingTheGradientFirst) {
+  const float coef = 1.0f / 3.7f;
+  for (SimdLevel level : testing::kAllLevels) {
+    if (level > detect_simd_level()) continue;
+    for (bool adamw_mode : {true, false}) {
+      const int64_t n = 1031;
+      AdamBuffers scaled(n, 1), fused(n, 2);
+      testing::fill_initial_state(scaled, 7);
+      testing::fill_initial_state(fused, 7);
+      for (int64_t t = 1; t <= 3; ++t) {
+        testing::fill_gradient(scaled, 70 + static_cast<uint32_t>(t));
+        testing::fill_gradient(fused, 70 + static_cast<uint32_t>(t));
+        for (int64_t i = 0; i < n; ++i) scaled.grad[i] = scaled.grad[i] * coef;
+        const std::vector<float> grad_before = fused.grad.values();
+        AdamStep s = make_step(adamw_mode, 0.05f, true, t);
+        adam_update(s, scaled.param.data(), scaled.grad.data(), scaled.exp_avg.data(),
+                    scaled.exp_avg_sq.data(), n, HalfCopy{scaled.half.data(), HalfKind::kBF16},
+                    level);
+        s.grad_scale = coef;
+        adam_update(s, fused.param.data(), fused.grad.data(), fused.exp_avg.data(),
+                    fused.exp_avg_sq.data(), n, HalfCopy{fused.half.data(), HalfKind::kBF16},
+                    level);
+        EXPECT_TRUE(testing::same_bits(grad_before, fused.grad.values())) << "gradient written";
+      }
+      const std::string where = describe(make_step(adamw_mode, 0.05f, true, 3), level, n, 2,
+                                         HalfKind::kBF16);
+      EXPECT_TRUE(testing::same_bits(scaled.param.values(), fused.param.values())) << where;
+      EXPECT_TRUE(testing::same_bits(scaled.exp_avg_sq.values(), fused.exp_avg_sq.values()))
+          << where;
+      EXPECT_EQ(scaled.half.values(), fused.half.values()) << where;
+      EXPECT_TRUE(fused.guards_intact());
+    }
+  }
+}
+
 TEST(CpuAdam, RejectsBadArgumentsByName) {
   float p = 1, g = 1, m = 0, v = 0;
   AdamStep s;

@@ -241,6 +241,40 @@ TEST(OptimizerAdam, CopyOutLeavesTheUpdateUnchanged) {
   EXPECT_TRUE(torch::equal(with, without));
 }
 
+// Note [Gradient scale in the step]: the scale handed to the optimizer gives the very update
+// that multiplying the gradients first gives, on the CPU-Adam kernel (which applies it as it
+// reads each gradient and leaves the gradient alone) and on the tensor path (which multiplies
+// the gradient in place first), and a scale of 1 is no scale.
+TEST(OptimizerAdam, GradScaleEqualsScalingTheGradientsFirst) {
+  const double coef = 1.0 / 3.7;  // not a power of two: the product rounds
+  for (bool kernel_path : {true, false}) {
+    const auto dtype = kernel_path ? at::kFloat : at::kDouble;
+    at::Tensor fused = tensor(values(kNumel, 31)).to(dtype).requires_grad_();
+    at::Tensor plain = fused.detach().clone().requires_grad_();
+    Adam a({fused}, options(0.1));
+    Adam b({plain}, options(0.1));
+    a.set_copy_out(fused, kernel_path ? at::empty({static_cast<int64_t>(kNumel)}, at::kBFloat16)
+                                      : at::Tensor());
+    for (int s = 0; s < kSteps; ++s) {
+      const at::Tensor grad = tensor(values(kNumel, 900 + s)).to(dtype);
+      fused.mutable_grad() = grad.clone();
+      plain.mutable_grad() = grad.clone();
+      a.set_grad_scale(s % 2 == 0 ? coef : 1.0);
+      a.step();
+      if (s % 2 == 0) plain.mutable_grad().mul_(coef);
+      b.step();
+      if (kernel_path) {
+        EXPECT_TRUE(torch::equal(fused.grad(), grad)) << "the kernel left the gradient alone";
+      } else {
+        EXPECT_TRUE(torch::equal(fused.grad(), plain.grad())) << "multiplied in place, step " << s;
+      }
+    }
+    EXPECT_TRUE(torch::equal(fused, plain))
+        << (kernel_path ? "kernel" : "tensor") << " path: max difference "
+        << (fused - plain).abs().max().item<double>();
+  }
+}
+
 TEST(OptimizerAdam, SetCopyOutRefusesADestinationThatDoesNotFit) {
   at::Tensor master = torch::zeros({8}, torch::requires_grad());
   Adam opt({master});
