@@ -174,6 +174,29 @@ int main(int argc, char** argv) {
                                            exp_avg_sq.get(), n,
                                            {bf16_copy.data(), ops::HalfKind::kBF16}, best);
                         }});
+    // A ZeRO-Offload step with a clip/unscale coefficient: as its own pass over the gradients
+    // (grad.mul_, then the update: +8 B/element) or in the update (AdamStep::grad_scale, the
+    // engine's path). The coefficient alternates 0.5 and 2 so that the gradients do not drift.
+    at::Tensor grad_tensor = torch_param.grad();
+    float clip_coef = 0.5f;
+    const std::string clip =
+        std::string("cpu_adam_") + ops::simd_level_name(best) + "_bf16copy_clip";
+    variants.push_back({clip + "_pass", opt.threads, 38.0, opt.steps, [&] {
+                          clip_coef = clip_coef == 0.5f ? 2.0f : 0.5f;
+                          grad_tensor.mul_(clip_coef);
+                          adam.step = ++ours_step;
+                          ops::adam_update(adam, param.get(), grad.get(), exp_avg.get(),
+                                           exp_avg_sq.get(), n,
+                                           {bf16_copy.data(), ops::HalfKind::kBF16}, best);
+                        }});
+    variants.push_back({clip + "_fused", opt.threads, 30.0, opt.steps, [&] {
+                          ops::AdamStep clipped = adam;
+                          clipped.grad_scale = 0.5f;
+                          clipped.step = ++ours_step;
+                          ops::adam_update(clipped, param.get(), grad.get(), exp_avg.get(),
+                                           exp_avg_sq.get(), n,
+                                           {bf16_copy.data(), ops::HalfKind::kBF16}, best);
+                        }});
     // LibTorch's default (1 on some VMs, where cpuinfo misdetects the cores), 1 thread, and the
     // same threads as ours, so that the comparison with both cores on each side is also there.
     std::vector<int> torch_threads = {torch_default_threads};

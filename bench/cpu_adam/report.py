@@ -96,6 +96,13 @@ def main():
                     r = tuple(x * 30.0 / 28.0 for x in r)
                 print(f"- {path} bandwidth as % of fused_loop's (paired per round): "
                       f"{fmt_ratio(r, 100.0, '%')}")
+        for variant in sorted(rows):
+            if variant.endswith("_clip_fused"):
+                separate = variant.replace("_clip_fused", "_clip_pass")
+                if separate in rows:
+                    r = paired_ratio(rounds, key(separate), key(variant))
+                    print(f"- clip coefficient in the update ({variant}) speed-up over a pass of "
+                          f"its own ({separate}, paired per round): {fmt_ratio(r)}")
         # The targets: >= 8x torch::optim::Adam when both use the same threads (both
         # cores), and >= 90% of the fused loop's bandwidth.
         ours_threads = rows[best]["threads"]
