@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
+#include "deepspeed/optimizers.h"
 #include "runtime/zero/stage3_param.h"
 #include "util/check.h"
 
@@ -74,15 +75,32 @@ void step_sub_group(torch::optim::Optimizer& optimizer, std::vector<Stage3SubGro
   param_groups[sg.param_group].params() = {sg.fp32};
   const bool cast_grad = sg.grad.scalar_type() != at::kFloat;
   if (cast_grad) sg.fp32.mutable_grad() = sg.grad.to(at::kFloat);
+  // A 16-bit model_flat in host memory (the CPU engine, or offload_param on a GPU) is written by
+  // CPU-Adam in the same pass as the update (Note [Fused copy-out]) instead of a pass of its own
+  // over the masters afterwards. Registered for this step alone: model_flat may be re-pointed
+  // (NVMe) or absent by the next one.
+  auto* ds = dynamic_cast<optim::DsOptimizer*>(&optimizer);
+  const bool copy_out = ds != nullptr && sg.model_flat.defined() && sg.model_flat.is_cpu() &&
+                        sg.fp32.is_cpu() && sg.model_flat.is_contiguous() &&
+                        sg.model_flat.numel() == sg.fp32.numel() &&
+                        (sg.model_flat.scalar_type() == at::kBFloat16 ||
+                         sg.model_flat.scalar_type() == at::kHalf);
+  if (copy_out) ds->set_copy_out(sg.fp32, sg.model_flat);
+  bool written = false;
   try {
     optimizer.step();
+    written = copy_out && ds->wrote_copy_out(sg.fp32);
   } catch (...) {
     for (size_t g = 0; g < param_groups.size(); ++g) param_groups[g].params() = saved[g];
+    if (copy_out) ds->set_copy_out(sg.fp32, at::Tensor());
     throw;
   }
+  if (copy_out) ds->set_copy_out(sg.fp32, at::Tensor());
   for (size_t g = 0; g < param_groups.size(); ++g) param_groups[g].params() = std::move(saved[g]);
   if (cast_grad) sg.fp32.mutable_grad() = at::Tensor();
-  if (sg.model_flat.defined() && !sg.model_flat.is_same(sg.fp32)) sg.model_flat.copy_(sg.fp32);
+  if (!written && sg.model_flat.defined() && !sg.model_flat.is_same(sg.fp32)) {
+    sg.model_flat.copy_(sg.fp32);
+  }
 }
 
 }  // namespace deepspeed::runtime
