@@ -8,10 +8,10 @@
 // the reducer has added it into the gradient partition, on a side stream ordered after the
 // compute stream by an event: the copies run while backward goes on, as DeepSpeed copies each
 // reduced gradient to its CPU partition. The step then waits once, for the last copies.
-//  - Whatever writes the device gradient partitions on the compute stream afterwards (the
-//    unscale/clip scale, zero_grad) first makes it wait for the copies, so none reads a
-//    half-updated value; the scale itself is applied to the host copy at the step, on the host
-//    (DeepSpeed unscales and clips the CPU gradients too).
+//  - Whatever writes the device gradient partitions on the compute stream afterwards
+//    (zero_grad) first makes it wait for the copies, so none reads a half-updated value. The
+//    unscale/clip scale leaves the device partitions alone: it belongs to the host copies, and
+//    CPU-Adam applies it as it reads them (DeepSpeed unscales and clips the CPU gradients too).
 //  - The updated partitions go back host-to-device on the compute stream (non-blocking, so the
 //    all-gather after them needs no host wait). The pinned copies they read are rewritten at the
 //    next step only after the host waited on the side stream, whose copies were ordered after
@@ -60,6 +60,10 @@ class HostOffload {
 
   /// Before the compute stream writes the device gradient partitions.
   void before_device_grad_write();
+  /// Whether the boundary's gradients all reached the host during backward: then the step
+  /// reads only the host copies, and the unscale/clip coefficient belongs to them (scale());
+  /// else the step copies the device partitions, which take the coefficient themselves.
+  bool grads_on_host() const { return grads_on_host_; }
   /// The unscale/clip coefficient, applied to the host gradients at the step.
   void scale(double coef) { grad_scale_ *= coef; }
 

@@ -256,10 +256,10 @@ class Stage12 final : public FlatZeroOptimizer {
   }
 
   void scale_gradients(double coef) override {
-    if (host_) {
-      host_->before_device_grad_write();
-      host_->scale(coef);
-    }
+    // The coefficient goes where the step reads the gradients: the host copies (CPU-Adam applies
+    // it as it reads them) or the device partitions, never both.
+    if (host_ && host_->grads_on_host()) return host_->scale(coef);
+    if (host_) host_->before_device_grad_write();
     for (auto& g : grad_partitions_) g.mul_(coef);
   }
 
