@@ -147,22 +147,20 @@ void Stage3GradReducer::copy_to_host_shards(const Bucket& b, size_t buffer) {
   const at::Tensor mine = receive_view(b, buffer);
   const bool add = !shards_zero_;
   d2h_->enqueue_after_current([&] {
-    // A later micro-step adds where the bucket is: the shards' sums so far cross to the device,
-    // take the bucket's chunks there and cross back (allocated on the side stream, so the
-    // caching allocator reuses the block only after this stream's copies).
-    at::Tensor sum;
-    if (add) {
-      sum = at::empty({b.region}, mine.options().dtype(grad_shards_[b.members.front()].dtype()));
-      for (size_t m = 0; m < b.members.size(); ++m) {
-        const at::Tensor& shard = grad_shards_[b.members[m]];
-        sum.narrow(0, b.offsets[m], shard.numel()).copy_(shard, /*non_blocking=*/true);
-      }
-      sum.add_(mine);
-    }
-    const at::Tensor& from = add ? sum : mine;
     for (size_t m = 0; m < b.members.size(); ++m) {
       at::Tensor& shard = grad_shards_[b.members[m]];
-      shard.copy_(from.narrow(0, b.offsets[m], shard.numel()), /*non_blocking=*/true);
+      const at::Tensor part = mine.narrow(0, b.offsets[m], shard.numel());
+      if (!add) {
+        shard.copy_(part, /*non_blocking=*/true);
+        continue;
+      }
+      // A later micro-step adds where the bucket is: the shard's sum so far crosses to the
+      // device, takes its chunk there and crosses back. One shard at a time, so the device
+      // holds one shard's temporary, not a bucket's; allocated on the side stream, so the
+      // caching allocator hands the block out again only after this stream's copies.
+      at::Tensor sum = shard.to(part.device(), /*non_blocking=*/true);
+      sum.add_(part);
+      shard.copy_(sum, /*non_blocking=*/true);
     }
   });
   copies_read_[buffer] = true;
