@@ -3,8 +3,9 @@
 // unpartitioned fp32 weight and optimizer states, which loads on any tensor- and data-parallel
 // shape (`checkpoint.load_universal`).
 //
-//   <out>/zero/<param>/fp32.pt, exp_avg.pt, exp_avg_sq.pt, step.pt   {"param": full tensor,
-//                                                                     "cat_dim": d, ...}
+//   <out>/zero/<param>/fp32.pt, exp_avg.pt, exp_avg_sq.pt   {"param": full tensor, "cat_dim": d,
+//                                                           ...}
+//   <out>/zero/<param>/step.pt       the bare step count
 //   <out>/zero/optimizer_state.pt    the optimizer's non-per-parameter state and param_groups
 //   <out>/mp_rank_XX_model_states.pt copies of the source's
 //   <out>/../latest_universal        the tag (the output folder's name)
@@ -60,8 +61,9 @@ struct UniversalConversion {
   int64_t dp_degree = 1;
 };
 
-/// ds_to_universal: converts `<input_tag_dir>` (ZeRO 1/2, any tensor- and data-parallel size)
-/// into `output_dir` and (`write_latest`) writes `latest_universal` (the output folder's name)
+/// ds_to_universal: converts `<input_tag_dir>` (ZeRO 1/2 with any tensor- and data-parallel
+/// size, ZeRO-3 with any data-parallel size; frozen parameters get an fp32 state) into
+/// `output_dir` and (`write_latest`) writes `latest_universal` (the output folder's name)
 /// beside it. Throws CheckpointError naming the file or parameter that is missing or
 /// inconsistent.
 UniversalConversion ds_to_universal(const std::string& input_tag_dir,
@@ -74,11 +76,17 @@ int count_model_parallel_files(const std::string& tag_dir);
 /// no such file.
 std::optional<std::string> read_latest_universal(const std::string& dir);
 
-/// Reads `<universal_dir>/zero/<param>/<key>.pt`'s full tensor; CheckpointError naming the
-/// parameter and the file when it is missing or has no `param`. `vocab_tensor` (optional): set
+/// Reads `<universal_dir>/zero/<param>/<key>.pt`'s full tensor (a dict with it under `param`,
+/// or the bare tensor DeepSpeed's ZeRO-3 conversion saves); CheckpointError naming the
+/// parameter and the file when it is missing or holds neither. `vocab_tensor` (optional): set
 /// to whether the file marks a vocabulary parameter (its padding rows were dropped).
 at::Tensor load_universal_state(const std::string& universal_dir, const std::string& param,
                                 const std::string& key, bool* vocab_tensor = nullptr);
+
+/// The step count of a universal checkpoint that has no `step.pt` per parameter (DeepSpeed's
+/// ZeRO-3 conversion): `optimizer_state_dict.state[0].step` of `<dir>/zero/optimizer_state.pt`,
+/// or nullopt.
+std::optional<at::Tensor> universal_global_step(const std::string& universal_dir);
 
 /// This rank's piece of `full` for a local tensor of `local_shape`: the same tensor when not
 /// split, else part `tp_rank` of `tp_size` along `split.partition_dim` (honouring the stride),

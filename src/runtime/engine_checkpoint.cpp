@@ -526,11 +526,14 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
              load_dir, " does not exist");
     DS_CHECK(is_directory(tag_dir), CheckpointError, "load_checkpoint: no checkpoint with tag '",
              *name, "' in ", load_dir, " (no directory ", tag_dir, ")");
-    if (universal || reshape) {
+    if ((universal || reshape) && stage == 3) {
+      auto* stage3 = dynamic_cast<runtime::Stage3ZeroOptimizer*>(zero_.get());
+      DS_INTERNAL_ASSERT(stage3 != nullptr, "ZeRO stage 3 without a Stage3ZeroOptimizer");
+      runtime::read_universal_checkpoint(ctx, *stage3, &plan);
+    } else if (universal || reshape) {
       auto* flat = dynamic_cast<runtime::FlatZeroOptimizer*>(zero_.get());
-      DS_CHECK(!zero_ || flat != nullptr, NotSupportedError,
-               "checkpoint.load_universal with zero_optimization.stage 3: universal checkpoints "
-               "load with ZeRO stages 0, 1 and 2");
+      DS_INTERNAL_ASSERT(!zero_ || flat != nullptr, "ZeRO stage ", stage,
+                         " without a FlatZeroOptimizer");
       runtime::read_universal_checkpoint(ctx, flat, mp_rank_, mp_group_.size(), &plan);
     } else if (zero_) {
       zero_->read_checkpoint(ctx, &plan);

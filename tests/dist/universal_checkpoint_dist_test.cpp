@@ -1,9 +1,11 @@
 // Universal checkpoints on the example GPT under AutoTP: a TP=2 checkpoint (ZeRO-1, AdamW)
 // converted by ds_to_universal and loaded with checkpoint.load_universal on TP=1 (one process),
-// TP=4 (4 ranks, ZeRO-2) and TP=2 x DP=2 (4 ranks, ZeRO-0) continues with the losses of the
-// uninterrupted TP=2 run (1e-5 relative). The universal layout (one folder per parameter, full
-// tensors, cat_dim), the slicing rules (stride-3 q|k|v, vocabulary padding) and the errors for
-// bad input.
+// TP=4 (4 ranks, ZeRO-2), TP=2 x DP=2 (4 ranks, ZeRO-0) and ZeRO-3 on 2 ranks continues with the
+// losses of the uninterrupted TP=2 run (1e-5 relative). A ZeRO-3 checkpoint (2 ranks, several
+// sub-groups, a frozen parameter) converts and continues on ZeRO-3 with 3 ranks (padded
+// shards) and 1 rank, and on TP=2 with ZeRO-1. The universal layout (one folder per parameter,
+// full tensors, cat_dim), the slicing rules (stride-3 q|k|v, vocabulary padding) and the errors
+// for bad input.
 #include "deepspeed/deepspeed.h"
 
 #include <sys/stat.h>
@@ -29,8 +31,8 @@ using examples::GptConfig;
 using examples::GptImpl;
 using testing::run_ranks;
 
-constexpr int64_t kGlobalBatch = 4;
-constexpr int64_t kMicro = 2;
+constexpr int64_t kGlobalBatch = 6;  // 1, 2 or 3 data-parallel ranks
+constexpr int64_t kMicro = 1;
 constexpr int64_t kSeq = 8;
 
 GptConfig tiny_gpt() {
@@ -49,6 +51,11 @@ json config(int stage, int autotp, bool universal) {
             {"gradient_clipping", 0.5},
             {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}, {"weight_decay", 0.01}}}}},
             {"zero_optimization", {{"stage", stage}, {"reduce_bucket_size", 500}}}};
+  // ZeRO-3: several sub-groups, every parameter partitioned.
+  if (stage == 3) {
+    c["zero_optimization"]["sub_group_size"] = 1000;
+    c["zero_optimization"]["stage3_param_persistence_threshold"] = 0;
+  }
   if (autotp > 1) c["tensor_parallel"] = {{"autotp_size", autotp}};
   if (universal) c["checkpoint"] = {{"load_universal", true}};
   return c;
@@ -98,6 +105,14 @@ at::Tensor load_losses(const std::string& dir) {
   return t;
 }
 
+// The example GPT; `freeze`: its position embedding is frozen (a parameter without optimizer
+// state, which ZeRO-3 keeps as frozen_param_fragments).
+std::shared_ptr<GptImpl> make_model(bool freeze) {
+  auto model = std::make_shared<GptImpl>(tiny_gpt());
+  if (freeze) model->named_parameters()["wpe.weight"].set_requires_grad(false);
+  return model;
+}
+
 bool exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
@@ -118,19 +133,38 @@ std::string tp2_checkpoint() {
   return testing::rank_output_dir();
 }
 
+// ZeRO `stage` on 2 ranks with a frozen parameter: trains 2 steps, saves "step2", trains 2
+// more.
+std::string frozen_checkpoint(int stage) {
+  testing::RunOptions o;
+  o.env = {{"DS_TEST_STAGE", std::to_string(stage)}};
+  run_ranks(2, [](int rank, int) {
+    torch::manual_seed(42);
+    auto engine =
+        initialize(make_model(true), config(std::stoi(std::getenv("DS_TEST_STAGE")), 1, false))
+            .engine;
+    train(engine, 0, 2);
+    engine->save_checkpoint(testing::rank_output_dir() + "/ckpt", std::string("step2"));
+    const auto losses = train(engine, 2, 2);
+    if (rank == 0) save_losses(testing::rank_output_dir(), losses);
+  }, o);
+  return testing::rank_output_dir();
+}
+
 // Loads the universal checkpoint in `dir` (tag from latest_universal) on `world` ranks with
 // AutoTP `autotp` and ZeRO `stage`, trains steps 3-4, and compares the losses with `want`.
 // `universal` false: a plain load of tag step2 (the direct reshape, beyond DeepSpeed).
+// `freeze`: the model has the frozen position embedding of zero3_checkpoint().
 void resume_universal(const std::string& ckpt_dir, const std::string& want_dir, int world,
-                      int autotp, int stage, bool universal = true) {
+                      int autotp, int stage, bool universal = true, bool freeze = false) {
   testing::RunOptions o;
   o.timeout_s = 120;
   o.env = {{"DS_TEST_CKPT", ckpt_dir}, {"DS_TEST_TP", std::to_string(autotp)},
            {"DS_TEST_STAGE", std::to_string(stage)},
-           {"DS_TEST_UNIVERSAL", universal ? "1" : "0"}};
+           {"DS_TEST_UNIVERSAL", universal ? "1" : "0"}, {"DS_TEST_FREEZE", freeze ? "1" : "0"}};
   run_ranks(world, [](int rank, int) {
     torch::manual_seed(7);  // another initialization: everything comes from the checkpoint
-    auto model = std::make_shared<GptImpl>(tiny_gpt());
+    auto model = make_model(std::string(std::getenv("DS_TEST_FREEZE")) == "1");
     const bool u = std::string(std::getenv("DS_TEST_UNIVERSAL")) == "1";
     auto engine = initialize(model, config(std::stoi(std::getenv("DS_TEST_STAGE")),
                                            std::stoi(std::getenv("DS_TEST_TP")), u))
@@ -178,6 +212,55 @@ TEST(UniversalCheckpointDist, Tp2ToUniversalResumesOnTp1Tp4AndTp2xDp2) {
   resume_universal(ckpt_dir, first, 1, 1, 1);
   resume_universal(ckpt_dir, first, 4, 4, 2);
   resume_universal(ckpt_dir, first, 4, 2, 0);
+  resume_universal(ckpt_dir, first, 2, 1, 3);
+}
+
+TEST(UniversalCheckpointDist, Zero3ToUniversalResumesOnOtherRanksAndStages) {
+  const std::string first = frozen_checkpoint(3);
+  const std::string ckpt_dir = first + "/ckpt";
+  if (!testing::in_rank_process()) {
+    const std::string out = ckpt_dir + "/step2_universal";
+    const auto r = ckpt::ds_to_universal(ckpt_dir + "/step2", out);
+    EXPECT_EQ(r.tp_degree, 1);
+    EXPECT_EQ(r.dp_degree, 2);
+    const std::string zero = out + "/zero/";
+    for (const char* f : {"fp32.pt", "exp_avg.pt", "exp_avg_sq.pt", "step.pt"}) {
+      EXPECT_TRUE(exists(zero + "h.1.mlp.c_fc.weight/" + f)) << f;
+    }
+    EXPECT_TRUE(exists(zero + "wpe.weight/fp32.pt"));  // frozen: the weight only
+    EXPECT_FALSE(exists(zero + "wpe.weight/exp_avg.pt"));
+    // Every weight is the full tensor zero_to_fp32 rebuilds from the shards.
+    const ckpt::TensorDict full = ckpt::consolidate_zero_checkpoint(ckpt_dir, "step2");
+    int compared = 0;
+    for (const auto& item : full) {
+      if (!exists(zero + item.key())) continue;  // buffers, tied aliases
+      EXPECT_TRUE(torch::equal(ckpt::load_universal_state(out, item.key(), "fp32"), item.value()))
+          << item.key();
+      ++compared;
+    }
+    EXPECT_EQ(compared, r.parameters);
+    EXPECT_GE(compared, 10);
+    // The copied model states hold the whole module, not ZeRO-3's placeholders.
+    const std::string ms_path = out + "/mp_rank_00_model_states.pt";
+    const auto ms = ckpt::ModelStates::from_ivalue(ckpt::load(ms_path), ms_path);
+    const at::Tensor* qkv = ms.module.find("h.0.attn.c_attn.weight");
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_EQ(qkv->sizes(), at::IntArrayRef({48, 16}));
+    EXPECT_EQ(ms.global_steps, 2);
+  }
+  resume_universal(ckpt_dir, first, 3, 1, 3, true, /*freeze=*/true);
+  resume_universal(ckpt_dir, first, 1, 1, 3, true, true);
+  resume_universal(ckpt_dir, first, 2, 2, 1, true, true);
+}
+
+TEST(UniversalCheckpointDist, Zero2WithFrozenParameterResumesUnderZero3) {
+  const std::string first = frozen_checkpoint(2);
+  const std::string ckpt_dir = first + "/ckpt";
+  if (!testing::in_rank_process()) {
+    ckpt::ds_to_universal(ckpt_dir + "/step2", ckpt_dir + "/step2_universal");
+    EXPECT_TRUE(exists(ckpt_dir + "/step2_universal/zero/wpe.weight/fp32.pt"));
+  }
+  resume_universal(ckpt_dir, first, 3, 1, 3, true, /*freeze=*/true);
 }
 
 TEST(UniversalCheckpointDist, Tp2CheckpointLoadsDirectlyOnTp1) {

@@ -88,6 +88,11 @@ _ALLOWED |= {("torch", str(d).split(".")[1]) for d in
              [torch.float16, torch.float32, torch.float64, torch.bfloat16, torch.int64]}
 
 
+DEEPSPEED_CLASSES = {("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler"),
+                     ("deepspeed.runtime.fp16.loss_scaler", "LossScaler"),
+                     ("deepspeed.utils.tensor_fragment", "fragment_address")}
+
+
 def restricted_load(path, extra=()):
     allowed = _ALLOWED | set(extra)
 
@@ -170,9 +175,7 @@ def check_checkpoint(directory, tag, world):
     check(m["ds_config"]["zero_optimization"]["stage"] == 2, "ds_config")
 
     # DeepSpeed's own reconstruction rule (zero_to_fp32.py), written independently here.
-    deepspeed_classes = {("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler"),
-                         ("deepspeed.runtime.fp16.loss_scaler", "LossScaler"),
-                         ("deepspeed.utils.tensor_fragment", "fragment_address")}
+    deepspeed_classes = DEEPSPEED_CLASSES
     partitions = []
     for r in range(world):
         o = restricted_load(os.path.join(tag_dir, f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt"),
@@ -543,10 +546,10 @@ def check_universal(directory, tp):
         for key in ("fp32", "exp_avg", "exp_avg_sq", "step"):
             path = os.path.join(zero, name, key + ".pt")
             d = weights_only_load(path) if TORCH_MAJOR >= 2 else restricted_load(path)
-            check(isinstance(d, dict) and torch.is_tensor(d["param"]), f"{path}: param")
-            if key == "step":
-                check(d["param"].dim() == 0 and float(d["param"]) == 2.0, f"{path}: step")
+            if key == "step":  # the bare count, as DeepSpeed's loader installs it
+                check(torch.is_tensor(d) and d.dim() == 0 and float(d) == 2.0, f"{path}: step")
                 continue
+            check(isinstance(d, dict) and torch.is_tensor(d["param"]), f"{path}: param")
             if key != "fp32":
                 continue
             if "cat_dim" in d:
@@ -555,8 +558,12 @@ def check_universal(directory, tp):
                 want = mp[0][name]
             check(d["param"].shape == want.shape and torch.equal(d["param"], want.float()),
                   f"{path}: fp32 {tuple(d['param'].shape)} vs joined shards {tuple(want.shape)}")
-    state = restricted_load(os.path.join(zero, "optimizer_state.pt"))
+    state = restricted_load(os.path.join(zero, "optimizer_state.pt"), DEEPSPEED_CLASSES)
     check("param_groups" in state, "optimizer_state.pt param_groups")
+    # DeepSpeed's universal load installs and calls the scaler, and asserts on ds_version.
+    check(type(state["loss_scaler"]) in (LossScaler, DynamicLossScaler),
+          f"optimizer_state.pt loss_scaler is {type(state['loss_scaler'])}")
+    check(bool(state.get("ds_version")), "optimizer_state.pt ds_version")
     with open(os.path.join(os.path.dirname(directory.rstrip("/")), "latest_universal")) as f:
         check(f.read() == os.path.basename(directory.rstrip("/")), "latest_universal")
     print("OK")

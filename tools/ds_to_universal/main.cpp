@@ -1,5 +1,6 @@
-// ds_to_universal: a checkpoint tag folder written by the engine (ZeRO 1/2, any tensor- and
-// data-parallel size) as a universal checkpoint, like DeepSpeed's ds_to_universal.py:
+// ds_to_universal: a checkpoint tag folder written by the engine (ZeRO 1/2 with any tensor- and
+// data-parallel size, ZeRO-3 with any data-parallel size) as a universal checkpoint, like
+// DeepSpeed's ds_to_universal.py:
 //   ds_to_universal --input_folder DIR/TAG --output_folder OUT
 // writes OUT/zero/<param>/{fp32,exp_avg,exp_avg_sq,step}.pt (full tensors, tensor-parallel
 // pieces merged), OUT/zero/optimizer_state.pt, copies of the mp_rank_XX_model_states.pt files,

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -17,6 +18,8 @@
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/errors.h"
 #include "deepspeed/tensor_parallel.h"
+#include "runtime/checkpoint/universal_source.h"
+#include "runtime/checkpoint/value_access.h"
 #include "runtime/zero/repartition.h"
 #include "util/check.h"
 
@@ -45,31 +48,18 @@ std::string mp_file(const std::string& dir, int64_t m) {
   return dir + "/" + model_states_file_name(static_cast<int>(m));
 }
 
-// One model-parallel rank's fp32 weights and per-element optimizer states, by parameter name,
-// merged over its data-parallel ranks (padding dropped).
-struct RankParams {
-  std::map<std::string, runtime::SavedParams> states;  // "fp32", "exp_avg", ... -> params
-  std::map<std::string, at::Tensor> step;              // param -> its step (a 0-d tensor)
-  std::vector<std::string> order;                      // names in param_shapes order
-  IValue param_groups;
-  IValue loss_scaler;
-};
+using detail::UniversalSource;
 
-at::Tensor as_step_tensor(const IValue& v, const std::string& where) {
-  if (v.isTensor()) return v.toTensor().detach().clone();
-  if (v.isInt()) return at::scalar_tensor(static_cast<double>(v.toInt()), at::kFloat);
-  if (v.isDouble()) return at::scalar_tensor(v.toDouble(), at::kFloat);
-  DS_CHECK(false, CheckpointError, where, ": 'step' is neither a number nor a tensor");
-  return {};
-}
-
-RankParams read_model_parallel_rank(const std::string& dir, int64_t m) {
-  RankParams out;
+// A ZeRO 1/2 tag folder's model-parallel rank m: its mp_rank_XX_model_states.pt and every
+// data-parallel rank's optimizer file.
+UniversalSource read_zero12_source(const std::string& dir, int64_t m) {
+  UniversalSource out;
   const std::string model_path = mp_file(dir, m);
-  const ModelStates states = ModelStates::from_ivalue(load(model_path), model_path);
+  out.model_states = load(model_path);
+  const ModelStates states = ModelStates::from_ivalue(out.model_states, model_path);
   DS_CHECK(states.param_shapes.has_value(), CheckpointError, model_path,
-           ": has no param_shapes: ds_to_universal converts ZeRO stage 1/2 checkpoints "
-           "(stage 0 keeps its optimizer in the model states; stage 3 is not supported)");
+           ": has no param_shapes: ds_to_universal converts ZeRO stage 1, 2 and 3 checkpoints "
+           "(stage 0 keeps its optimizer in the model states)");
   const auto& shapes = *states.param_shapes;
   for (const auto& g : shapes) {
     for (const auto& item : g) out.order.push_back(item.key());
@@ -81,7 +71,15 @@ RankParams read_model_parallel_rank(const std::string& dir, int64_t m) {
            "' files for model-parallel rank ", m, " (a ZeRO 1/2 checkpoint has one per rank)");
   std::vector<ZeroOptimizerStates> ranks;
   for (const auto& f : files) {
-    ranks.push_back(ZeroOptimizerFile::from_ivalue(load(f), f).optimizer_state_dict);
+    const IValue raw = load(f);
+    // Matches DeepSpeed: the global part is rank 0's optimizer_state_dict without its
+    // partitioned parts, plus the inner optimizer's param_groups.
+    if (out.optimizer_state.isNone()) {
+      out.optimizer_state = detail::global_optimizer_state(
+          raw, {"base_optimizer_state", "param_slice_mappings", "single_partition_of_fp32_groups"},
+          f);
+    }
+    ranks.push_back(ZeroOptimizerFile::from_ivalue(raw, f).optimizer_state_dict);
   }
   int64_t saved_world = 0;
   for (int64_t c : ranks[0].partition_count) saved_world = std::max(saved_world, c);
@@ -105,7 +103,6 @@ RankParams read_model_parallel_rank(const std::string& dir, int64_t m) {
       Dict base = ranks[r].base_optimizer_state.toGenericDict();
       DS_CHECK(base.contains("state") && base.contains("param_groups"), CheckpointError,
                files[r], ": base_optimizer_state has no state/param_groups");
-      if (r == 0 && g == 0) out.param_groups = base.at("param_groups");
       Dict state = base.at("state").toGenericDict();
       const IValue key(static_cast<int64_t>(g));
       if (!state.contains(key)) continue;  // no step taken yet
@@ -116,8 +113,8 @@ RankParams read_model_parallel_rank(const std::string& dir, int64_t m) {
             name != "step") {
           per_element[name].push_back(v.toTensor().narrow(0, 0, real));
         } else if (name == "step" && r == 0) {
-          const at::Tensor step = as_step_tensor(v, files[r] + ": state[" +
-                                                        std::to_string(g) + "]");
+          const at::Tensor step = detail::as_step_tensor(v, files[r] + ": state[" +
+                                                                std::to_string(g) + "]");
           for (const auto& item : shapes[g]) out.step[item.key()] = step;
         }
       }
@@ -130,7 +127,20 @@ RankParams read_model_parallel_rank(const std::string& dir, int64_t m) {
       runtime::split_saved_group(at::cat(pieces), shapes[g], files[0], &out.states[name]);
     }
   }
-  out.loss_scaler = ranks[0].loss_scaler.to_ivalue(false);
+  // Frozen parameters are whole in the module (in the model's dtype); tied aliases and buffers
+  // are not parameters of their own.
+  std::set<std::string> skip(states.buffer_names.begin(), states.buffer_names.end());
+  for (const auto& [alias, source] : states.shared_params.value_or(
+           std::vector<std::pair<std::string, std::string>>{})) {
+    skip.insert(alias);
+  }
+  auto& fp32 = out.states["fp32"];
+  for (const auto& item : states.module) {
+    if (skip.count(item.key()) || fp32.count(item.key())) continue;
+    const at::Tensor t = item.value().to(at::kFloat);
+    fp32[item.key()] = runtime::SavedParam{t.reshape(-1), t.sizes().vec()};
+    out.order.push_back(item.key());
+  }
   return out;
 }
 
@@ -148,7 +158,82 @@ void save_param_state(const std::string& folder, const std::string& key, const a
   save(d, folder + "/" + key + ".pt");
 }
 
+// A model-states file as ZeRO-3 writes it: every module entry but the buffers is a
+// 0-element tensor of its dtype.
+IValue with_placeholders(const IValue& model_states) {
+  Dict states = model_states.toGenericDict().copy();
+  const ModelStates parsed = ModelStates::from_ivalue(model_states, "model states");
+  const std::set<std::string> buffers(parsed.buffer_names.begin(), parsed.buffer_names.end());
+  Dict module = states.at("module").toGenericDict().copy();
+  for (const auto& item : module.copy()) {
+    if (!item.value().isTensor() || buffers.count(item.key().toStringRef())) continue;
+    module.insert_or_assign(item.key(), at::empty({0}, item.value().toTensor().options()));
+  }
+  states.insert_or_assign("module", module);
+  return states;
+}
+
 }  // namespace
+
+namespace detail {
+
+at::Tensor as_step_tensor(const IValue& v, const std::string& where) {
+  if (v.isTensor()) return v.toTensor().detach().clone();
+  if (v.isInt()) return at::scalar_tensor(static_cast<double>(v.toInt()), at::kFloat);
+  if (v.isDouble()) return at::scalar_tensor(v.toDouble(), at::kFloat);
+  DS_CHECK(false, CheckpointError, where, ": 'step' is neither a number nor a tensor");
+  return {};
+}
+
+IValue global_optimizer_state(const IValue& raw, const std::vector<std::string>& drop,
+                              const std::string& path) {
+  DictReader top(raw, path);
+  DictReader osd(top.at("optimizer_state_dict"), path + ": optimizer_state_dict");
+  Dict out = new_dict();
+  for (const auto& e : osd.dict()) {
+    if (e.key().isString() &&
+        std::find(drop.begin(), drop.end(), e.key().toStringRef()) != drop.end()) {
+      continue;
+    }
+    out.insert(e.key(), e.value());
+  }
+  const char* inner_key =
+      osd.has("base_optimizer_state") ? "base_optimizer_state" : "optimizer_state_dict";
+  DictReader inner(osd.at(inner_key), osd.where(inner_key));
+  out.insert_or_assign("param_groups", inner.at("param_groups"));
+  // DeepSpeed's ZeRO-3 universal load takes the step count from the inner optimizer's
+  // state[0] here; the per-element states (rank 0's partitions of them) are left out.
+  Dict steps = new_dict();
+  if (inner.has_value("state")) {
+    for (const auto& e : inner.at("state").toGenericDict()) {
+      if (!e.value().isGenericDict()) continue;
+      const Dict per = e.value().toGenericDict();
+      if (!per.contains("step")) continue;
+      Dict only = new_dict();  // a tensor: torch 2's Adam refuses a plain number
+      only.insert("step", as_step_tensor(per.at("step"), inner.where("state")));
+      steps.insert(e.key(), only);
+    }
+  }
+  Dict steps_only = new_dict();
+  steps_only.insert("state", steps);
+  steps_only.insert("param_groups", inner.at("param_groups"));
+  out.insert_or_assign("optimizer_state_dict", steps_only);
+  // DeepSpeed's ZeRO 1/2 universal load refuses a global state without ds_version.
+  if (!out.contains("ds_version") && top.has("ds_version")) {
+    out.insert("ds_version", top.at("ds_version"));
+  }
+  // DeepSpeed's universal load installs this value as its loss scaler and calls it: it must be
+  // DeepSpeed's object even where the source file holds a plain dict (the default,
+  // DS_CHECKPOINT_PYTHON_OBJECTS unset).
+  if (osd.has_value("loss_scaler")) {
+    out.insert_or_assign("loss_scaler", LossScalerState::from_ivalue(osd.at("loss_scaler"),
+                                                                     osd.where("loss_scaler"))
+                                            .to_ivalue(/*as_object=*/true));
+  }
+  return out;
+}
+
+}  // namespace detail
 
 c10::IValue universal_checkpoint_info(const torch::nn::Module& module, int64_t tp_degree) {
   Dict info = new_dict();
@@ -226,16 +311,15 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
   struct stat st {};
   DS_CHECK(::stat(input_tag_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), CheckpointError,
            "ds_to_universal: input folder ", input_tag_dir, " does not exist");
-  const std::string first = mp_file(input_tag_dir, 0);
-  DS_CHECK(file_exists(first) ||
-               !file_exists(input_tag_dir + "/" + zero3_model_states_file_name(0)),
-           NotSupportedError, "ds_to_universal: ", input_tag_dir, " is a ZeRO-3 checkpoint ("
-           "zero_pp_rank_0_mp_rank_00_model_states.pt); ds_to_universal converts ZeRO 1/2 "
-           "checkpoints");
+  // ZeRO-3 writes a model-states file per data-parallel rank, ZeRO 1/2 one per
+  // model-parallel rank.
+  const std::string zero3_first = input_tag_dir + "/" + zero3_model_states_file_name(0);
+  const bool zero3 = !file_exists(mp_file(input_tag_dir, 0)) && file_exists(zero3_first);
+  const std::string first = zero3 ? zero3_first : mp_file(input_tag_dir, 0);
   DS_CHECK(file_exists(first), CheckpointError, "ds_to_universal: ", input_tag_dir, " has no ",
-           model_states_file_name(0), " (pass the tag folder, <dir>/<tag>)");
-  const IValue raw0 = load(first);
-  const ModelStates states0 = ModelStates::from_ivalue(raw0, first);
+           model_states_file_name(0), " or ", zero3_model_states_file_name(0),
+           " (pass the tag folder, <dir>/<tag>)");
+  const ModelStates states0 = ModelStates::from_ivalue(load(first), first);
   const int64_t tp = std::max<int64_t>(1, states0.mp_world_size);
   std::map<std::string, TensorParallelSplit> splits;
   bool has_info = false;
@@ -247,11 +331,15 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
   }
   DS_CHECK(tp == 1 || has_info, CheckpointError, first, ": written with mp_world_size ", tp,
            " but without ", kInfoKey, ", so the tensor-parallel splits are unknown");
-  std::vector<RankParams> ranks;
+  std::vector<UniversalSource> ranks;
   for (int64_t m = 0; m < tp; ++m) {
-    DS_CHECK(file_exists(mp_file(input_tag_dir, m)), CheckpointError, "ds_to_universal: ",
-             mp_file(input_tag_dir, m), " is missing (mp_world_size is ", tp, ")");
-    ranks.push_back(read_model_parallel_rank(input_tag_dir, m));
+    const std::string path = zero3 ? input_tag_dir + "/" + zero3_model_states_file_name(
+                                                               0, static_cast<int>(m))
+                                   : mp_file(input_tag_dir, m);
+    DS_CHECK(file_exists(path), CheckpointError, "ds_to_universal: ", path,
+             " is missing (mp_world_size is ", tp, ")");
+    ranks.push_back(zero3 ? detail::read_zero3_source(input_tag_dir, m)
+                          : read_zero12_source(input_tag_dir, m));
   }
   const std::string zero_dir = output_dir + "/zero";
   create_directories(zero_dir);
@@ -264,6 +352,7 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
     const std::string folder = zero_dir + "/" + name;
     create_directories(folder);
     for (const auto& [key, params] : ranks[0].states) {
+      if (!params.count(name)) continue;  // frozen parameters have fp32 only
       std::vector<at::Tensor> parts;
       for (int64_t m = 0; m < tp; ++m) {
         const auto& mine = ranks[static_cast<size_t>(m)].states[key];
@@ -281,18 +370,27 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
       }
       save_param_state(folder, key, full, split);
     }
+    // Matches DeepSpeed: step.pt holds the bare count, which its loader installs as the
+    // optimizer's step as it is. Frozen parameters have none.
     const auto s = ranks[0].step.find(name);
-    if (s != ranks[0].step.end()) save_param_state(folder, "step", s->second, nullptr);
+    if (s != ranks[0].step.end()) save(s->second, folder + "/step.pt");
     ++result.parameters;
   }
-  Dict opt = new_dict();
-  opt.insert("param_groups", ranks[0].param_groups);
-  opt.insert("loss_scaler", ranks[0].loss_scaler);
-  opt.insert("universal_checkpoint_version", kUniversalVersion);
+  Dict opt = ranks[0].optimizer_state.toGenericDict();
+  opt.insert_or_assign("universal_checkpoint_version", kUniversalVersion);
   save(opt, zero_dir + "/optimizer_state.pt");
-  for (int64_t m = 0; m < tp; ++m) {  // copies of the model states (module, counters, ...)
-    save(m == 0 ? raw0 : load(mp_file(input_tag_dir, m)),
-         output_dir + "/" + model_states_file_name(static_cast<int>(m)));
+  for (int64_t m = 0; m < tp; ++m) {  // the model states (module, counters, ...)
+    const auto& source = ranks[static_cast<size_t>(m)];
+    save(source.model_states, output_dir + "/" + model_states_file_name(static_cast<int>(m)));
+    for (const auto& f : source.copy_files) {
+      save(load(f), output_dir + "/" + f.substr(f.rfind('/') + 1));
+    }
+    if (zero3) continue;
+    // Beyond DeepSpeed's tool: its ZeRO-3 universal load reads the counters from
+    // zero_pp_rank_0_mp_rank_XX_model_states.pt (and the weights from zero/), so a ZeRO 1/2
+    // source gets that file too, with ZeRO-3's 0-element placeholders for the parameters.
+    save(with_placeholders(source.model_states),
+         output_dir + "/" + zero3_model_states_file_name(0, static_cast<int>(m)));
   }
   if (!write_latest) return result;
   // latest_universal beside the output folder names it, as DeepSpeed's tool writes it.
@@ -327,15 +425,40 @@ at::Tensor load_universal_state(const std::string& universal_dir, const std::str
   DS_CHECK(file_exists(path), CheckpointError, "universal checkpoint ", universal_dir,
            ": parameter ", param, " has no ", key, ".pt (", path, ")");
   const IValue v = load(path);
+  if (vocab_tensor) *vocab_tensor = false;
+  if (v.isTensor()) return v.toTensor();  // DeepSpeed's ZeRO-3 conversion saves bare tensors
+  // DeepSpeed's step.pt holds the source's step as it was: a tensor or a plain number.
+  if (key == "step" && (v.isInt() || v.isDouble())) return detail::as_step_tensor(v, path);
   DS_CHECK(v.isGenericDict() && v.toGenericDict().contains("param") &&
                v.toGenericDict().at("param").isTensor(),
-           CheckpointError, path, ": not a universal state file (no tensor under 'param')");
+           CheckpointError, path,
+           ": not a universal state file (neither a tensor nor a dict with a tensor under "
+           "'param')");
   Dict d = v.toGenericDict();
   if (vocab_tensor) {
     *vocab_tensor = d.contains("vocab_tensor") && d.at("vocab_tensor").isBool() &&
                     d.at("vocab_tensor").toBool();
   }
   return d.at("param").toTensor();
+}
+
+std::optional<at::Tensor> universal_global_step(const std::string& universal_dir) {
+  const std::string path = universal_dir + "/zero/optimizer_state.pt";
+  if (!file_exists(path)) return std::nullopt;
+  const IValue v = load(path);
+  if (!v.isGenericDict()) return std::nullopt;
+  Dict d = v.toGenericDict();
+  if (!d.contains("optimizer_state_dict") || !d.at("optimizer_state_dict").isGenericDict()) {
+    return std::nullopt;
+  }
+  Dict inner = d.at("optimizer_state_dict").toGenericDict();
+  if (!inner.contains("state") || !inner.at("state").isGenericDict()) return std::nullopt;
+  Dict state = inner.at("state").toGenericDict();
+  const IValue first(int64_t{0});
+  if (!state.contains(first) || !state.at(first).isGenericDict()) return std::nullopt;
+  Dict s0 = state.at(first).toGenericDict();
+  if (!s0.contains("step")) return std::nullopt;
+  return detail::as_step_tensor(s0.at("step"), path + ": optimizer_state_dict.state[0]");
 }
 
 at::Tensor universal_slice(const at::Tensor& full, at::IntArrayRef local_shape,

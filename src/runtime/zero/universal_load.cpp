@@ -4,7 +4,9 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <map>
+#include <optional>
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
@@ -27,6 +29,12 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+// DeepSpeed's ZeRO-3 conversion saves each state flat: given the parameter's shape back.
+at::Tensor as_shape(const at::Tensor& t, at::IntArrayRef shape) {
+  if (t.dim() != 1 || shape.size() == 1 || t.numel() != c10::multiply_integers(shape)) return t;
+  return t.view(shape);
+}
+
 // The universal states of this rank's parameters, sliced to its tensor-parallel piece.
 class UniversalReader {
  public:
@@ -42,7 +50,8 @@ class UniversalReader {
     const at::Tensor full = ckpt::load_universal_state(dir_, name, key, &vocab);
     if (key == "step") return full;  // a count, the same for every piece
     if (!tensor_parallel::is_tensor_parallel(live)) {
-      return ckpt::universal_slice(full, live.sizes(), nullptr, tp_rank_, tp_size_, name);
+      return ckpt::universal_slice(as_shape(full, live.sizes()), live.sizes(), nullptr, tp_rank_,
+                                   tp_size_, name);
     }
     const auto info = tensor_parallel::shard_info(live);
     ckpt::TensorParallelSplit split;
@@ -50,6 +59,17 @@ class UniversalReader {
     split.partition_stride = info.partition_stride;
     split.original_vocab_size = vocab ? full.size(info.partition_dim) : -1;
     return ckpt::universal_slice(full, live.sizes(), &split, tp_rank_, tp_size_, name);
+  }
+
+  /// The parameter's step count: its step.pt, else the checkpoint's global one (DeepSpeed's
+  /// ZeRO-3 conversion writes no step.pt); nullopt when saved before the first step.
+  std::optional<at::Tensor> step(const std::string& name) {
+    if (has(name, "step")) return ckpt::load_universal_state(dir_, name, "step");
+    if (!global_step_read_) {
+      global_step_ = ckpt::universal_global_step(dir_);
+      global_step_read_ = true;
+    }
+    return global_step_;
   }
 
   bool has(const std::string& name, const std::string& key) const {
@@ -62,6 +82,8 @@ class UniversalReader {
   std::string dir_;
   int tp_rank_, tp_size_;
   std::map<std::string, at::Tensor> params_;
+  bool global_step_read_ = false;
+  std::optional<at::Tensor> global_step_;
 };
 
 // The per-element state names the checkpoint holds (those of `first`, DeepSpeed's keys).
@@ -73,17 +95,36 @@ std::vector<std::string> element_keys(const UniversalReader& reader, const std::
   return keys;
 }
 
+// Counters, scheduler, buffers, client state: the copied model states of model-parallel rank 0.
+void read_model_states(const std::string& dir, ZeroLoadPlan* plan) {
+  DS_CHECK(exists(dir + "/zero"), CheckpointError, "load_universal: ", dir,
+           " is not a universal checkpoint (no zero/ folder; convert with ds_to_universal)");
+  plan->model_file = dir + "/" + ckpt::model_states_file_name(0);
+  // DeepSpeed's conversion of a ZeRO-3 checkpoint carries the ranks' model states only (the
+  // module's parameters are placeholders there; they come from the fp32 states anyway).
+  const std::string zero3 = dir + "/" + ckpt::zero3_model_states_file_name(0);
+  if (!exists(plan->model_file) && exists(zero3)) plan->model_file = zero3;
+  plan->raw_states = ckpt::load(plan->model_file);
+  plan->states = ckpt::ModelStates::from_ivalue(plan->raw_states, plan->model_file);
+}
+
+// optimizer_state.pt's loss scaler, when there is one.
+void read_loss_scaler(const std::string& dir, ZeroLoadPlan* plan) {
+  const std::string opt_file = dir + "/zero/optimizer_state.pt";
+  if (!exists(opt_file)) return;
+  ckpt::Dict d = ckpt::load(opt_file).toGenericDict();
+  if (d.contains("loss_scaler")) {
+    plan->loss_scaler =
+        loss_scaler_json(ckpt::LossScalerState::from_ivalue(d.at("loss_scaler"), opt_file));
+  }
+}
+
 }  // namespace
 
 void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimizer* zero,
                                int tp_rank, int tp_size, ZeroLoadPlan* plan) {
   const std::string& dir = ctx.tag_dir;
-  DS_CHECK(exists(dir + "/zero"), CheckpointError, "load_universal: ", dir,
-           " is not a universal checkpoint (no zero/ folder; convert with ds_to_universal)");
-  // Counters, scheduler, client state: the copied model states of model-parallel rank 0.
-  plan->model_file = dir + "/" + ckpt::model_states_file_name(0);
-  plan->raw_states = ckpt::load(plan->model_file);
-  plan->states = ckpt::ModelStates::from_ivalue(plan->raw_states, plan->model_file);
+  read_model_states(dir, plan);
   plan->optimizer_in_model_states = zero && ctx.config->zero_optimization.stage == 0;
 
   UniversalReader reader(ctx, tp_rank, tp_size);
@@ -130,9 +171,10 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimiz
       plan->masters.push_back(assemble_partition(layout[g], masters, at::kFloat, dir));
       if (layout[g].params.empty()) continue;
       const std::string& first = layout[g].params.front().first;
-      if (!reader.has(first, "step")) continue;  // saved before the first step
+      const auto step = reader.step(first);
+      if (!step) continue;  // saved before the first step
       ckpt::Dict s = ckpt::new_dict();
-      s.insert("step", reader.local(first, "step"));
+      s.insert("step", *step);
       for (const auto& key : element_keys(reader, first)) {
         SavedParams per;
         for (const auto& [name, shape] : layout[g].params) {
@@ -154,9 +196,9 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimiz
         DS_CHECK(n != name_of.end(), CheckpointError, "load_universal: an optimizer parameter "
                  "is not a parameter of the module");
         const std::string& name = n->second;
-        if (reader.has(name, "step")) {
+        if (const auto step = reader.step(name)) {
           ckpt::Dict s = ckpt::new_dict();
-          s.insert("step", reader.local(name, "step"));
+          s.insert("step", *step);
           for (const auto& key : element_keys(reader, name)) s.insert(key, reader.local(name, key));
           state.insert(index, s);
         }
@@ -166,17 +208,81 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimiz
   }
   current.insert_or_assign("state", state);
   plan->optimizer_state = current;
-  const std::string opt_file = dir + "/zero/optimizer_state.pt";
-  if (exists(opt_file)) {
-    ckpt::Dict d = ckpt::load(opt_file).toGenericDict();
-    if (d.contains("loss_scaler")) {
-      plan->loss_scaler = loss_scaler_json(
-          ckpt::LossScalerState::from_ivalue(d.at("loss_scaler"), opt_file));
-    }
-  }
+  read_loss_scaler(dir, plan);
   plan->masters_note = "fp32 masters and optimizer state from the universal checkpoint (sliced "
                        "for tensor-parallel rank " + std::to_string(tp_rank) + " of " +
                        std::to_string(tp_size) + ")";
+}
+
+void read_universal_checkpoint(const ZeroCheckpointContext& ctx, Stage3ZeroOptimizer& zero,
+                               ZeroLoadPlan* plan) {
+  const std::string& dir = ctx.tag_dir;
+  read_model_states(dir, plan);
+  // The module's parameters come from the fp32 states (checked by name); buffers from the file.
+  for (const auto& p : ctx.module->named_parameters()) plan->placeholders.insert(p.key());
+  if (ctx.want_optimizer) plan->load_optimizer = true;
+  ctx.check_model_states(plan);
+
+  // A parameter's full state, checked against the model's shape.
+  auto full = [&](const std::string& name, const std::string& key, const ckpt::Shape& shape) {
+    const at::Tensor t = as_shape(ckpt::load_universal_state(dir, name, key), shape);
+    DS_CHECK(t.sizes().equals(shape), CheckpointError, "universal checkpoint ", dir,
+             ": parameter ", name, " has shape ", t.sizes(), ", the model's is ",
+             at::IntArrayRef(shape));
+    return SavedParam{t.reshape({-1}).to(at::kFloat), shape};
+  };
+  UniversalReader reader(ctx, 0, 1);  // for the step counts
+  const int rank = zero.rank();
+  auto& groups = zero.sub_groups();
+  std::vector<std::vector<Stage3Slot>> slots(groups.size());
+  for (const auto& info : zero.param_infos()) {
+    slots.at(info.sub_group).push_back(
+        Stage3Slot{info.name, info.shape, info.shard_numel, info.offset});
+  }
+  ckpt::Dict state = ckpt::new_dict();
+  for (size_t g = 0; g < groups.size(); ++g) {  // one sub-group's full tensors at a time
+    SavedParams masters;
+    for (const auto& s : slots[g]) masters[s.name] = full(s.name, "fp32", s.shape);
+    plan->masters.push_back(
+        assemble_stage3_flat(slots[g], groups[g].numel, rank, masters, at::kFloat, dir));
+    if (!plan->load_optimizer || slots[g].empty()) continue;
+    // The inner optimizer's parameter g is sub-group g (sub-groups follow the param groups).
+    const std::string& first = slots[g].front().name;
+    const auto step = reader.step(first);
+    if (!step) continue;  // saved before the first step
+    ckpt::Dict s = ckpt::new_dict();
+    s.insert("step", *step);
+    for (const auto& key : ckpt::universal_state_keys()) {
+      if (key == "fp32" || key == "step" || !exists(dir + "/zero/" + first + "/" + key + ".pt")) {
+        continue;
+      }
+      SavedParams per;
+      for (const auto& slot : slots[g]) per[slot.name] = full(slot.name, key, slot.shape);
+      s.insert(key, assemble_stage3_flat(slots[g], groups[g].numel, rank, per, at::kFloat, dir));
+    }
+    state.insert(static_cast<int64_t>(g), s);
+  }
+  // Frozen parameters: this rank's ceil(numel / W) elements of each.
+  const int64_t world = zero.world_size();
+  for (const auto& [name, shard] : zero.frozen_shards()) {
+    const at::Tensor t = ckpt::load_universal_state(dir, name, "fp32").reshape({-1});
+    DS_CHECK((t.numel() + world - 1) / world == shard.numel(), CheckpointError,
+             "universal checkpoint ", dir, ": frozen parameter ", name, " has ", t.numel(),
+             " elements; this rank's shard of ", shard.numel(), " is not 1/", world, " of them");
+    at::Tensor mine = at::zeros({shard.numel()}, t.options());
+    const int64_t begin = rank * shard.numel();
+    const int64_t n = std::clamp<int64_t>(t.numel() - begin, 0, shard.numel());
+    if (n > 0) mine.narrow(0, 0, n).copy_(t.narrow(0, begin, n));
+    plan->frozen.push_back(mine);
+  }
+  if (plan->load_optimizer) {
+    ckpt::Dict current = optim::optimizer_state_dict(*ctx.optimizer).toGenericDict();
+    current.insert_or_assign("state", state);
+    plan->optimizer_state = current;
+    read_loss_scaler(dir, plan);
+  }
+  plan->masters_note = "fp32 master shards from the universal checkpoint (data-parallel rank " +
+                       std::to_string(rank) + " of " + std::to_string(world) + ")";
 }
 
 }  // namespace deepspeed::runtime

@@ -1,0 +1,51 @@
+// What ds_to_universal reads from one model-parallel rank of a ZeRO checkpoint, whatever the
+// stage that wrote it: every parameter's fp32 weight and per-element optimizer states, merged
+// over the data-parallel ranks with the padding dropped. The conversion (universal.cpp) then
+// joins the model-parallel ranks and writes one folder per parameter.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include "runtime/zero/repartition.h"
+
+namespace deepspeed::checkpoint::detail {
+
+struct UniversalSource {
+  /// "fp32", "exp_avg", ... -> parameter -> its elements. Frozen parameters have "fp32" only.
+  std::map<std::string, runtime::SavedParams> states;
+  std::map<std::string, at::Tensor> step;  // parameter -> its step count (a 0-d tensor)
+  std::vector<std::string> order;          // parameter names: trainable in param_shapes order,
+                                           // then frozen ones
+  /// zero/optimizer_state.pt as DeepSpeed writes it: rank 0's optimizer_state_dict (loss
+  /// scaler, ds_version, clip_grad, ...) without its partitioned parts, plus `param_groups`.
+  c10::IValue optimizer_state;
+  /// The model-states file the output folder carries as mp_rank_XX_model_states.pt (counters,
+  /// scheduler, buffers, client state), with every parameter present in the module.
+  c10::IValue model_states;
+  /// Files the output folder carries as they are (ZeRO-3: every rank's model states, which
+  /// DeepSpeed's ZeRO-3 universal load reads).
+  std::vector<std::string> copy_files;
+};
+
+/// A ZeRO-3 tag folder's model-parallel rank `mp_rank`: zero_pp_rank_<r>_mp_rank_XX files of
+/// every data-parallel rank. Throws CheckpointError naming the missing or inconsistent file.
+UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank);
+
+/// DeepSpeed's global optimizer state from a ZeRO optimizer file `raw` (read from `path`): its
+/// optimizer_state_dict less the keys in `drop`, with the inner optimizer's `param_groups`
+/// (under base_optimizer_state for ZeRO 1/2, optimizer_state_dict for ZeRO-3) at the top, its
+/// step counts as `optimizer_state_dict` {state: {k: {step}}, param_groups} (where DeepSpeed's
+/// ZeRO-3 load reads them), the loss scaler as DeepSpeed's object, and ds_version.
+c10::IValue global_optimizer_state(const c10::IValue& raw, const std::vector<std::string>& drop,
+                                   const std::string& path);
+
+/// A step count as a 0-d tensor (DeepSpeed stores a number or a tensor); `where` names it.
+at::Tensor as_step_tensor(const c10::IValue& v, const std::string& where);
+
+}  // namespace deepspeed::checkpoint::detail
