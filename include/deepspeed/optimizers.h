@@ -130,8 +130,9 @@ class DsOptimizer : public torch::optim::Optimizer {
   // ZeRO multiplies the gradients by the unscale/clip coefficient right before the step. With
   // the gradients in host memory (ZeRO-Offload) that multiply is a pass of its own over them, as
   // long as a quarter of CPU-Adam's memory traffic. An optimizer whose kernel can multiply each
-  // gradient as it loads it (CPU-Adam) takes the coefficient here instead; every other update
-  // gets gradients multiplied in place first, as before. The product is the same fp32 one.
+  // gradient as it loads it (CPU-Adam, the fused CUDA Adam) takes the coefficient here instead;
+  // every other update gets gradients multiplied in place first, as before. The product is the
+  // same fp32 one. ZeRO 1, 2 and 3 hand it over whenever the optimizer is a DsOptimizer.
 
   /// Every following step() uses `coef` x the gradients (1: as they are) until set again. The
   /// gradients are either left unscaled or multiplied in place, so the caller must not read

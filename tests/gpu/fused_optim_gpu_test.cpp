@@ -141,11 +141,14 @@ TEST(FusedAdamGpu, EqualsCpuAdamInEveryMode) {
     bool adamw_mode;
     bool bias_correction;
     float weight_decay;
+    float grad_scale = 1.0f;
   };
   for (const Mode& m : {Mode{"adamw", true, true, 0.01f}, Mode{"l2", false, true, 0.01f},
                         Mode{"adamw no bias correction", true, false, 0.01f},
                         Mode{"l2 no bias correction", false, false, 0.01f},
-                        Mode{"no weight decay", true, true, 0.0f}}) {
+                        Mode{"no weight decay", true, true, 0.0f},
+                        Mode{"adamw, clip coefficient", true, true, 0.01f, 0.37f},
+                        Mode{"l2, clip coefficient", false, true, 0.01f, 0.37f}}) {
     ops::AdamStep s;
     s.lr = 1e-3f;
     s.beta1 = 0.9f;
@@ -154,6 +157,7 @@ TEST(FusedAdamGpu, EqualsCpuAdamInEveryMode) {
     s.weight_decay = m.weight_decay;
     s.adamw_mode = m.adamw_mode;
     s.bias_correction = m.bias_correction;
+    s.grad_scale = m.grad_scale;
     expect_fused_adam_equals_cpu_adam(s, kOddSizes, 3, m.name);
   }
 #else

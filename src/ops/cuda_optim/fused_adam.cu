@@ -36,6 +36,7 @@ using AdamBatch = TensorBatch<AdamRecord>;
 template <DecayMode kDecay>
 __device__ __forceinline__ void adam_element(const AdamCoeffs& c, float& p, float g, float& m,
                                              float& v) {
+  g = __fmul_rn(g, c.grad_scale);  // the unscale/clip coefficient; g * 1 is g
   if constexpr (kDecay == DecayMode::kL2) g = __fmaf_rn(p, c.decay, g);
   m = __fmaf_rn(g, c.one_minus_beta1, __fmul_rn(m, c.beta1));
   v = __fmaf_rn(__fmul_rn(g, g), c.one_minus_beta2, __fmul_rn(v, c.beta2));

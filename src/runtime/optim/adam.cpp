@@ -115,7 +115,7 @@ bool fits_fused_cuda(const at::Tensor& t, const at::Device& device) {
 
 /// Whether `u` can go through ops::fused_adam: param, grad and moments fp32, contiguous, on one
 /// CUDA device.
-bool fits_fused_adam(ParamUpdate& u) {
+bool fits_fused_adam(const ParamUpdate& u) {
   const at::Device device = u.param.device();
   return device.is_cuda() && fits_fused_cuda(u.param, device) && fits_fused_cuda(u.grad, device) &&
          fits_fused_cuda(u.state.tensor("exp_avg"), device) &&
@@ -140,7 +140,11 @@ void fused_adam_batch(const std::vector<ParamUpdate*>& batch, const GroupOptions
     t.n = u->param.numel();
     tensors.push_back(t);
   }
-  ops::fused_adam(adam_step(group, adam_w_mode, batch.front()->state.step), tensors.data(),
+  // One DsOptimizer::step hands every update the same coefficient (Note [Gradient scale in the
+  // step]).
+  ops::fused_adam(adam_step(group, adam_w_mode, batch.front()->state.step,
+                            batch.front()->grad_scale),
+                  tensors.data(),
                   static_cast<int>(tensors.size()), half_kind,
                   c10::cuda::getCurrentCUDAStream(device.index()).stream());
   for (ParamUpdate* u : batch) u->wrote_copy_out = half_kind != ops::HalfKind::kNone;
@@ -172,7 +176,12 @@ void Adam::update(const at::Tensor& param, const at::Tensor& grad, ParamState& s
   update_group(one, group);
 }
 
-bool Adam::applies_grad_scale(const ParamUpdate& u) const { return on_cpu_adam_kernel(u); }
+bool Adam::applies_grad_scale(const ParamUpdate& u) const {
+#ifdef DS_WITH_CUDA
+  if (fits_fused_adam(u)) return true;  // the fused CUDA kernel scales as it loads, too
+#endif
+  return on_cpu_adam_kernel(u);
+}
 
 void Adam::update_group(std::vector<ParamUpdate>& params, const GroupOptions& group) {
 #ifdef DS_WITH_CUDA

@@ -22,6 +22,7 @@
 #include "deepspeed/optimizers.h"
 #include "runtime/accelerator/accelerator.h"
 #include "runtime/grad_clip.h"
+#include "runtime/optim/scoped_grad_scale.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/zero/flat_group.h"
 #include "runtime/zero/host_offload.h"
@@ -259,6 +260,13 @@ class Stage12 final : public FlatZeroOptimizer {
     // The coefficient goes where the step reads the gradients: the host copies (CPU-Adam applies
     // it as it reads them) or the device partitions, never both.
     if (host_ && host_->grads_on_host()) return host_->scale(coef);
+    if (!host_ && ScopedGradScale::takes_scale(optimizer_)) {
+      // A DeepSpeed optimizer scales each gradient as its step reads it (Note [Gradient scale
+      // in the step]): CPU-Adam and the fused CUDA Adam in their kernels, saving a pass over
+      // the partitions.
+      step_grad_scale_ *= coef;
+      return;
+    }
     if (host_) host_->before_device_grad_write();
     for (auto& g : grad_partitions_) g.mul_(coef);
   }
@@ -281,7 +289,11 @@ class Stage12 final : public FlatZeroOptimizer {
     if (grad_accum_dtype_ != at::kFloat) {
       for (size_t g = 0; g < master_views_.size(); ++g) set_view_grads(g, masters_[g].grad());
     }
-    optimizer_->step();
+    {
+      ScopedGradScale scale(optimizer_, step_grad_scale_);
+      step_grad_scale_ = 1.0;  // it belongs to these gradients alone
+      optimizer_->step();
+    }
     if (grad_accum_dtype_ != at::kFloat) {
       for (auto& m : masters_) m.mutable_grad() = at::Tensor();
       for (size_t g = 0; g < master_views_.size(); ++g) set_view_grads(g, at::Tensor());
@@ -493,6 +505,7 @@ class Stage12 final : public FlatZeroOptimizer {
   bool replicated_;  // stage 0 in fp16/bf16: one partition holding everything, on every rank
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;  // dtype of the gradient partitions
+  double step_grad_scale_ = 1.0;     // scale_gradients' coefficient, for the optimizer's step
   std::vector<ExpertParams> experts_;  // MoE expert groups; empty without MoE layers
   // Who a flat group is partitioned over and reduced with.
   struct FlatComm {

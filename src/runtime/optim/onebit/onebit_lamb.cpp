@@ -96,6 +96,15 @@ at::Tensor OneBitLamb::step(LossClosure closure) {
     loss = closure();
   }
   torch::NoGradGuard no_grad;
+  // Note [Gradient scale in the step]: this step reads the gradients in more places than one
+  // update, so they are multiplied in place first.
+  if (grad_scale() != 1.0) {
+    for (const auto& group : param_groups()) {
+      for (const at::Tensor& p : group.params()) {
+        if (p.grad().defined()) p.grad().mul_(grad_scale());
+      }
+    }
+  }
   lamb_coeffs_.clear();
   if (backward_allreduce_enabled()) {
     // Warm-up: parameter by parameter, like any of our optimizers.
