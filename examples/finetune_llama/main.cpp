@@ -22,6 +22,7 @@
 #include "llama_weights.h"
 #include "step_metrics.h"
 #include "token_dataset.h"
+#include "util/cli_checks.h"
 
 namespace ds = deepspeed;
 namespace ex = deepspeed::examples;
@@ -267,7 +268,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", a.steps, "optimizer steps (0: load only)")->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--seq_len", a.seq_len, "tokens per sequence")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(deepspeed::util::at_least_one());
   app.add_option("--seed", a.seed, "data order and sampling")->capture_default_str();
   app.add_option("--eval_batches", a.eval_batches, "held-out micro-batches per rank")->capture_default_str();
   app.add_option("--metrics_file", a.metrics_file, "write one JSON object per optimizer step");

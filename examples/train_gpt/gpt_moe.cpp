@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "util/cli_checks.h"
+
 namespace deepspeed::examples {
 
 moe::MoEOptions GptMoeConfig::layer_options() const {
@@ -24,13 +26,13 @@ void add_moe_flags(CLI::App& app, GptMoeConfig& c) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--moe_ep_size", c.ep_size, "expert-parallel size (divides the world size)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(deepspeed::util::at_least_one());
   app.add_option("--moe_top_k", c.top_k, "top-1 or top-2 gating")
       ->capture_default_str()
       ->check(CLI::Range(1, 2));
   app.add_option("--moe_every", c.every, "every N-th block's MLP is an MoE layer")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(deepspeed::util::at_least_one());
   app.add_option("--moe_capacity_factor", c.capacity_factor, "expert capacity factor")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -37,6 +37,7 @@
 #include "gpt_tensor_parallel.h"
 #include "step_metrics.h"
 #include "token_dataset.h"
+#include "util/cli_checks.h"
 
 namespace ds = deepspeed;
 using deepspeed::examples::BpeTokenizer;
@@ -620,7 +621,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--deepspeed", deepspeed_flag, "accepted for compatibility with DeepSpeed scripts");
   app.add_option("--steps", a.steps, "optimizer steps")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(deepspeed::util::at_least_one());
   app.add_option("--n_layer", a.n_layer, "transformer blocks")->capture_default_str();
   app.add_option("--n_head", a.n_head, "attention heads")->capture_default_str();
   app.add_option("--n_embd", a.n_embd, "embedding width")->capture_default_str();
@@ -671,14 +672,14 @@ int main(int argc, char** argv) {
                  "norm + tied head) trained with the pipeline engine; world size = stages x "
                  "data-parallel size (docs/pipeline.md)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(deepspeed::util::at_least_one());
   deepspeed::examples::add_moe_flags(app, a.moe);
   app.add_option("--tensor_parallel_size", a.tensor_parallel_size,
                  "tensor-parallel ranks: AutoTP (tensor_parallel.autotp_size) splits each "
                  "block's attention (q|k|v by heads) and MLP over this many adjacent ranks; "
                  "world size = tensor x data-parallel size (docs/tensor_parallel.md)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(deepspeed::util::at_least_one());
   CLI11_PARSE(app, argc, argv);
   try {
     return run(a);

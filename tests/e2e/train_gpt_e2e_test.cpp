@@ -232,5 +232,13 @@ TEST(TrainGptE2E, UnsupportedConfigFailsEveryRankWithTheKeyName) {
   EXPECT_NE(r.err.find("rank"), std::string::npos) << r.err;
 }
 
+// A count that must be positive says so, rather than CLI11's "not in range 0.000000 to ...".
+TEST(TrainGptE2E, ZeroStepsIsRefusedWithTheFlagAndTheBound) {
+  auto r = run_command(std::string(DS_TRAIN_GPT_BIN) + " --steps 0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE((r.out + r.err).find("--steps: must be at least 1, got 0"), std::string::npos)
+      << r.out << r.err;
+}
+
 }  // namespace
 }  // namespace deepspeed

@@ -16,6 +16,7 @@
 #include "deepspeed/errors.h"
 #include "deepspeed/lr_schedules.h"
 #include "runtime/optim/optimizer_factory.h"
+#include "util/cli_checks.h"
 
 namespace {
 
@@ -51,13 +52,13 @@ int main(int argc, char** argv) {
   int64_t hidden_size = 0;
   app.add_option("config", path, "ds_config.json path (or inline JSON)")->required();
   app.add_option("--world-size,-w", world_size, "data-parallel world size")
-      ->check(CLI::PositiveNumber);
+      ->check(deepspeed::util::at_least_one());
   app.add_option("--lr-schedule", lr_steps, "print step,lr CSV for this many optimizer steps")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--hidden-size", hidden_size,
                  "the model's hidden size, to resolve \"auto\" ZeRO bucket sizes as initialize() "
                  "does")
-      ->check(CLI::PositiveNumber);
+      ->check(deepspeed::util::at_least_one());
   CLI11_PARSE(app, argc, argv);
   try {
     auto cfg = deepspeed::DeepSpeedConfig::from_string(path, world_size);
