@@ -58,11 +58,13 @@ std::map<std::string, TensorParallelSplit> tensor_parallel_splits(const c10::IVa
 struct UniversalConversion {
   int64_t parameters = 0;
   int64_t tp_degree = 1;
+  int64_t pp_degree = 1;  // pipeline stages (their model-parallel ranks hold disjoint layers)
   int64_t dp_degree = 1;
 };
 
-/// ds_to_universal: converts `<input_tag_dir>` (ZeRO 1/2 with any tensor- and data-parallel
-/// size, ZeRO-3 with any data-parallel size; frozen parameters get an fp32 state) into
+/// ds_to_universal: converts `<input_tag_dir>` (ZeRO 1/2 with any tensor-parallel, pipeline or
+/// data-parallel size, ZeRO-3 with any data-parallel size; frozen parameters get an fp32 state)
+/// into
 /// `output_dir` and (`write_latest`) writes `latest_universal` (the output folder's name)
 /// beside it. Throws CheckpointError naming the file or parameter that is missing or
 /// inconsistent.

@@ -534,7 +534,10 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
       auto* flat = dynamic_cast<runtime::FlatZeroOptimizer*>(zero_.get());
       DS_INTERNAL_ASSERT(!zero_ || flat != nullptr, "ZeRO stage ", stage,
                          " without a FlatZeroOptimizer");
-      runtime::read_universal_checkpoint(ctx, flat, mp_rank_, mp_group_.size(), &plan);
+      // Sliced for the tensor-parallel group (a pipeline's stages are model-parallel ranks
+      // that hold whole parameters).
+      runtime::read_universal_checkpoint(ctx, flat, tp_group ? tp_group->rank() : 0,
+                                         tp_group ? tp_group->size() : 1, &plan);
     } else if (zero_) {
       zero_->read_checkpoint(ctx, &plan);
     } else {

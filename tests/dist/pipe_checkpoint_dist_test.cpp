@@ -1,6 +1,7 @@
 // Pipeline checkpoints on Gloo ranks: DeepSpeed's layout (a file per layer with state, one per
 // stage), exact resume in new processes (2 steps + save, load in a new job + 2 steps == 4
-// steps), and the layer files of a P=2 checkpoint loaded onto P=4.
+// steps), the layer files of a P=2 checkpoint loaded onto P=4, and a P=2 ZeRO-1 checkpoint
+// through ds_to_universal resuming with its optimizer state on P=4 and P=1.
 #include "deepspeed/pipe.h"
 
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "deepspeed/deepspeed.h"
+#include "deepspeed/universal_checkpoint.h"
 #include "support/expect_throw.h"
 #include "support/multi_rank.h"
 #include "support/shared_run_dir.h"
@@ -38,13 +40,23 @@ json config() {
               {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 10}}}}}};
 }
 
-std::shared_ptr<pipe::PipelineEngine> make_engine(int stages) {
+// ZeRO-1 with AdamW (moments a universal checkpoint carries); `load_universal`: the
+// checkpoint section's key.
+json universal_config(bool load_universal) {
+  json c = config();
+  c["optimizer"] = {{"type", "AdamW"}, {"params", {{"lr", 0.05}, {"weight_decay", 0.01}}}};
+  c["zero_optimization"] = {{"stage", 1}};
+  if (load_universal) c["checkpoint"] = {{"load_universal", true}};
+  return c;
+}
+
+std::shared_ptr<pipe::PipelineEngine> make_engine(int stages, const json& cfg = config()) {
   pipe::PipelineModuleOptions o;
   o.num_stages = stages;
   o.loss_fn = testing::tiny_pipe_loss;
   o.seed_layers = true;
   auto module = std::make_shared<pipe::PipelineModule>(testing::tiny_pipe_specs(), o);
-  return pipe::initialize(module, config());
+  return pipe::initialize(module, cfg);
 }
 
 void train(pipe::PipelineEngine& engine, int first_step, int steps) {
@@ -125,6 +137,52 @@ TEST(PipeCheckpointDist, ExactResumeInNewProcessesAndLoadOntoFourStages) {
   for (const auto& name : param_names()) {
     EXPECT_TRUE(torch::equal(read("resumed", name), read("continuous", name))) << name;
     EXPECT_TRUE(torch::equal(read("p4", name), read("saved", name))) << name;
+  }
+}
+
+TEST(PipeCheckpointDist, UniversalCheckpointResumesOnFourStagesAndOne) {
+  new_shared_dir();
+  run_ranks(2, [](int, int) {
+    auto engine = make_engine(2, universal_config(false));
+    train(*engine, 0, 4);
+    dump(*engine, "continuous");
+  });
+  run_ranks(2, [](int, int) {
+    auto engine = make_engine(2, universal_config(false));
+    train(*engine, 0, 2);
+    engine->save_checkpoint(shared_dir() + "/ckpt");
+  });
+  if (!testing::in_rank_process()) {
+    const std::string dir = shared_dir() + "/ckpt";
+    const auto r = checkpoint::ds_to_universal(dir + "/global_step2", dir + "/global_step2_universal");
+    EXPECT_EQ(r.pp_degree, 2);
+    EXPECT_EQ(r.tp_degree, 1);
+    // Every parameter once by its global layer name (the tied embedding of stages 0 and 1 too).
+    EXPECT_EQ(r.parameters, static_cast<int64_t>(param_names().size()));
+    for (const auto& name : param_names()) {
+      EXPECT_TRUE(exists(dir + "/global_step2_universal/zero/" + name + "/exp_avg.pt")) << name;
+    }
+  }
+  for (int stages : {4, 1}) {
+    testing::RunOptions o;
+    o.env = {{"DS_PIPE_STAGES", std::to_string(stages)}};
+    run_ranks(stages, [](int, int) {
+      const int p = std::stoi(std::getenv("DS_PIPE_STAGES"));
+      auto engine = make_engine(p, universal_config(true));
+      auto loaded = engine->load_checkpoint(shared_dir() + "/ckpt");
+      ASSERT_TRUE(loaded.load_path.has_value());
+      EXPECT_EQ(engine->global_steps(), 2);
+      train(*engine, 2, 2);
+      dump(*engine, "p" + std::to_string(p));
+    }, o);
+  }
+  if (testing::in_rank_process()) return;
+  // The stages sum the gradient norm in another order: equal up to float rounding.
+  for (const auto& name : param_names()) {
+    for (const char* run : {"p4", "p1"}) {
+      EXPECT_TRUE(torch::allclose(read(run, name), read("continuous", name), 1e-5, 1e-6))
+          << run << " " << name << ": " << (read(run, name) - read("continuous", name)).abs().max();
+    }
   }
 }
 

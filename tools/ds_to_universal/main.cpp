@@ -23,8 +23,8 @@ int main(int argc, char** argv) {
   try {
     const auto r = deepspeed::checkpoint::ds_to_universal(input, output);
     std::cout << "Converted " << r.parameters << " parameters (tensor-parallel degree "
-              << r.tp_degree << ", data-parallel degree " << r.dp_degree << ") into " << output
-              << "\n";
+              << r.tp_degree << ", pipeline stages " << r.pp_degree << ", data-parallel degree "
+              << r.dp_degree << ") into " << output << "\n";
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "ds_to_universal: error: " << e.what() << "\n";

@@ -173,6 +173,28 @@ IValue with_placeholders(const IValue& model_states) {
   return states;
 }
 
+// Rank 0's model states with the module entries (and buffer names) of every rank that rank 0
+// lacks.
+IValue with_modules_of(const std::vector<UniversalSource>& ranks) {
+  Dict states = ranks[0].model_states.toGenericDict().copy();
+  Dict module = states.at("module").toGenericDict().copy();
+  List buffers = states.at("buffer_names").toList().copy();
+  std::set<std::string> buffer_set;
+  for (const IValue& b : buffers.vec()) buffer_set.insert(b.toStringRef());
+  for (size_t r = 1; r < ranks.size(); ++r) {
+    Dict other = ranks[r].model_states.toGenericDict();
+    for (const auto& item : other.at("module").toGenericDict()) {
+      if (!module.contains(item.key())) module.insert(item.key(), item.value());
+    }
+    for (const IValue& b : other.at("buffer_names").toList().vec()) {
+      if (buffer_set.insert(b.toStringRef()).second) buffers.push_back(b);
+    }
+  }
+  states.insert_or_assign("module", module);
+  states.insert_or_assign("buffer_names", buffers);
+  return states;
+}
+
 }  // namespace
 
 namespace detail {
@@ -344,25 +366,40 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
   const std::string zero_dir = output_dir + "/zero";
   create_directories(zero_dir);
   UniversalConversion result;
-  result.tp_degree = tp;
+  // Model-parallel ranks are tensor-parallel ones (every rank holds every parameter, a split
+  // one its piece) or a pipeline's stages (each holds its own layers; a tied one is on two
+  // stages and kept equal by the engine), which record no split parameters.
+  const bool pipeline = tp > 1 && splits.empty();
+  result.tp_degree = pipeline ? 1 : tp;
+  result.pp_degree = pipeline ? tp : 1;
   result.dp_degree = states0.dp_world_size;
-  for (const auto& name : ranks[0].order) {
+  std::vector<std::string> names;  // rank 0's order, then what the other ranks add
+  std::set<std::string> seen;
+  for (const auto& r : ranks) {
+    for (const auto& n : r.order) {
+      if (seen.insert(n).second) names.push_back(n);
+    }
+  }
+  for (const auto& name : names) {
     const auto it = splits.find(name);
     const TensorParallelSplit* split = it == splits.end() ? nullptr : &it->second;
+    size_t holder = 0;  // the first rank that has the parameter
+    while (!ranks[holder].states["fp32"].count(name)) ++holder;
     const std::string folder = zero_dir + "/" + name;
     create_directories(folder);
-    for (const auto& [key, params] : ranks[0].states) {
+    for (const auto& [key, params] : ranks[holder].states) {
       if (!params.count(name)) continue;  // frozen parameters have fp32 only
-      std::vector<at::Tensor> parts;
-      for (int64_t m = 0; m < tp; ++m) {
-        const auto& mine = ranks[static_cast<size_t>(m)].states[key];
-        const auto p = mine.find(name);
-        DS_CHECK(p != mine.end(), CheckpointError, mp_file(input_tag_dir, m),
-                 ": model-parallel rank ", m, " has no '", key, "' state for parameter ", name);
-        parts.push_back(p->second.flat.view(p->second.shape));
-      }
-      at::Tensor full = parts[0];
+      at::Tensor full = params.at(name).flat.view(params.at(name).shape);
       if (split) {
+        std::vector<at::Tensor> parts;
+        for (int64_t m = 0; m < tp; ++m) {
+          const auto& mine = ranks[static_cast<size_t>(m)].states[key];
+          const auto p = mine.find(name);
+          DS_CHECK(p != mine.end(), CheckpointError, mp_file(input_tag_dir, m),
+                   ": model-parallel rank ", m, " has no '", key, "' state for parameter ",
+                   name);
+          parts.push_back(p->second.flat.view(p->second.shape));
+        }
         full = tensor_parallel::unshard(parts, split->partition_dim, split->partition_stride);
         if (split->original_vocab_size >= 0) {  // Megatron's padding rows are dropped
           full = full.narrow(split->partition_dim, 0, split->original_vocab_size);
@@ -372,13 +409,16 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
     }
     // Matches DeepSpeed: step.pt holds the bare count, which its loader installs as the
     // optimizer's step as it is. Frozen parameters have none.
-    const auto s = ranks[0].step.find(name);
-    if (s != ranks[0].step.end()) save(s->second, folder + "/step.pt");
+    const auto s = ranks[holder].step.find(name);
+    if (s != ranks[holder].step.end()) save(s->second, folder + "/step.pt");
     ++result.parameters;
   }
   Dict opt = ranks[0].optimizer_state.toGenericDict();
   opt.insert_or_assign("universal_checkpoint_version", kUniversalVersion);
   save(opt, zero_dir + "/optimizer_state.pt");
+  // A pipeline stage's module holds its own layers: a load reads mp_rank_00's, so that one
+  // gets every stage's buffers.
+  if (pipeline) ranks[0].model_states = with_modules_of(ranks);
   for (int64_t m = 0; m < tp; ++m) {  // the model states (module, counters, ...)
     const auto& source = ranks[static_cast<size_t>(m)];
     save(source.model_states, output_dir + "/" + model_states_file_name(static_cast<int>(m)));

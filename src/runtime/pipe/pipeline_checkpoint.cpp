@@ -72,9 +72,9 @@ bool PipelineEngine::save_checkpoint(const std::string& save_dir,
 LoadedCheckpoint PipelineEngine::load_checkpoint(const std::string& load_dir,
                                                  const std::optional<std::string>& tag,
                                                  const LoadCheckpointOptions& options) {
-  DS_CHECK(!config().checkpoint.load_universal, NotSupportedError,
-           "checkpoint.load_universal with pipeline parallelism: universal checkpoints load on "
-           "tensor- and data-parallel engines (no pipeline stages yet)");
+  // A universal checkpoint names every parameter by its global layer index, so each stage
+  // reads its own layers' weights and optimizer state whatever the saving run's stage count.
+  if (config().checkpoint.load_universal) return Engine::load_checkpoint(load_dir, tag, options);
   std::optional<std::string> t = tag ? tag : checkpoint::read_latest(load_dir);
   if (!t) return Engine::load_checkpoint(load_dir, tag, options);  // warns, loads nothing
   const std::string dir = checkpoint::tag_directory(load_dir, *t);
