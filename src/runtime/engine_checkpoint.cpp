@@ -268,6 +268,12 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
   m.global_samples = global_samples_;
   m.dp_world_size = config_.batch.dp_world_size;
   m.mp_world_size = mp_group_.size();
+  // Matches DeepSpeed (its mpu's pipeline and tensor-parallel sizes): the model-parallel group
+  // is the tensor-parallel one, or a pipeline's stages (with any tensor parallelism inside).
+  const auto tp = runtime::tensor_parallel_group_of(module_->parameters());
+  m.checkpoint_parallel_dimensions.tp_degree = tp ? tp->size() : 1;
+  m.checkpoint_parallel_dimensions.pp_degree =
+      tp && tp->size() == mp_group_.size() ? 1 : mp_group_.size();
   m.ds_config = config_.raw;
   m.ds_version = kDeepSpeedCompatVersion;
   // After the stage's own top-level keys (MoE's num_experts), as DeepSpeed's state.update().

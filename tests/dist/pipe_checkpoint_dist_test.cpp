@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "deepspeed/checkpoint.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/universal_checkpoint.h"
 #include "support/expect_throw.h"
@@ -115,6 +116,10 @@ TEST(PipeCheckpointDist, ExactResumeInNewProcessesAndLoadOntoFourStages) {
     EXPECT_FALSE(exists(dir + "/layer_06-model_states.pt"));
     EXPECT_TRUE(exists(dir + "/mp_rank_00_model_states.pt"));
     EXPECT_TRUE(exists(dir + "/mp_rank_01_model_states.pt"));
+    const std::string ms_path = dir + "/mp_rank_01_model_states.pt";
+    const auto ms = checkpoint::ModelStates::from_ivalue(checkpoint::load(ms_path), ms_path);
+    EXPECT_EQ(ms.checkpoint_parallel_dimensions.pp_degree, 2);
+    EXPECT_EQ(ms.checkpoint_parallel_dimensions.tp_degree, 1);
   }
   run_ranks(2, [](int, int) {
     auto engine = make_engine(2);

@@ -188,6 +188,10 @@ TEST(UniversalCheckpointDist, Tp2ToUniversalResumesOnTp1Tp4AndTp2xDp2) {
   const std::string first = tp2_checkpoint();
   const std::string ckpt_dir = first + "/ckpt";
   if (!testing::in_rank_process()) {
+    const std::string ms_path = ckpt_dir + "/step2/mp_rank_01_model_states.pt";
+    const auto ms = ckpt::ModelStates::from_ivalue(ckpt::load(ms_path), ms_path);
+    EXPECT_EQ(ms.checkpoint_parallel_dimensions.tp_degree, 2);  // DeepSpeed's record
+    EXPECT_EQ(ms.checkpoint_parallel_dimensions.pp_degree, 1);
     const auto r = ckpt::ds_to_universal(ckpt_dir + "/step2", ckpt_dir + "/step2_universal");
     EXPECT_EQ(r.tp_degree, 2);
     // Layout: one folder per parameter with full tensors, DeepSpeed's names.
