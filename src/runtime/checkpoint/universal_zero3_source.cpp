@@ -65,12 +65,6 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-int64_t numel_of(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
 // The module of the copied model-states file: every parameter (a 0-element placeholder under
 // ZeRO-3, tied aliases included) gets its full tensor in the placeholder's dtype, so the file
 // holds a complete module as a ZeRO 1/2 one does.
@@ -179,7 +173,7 @@ UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank) {
         pieces.push_back(t->reshape(-1).to(at::kFloat));
       }
       const at::Tensor full = at::cat(pieces);
-      const int64_t n = numel_of(item.value());
+      const int64_t n = c10::multiply_integers(item.value());
       DS_CHECK(full.numel() >= n, CheckpointError, model0_path, ": frozen parameter '",
                item.key(), "' has ", full.numel(), " elements over ", world, " ranks, needs ", n);
       out.states["fp32"][item.key()] = runtime::SavedParam{full.narrow(0, 0, n), item.value()};

@@ -231,7 +231,7 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, Stage3ZeroOptim
              at::IntArrayRef(shape));
     return SavedParam{t.reshape({-1}).to(at::kFloat), shape};
   };
-  UniversalReader reader(ctx, 0, 1);  // for the step counts
+  UniversalReader reader(ctx, 0, 1);  // for the step counts and the state names
   const int rank = zero.rank();
   auto& groups = zero.sub_groups();
   std::vector<std::vector<Stage3Slot>> slots(groups.size());
@@ -252,10 +252,7 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, Stage3ZeroOptim
     if (!step) continue;  // saved before the first step
     ckpt::Dict s = ckpt::new_dict();
     s.insert("step", *step);
-    for (const auto& key : ckpt::universal_state_keys()) {
-      if (key == "fp32" || key == "step" || !exists(dir + "/zero/" + first + "/" + key + ".pt")) {
-        continue;
-      }
+    for (const auto& key : element_keys(reader, first)) {
       SavedParams per;
       for (const auto& slot : slots[g]) per[slot.name] = full(slot.name, key, slot.shape);
       s.insert(key, assemble_stage3_flat(slots[g], groups[g].numel, rank, per, at::kFloat, dir));
