@@ -62,10 +62,9 @@ struct UniversalConversion {
   int64_t dp_degree = 1;
 };
 
-/// ds_to_universal: converts `<input_tag_dir>` (ZeRO 1/2 with any tensor-parallel, pipeline or
+/// ds_to_universal: converts `<input_tag_dir>` (ZeRO 0-2 with any tensor-parallel, pipeline or
 /// data-parallel size, ZeRO-3 with any data-parallel size; frozen parameters get an fp32 state)
-/// into
-/// `output_dir` and (`write_latest`) writes `latest_universal` (the output folder's name)
+/// into `output_dir` and (`write_latest`) writes `latest_universal` (the output folder's name)
 /// beside it. Throws CheckpointError naming the file or parameter that is missing or
 /// inconsistent.
 UniversalConversion ds_to_universal(const std::string& input_tag_dir,

@@ -1,7 +1,8 @@
 // Pipeline checkpoints on Gloo ranks: DeepSpeed's layout (a file per layer with state, one per
 // stage), exact resume in new processes (2 steps + save, load in a new job + 2 steps == 4
 // steps), the layer files of a P=2 checkpoint loaded onto P=4, and a P=2 ZeRO-1 checkpoint
-// through ds_to_universal resuming with its optimizer state on P=4 and P=1.
+// through ds_to_universal resuming with its optimizer state on P=4 and P=1 (and the same from
+// ZeRO-0, whose stages keep the optimizer in their model states).
 #include "deepspeed/pipe.h"
 
 #include <sys/stat.h>
@@ -41,12 +42,13 @@ json config() {
               {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 10}}}}}};
 }
 
-// ZeRO-1 with AdamW (moments a universal checkpoint carries); `load_universal`: the
-// checkpoint section's key.
+// AdamW (moments a universal checkpoint carries) under ZeRO-1, or the stage DS_ZERO_STAGE
+// names; `load_universal`: the checkpoint section's key.
 json universal_config(bool load_universal) {
   json c = config();
   c["optimizer"] = {{"type", "AdamW"}, {"params", {{"lr", 0.05}, {"weight_decay", 0.01}}}};
-  c["zero_optimization"] = {{"stage", 1}};
+  const char* stage = std::getenv("DS_ZERO_STAGE");
+  c["zero_optimization"] = {{"stage", stage ? std::stoi(stage) : 1}};
   if (load_universal) c["checkpoint"] = {{"load_universal", true}};
   return c;
 }
@@ -145,18 +147,22 @@ TEST(PipeCheckpointDist, ExactResumeInNewProcessesAndLoadOntoFourStages) {
   }
 }
 
-TEST(PipeCheckpointDist, UniversalCheckpointResumesOnFourStagesAndOne) {
+// P=2 under ZeRO `zero_stage` trains 4 steps; a save after 2, converted by ds_to_universal,
+// resumes on P=4 and P=1 and ends where the uninterrupted run does.
+void universal_resume_on_four_stages_and_one(int zero_stage) {
   new_shared_dir();
+  testing::RunOptions source;
+  source.env = {{"DS_ZERO_STAGE", std::to_string(zero_stage)}};
   run_ranks(2, [](int, int) {
     auto engine = make_engine(2, universal_config(false));
     train(*engine, 0, 4);
     dump(*engine, "continuous");
-  });
+  }, source);
   run_ranks(2, [](int, int) {
     auto engine = make_engine(2, universal_config(false));
     train(*engine, 0, 2);
     engine->save_checkpoint(shared_dir() + "/ckpt");
-  });
+  }, source);
   if (!testing::in_rank_process()) {
     const std::string dir = shared_dir() + "/ckpt";
     const auto r = checkpoint::ds_to_universal(dir + "/global_step2", dir + "/global_step2_universal");
@@ -170,7 +176,8 @@ TEST(PipeCheckpointDist, UniversalCheckpointResumesOnFourStagesAndOne) {
   }
   for (int stages : {4, 1}) {
     testing::RunOptions o;
-    o.env = {{"DS_PIPE_STAGES", std::to_string(stages)}};
+    o.env = {{"DS_PIPE_STAGES", std::to_string(stages)},
+             {"DS_ZERO_STAGE", std::to_string(zero_stage)}};
     run_ranks(stages, [](int, int) {
       const int p = std::stoi(std::getenv("DS_PIPE_STAGES"));
       auto engine = make_engine(p, universal_config(true));
@@ -189,6 +196,15 @@ TEST(PipeCheckpointDist, UniversalCheckpointResumesOnFourStagesAndOne) {
           << run << " " << name << ": " << (read(run, name) - read("continuous", name)).abs().max();
     }
   }
+}
+
+TEST(PipeCheckpointDist, UniversalCheckpointResumesOnFourStagesAndOne) {
+  universal_resume_on_four_stages_and_one(1);
+}
+
+// ZeRO-0 keeps each stage's optimizer in its model states.
+TEST(PipeCheckpointDist, Zero0UniversalCheckpointResumesOnFourStagesAndOne) {
+  universal_resume_on_four_stages_and_one(0);
 }
 
 }  // namespace

@@ -113,6 +113,34 @@ std::shared_ptr<GptImpl> make_model(bool freeze) {
   return model;
 }
 
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::string(v) == "1";
+}
+
+// The usual two param groups (weight decay for matrices, none for biases and norms): they
+// interleave in module order, so the optimizer's order is not the module's.
+std::vector<ParamGroup> decay_groups(const std::shared_ptr<GptImpl>& model) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& p : model->named_parameters()) {
+    if (!p.value().requires_grad()) continue;
+    (p.value().dim() >= 2 ? decay : no_decay).push_back(p.value());
+  }
+  return {ParamGroup(decay), ParamGroup(no_decay, {{"weight_decay", 0.0}})};
+}
+
+// The engine of config(stage, autotp, universal) in the variant the environment names:
+// DS_TEST_BF16 (bf16 training), DS_TEST_GROUPS (decay_groups).
+std::shared_ptr<ModuleEngine<GptImpl>> make_engine(const std::shared_ptr<GptImpl>& model,
+                                                   int stage, int autotp, bool universal) {
+  json c = config(stage, autotp, universal);
+  if (env_flag("DS_TEST_BF16")) c["bf16"] = {{"enabled", true}};
+  if (!env_flag("DS_TEST_GROUPS")) return initialize(model, c).engine;
+  return initialize(model, c, decay_groups(model)).engine;
+}
+
 bool exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
@@ -133,16 +161,16 @@ std::string tp2_checkpoint() {
   return testing::rank_output_dir();
 }
 
-// ZeRO `stage` on 2 ranks with a frozen parameter: trains 2 steps, saves "step2", trains 2
-// more.
-std::string frozen_checkpoint(int stage) {
+// ZeRO `stage` on 2 ranks (with a frozen parameter unless `freeze` is false; `variant`: the
+// make_engine flags): trains 2 steps, saves "step2", trains 2 more.
+std::string frozen_checkpoint(int stage, const Env& variant = {}, bool freeze = true) {
   testing::RunOptions o;
-  o.env = {{"DS_TEST_STAGE", std::to_string(stage)}};
+  o.env = {{"DS_TEST_STAGE", std::to_string(stage)}, {"DS_TEST_FREEZE", freeze ? "1" : "0"}};
+  o.env.insert(o.env.end(), variant.begin(), variant.end());
   run_ranks(2, [](int rank, int) {
     torch::manual_seed(42);
-    auto engine =
-        initialize(make_model(true), config(std::stoi(std::getenv("DS_TEST_STAGE")), 1, false))
-            .engine;
+    auto engine = make_engine(make_model(env_flag("DS_TEST_FREEZE")),
+                              std::stoi(std::getenv("DS_TEST_STAGE")), 1, false);
     train(engine, 0, 2);
     engine->save_checkpoint(testing::rank_output_dir() + "/ckpt", std::string("step2"));
     const auto losses = train(engine, 2, 2);
@@ -155,20 +183,22 @@ std::string frozen_checkpoint(int stage) {
 // AutoTP `autotp` and ZeRO `stage`, trains steps 3-4, and compares the losses with `want`.
 // `universal` false: a plain load of tag step2 (the direct reshape, beyond DeepSpeed).
 // `freeze`: the model has the frozen position embedding of zero3_checkpoint().
+// `variant`: the make_engine flags; `rtol`: the losses' relative tolerance.
 void resume_universal(const std::string& ckpt_dir, const std::string& want_dir, int world,
-                      int autotp, int stage, bool universal = true, bool freeze = false) {
+                      int autotp, int stage, bool universal = true, bool freeze = false,
+                      const Env& variant = {}, double rtol = 1e-5) {
   testing::RunOptions o;
   o.timeout_s = 120;
   o.env = {{"DS_TEST_CKPT", ckpt_dir}, {"DS_TEST_TP", std::to_string(autotp)},
            {"DS_TEST_STAGE", std::to_string(stage)},
            {"DS_TEST_UNIVERSAL", universal ? "1" : "0"}, {"DS_TEST_FREEZE", freeze ? "1" : "0"}};
+  o.env.insert(o.env.end(), variant.begin(), variant.end());
   run_ranks(world, [](int rank, int) {
     torch::manual_seed(7);  // another initialization: everything comes from the checkpoint
-    auto model = make_model(std::string(std::getenv("DS_TEST_FREEZE")) == "1");
-    const bool u = std::string(std::getenv("DS_TEST_UNIVERSAL")) == "1";
-    auto engine = initialize(model, config(std::stoi(std::getenv("DS_TEST_STAGE")),
-                                           std::stoi(std::getenv("DS_TEST_TP")), u))
-                      .engine;
+    auto model = make_model(env_flag("DS_TEST_FREEZE"));
+    const bool u = env_flag("DS_TEST_UNIVERSAL");
+    auto engine = make_engine(model, std::stoi(std::getenv("DS_TEST_STAGE")),
+                              std::stoi(std::getenv("DS_TEST_TP")), u);
     auto loaded = u ? engine->load_checkpoint(std::getenv("DS_TEST_CKPT"))
                     : engine->load_checkpoint(std::getenv("DS_TEST_CKPT"), std::string("step2"));
     ASSERT_TRUE(loaded.load_path.has_value());
@@ -179,7 +209,7 @@ void resume_universal(const std::string& ckpt_dir, const std::string& want_dir, 
   if (testing::in_rank_process()) return;
   const at::Tensor got = load_losses(testing::rank_output_dir());
   const at::Tensor want = load_losses(want_dir);
-  EXPECT_TRUE(torch::allclose(got, want, 1e-5, 0.0))
+  EXPECT_TRUE(torch::allclose(got, want, rtol, 0.0))
       << "TP=" << autotp << " on " << world << " ranks, ZeRO-" << stage << ": got " << got
       << " want " << want;
 }
@@ -265,6 +295,100 @@ TEST(UniversalCheckpointDist, Zero2WithFrozenParameterResumesUnderZero3) {
     EXPECT_TRUE(exists(ckpt_dir + "/step2_universal/zero/wpe.weight/fp32.pt"));
   }
   resume_universal(ckpt_dir, first, 3, 1, 3, true, /*freeze=*/true);
+}
+
+// ZeRO-0 keeps the optimizer in the model states; param_shapes (written at stage 0 too) says
+// which parameter each piece of it belongs to. fp32: the optimizer's own state per parameter,
+// two param groups in an order other than the module's, a frozen parameter.
+TEST(UniversalCheckpointDist, Zero0ToUniversalResumesOnOtherRanksAndStages) {
+  const Env groups = {{"DS_TEST_GROUPS", "1"}};
+  const std::string first = frozen_checkpoint(0, groups);
+  const std::string ckpt_dir = first + "/ckpt";
+  if (!testing::in_rank_process()) {
+    const std::string source = ckpt_dir + "/step2/mp_rank_00_model_states.pt";
+    const auto saved = ckpt::ModelStates::from_ivalue(ckpt::load(source), source);
+    ASSERT_TRUE(saved.param_shapes.has_value());
+    ASSERT_EQ(saved.param_shapes->size(), 2u);
+    EXPECT_EQ((*saved.param_shapes)[1].size(), 18u);  // 2 layers x 8 biases/norms + ln_f
+    EXPECT_FALSE(saved.param_shapes->front().contains("wpe.weight"));  // frozen
+
+    const std::string out = ckpt_dir + "/step2_universal";
+    const auto r = ckpt::ds_to_universal(ckpt_dir + "/step2", out);
+    EXPECT_EQ(r.dp_degree, 2);
+    const std::string zero = out + "/zero/";
+    for (const char* f : {"fp32.pt", "exp_avg.pt", "exp_avg_sq.pt", "step.pt"}) {
+      EXPECT_TRUE(exists(zero + "h.0.ln_1.bias/" + f)) << f;
+      EXPECT_TRUE(exists(zero + "h.1.attn.c_proj.weight/" + f)) << f;
+    }
+    EXPECT_TRUE(exists(zero + "wpe.weight/fp32.pt"));
+    EXPECT_FALSE(exists(zero + "wpe.weight/exp_avg.pt"));
+    // fp32 at stage 0: the masters are the module's weights.
+    int compared = 0;
+    for (const auto& item : saved.module) {
+      if (!exists(zero + item.key())) continue;  // buffers
+      EXPECT_TRUE(torch::equal(ckpt::load_universal_state(out, item.key(), "fp32"), item.value()))
+          << item.key();
+      ++compared;
+    }
+    EXPECT_EQ(compared, r.parameters);
+    // The global state keeps both groups' options; the optimizer itself left the model states.
+    auto opt = ckpt::load(zero + "optimizer_state.pt").toGenericDict();
+    auto param_groups = opt.at("param_groups").toList();
+    ASSERT_EQ(param_groups.size(), 2u);
+    EXPECT_EQ(param_groups.get(1).toGenericDict().at("weight_decay").toDouble(), 0.0);
+    const std::string ms_path = out + "/mp_rank_00_model_states.pt";
+    EXPECT_TRUE(ckpt::ModelStates::from_ivalue(ckpt::load(ms_path), ms_path).optimizer.isNone());
+  }
+  resume_universal(ckpt_dir, first, 3, 1, 1, true, /*freeze=*/true, groups);
+  resume_universal(ckpt_dir, first, 1, 1, 3, true, true, groups);
+  resume_universal(ckpt_dir, first, 2, 2, 0, true, true, groups);
+}
+
+// 16-bit ZeRO-0: FP16_Optimizer's flat fp32 masters and the inner optimizer's state over each
+// flat group, cut by param_shapes. The same shape resumes exactly; ZeRO-2 within bf16's
+// rounding of the loss.
+TEST(UniversalCheckpointDist, Zero0Bf16ToUniversalResumes) {
+  const Env bf16_groups = {{"DS_TEST_BF16", "1"}, {"DS_TEST_GROUPS", "1"}};
+  const std::string first = frozen_checkpoint(0, bf16_groups);
+  const std::string ckpt_dir = first + "/ckpt";
+  if (!testing::in_rank_process()) {
+    ckpt::ds_to_universal(ckpt_dir + "/step2", ckpt_dir + "/step2_universal");
+    const std::string zero = ckpt_dir + "/step2_universal/zero/";
+    EXPECT_TRUE(exists(zero + "h.1.mlp.c_fc.bias/exp_avg_sq.pt"));
+    auto opt = ckpt::load(zero + "optimizer_state.pt").toGenericDict();
+    EXPECT_TRUE(opt.contains("loss_scaler"));
+    EXPECT_FALSE(opt.contains("fp32_groups_flat"));
+  }
+  resume_universal(ckpt_dir, first, 2, 1, 0, true, /*freeze=*/true, bf16_groups);
+  resume_universal(ckpt_dir, first, 2, 1, 2, true, true, bf16_groups, 1e-2);
+}
+
+// DeepSpeed writes no param_shapes at stage 0: one param group is the module's parameters in
+// order; with two the conversion is refused by name.
+TEST(UniversalCheckpointDist, Zero0WithoutParamShapes) {
+  const std::string first = frozen_checkpoint(0, {}, /*freeze=*/false);
+  const std::string grouped = frozen_checkpoint(0, {{"DS_TEST_GROUPS", "1"}}, false);
+  const std::string ckpt_dir = first + "/ckpt";
+  if (!testing::in_rank_process()) {
+    for (const std::string& dir : {first, grouped}) {  // as DeepSpeed writes stage 0
+      const std::string path = dir + "/ckpt/step2/mp_rank_00_model_states.pt";
+      ckpt::Dict d = ckpt::load(path).toGenericDict();
+      d.insert_or_assign("param_shapes", c10::IValue());
+      d.insert_or_assign("shared_params", c10::IValue());
+      ckpt::save(d, path);
+    }
+    ckpt::ds_to_universal(ckpt_dir + "/step2", ckpt_dir + "/step2_universal");
+  }
+  resume_universal(ckpt_dir, first, 3, 1, 1);
+  if (testing::in_rank_process()) return;
+  try {
+    ckpt::ds_to_universal(grouped + "/ckpt/step2", grouped + "/ckpt/u");
+    ADD_FAILURE() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("mp_rank_00_model_states.pt"), std::string::npos) << what;
+    EXPECT_NE(what.find("2 param groups"), std::string::npos) << what;
+  }
 }
 
 TEST(UniversalCheckpointDist, Tp2CheckpointLoadsDirectlyOnTp1) {

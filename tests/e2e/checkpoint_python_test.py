@@ -391,7 +391,20 @@ def check_engine_checkpoint(directory, tag, world, stage, bf16):
           "rng states of every rank")
     module = ms["module"]
     if stage == 0:
-        check(ms["optimizer"] is not None and ms["param_shapes"] is None, "stage 0 optimizer")
+        # DeepSpeed writes param_shapes None at stage 0; the engine lists the optimizer's
+        # parameters there, group by group, for ds_to_universal.
+        opt, groups = ms["optimizer"], ms["param_shapes"]
+        check(opt is not None, "stage 0 optimizer")
+        inner = opt["optimizer_state_dict"] if "fp32_groups_flat" in opt else opt
+        check(isinstance(groups, list) and len(groups) == len(inner["param_groups"]),
+              "stage 0 param_shapes: one entry per optimizer group")
+        if "fp32_groups_flat" in opt:
+            check([sum(s.numel() for s in g.values()) for g in groups] ==
+                  [t.numel() for t in opt["fp32_groups_flat"]], "stage 0 param_shapes cut the flats")
+        else:
+            check([len(g) for g in groups] == [len(g["params"]) for g in inner["param_groups"]]
+                  and all(module[n].shape == s for g in groups for n, s in g.items()),
+                  "stage 0 param_shapes name the optimizer's parameters")
         print("OK")
         return
     prefix = "bf16_" if bf16 else ""

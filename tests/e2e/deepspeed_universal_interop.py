@@ -8,6 +8,7 @@ in Python):
      `python -m deepspeed.checkpoint.ds_to_universal`, and compares every parameter's fp32,
      exp_avg and exp_avg_sq (DeepSpeed's ZeRO-3 conversion saves them flat and bare: compared by
      value) and the step count;
+     (skipped for a ZeRO-0 source, which DeepSpeed's converter does not read);
   b. loads our universal folder in DeepSpeed (`checkpoint.load_universal`, ZeRO --stage, on
      --world gloo ranks, a client torch AdamW) and checks every parameter's fp32 master and Adam
      moments against our files, the global step, and that one training step runs.
@@ -54,11 +55,22 @@ def load_state(path):
     return d["param"] if isinstance(d, dict) else d
 
 
+def zero_stage_of(tag_dir):
+    """The ZeRO stage the source was saved with (its model states' ds_config)."""
+    for name in sorted(os.listdir(tag_dir)):
+        if name.endswith("_model_states.pt"):
+            sd = torch.load(os.path.join(tag_dir, name), map_location="cpu", weights_only=False)
+            return (sd.get("ds_config") or {}).get("zero_optimization", {}).get("stage", 0)
+    raise SystemExit(f"{tag_dir}: no model states file")
+
+
 def convert(args, out):
     ours, theirs = os.path.join(out, "ours", "universal"), os.path.join(out, "theirs", "universal")
     shutil.rmtree(out, ignore_errors=True)
     subprocess.run([args.ds_to_universal, "--input_folder", args.tag_dir, "--output_folder", ours],
                    check=True, stdout=subprocess.DEVNULL)
+    if zero_stage_of(args.tag_dir) == 0:
+        return ours, None  # stage 0 keeps its optimizer in the model states: DeepSpeed's tool refuses
     subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
                     args.tag_dir, "--output_folder", theirs, "--num_extract_workers", "1",
                     "--num_merge_workers", "1",
@@ -132,7 +144,10 @@ def load_in_deepspeed(rank, args, universal_dir, port):
             want = load_state(os.path.join(zero, name, key + ".pt"))
             if got is None or not torch.equal(got.float().reshape(-1), want.float().reshape(-1)):
                 problems.append(f"rank {rank}: {name} {key} differs from ours")
-    saved_step = int(load_state(os.path.join(zero, "wte.weight", "step.pt")))
+    # The saved counter (step.pt is the optimizer's count, which is one more for a source that
+    # DeepSpeed's FP16_(Unfused)Optimizer wrote: it steps once at its start to create the state).
+    saved_step = torch.load(os.path.join(universal_dir, "mp_rank_00_model_states.pt"),
+                            weights_only=False)["global_steps"]
     if engine.global_steps != saved_step:
         problems.append(f"global_steps {engine.global_steps}, the checkpoint's {saved_step}")
     x = torch.randint(0, args.vocab, (1, args.seq_len))
@@ -155,7 +170,7 @@ def main():
     args = parse_args()
     out = args.out or args.tag_dir.rstrip("/") + "_interop"
     ours, theirs = convert(args, out)
-    problems = compare_conversions(ours, theirs)
+    problems = compare_conversions(ours, theirs) if theirs else []
     for p in problems[:20]:
         print(p, flush=True)
     try:

@@ -1,4 +1,4 @@
-// ds_to_universal: a checkpoint tag folder written by the engine (ZeRO 1/2 with any tensor- and
+// ds_to_universal: a checkpoint tag folder written by the engine (ZeRO 0-2 with any tensor- and
 // data-parallel size, ZeRO-3 with any data-parallel size) as a universal checkpoint, like
 // DeepSpeed's ds_to_universal.py:
 //   ds_to_universal --input_folder DIR/TAG --output_folder OUT

@@ -50,16 +50,17 @@ std::string mp_file(const std::string& dir, int64_t m) {
 
 using detail::UniversalSource;
 
-// A ZeRO 1/2 tag folder's model-parallel rank m: its mp_rank_XX_model_states.pt and every
-// data-parallel rank's optimizer file.
-UniversalSource read_zero12_source(const std::string& dir, int64_t m) {
+// A ZeRO 0-2 tag folder's model-parallel rank m: its mp_rank_XX_model_states.pt and (stages
+// 1/2) every data-parallel rank's optimizer file.
+UniversalSource read_zero012_source(const std::string& dir, int64_t m) {
   UniversalSource out;
   const std::string model_path = mp_file(dir, m);
   out.model_states = load(model_path);
   const ModelStates states = ModelStates::from_ivalue(out.model_states, model_path);
+  // Stage 0 keeps its optimizer in the model states.
+  if (!states.optimizer.isNone()) return detail::read_zero0_source(out.model_states, model_path);
   DS_CHECK(states.param_shapes.has_value(), CheckpointError, model_path,
-           ": has no param_shapes: ds_to_universal converts ZeRO stage 1, 2 and 3 checkpoints "
-           "(stage 0 keeps its optimizer in the model states)");
+           ": has neither an optimizer nor param_shapes (saved without an optimizer?)");
   const auto& shapes = *states.param_shapes;
   for (const auto& g : shapes) {
     for (const auto& item : g) out.order.push_back(item.key());
@@ -127,20 +128,7 @@ UniversalSource read_zero12_source(const std::string& dir, int64_t m) {
       runtime::split_saved_group(at::cat(pieces), shapes[g], files[0], &out.states[name]);
     }
   }
-  // Frozen parameters are whole in the module (in the model's dtype); tied aliases and buffers
-  // are not parameters of their own.
-  std::set<std::string> skip(states.buffer_names.begin(), states.buffer_names.end());
-  for (const auto& [alias, source] : states.shared_params.value_or(
-           std::vector<std::pair<std::string, std::string>>{})) {
-    skip.insert(alias);
-  }
-  auto& fp32 = out.states["fp32"];
-  for (const auto& item : states.module) {
-    if (skip.count(item.key()) || fp32.count(item.key())) continue;
-    const at::Tensor t = item.value().to(at::kFloat);
-    fp32[item.key()] = runtime::SavedParam{t.reshape(-1), t.sizes().vec()};
-    out.order.push_back(item.key());
-  }
+  detail::add_frozen_from_module(states, &out);
   return out;
 }
 
@@ -198,6 +186,22 @@ IValue with_modules_of(const std::vector<UniversalSource>& ranks) {
 }  // namespace
 
 namespace detail {
+
+void add_frozen_from_module(const ModelStates& states, UniversalSource* out) {
+  // Tied aliases and buffers are not parameters of their own.
+  std::set<std::string> skip(states.buffer_names.begin(), states.buffer_names.end());
+  for (const auto& [alias, source] : states.shared_params.value_or(
+           std::vector<std::pair<std::string, std::string>>{})) {
+    skip.insert(alias);
+  }
+  auto& fp32 = out->states["fp32"];
+  for (const auto& item : states.module) {
+    if (skip.count(item.key()) || fp32.count(item.key())) continue;
+    const at::Tensor t = item.value().to(at::kFloat);
+    fp32[item.key()] = runtime::SavedParam{t.reshape(-1), t.sizes().vec()};
+    out->order.push_back(item.key());
+  }
+}
 
 at::Tensor as_step_tensor(const IValue& v, const std::string& where) {
   if (v.isTensor()) return v.toTensor().detach().clone();
@@ -361,7 +365,7 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
     DS_CHECK(file_exists(path), CheckpointError, "ds_to_universal: ", path,
              " is missing (mp_world_size is ", tp, ")");
     ranks.push_back(zero3 ? detail::read_zero3_source(input_tag_dir, m)
-                          : read_zero12_source(input_tag_dir, m));
+                          : read_zero012_source(input_tag_dir, m));
   }
   const std::string zero_dir = output_dir + "/zero";
   create_directories(zero_dir);

@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
+#include "deepspeed/checkpoint.h"
 #include "runtime/zero/repartition.h"
 
 namespace deepspeed::checkpoint::detail {
@@ -36,6 +37,17 @@ struct UniversalSource {
 /// A ZeRO-3 tag folder's model-parallel rank `mp_rank`: zero_pp_rank_<r>_mp_rank_XX files of
 /// every data-parallel rank. Throws CheckpointError naming the missing or inconsistent file.
 UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank);
+
+/// A ZeRO-0 tag folder's model-parallel rank `mp_rank`: its mp_rank_XX_model_states.pt
+/// (`model_states`, read from `path`), whose 'optimizer' holds the whole optimizer: the
+/// optimizer's own state dict (fp32) or FP16_Optimizer's dict with the flat fp32 masters
+/// (fp16/bf16). Beyond DeepSpeed's tool, which converts ZeRO 1-3 only. Throws CheckpointError
+/// naming the file, or NotSupportedError for MoE checkpoints.
+UniversalSource read_zero0_source(const c10::IValue& model_states, const std::string& path);
+
+/// Every module entry of `states` that `out` has no fp32 state for and that is neither a
+/// buffer nor a tied alias: a frozen parameter, whole in the module, kept as fp32 only.
+void add_frozen_from_module(const ModelStates& states, UniversalSource* out);
 
 /// DeepSpeed's global optimizer state from a ZeRO optimizer file `raw` (read from `path`): its
 /// optimizer_state_dict less the keys in `drop`, with the inner optimizer's `param_groups`

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
+#include <set>
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
@@ -133,18 +135,12 @@ void FlatZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
     for (int64_t n : moe_num_experts(*moe_->module)) counts.push_back(n);
     m->client_state.emplace_back("num_experts", IValue(counts));
   }
+  m->param_shapes = param_shapes(ctx);
+  m->shared_params = ctx.shared_params;
   if (stage_ == 0) {
     if (!moe_) m->optimizer = stage0_optimizer_state(ctx);
     return;
   }
-  std::vector<ckpt::ShapeDict> shapes;
-  for (const auto& l : flat_layout()) {
-    ckpt::ShapeDict s;
-    for (const auto& [name, shape] : l.params) s.insert(name, shape);
-    shapes.push_back(std::move(s));
-  }
-  m->param_shapes = std::move(shapes);
-  m->shared_params = ctx.shared_params;
   // Matches DeepSpeed: frozen parameters are recorded from stage 2 on (zero_to_fp32 needs them
   // there), unless excluded.
   if (stage_ >= 2 && !ctx.exclude_frozen_parameters) {
@@ -158,6 +154,38 @@ void FlatZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
     m->frozen_param_shapes = std::move(frozen_shapes);
     m->frozen_param_fragments = std::move(fragments);
   }
+}
+
+std::vector<ckpt::ShapeDict> FlatZeroOptimizer::param_shapes(
+    const ZeroCheckpointContext& ctx) const {
+  std::vector<ckpt::ShapeDict> shapes;
+  const auto layout = flat_layout();
+  for (const auto& l : layout) {
+    ckpt::ShapeDict s;
+    for (const auto& [name, shape] : l.params) s.insert(name, shape);
+    shapes.push_back(std::move(s));
+  }
+  if (!layout.empty()) return shapes;
+  // fp32 stage 0: the optimizer's groups hold the module's parameters themselves. A tied
+  // parameter is named by its source (the first name), as in shared_params.
+  std::set<std::string> aliases;
+  for (const auto& [alias, source] : ctx.shared_params) aliases.insert(alias);
+  std::map<const void*, std::string> name_of;
+  for (const auto& p : ctx.module->named_parameters()) {
+    if (!aliases.count(p.key())) name_of.emplace(p.value().unsafeGetTensorImpl(), p.key());
+  }
+  for (const auto& group : ctx.optimizer->param_groups()) {
+    ckpt::ShapeDict s;
+    for (const auto& p : group.params()) {
+      const auto n = name_of.find(p.unsafeGetTensorImpl());
+      DS_CHECK(n != name_of.end(), CheckpointError,
+               "save_checkpoint: an optimizer parameter of shape ", p.sizes(),
+               " is not a parameter of the module");
+      s.insert(n->second, p.sizes().vec());
+    }
+    shapes.push_back(std::move(s));
+  }
+  return shapes;
 }
 
 IValue FlatZeroOptimizer::base_optimizer_state(const ZeroCheckpointContext& ctx) const {

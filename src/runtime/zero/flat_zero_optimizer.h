@@ -2,7 +2,8 @@
 // are flat groups cut into data-parallel partitions (FlatGroupLayout), and their checkpoints in
 // DeepSpeed's layout (reference §6.2-6.3):
 //  - stage 0: data-parallel rank 0 writes mp_rank_XX_model_states.pt with the optimizer in its
-//    'optimizer' part (16-bit: FP16_Optimizer's dict with the replicated fp32 masters);
+//    'optimizer' part (16-bit: FP16_Optimizer's dict with the replicated fp32 masters), and
+//    param_shapes (beyond DeepSpeed: ds_to_universal names the optimizer's state by it);
 //  - stages 1/2: the same file with param_shapes (and from stage 2 the frozen parameters), plus
 //    one [bf16_]zero_pp_rank_<r>_mp_rank_XX_optim_states.pt per rank with its fp32 partitions
 //    and the inner optimizer's state. A checkpoint of another data-parallel size or layout is
@@ -62,6 +63,10 @@ class FlatZeroOptimizer : public ZeroOptimizer {
 
  private:
   c10::IValue stage0_optimizer_state(const ZeroCheckpointContext& ctx);
+  /// Per optimizer group, its parameters' names and shapes in flattening order: ZeRO's
+  /// param_shapes, also written at stage 0 (DeepSpeed writes None there) so that
+  /// ds_to_universal can tell which parameter each piece of the optimizer's state belongs to.
+  std::vector<checkpoint::ShapeDict> param_shapes(const ZeroCheckpointContext& ctx) const;
   c10::IValue base_optimizer_state(const ZeroCheckpointContext& ctx) const;
   checkpoint::ZeroOptimizerFile zero_optimizer_file(const ZeroCheckpointContext& ctx);
   void read_stage0_optimizer(const c10::IValue& optimizer, const std::string& path,
