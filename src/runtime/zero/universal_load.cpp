@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -86,12 +87,19 @@ class UniversalReader {
   std::optional<at::Tensor> global_step_;
 };
 
-// The per-element state names the checkpoint holds (those of `first`, DeepSpeed's keys).
-std::vector<std::string> element_keys(const UniversalReader& reader, const std::string& first) {
+// The per-element state names the checkpoint holds for `first` (the first parameter of a
+// group): every state file of its folder but fp32 and step, as DeepSpeed's loader takes them
+// (exp_avg and exp_avg_sq for Adam, momentum_buffer for SGD, ...). Sorted.
+std::vector<std::string> element_keys(const std::string& dir, const std::string& first) {
   std::vector<std::string> keys;
-  for (const auto& k : ckpt::universal_state_keys()) {
-    if (k != "fp32" && k != "step" && reader.has(first, k)) keys.push_back(k);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/zero/" + first, ec)) {
+    const std::string file = e.path().filename().string();
+    if (file.size() <= 3 || file.compare(file.size() - 3, 3, ".pt") != 0) continue;
+    const std::string key = file.substr(0, file.size() - 3);
+    if (key != "fp32" && key != "step") keys.push_back(key);
   }
+  std::sort(keys.begin(), keys.end());
   return keys;
 }
 
@@ -172,10 +180,11 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimiz
       if (layout[g].params.empty()) continue;
       const std::string& first = layout[g].params.front().first;
       const auto step = reader.step(first);
-      if (!step) continue;  // saved before the first step
+      const auto keys = element_keys(dir, first);
+      if (!step && keys.empty()) continue;  // saved before the first step
       ckpt::Dict s = ckpt::new_dict();
-      s.insert("step", *step);
-      for (const auto& key : element_keys(reader, first)) {
+      if (step) s.insert("step", *step);  // SGD keeps none
+      for (const auto& key : keys) {
         SavedParams per;
         for (const auto& [name, shape] : layout[g].params) {
           per[name] = SavedParam{reader.local(name, key).reshape({-1}), shape};
@@ -196,10 +205,12 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimiz
         DS_CHECK(n != name_of.end(), CheckpointError, "load_universal: an optimizer parameter "
                  "is not a parameter of the module");
         const std::string& name = n->second;
-        if (const auto step = reader.step(name)) {
+        const auto step = reader.step(name);
+        const auto keys = element_keys(dir, name);
+        if (step || !keys.empty()) {  // else saved before the first step
           ckpt::Dict s = ckpt::new_dict();
-          s.insert("step", *step);
-          for (const auto& key : element_keys(reader, name)) s.insert(key, reader.local(name, key));
+          if (step) s.insert("step", *step);
+          for (const auto& key : keys) s.insert(key, reader.local(name, key));
           state.insert(index, s);
         }
         ++index;
@@ -249,10 +260,11 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, Stage3ZeroOptim
     // The inner optimizer's parameter g is sub-group g (sub-groups follow the param groups).
     const std::string& first = slots[g].front().name;
     const auto step = reader.step(first);
-    if (!step) continue;  // saved before the first step
+    const auto keys = element_keys(dir, first);
+    if (!step && keys.empty()) continue;  // saved before the first step
     ckpt::Dict s = ckpt::new_dict();
-    s.insert("step", *step);
-    for (const auto& key : element_keys(reader, first)) {
+    if (step) s.insert("step", *step);
+    for (const auto& key : keys) {
       SavedParams per;
       for (const auto& slot : slots[g]) per[slot.name] = full(slot.name, key, slot.shape);
       s.insert(key, assemble_stage3_flat(slots[g], groups[g].numel, rank, per, at::kFloat, dir));
