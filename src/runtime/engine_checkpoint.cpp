@@ -159,6 +159,32 @@ bool is_directory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+bool same_ranks(const comm::Group& a, const comm::Group& b) {
+  if (a.size() != b.size()) return false;
+  for (int i = 0; i < a.size(); ++i) {
+    if (a.global_rank(i) != b.global_rank(i)) return false;
+  }
+  return true;
+}
+
+// The model-parallel rank that names a rank's checkpoint files, and their number. It is the
+// model-parallel group's, except in a pipeline with tensor parallelism inside its stages (3D),
+// whose model-parallel group is the stages: there it is DeepSpeed's ds_model_rank over both,
+// stage * T + tensor-parallel rank, so that the T ranks of a stage write files of their own.
+struct CheckpointModelParallel {
+  int rank = 0;
+  int size = 1;
+  int tp_size = 1;  // the tensor-parallel size inside it
+};
+
+CheckpointModelParallel checkpoint_model_parallel(const torch::nn::Module& module,
+                                                  const comm::Group& mp) {
+  const auto tp = runtime::tensor_parallel_group_of(module.parameters());
+  if (!tp || tp->size() == 1) return {mp.rank(), mp.size(), 1};
+  if (same_ranks(*tp, mp)) return {mp.rank(), mp.size(), tp->size()};
+  return {mp.rank() * tp->size() + tp->rank(), mp.size() * tp->size(), tp->size()};
+}
+
 int saved_zero_stage(const ckpt::ModelStates& states) {
   const json& cfg = states.ds_config;
   if (!cfg.is_object()) return 0;
@@ -230,7 +256,7 @@ runtime::ZeroCheckpointContext Engine::checkpoint_context(const std::string& tag
   ctx.optimizer = optimizer_.get();
   ctx.module = module_.get();
   ctx.tag_dir = tag_dir;
-  ctx.mp_rank = mp_rank_;
+  ctx.mp_rank = checkpoint_model_parallel(*module_, mp_group_).rank;
   ctx.loss_scaler = loss_scaler_ ? loss_scaler_->state_dict()
                                  : json{{"cur_scale", 1.0}, {"dynamic", false}, {"cur_iter", 0}};
   ctx.loss_scaler_state = scaler_state();
@@ -267,20 +293,20 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
   m.global_steps = global_steps_;
   m.global_samples = global_samples_;
   m.dp_world_size = config_.batch.dp_world_size;
-  m.mp_world_size = mp_group_.size();
-  // Matches DeepSpeed (its mpu's pipeline and tensor-parallel sizes): the model-parallel group
-  // is the tensor-parallel one, or a pipeline's stages (with any tensor parallelism inside).
-  const auto tp = runtime::tensor_parallel_group_of(module_->parameters());
-  m.checkpoint_parallel_dimensions.tp_degree = tp ? tp->size() : 1;
-  m.checkpoint_parallel_dimensions.pp_degree =
-      tp && tp->size() == mp_group_.size() ? 1 : mp_group_.size();
+  // Matches DeepSpeed (its mpu's model-parallel size, pipeline and tensor-parallel sizes): the
+  // model-parallel group is the tensor-parallel one, or a pipeline's stages (with any tensor
+  // parallelism inside).
+  const CheckpointModelParallel mp = checkpoint_model_parallel(*module_, mp_group_);
+  m.mp_world_size = mp.size;
+  m.checkpoint_parallel_dimensions.tp_degree = mp.tp_size;
+  m.checkpoint_parallel_dimensions.pp_degree = mp.size / mp.tp_size;
   m.ds_config = config_.raw;
   m.ds_version = kDeepSpeedCompatVersion;
   // After the stage's own top-level keys (MoE's num_experts), as DeepSpeed's state.update().
   m.client_state.insert(m.client_state.end(), client_state.begin(), client_state.end());
-  if (mp_group_.size() > 1) {  // which parameters are split, for ds_to_universal
+  if (mp.size > 1) {  // which parameters are split, for ds_to_universal
     m.client_state.emplace_back(kUniversalInfoKey,
-                                ckpt::universal_checkpoint_info(*module_, mp_group_.size()));
+                                ckpt::universal_checkpoint_info(*module_, mp.tp_size));
   }
   return m;
 }
@@ -320,6 +346,7 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
   const bool rank0 = comm::get_rank() == 0;
   const bool dp_rank0 = dp_group_.rank() == 0;
   const int dp_rank = dp_group_.rank();
+  const int mp_rank = checkpoint_model_parallel(*module_, mp_group_).rank;
   const auto barrier = [] {
     if (comm::get_world_size() > 1) comm::barrier();
   };
@@ -338,8 +365,8 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
     // otherwise data-parallel rank 0 the one file of its model-parallel rank) and its own
     // optimizer-states file. Without an optimizer: data-parallel rank 0, the module alone.
     const std::string model_file =
-        zero_ ? zero_->model_states_file_name(dp_rank, mp_rank_)
-              : dp_rank0 ? ckpt::model_states_file_name(mp_rank_) : std::string();
+        zero_ ? zero_->model_states_file_name(dp_rank, mp_rank)
+              : dp_rank0 ? ckpt::model_states_file_name(mp_rank) : std::string();
     if (!model_file.empty()) {
       ckpt::ModelStates m = model_states(client_state, exclude_frozen_parameters);
       List states(c10::AnyType::get());
@@ -358,7 +385,7 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
       }
     }
     // 1-bit optimizers: each rank's error-feedback buffers (no-op for other optimizers).
-    if (optimizer_) onebit::save_rank_local_state(*optimizer_, tag_dir, dp_rank, mp_rank_);
+    if (optimizer_) onebit::save_rank_local_state(*optimizer_, tag_dir, dp_rank, mp_rank);
   });
   ckpt::commit_checkpoint(save_dir, name, rank0, save_latest, barrier);
   log::info_rank0("saved checkpoint " + tag_dir + (save_latest ? " (latest)" : ""));
@@ -468,8 +495,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
   } reshape_folder;
   // Only where the model-parallel group is the tensor-parallel one (not a pipeline's stages).
   const auto tp_group = runtime::tensor_parallel_group_of(module_->parameters());
-  const bool mp_is_tp =
-      mp_group_.size() == 1 || (tp_group && tp_group->size() == mp_group_.size());
+  const bool mp_is_tp = mp_group_.size() == 1 || (tp_group && same_ranks(*tp_group, mp_group_));
   if (!universal && zero_ && mp_is_tp && is_directory(tag_dir)) {
     const int saved_tp = ckpt::count_model_parallel_files(tag_dir);
     if (saved_tp > 0 && saved_tp != mp_group_.size()) {
@@ -567,7 +593,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
   if (plan.load_optimizer) {
     // 1-bit optimizers: this rank's error feedback (and 0/1 Adam's local parameters), after
     // the module so that rank-local parameters win over data-parallel rank 0's.
-    onebit::load_rank_local_state(*optimizer_, tag_dir, dp_group_.rank(), mp_rank_);
+    onebit::load_rank_local_state(*optimizer_, tag_dir, dp_group_.rank(), ctx.mp_rank);
     auto* cc = dynamic_cast<onebit::CompressedCommunication*>(optimizer_.get());
     // fp16: the rank-local parameters are the fp32 masters; the model's copy follows them.
     if (cc != nullptr && cc->rank_local_parameters() && zero_) zero_->masters_to_params();

@@ -346,7 +346,7 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
            model_states_file_name(0), " or ", zero3_model_states_file_name(0),
            " (pass the tag folder, <dir>/<tag>)");
   const ModelStates states0 = ModelStates::from_ivalue(load(first), first);
-  const int64_t tp = std::max<int64_t>(1, states0.mp_world_size);
+  const int64_t mp = std::max<int64_t>(1, states0.mp_world_size);  // model-parallel files
   std::map<std::string, TensorParallelSplit> splits;
   bool has_info = false;
   for (const auto& [key, value] : states0.client_state) {
@@ -355,27 +355,39 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
       has_info = true;
     }
   }
-  DS_CHECK(tp == 1 || has_info, CheckpointError, first, ": written with mp_world_size ", tp,
+  DS_CHECK(mp == 1 || has_info, CheckpointError, first, ": written with mp_world_size ", mp,
            " but without ", kInfoKey, ", so the tensor-parallel splits are unknown");
+  // Model-parallel ranks are tensor-parallel ones (every rank holds every parameter, a split
+  // one its piece), a pipeline's stages (each holds its own layers; a tied one is on two stages
+  // and kept equal by the engine), or both (3D: rank stage * T + tensor-parallel rank).
+  // checkpoint_parallel_dimensions says which; files that predate it record {1, 1}, and then
+  // a pipeline is the one without split parameters.
+  const auto& dims = states0.checkpoint_parallel_dimensions;
+  const bool has_dims = dims.pp_degree * dims.tp_degree == mp;
+  const int64_t pp = has_dims ? dims.pp_degree : (splits.empty() ? mp : 1);
+  const int64_t tp = mp / pp;
   std::vector<UniversalSource> ranks;
-  for (int64_t m = 0; m < tp; ++m) {
+  for (int64_t m = 0; m < mp; ++m) {
     const std::string path = zero3 ? input_tag_dir + "/" + zero3_model_states_file_name(
                                                                0, static_cast<int>(m))
                                    : mp_file(input_tag_dir, m);
     DS_CHECK(file_exists(path), CheckpointError, "ds_to_universal: ", path,
-             " is missing (mp_world_size is ", tp, ")");
+             " is missing (mp_world_size is ", mp, ")");
     ranks.push_back(zero3 ? detail::read_zero3_source(input_tag_dir, m)
                           : read_zero012_source(input_tag_dir, m));
+    // A pipeline stage records the splits of its own layers.
+    const Dict rank_states = ranks.back().model_states.toGenericDict();
+    if (m > 0 && rank_states.contains(kInfoKey)) {
+      for (auto& [name, split] : tensor_parallel_splits(rank_states.at(kInfoKey), path)) {
+        splits.emplace(name, split);
+      }
+    }
   }
   const std::string zero_dir = output_dir + "/zero";
   create_directories(zero_dir);
   UniversalConversion result;
-  // Model-parallel ranks are tensor-parallel ones (every rank holds every parameter, a split
-  // one its piece) or a pipeline's stages (each holds its own layers; a tied one is on two
-  // stages and kept equal by the engine), which record no split parameters.
-  const bool pipeline = tp > 1 && splits.empty();
-  result.tp_degree = pipeline ? 1 : tp;
-  result.pp_degree = pipeline ? tp : 1;
+  result.tp_degree = tp;
+  result.pp_degree = pp;
   result.dp_degree = states0.dp_world_size;
   std::vector<std::string> names;  // rank 0's order, then what the other ranks add
   std::set<std::string> seen;
@@ -387,8 +399,9 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
   for (const auto& name : names) {
     const auto it = splits.find(name);
     const TensorParallelSplit* split = it == splits.end() ? nullptr : &it->second;
-    size_t holder = 0;  // the first rank that has the parameter
-    while (!ranks[holder].states["fp32"].count(name)) ++holder;
+    int64_t stage = 0;  // the first stage that has the parameter
+    while (!ranks[static_cast<size_t>(stage * tp)].states["fp32"].count(name)) ++stage;
+    const size_t holder = static_cast<size_t>(stage * tp);
     const std::string folder = zero_dir + "/" + name;
     create_directories(folder);
     for (const auto& [key, params] : ranks[holder].states) {
@@ -396,7 +409,7 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
       at::Tensor full = params.at(name).flat.view(params.at(name).shape);
       if (split) {
         std::vector<at::Tensor> parts;
-        for (int64_t m = 0; m < tp; ++m) {
+        for (int64_t m = stage * tp; m < (stage + 1) * tp; ++m) {
           const auto& mine = ranks[static_cast<size_t>(m)].states[key];
           const auto p = mine.find(name);
           DS_CHECK(p != mine.end(), CheckpointError, mp_file(input_tag_dir, m),
@@ -422,8 +435,8 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
   save(opt, zero_dir + "/optimizer_state.pt");
   // A pipeline stage's module holds its own layers: a load reads mp_rank_00's, so that one
   // gets every stage's buffers.
-  if (pipeline) ranks[0].model_states = with_modules_of(ranks);
-  for (int64_t m = 0; m < tp; ++m) {  // the model states (module, counters, ...)
+  if (pp > 1) ranks[0].model_states = with_modules_of(ranks);
+  for (int64_t m = 0; m < mp; ++m) {  // the model states (module, counters, ...)
     const auto& source = ranks[static_cast<size_t>(m)];
     save(source.model_states, output_dir + "/" + model_states_file_name(static_cast<int>(m)));
     for (const auto& f : source.copy_files) {

@@ -14,10 +14,17 @@
 namespace deepspeed::pipe {
 namespace {
 
-// DeepSpeed's ckpt_layer_path: "layer_<idx:02d>-model_states.pt" (no tensor-parallel part).
-std::string layer_file_name(int layer_idx) {
+// DeepSpeed's ckpt_layer_path: "layer_<idx:02d>-model_states.pt", and with tensor parallelism
+// inside the stages (3D) the rank's coordinate on the topology's model axis,
+// "layer_<idx:02d>-model_<tp:02d>-model_states.pt".
+std::string layer_file_name(int layer_idx, const std::optional<comm::Group>& tp) {
   char name[64];
-  std::snprintf(name, sizeof(name), "layer_%02d-model_states.pt", layer_idx);
+  if (tp && tp->size() > 1) {
+    std::snprintf(name, sizeof(name), "layer_%02d-model_%02d-model_states.pt", layer_idx,
+                  tp->rank());
+  } else {
+    std::snprintf(name, sizeof(name), "layer_%02d-model_states.pt", layer_idx);
+  }
   return name;
 }
 
@@ -43,15 +50,9 @@ bool PipelineEngine::save_checkpoint(const std::string& save_dir,
                                      const std::optional<std::string>& tag,
                                      const ClientState& client_state) {
   DS_CHECK(!save_dir.empty(), UsageError, "save_checkpoint: save_dir is empty");
-  // DeepSpeed names a 3D job's files by the tensor-parallel rank too (layer_XX-model_YY-...,
-  // mp_rank of the slice group); this build's pipeline files are named by stage only, so the
-  // tensor-parallel ranks of a stage would overwrite each other's shards.
+  // 3D: the T tensor-parallel ranks of a stage write their own shards, named as DeepSpeed's
+  // (layer_XX-model_YY-..., and mp_rank_<stage * T + tp rank> by the base engine).
   const auto tp = runtime::tensor_parallel_group_of(module().parameters());
-  DS_CHECK(!tp || tp->size() == 1, NotSupportedError,
-           "PipelineEngine::save_checkpoint with tensor parallelism inside the stages (",
-           tp ? tp->describe() : std::string(),
-           "): 3D checkpoints are not implemented; save from a pipeline without AutoTP or from "
-           "an engine with tensor and data parallelism only");
   const std::string t = tag ? *tag : checkpoint::default_tag(global_steps());
   const std::string dir = checkpoint::tag_directory(save_dir, t);
   // Layer files first: `latest` moves at the end of the base engine's save, after every rank
@@ -63,7 +64,7 @@ bool PipelineEngine::save_checkpoint(const std::string& save_dir,
       auto m = pipe_module_->layer_module(idx);
       if (!m) continue;
       checkpoint::save(checkpoint::ivalue_from_tensors(layer_state(*m)),
-                       dir + "/" + layer_file_name(idx));
+                       dir + "/" + layer_file_name(idx, tp));
     }
   }
   return Engine::save_checkpoint(save_dir, t, client_state);
@@ -78,8 +79,14 @@ LoadedCheckpoint PipelineEngine::load_checkpoint(const std::string& load_dir,
   std::optional<std::string> t = tag ? tag : checkpoint::read_latest(load_dir);
   if (!t) return Engine::load_checkpoint(load_dir, tag, options);  // warns, loads nothing
   const std::string dir = checkpoint::tag_directory(load_dir, *t);
-  const int saved_stages = stages_in(dir);
+  // mp_rank_XX files: one per stage and tensor-parallel rank.
+  const auto tp = runtime::tensor_parallel_group_of(module().parameters());
+  const int tp_size = tp ? tp->size() : 1;
+  const int saved_stages = stages_in(dir) / tp_size;
   if (saved_stages == num_stages()) return Engine::load_checkpoint(load_dir, t, options);
+  DS_CHECK(tp_size == 1, NotSupportedError, "checkpoint ", dir, ": loading a pipeline with "
+           "tensor parallelism inside its stages onto another number of stages takes a "
+           "universal checkpoint (ds_to_universal, then checkpoint.load_universal)");
 
   DS_CHECK(saved_stages > 0, CheckpointError, "checkpoint ", dir,
            ": no mp_rank_XX_model_states.pt file; is this a checkpoint directory?");
@@ -97,7 +104,7 @@ LoadedCheckpoint PipelineEngine::load_checkpoint(const std::string& load_dir,
     for (int idx = pipe_module_->local_start(); idx < pipe_module_->local_stop(); ++idx) {
       auto m = pipe_module_->layer_module(idx);
       if (!m) continue;
-      const std::string path = dir + "/" + layer_file_name(idx);
+      const std::string path = dir + "/" + layer_file_name(idx, tp);
       checkpoint::TensorDict saved =
           checkpoint::tensors_from_ivalue(checkpoint::load(path), path);
       checkpoint::TensorDict mine = layer_state(*m);
