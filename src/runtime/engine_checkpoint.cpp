@@ -493,18 +493,17 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
       if (!dir.empty() && comm::get_rank() == 0) util::remove_tree(dir);
     }
   } reshape_folder;
-  // Only where the model-parallel group is the tensor-parallel one (not a pipeline's stages).
-  const auto tp_group = runtime::tensor_parallel_group_of(module_->parameters());
-  const bool mp_is_tp = mp_group_.size() == 1 || (tp_group && same_ranks(*tp_group, mp_group_));
-  if (!universal && zero_ && mp_is_tp && is_directory(tag_dir)) {
+  // Only where the checkpoint's model-parallel ranks are tensor-parallel ones (not a
+  // pipeline's stages).
+  const CheckpointModelParallel mp = checkpoint_model_parallel(*module_, mp_group_);
+  if (!universal && zero_ && mp.size == mp.tp_size && is_directory(tag_dir)) {
     const int saved_tp = ckpt::count_model_parallel_files(tag_dir);
-    if (saved_tp > 0 && saved_tp != mp_group_.size()) {
+    if (saved_tp > 0 && saved_tp != mp.size) {
       reshape = true;
-      const std::string tmp = load_dir + "/." + *name + ".tp" +
-                              std::to_string(mp_group_.size()) + ".universal";
+      const std::string tmp =
+          load_dir + "/." + *name + ".tp" + std::to_string(mp.size) + ".universal";
       all_ranks_or_none("load_checkpoint(" + tag_dir + ") converting tensor-parallel size " +
-                            std::to_string(saved_tp) + " to " +
-                            std::to_string(mp_group_.size()),
+                            std::to_string(saved_tp) + " to " + std::to_string(mp.size),
                         [&] {
                           if (comm::get_rank() != 0) return;
                           reshape_folder.dir = tmp;
@@ -513,8 +512,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
       ctx.tag_dir = tmp;
       log::info_rank0("load_checkpoint: " + tag_dir + " was written with tensor-parallel size " +
                       std::to_string(saved_tp) + ", this engine runs " +
-                      std::to_string(mp_group_.size()) + ": loading it through a universal "
-                      "conversion");
+                      std::to_string(mp.size) + ": loading it through a universal conversion");
     }
   }
   ctx.want_optimizer = want_optimizer;
@@ -568,6 +566,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
                          " without a FlatZeroOptimizer");
       // Sliced for the tensor-parallel group (a pipeline's stages are model-parallel ranks
       // that hold whole parameters).
+      const auto tp_group = runtime::tensor_parallel_group_of(module_->parameters());
       runtime::read_universal_checkpoint(ctx, flat, tp_group ? tp_group->rank() : 0,
                                          tp_group ? tp_group->size() : 1, &plan);
     } else if (zero_) {
