@@ -135,7 +135,8 @@ void FlatZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
     for (int64_t n : moe_num_experts(*moe_->module)) counts.push_back(n);
     m->client_state.emplace_back("num_experts", IValue(counts));
   }
-  m->param_shapes = param_shapes(ctx);
+  auto shapes = param_shapes(ctx);
+  if (stage_ > 0 || !shapes.empty()) m->param_shapes = std::move(shapes);
   m->shared_params = ctx.shared_params;
   if (stage_ == 0) {
     if (!moe_) m->optimizer = stage0_optimizer_state(ctx);
@@ -178,9 +179,9 @@ std::vector<ckpt::ShapeDict> FlatZeroOptimizer::param_shapes(
     ckpt::ShapeDict s;
     for (const auto& p : group.params()) {
       const auto n = name_of.find(p.unsafeGetTensorImpl());
-      DS_CHECK(n != name_of.end(), CheckpointError,
-               "save_checkpoint: an optimizer parameter of shape ", p.sizes(),
-               " is not a parameter of the module");
+      // A client optimizer's tensor outside the module has no name: no param_shapes then
+      // (None, as DeepSpeed writes at stage 0), rather than a failed save.
+      if (n == name_of.end()) return {};
       s.insert(n->second, p.sizes().vec());
     }
     shapes.push_back(std::move(s));

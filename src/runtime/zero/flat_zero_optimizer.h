@@ -66,6 +66,7 @@ class FlatZeroOptimizer : public ZeroOptimizer {
   /// Per optimizer group, its parameters' names and shapes in flattening order: ZeRO's
   /// param_shapes, also written at stage 0 (DeepSpeed writes None there) so that
   /// ds_to_universal can tell which parameter each piece of the optimizer's state belongs to.
+  /// Empty at fp32 stage 0 when an optimizer parameter is not one of the module's.
   std::vector<checkpoint::ShapeDict> param_shapes(const ZeroCheckpointContext& ctx) const;
   c10::IValue base_optimizer_state(const ZeroCheckpointContext& ctx) const;
   checkpoint::ZeroOptimizerFile zero_optimizer_file(const ZeroCheckpointContext& ctx);

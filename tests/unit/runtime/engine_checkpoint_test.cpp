@@ -139,6 +139,37 @@ TEST(EngineCheckpoint, WritesDeepSpeedFilesAndKeys) {
   }
 }
 
+// Stage 0 records its optimizer's parameters as param_shapes (DeepSpeed writes None there), so
+// that ds_to_universal can name the optimizer's state; a client optimizer's tensor outside the
+// module leaves it None rather than failing the save.
+TEST(EngineCheckpoint, Stage0RecordsTheOptimizersParameters) {
+  TempDir dir;
+  auto e = make(0);
+  train(*e, 2);
+  ASSERT_TRUE(e->save_checkpoint(dir.path()));
+  const std::string path = dir.file("global_step2") + "/mp_rank_00_model_states.pt";
+  auto states = ckpt::ModelStates::from_ivalue(ckpt::load(path), path);
+  EXPECT_FALSE(states.optimizer.isNone());
+  ASSERT_TRUE(states.param_shapes.has_value());
+  ASSERT_EQ(states.param_shapes->size(), 1u);
+  std::vector<std::string> names;
+  for (const auto& item : (*states.param_shapes)[0]) names.push_back(item.key());
+  EXPECT_EQ(names, (std::vector<std::string>{"fc.weight", "fc.bias", "mid.weight", "mid.bias"}));
+  ASSERT_TRUE(states.shared_params.has_value());
+  EXPECT_EQ(states.shared_params->size(), 1u);
+
+  TempDir other;
+  auto model = std::make_shared<TiedNetImpl>();
+  std::vector<at::Tensor> params{model->fc->weight, torch::zeros({3}, torch::requires_grad())};
+  auto client = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1));
+  auto c = initialize(model, config(0, false), std::move(client)).engine;
+  train(*c, 1);
+  ASSERT_TRUE(c->save_checkpoint(other.path()));
+  const std::string other_path = other.file("global_step1") + "/mp_rank_00_model_states.pt";
+  EXPECT_FALSE(ckpt::ModelStates::from_ivalue(ckpt::load(other_path), other_path)
+                   .param_shapes.has_value());
+}
+
 TEST(EngineCheckpoint, LoadRestoresEverythingAndReturnsClientState) {
   TempDir dir;
   auto a = make(1);
