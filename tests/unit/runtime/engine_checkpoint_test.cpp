@@ -105,6 +105,20 @@ TEST(EngineCheckpoint, TiedParametersAreSteppedOnceAndRecorded) {
   EXPECT_TRUE(e->typed_module().head->weight.is_same(e->typed_module().mid->weight));
 }
 
+// TiedNet's param_shapes: one group of the trainable parameters, deduplicated, in flattening
+// order (the tied alias and the frozen layer are not in it); the alias in shared_params.
+void expect_trainable_param_shapes(const ckpt::ModelStates& states) {
+  ASSERT_TRUE(states.param_shapes.has_value());
+  ASSERT_EQ(states.param_shapes->size(), 1u);
+  std::vector<std::string> names;
+  for (const auto& item : (*states.param_shapes)[0]) names.push_back(item.key());
+  EXPECT_EQ(names, (std::vector<std::string>{"fc.weight", "fc.bias", "mid.weight", "mid.bias"}));
+  ASSERT_TRUE(states.shared_params.has_value());
+  ASSERT_EQ(states.shared_params->size(), 1u);
+  EXPECT_EQ((*states.shared_params)[0],
+            (std::pair<std::string, std::string>{"head.weight", "mid.weight"}));
+}
+
 TEST(EngineCheckpoint, WritesDeepSpeedFilesAndKeys) {
   TempDir dir;
   auto e = make(2);
@@ -116,14 +130,7 @@ TEST(EngineCheckpoint, WritesDeepSpeedFilesAndKeys) {
   EXPECT_EQ(states.global_steps, 3);
   EXPECT_EQ(states.global_samples, 12);
   EXPECT_TRUE(states.optimizer.isNone());
-  ASSERT_TRUE(states.param_shapes.has_value());
-  ASSERT_EQ(states.param_shapes->size(), 1u);
-  // Trainable, deduplicated, in flattening order; the tied alias and frozen layer are not in it.
-  std::vector<std::string> names;
-  for (const auto& item : (*states.param_shapes)[0]) names.push_back(item.key());
-  EXPECT_EQ(names, (std::vector<std::string>{"fc.weight", "fc.bias", "mid.weight", "mid.bias"}));
-  ASSERT_TRUE(states.shared_params.has_value());
-  EXPECT_EQ((*states.shared_params)[0], (std::pair<std::string, std::string>{"head.weight", "mid.weight"}));
+  expect_trainable_param_shapes(states);
   ASSERT_TRUE(states.frozen_param_shapes.has_value());
   EXPECT_TRUE(states.frozen_param_shapes->contains("frozen.weight"));
   EXPECT_TRUE(states.module.contains("head.weight"));
@@ -150,13 +157,7 @@ TEST(EngineCheckpoint, Stage0RecordsTheOptimizersParameters) {
   const std::string path = dir.file("global_step2") + "/mp_rank_00_model_states.pt";
   auto states = ckpt::ModelStates::from_ivalue(ckpt::load(path), path);
   EXPECT_FALSE(states.optimizer.isNone());
-  ASSERT_TRUE(states.param_shapes.has_value());
-  ASSERT_EQ(states.param_shapes->size(), 1u);
-  std::vector<std::string> names;
-  for (const auto& item : (*states.param_shapes)[0]) names.push_back(item.key());
-  EXPECT_EQ(names, (std::vector<std::string>{"fc.weight", "fc.bias", "mid.weight", "mid.bias"}));
-  ASSERT_TRUE(states.shared_params.has_value());
-  EXPECT_EQ(states.shared_params->size(), 1u);
+  expect_trainable_param_shapes(states);
 
   TempDir other;
   auto model = std::make_shared<TiedNetImpl>();
