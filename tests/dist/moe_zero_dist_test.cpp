@@ -7,8 +7,11 @@
 //  - An inf in one rank's expert gradient skips the step on every rank (the overflow vote covers
 //    expert partitions) and halves the loss scale.
 //  - Checkpoints: DeepSpeed's MoE layout with zero_pp_rank files (ZeRO 1/2) or the expp_rank files
-//    (stage 0), exact resume, and the weights onto another ep_size; zero_to_fp32 and
-//    ds_to_universal refuse MoE ZeRO checkpoints by name.
+//    (stage 0), exact resume, and the weights onto another ep_size; zero_to_fp32 refuses MoE
+//    ZeRO checkpoints by name.
+//  - Universal checkpoints: ds_to_universal names every expert by its global id; loading it
+//    (load_universal) resumes the same shape exactly, and onto ep_size 1 at another stage
+//    follows the uninterrupted run, optimizer states included.
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/moe.h"
 
@@ -140,25 +143,26 @@ struct CkptCase {
   std::string dtype;
 };
 
-std::shared_ptr<MoENetImpl> ckpt_model(int64_t ep_size) {
+std::shared_ptr<MoENetImpl> ckpt_model(int64_t ep_size, bool data_before_expert = false) {
   moe::MoEOptions o;
   o.num_experts = kExperts;
   o.ep_size = ep_size;
   o.k = 2;
   o.capacity_factor = 1.0;  // drops tokens: the RTS/Gumbel draws must resume too
   auto model = std::make_shared<MoENetImpl>(o, 0.01);
-  model->moe->set_deepspeed_parallelism();
+  model->moe->set_deepspeed_parallelism(data_before_expert);
   model->init_experts();
   return model;
 }
 
-json ckpt_config(const CkptCase& c) {
+json ckpt_config(const CkptCase& c, int stage = -1, bool universal = false) {
   json config{{"train_micro_batch_size_per_gpu", kTokensPerRank},
               {"gradient_clipping", 0.1},
               {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.05}}}}},
               {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 3}}}}},
-              {"zero_optimization", {{"stage", c.stage}}}};
+              {"zero_optimization", {{"stage", stage < 0 ? c.stage : stage}}}};
   if (c.dtype == "bf16") config["bf16"] = {{"enabled", true}};
+  if (universal) config["checkpoint"] = {{"load_universal", true}};
   return config;
 }
 
@@ -173,6 +177,22 @@ void train_steps(ModuleEngine<MoENetImpl>& engine, int rank, int world, int from
 std::vector<at::Tensor> all_params(torch::nn::Module& m) {
   std::vector<at::Tensor> out;
   for (auto& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// The model's parameters by name, its experts by global id.
+checkpoint::TensorDict global_params(MoENetImpl& m) {
+  const std::string experts = "moe.deepspeed_moe.experts.deepspeed_experts.";
+  checkpoint::TensorDict out;
+  for (const auto& p : m.named_parameters()) {
+    std::string name = p.key();
+    if (name.rfind(experts, 0) == 0) {
+      const size_t dot = name.find('.', experts.size());
+      const int64_t local = std::stoll(name.substr(experts.size(), dot - experts.size()));
+      name = experts + std::to_string(m.moe->global_expert_id(local)) + name.substr(dot);
+    }
+    out.insert(name, p.value().detach().clone());
+  }
   return out;
 }
 
@@ -193,6 +213,8 @@ TEST_P(MoEZeroDistCheckpoint, DeepSpeedLayoutExactResumeAndAnotherEpSize) {
       torch::manual_seed(4242 + rank);
       train_steps(*engine, rank, world, 0, 4);
       torch::save(all_params(*model), dir + "/straight" + std::to_string(rank) + ".pt");
+      checkpoint::save(checkpoint::ivalue_from_tensors(global_params(*model)),
+                       dir + "/straight_named" + std::to_string(rank) + ".pt");
     }
     auto model = ckpt_model(2);
     auto [engine, opt, sched] = initialize(model, ckpt_config(c));
@@ -258,14 +280,67 @@ TEST_P(MoEZeroDistCheckpoint, DeepSpeedLayoutExactResumeAndAnotherEpSize) {
       }
     }
     if (c.stage > 0) {
-      // zero_to_fp32 and ds_to_universal would cut the expert partitions as one slice per
-      // file: both refuse by name.
+      // zero_to_fp32 would cut the expert partitions as one slice per file: refused by name.
       EXPECT_THROW(checkpoint::consolidate_zero_checkpoint(ckpt, std::string("step2")),
                    NotSupportedError);
-      EXPECT_THROW(checkpoint::ds_to_universal(tag, shared_dir() + "/universal"),
-                   NotSupportedError);
     }
+    // Universal: one folder per expert parameter, named by global id, holding that expert's
+    // fp32 master (the saved weights) and Adam's moments.
+    std::filesystem::remove_all(dir + "/universal");
+    checkpoint::ds_to_universal(tag, dir + "/universal/step2");
+    for (int e = 0; e < kExperts; ++e) {
+      const std::string folder = dir + "/universal/step2/zero/moe.deepspeed_moe.experts."
+                                 "deepspeed_experts." + std::to_string(e) + ".fc1.weight";
+      std::vector<at::Tensor> saved;
+      torch::load(saved, dir + "/saved_expert" + std::to_string(e) + ".pt");
+      const at::Tensor fp32 = checkpoint::load_universal_state(dir + "/universal/step2",
+                                                               folder.substr(folder.rfind('/') + 1),
+                                                               "fp32");
+      EXPECT_TRUE(torch::equal(fp32.to(saved[0].scalar_type()), saved[0])) << folder;
+      EXPECT_TRUE(std::filesystem::exists(folder + "/exp_avg_sq.pt")) << folder;
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir + "/universal/step2/zero/moe.deepspeed_moe.experts."
+                                         "deepspeed_experts." + std::to_string(kExperts) +
+                                         ".fc1.weight"));
   }
+  // The universal checkpoint on the same shape: the same 4 steps' parameters, bit for bit.
+  run_ranks(2, [&](int rank, int world) {
+    auto model = ckpt_model(2);
+    auto [engine, opt, sched] = initialize(model, ckpt_config(c, -1, /*universal=*/true));
+    engine->load_checkpoint(dir + "/universal", std::string("step2"));
+    EXPECT_EQ(engine->global_steps(), 2);
+    train_steps(*engine, rank, world, 2, 4);
+    std::vector<at::Tensor> straight;
+    torch::load(straight, dir + "/straight" + std::to_string(rank) + ".pt");
+    auto now = all_params(*model);
+    ASSERT_EQ(now.size(), straight.size());
+    for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(torch::equal(now[i], straight[i])) << i;
+  });
+  // ... and onto ep_size 1 (every rank holds every expert) at another stage: the experts and
+  // their moments come by global id, so the run follows the uninterrupted one.
+  run_ranks(2, [&](int rank, int world) {
+    auto model = ckpt_model(1);
+    auto [engine, opt, sched] =
+        initialize(model, ckpt_config(c, c.stage == 0 ? 2 : 0, /*universal=*/true));
+    engine->load_checkpoint(dir + "/universal", std::string("step2"));
+    train_steps(*engine, rank, world, 2, 4);
+    checkpoint::TensorDict straight;  // both ranks' experts, by global id
+    for (int r = 0; r < world; ++r) {
+      const std::string f = dir + "/straight_named" + std::to_string(r) + ".pt";
+      for (const auto& item : checkpoint::tensors_from_ivalue(checkpoint::load(f), f)) {
+        if (!straight.contains(item.key())) straight.insert(item.key(), item.value());
+      }
+    }
+    const double tol = c.dtype == "bf16" ? 1e-2 : 1e-5;
+    const auto now = global_params(*model);
+    ASSERT_EQ(now.size(), straight.size());
+    for (const auto& item : now) {
+      const at::Tensor* expect = straight.find(item.key());
+      ASSERT_NE(expect, nullptr) << item.key();
+      EXPECT_TRUE(torch::allclose(item.value(), *expect, tol, tol))
+          << item.key() << " max diff " << (item.value() - *expect).abs().max().item<double>();
+    }
+  });
   // Resume: the same 4 steps' parameters, bit for bit.
   run_ranks(2, [&](int rank, int world) {
     auto model = ckpt_model(2);
@@ -298,6 +373,79 @@ TEST_P(MoEZeroDistCheckpoint, DeepSpeedLayoutExactResumeAndAnotherEpSize) {
     ASSERT_EQ(mine.size(), saved.size());
     for (size_t i = 0; i < mine.size(); ++i) EXPECT_TRUE(torch::equal(mine[i], saved[i]));
     train_steps(*engine, rank, world, 2, 3);  // and it trains on
+  });
+}
+
+// The other rank layout: with use_data_before_expert_parallelism an expert's partitions sit on
+// ranks {0, 1} or {2, 3} (not {0, 2}, {1, 3}). The universal checkpoint holds every expert by
+// global id all the same, and loads onto the default layout, where rank 1 holds other experts.
+TEST(MoEZeroDistUniversal, DataBeforeExpertLayoutLoadsOntoTheDefaultOne) {
+  share_dir();
+  const std::string dir = shared_dir();
+  const CkptCase c{"Zero2Fp32", 2, "fp32"};
+  json saving = ckpt_config(c);
+  saving["use_data_before_expert_parallelism"] = true;
+  run_ranks(4, [&](int rank, int world) {
+    {
+      auto model = ckpt_model(2, /*data_before_expert=*/true);
+      auto [engine, opt, sched] = initialize(model, saving);
+      torch::manual_seed(4242 + rank);
+      train_steps(*engine, rank, world, 0, 4);
+      checkpoint::save(checkpoint::ivalue_from_tensors(global_params(*model)),
+                       dir + "/straight_named" + std::to_string(rank) + ".pt");
+    }
+    auto model = ckpt_model(2, /*data_before_expert=*/true);
+    auto [engine, opt, sched] = initialize(model, saving);
+    torch::manual_seed(4242 + rank);
+    train_steps(*engine, rank, world, 0, 2);
+    engine->save_checkpoint(dir + "/ckpt", std::string("step2"));
+    checkpoint::save(checkpoint::ivalue_from_tensors(global_params(*model)),
+                     dir + "/saved_named" + std::to_string(rank) + ".pt");
+  });
+  const auto all_ranks = [&](const std::string& stem) {
+    checkpoint::TensorDict out;
+    for (int r = 0; r < 4; ++r) {
+      const std::string f = dir + "/" + stem + std::to_string(r) + ".pt";
+      for (const auto& item : checkpoint::tensors_from_ivalue(checkpoint::load(f), f)) {
+        if (!out.contains(item.key())) out.insert(item.key(), item.value());
+      }
+    }
+    return out;
+  };
+  if (!testing::in_rank_process()) {
+    checkpoint::ds_to_universal(dir + "/ckpt/step2", dir + "/universal/step2");
+    const auto saved = all_ranks("saved_named");
+    EXPECT_EQ(saved.size(), 5u + 4u * 4u);  // embed, gate, head; 4 experts of 4 tensors
+    for (const auto& item : saved) {
+      const at::Tensor fp32 =
+          checkpoint::load_universal_state(dir + "/universal/step2", item.key(), "fp32");
+      EXPECT_TRUE(torch::equal(fp32, item.value())) << item.key();
+    }
+    // Without one of its expert files the conversion names the file.
+    std::filesystem::create_directories(dir + "/broken");
+    std::filesystem::copy(dir + "/ckpt/step2", dir + "/broken/step2",
+                          std::filesystem::copy_options::recursive);
+    std::filesystem::remove(dir + "/broken/step2/layer_0_expert_3_mp_rank_00_model_states.pt");
+    try {
+      checkpoint::ds_to_universal(dir + "/broken/step2", dir + "/broken_universal");
+      ADD_FAILURE() << "converted without expert 3's file";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("layer_0_expert_3_mp_rank_00_model_states.pt"),
+                std::string::npos) << e.what();
+    }
+  }
+  run_ranks(4, [&](int rank, int world) {
+    auto model = ckpt_model(2);
+    auto [engine, opt, sched] = initialize(model, ckpt_config(c, -1, /*universal=*/true));
+    engine->load_checkpoint(dir + "/universal", std::string("step2"));
+    train_steps(*engine, rank, world, 2, 4);
+    const auto straight = all_ranks("straight_named");
+    for (const auto& item : global_params(*model)) {
+      const at::Tensor* expect = straight.find(item.key());
+      ASSERT_NE(expect, nullptr) << item.key();
+      EXPECT_TRUE(torch::allclose(item.value(), *expect, 1e-5, 1e-5))
+          << item.key() << " max diff " << (item.value() - *expect).abs().max().item<double>();
+    }
   });
 }
 

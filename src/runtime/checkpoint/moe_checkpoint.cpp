@@ -127,6 +127,18 @@ void add_expert_states(torch::nn::Module& module, const std::string& tag_dir, in
   }
 }
 
+std::map<std::string, std::string> expert_global_names(torch::nn::Module& module) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, layer] : named_moe_layers(module)) {
+    for (int64_t i = 0; i < layer->num_local_experts(); ++i) {
+      for (auto& [local_key, global_key] : expert_keys(name, *layer, i, layer->global_expert_id(i))) {
+        out.emplace(std::move(local_key), std::move(global_key));
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<int64_t> moe_num_experts(torch::nn::Module& module) {
   std::vector<int64_t> out;
   for (const auto& item : named_moe_layers(module)) out.push_back(item.second->options().num_experts);

@@ -5,6 +5,7 @@
 // global id, so the files load onto another ep_size (docs/moe.md, docs/checkpoints.md).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,11 @@ void save_expert_files(torch::nn::Module& module, const std::string& tag_dir, in
 /// to this rank's local ids. CheckpointError naming the file when one is missing or lacks a key.
 void add_expert_states(torch::nn::Module& module, const std::string& tag_dir, int mp_rank,
                        checkpoint::TensorDict* module_state);
+
+/// This rank's expert entries: key with the local expert id -> key with the global id (the
+/// names of the expert files and of a universal checkpoint's parameter folders). Empty
+/// without MoE layers.
+std::map<std::string, std::string> expert_global_names(torch::nn::Module& module);
 
 /// Per MoE layer (named_modules order), its num_experts: the model states' 'num_experts' list,
 /// which DeepSpeed's load_checkpoint reads from an MoE checkpoint.

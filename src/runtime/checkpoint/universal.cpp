@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -51,20 +52,22 @@ std::string mp_file(const std::string& dir, int64_t m) {
 using detail::UniversalSource;
 
 // A ZeRO 0-2 tag folder's model-parallel rank m: its mp_rank_XX_model_states.pt and (stages
-// 1/2) every data-parallel rank's optimizer file.
-UniversalSource read_zero012_source(const std::string& dir, int64_t m) {
+// 1/2) every data-parallel rank's optimizer file. `moe`: the checkpoint's experts, if any.
+UniversalSource read_zero012_source(const std::string& dir, int64_t m,
+                                    const detail::MoeExperts* moe) {
   UniversalSource out;
   const std::string model_path = mp_file(dir, m);
   out.model_states = load(model_path);
   const ModelStates states = ModelStates::from_ivalue(out.model_states, model_path);
-  // Stage 0 keeps its optimizer in the model states.
-  if (!states.optimizer.isNone()) return detail::read_zero0_source(out.model_states, model_path);
+  // Stage 0 keeps its optimizer in the model states (MoE: each expert-parallel rank's in a
+  // file of its own).
+  if (!states.optimizer.isNone()) {
+    return moe ? detail::read_zero0_moe_source(dir, m, out.model_states, model_path, *moe)
+               : detail::read_zero0_source(out.model_states, model_path);
+  }
   DS_CHECK(states.param_shapes.has_value(), CheckpointError, model_path,
            ": has neither an optimizer nor param_shapes (saved without an optimizer?)");
   const auto& shapes = *states.param_shapes;
-  for (const auto& g : shapes) {
-    for (const auto& item : g) out.order.push_back(item.key());
-  }
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, "mp_rank_%02d_optim_states.pt", static_cast<int>(m));
   const auto files = list_files_with_suffix(dir, suffix);
@@ -84,48 +87,70 @@ UniversalSource read_zero012_source(const std::string& dir, int64_t m) {
   }
   int64_t saved_world = 0;
   for (int64_t c : ranks[0].partition_count) saved_world = std::max(saved_world, c);
-  for (int64_t c : ranks[0].partition_count) {
-    DS_CHECK(c == saved_world, NotSupportedError, files[0], ": a param group partitioned over ",
-             c, " of ", saved_world, " ranks (an MoE expert group): ds_to_universal does not "
-             "convert MoE checkpoints");
-  }
   DS_CHECK(static_cast<int64_t>(ranks.size()) == saved_world, CheckpointError, dir,
            ": model-parallel rank ", m, " has ", ranks.size(), " optimizer-states files but "
            "partition_count says ", saved_world);
   for (size_t g = 0; g < shapes.size(); ++g) {
-    std::vector<at::Tensor> masters;
-    std::map<std::string, std::vector<at::Tensor>> per_element;
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      const auto& parts = ranks[r].single_partition_of_fp32_groups;
-      DS_CHECK(parts.size() == shapes.size(), CheckpointError, files[r], ": ", parts.size(),
-               " fp32 partition groups, param_shapes lists ", shapes.size());
-      const int64_t real = parts[g].numel();
-      masters.push_back(parts[g]);
-      Dict base = ranks[r].base_optimizer_state.toGenericDict();
-      DS_CHECK(base.contains("state") && base.contains("param_groups"), CheckpointError,
-               files[r], ": base_optimizer_state has no state/param_groups");
-      Dict state = base.at("state").toGenericDict();
-      const IValue key(static_cast<int64_t>(g));
-      if (!state.contains(key)) continue;  // no step taken yet
-      for (const auto& e : state.at(key).toGenericDict()) {
-        const std::string name = e.key().toStringRef();
-        const IValue& v = e.value();
-        if (v.isTensor() && v.toTensor().dim() == 1 && v.toTensor().numel() >= real &&
-            name != "step") {
-          per_element[name].push_back(v.toTensor().narrow(0, 0, real));
-        } else if (name == "step" && r == 0) {
-          const at::Tensor step = detail::as_step_tensor(v, files[r] + ": state[" +
-                                                                std::to_string(g) + "]");
-          for (const auto& item : shapes[g]) out.step[item.key()] = step;
+    // The ranks whose partitions join into the group's flat: every rank, or (an MoE expert
+    // group, partitioned over its expert-data-parallel group) those of each expert-parallel
+    // rank, whose local expert names are renamed to global ones.
+    const int64_t count = g < ranks[0].partition_count.size() ? ranks[0].partition_count[g] : 0;
+    std::vector<std::vector<int>> holder_sets;
+    if (count == saved_world) {
+      holder_sets.emplace_back();
+      for (int r = 0; r < static_cast<int>(ranks.size()); ++r) holder_sets[0].push_back(r);
+    } else {
+      DS_CHECK(moe != nullptr, CheckpointError, files[0], ": param group ", g,
+               " is partitioned over ", count, " of ", saved_world,
+               " ranks, but the model states name no MoE experts (num_experts)");
+      holder_sets = moe->holders(count);
+    }
+    for (const auto& holders : holder_sets) {
+      std::vector<at::Tensor> masters;
+      std::map<std::string, std::vector<at::Tensor>> per_element;
+      std::optional<at::Tensor> step;
+      for (int r : holders) {
+        const std::string& file = files[static_cast<size_t>(r)];
+        const auto& z = ranks[static_cast<size_t>(r)];
+        const auto& parts = z.single_partition_of_fp32_groups;
+        DS_CHECK(parts.size() == shapes.size() && z.partition_count.size() == shapes.size() &&
+                     z.partition_count[g] == count,
+                 CheckpointError, file, ": ", parts.size(), " fp32 partition groups (group ", g,
+                 " partitioned over ", count, " ranks in ", files[0], "), param_shapes lists ",
+                 shapes.size());
+        const int64_t real = parts[g].numel();
+        masters.push_back(parts[g]);
+        Dict base = z.base_optimizer_state.toGenericDict();
+        DS_CHECK(base.contains("state") && base.contains("param_groups"), CheckpointError, file,
+                 ": base_optimizer_state has no state/param_groups");
+        Dict state = base.at("state").toGenericDict();
+        const IValue key(static_cast<int64_t>(g));
+        if (!state.contains(key)) continue;  // no step taken yet
+        for (const auto& e : state.at(key).toGenericDict()) {
+          const std::string name = e.key().toStringRef();
+          const IValue& v = e.value();
+          if (v.isTensor() && v.toTensor().dim() == 1 && v.toTensor().numel() >= real &&
+              name != "step") {
+            per_element[name].push_back(v.toTensor().narrow(0, 0, real));
+          } else if (name == "step" && !step) {
+            step = detail::as_step_tensor(v, file + ": state[" + std::to_string(g) + "]");
+          }
         }
       }
-    }
-    runtime::split_saved_group(at::cat(masters), shapes[g], files[0], &out.states["fp32"]);
-    for (auto& [name, pieces] : per_element) {
-      DS_CHECK(pieces.size() == ranks.size(), CheckpointError, dir, ": optimizer state '", name,
-               "' of group ", g, " is missing on some data-parallel ranks of model-parallel rank ",
-               m);
-      runtime::split_saved_group(at::cat(pieces), shapes[g], files[0], &out.states[name]);
+      std::map<std::string, runtime::SavedParams> group;  // by local name
+      runtime::split_saved_group(at::cat(masters), shapes[g], files[0], &group["fp32"]);
+      for (auto& [name, pieces] : per_element) {
+        DS_CHECK(pieces.size() == holders.size(), CheckpointError, dir, ": optimizer state '",
+                 name, "' of group ", g, " is missing on some data-parallel ranks of "
+                 "model-parallel rank ", m);
+        runtime::split_saved_group(at::cat(pieces), shapes[g], files[0], &group[name]);
+      }
+      for (const auto& item : shapes[g]) {
+        const std::string name = moe ? moe->global_name(item.key(), holders[0]) : item.key();
+        out.order.push_back(name);
+        for (auto& [key, params] : group) out.states[key][name] = params.at(item.key());
+        if (step) out.step[name] = *step;
+      }
     }
   }
   detail::add_frozen_from_module(states, &out);
@@ -362,6 +387,12 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
   // and kept equal by the engine), or both (3D: rank stage * T + tensor-parallel rank).
   // checkpoint_parallel_dimensions says which; files that predate it record {1, 1}, and then
   // a pipeline is the one without split parameters.
+  // MoE: expert parameters get their global ids (DeepSpeed's layout has experts in
+  // data-parallel models only; ZeRO-3 refuses MoE).
+  const auto moe = detail::MoeExperts::read(input_tag_dir, 0, states0, first);
+  DS_CHECK(!moe || (mp == 1 && !zero3), NotSupportedError, first, ": an MoE checkpoint with ",
+           zero3 ? "ZeRO stage 3" : "model parallelism", ": ds_to_universal converts MoE "
+           "checkpoints of data-parallel ZeRO 0-2 models");
   const auto& dims = states0.checkpoint_parallel_dimensions;
   const bool has_dims = dims.pp_degree * dims.tp_degree == mp;
   const int64_t pp = has_dims ? dims.pp_degree : (splits.empty() ? mp : 1);
@@ -374,7 +405,8 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
     DS_CHECK(file_exists(path), CheckpointError, "ds_to_universal: ", path,
              " is missing (mp_world_size is ", mp, ")");
     ranks.push_back(zero3 ? detail::read_zero3_source(input_tag_dir, m)
-                          : read_zero012_source(input_tag_dir, m));
+                          : read_zero012_source(input_tag_dir, m, moe ? &*moe : nullptr));
+    if (moe) moe->add_frozen(&ranks.back());
     // A pipeline stage records the splits of its own layers.
     const Dict rank_states = ranks.back().model_states.toGenericDict();
     if (m > 0 && rank_states.contains(kInfoKey)) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,53 @@ UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank);
 /// (`model_states`, read from `path`), whose 'optimizer' holds the whole optimizer: the
 /// optimizer's own state dict (fp32) or FP16_Optimizer's dict with the flat fp32 masters
 /// (fp16/bf16). Beyond DeepSpeed's tool, which converts ZeRO 1-3 only. Throws CheckpointError
-/// naming the file, or NotSupportedError for MoE checkpoints.
+/// naming the file. An MoE checkpoint's experts are read_zero0_moe_source's.
 UniversalSource read_zero0_source(const c10::IValue& model_states, const std::string& path);
+
+/// The experts of an MoE checkpoint (DeepSpeed's layout, runtime/checkpoint/moe_checkpoint.h):
+/// each data-parallel rank's optimizer states name its experts by local id; the universal
+/// checkpoint names them by global id, as the expert files do, so that it loads onto any
+/// ep_size. Beyond DeepSpeed's tool, which skips native MoE experts.
+class MoeExperts {
+ public:
+  /// nullopt without MoE (no num_experts in `states`, read from `path`). Reads every expert
+  /// file of the tag folder `dir` for model-parallel rank `mp`. Throws CheckpointError naming
+  /// the missing expert file, or the layer whose ep_size the checkpoint does not tell.
+  static std::optional<MoeExperts> read(const std::string& dir, int64_t mp,
+                                        const ModelStates& states, const std::string& path);
+
+  bool is_expert(const std::string& name) const;
+  /// `name` as data-parallel rank `rank` holds it (a local expert id), named by its global id;
+  /// a name that is not an expert's as it is.
+  std::string global_name(const std::string& name, int rank) const;
+  /// Rank `rank`'s experts under their local names (from the expert files).
+  TensorDict local_weights(int rank) const;
+  /// Per expert-parallel rank, the data-parallel ranks holding its experts in an expert group
+  /// partitioned over `count` ranks (its expert-data-parallel group, in order).
+  std::vector<std::vector<int>> holders(int64_t count) const;
+  /// Every expert parameter without fp32 state in `out` (a frozen one), whole from its file.
+  void add_frozen(UniversalSource* out) const;
+
+ private:
+  struct Layer {
+    int64_t num_experts = 0;
+    int64_t ep_size = 0;  // 0: no trainable expert parameter tells it
+  };
+  int64_t ep_rank_of(int rank, int64_t ep_size) const;
+
+  int world_ = 1;
+  bool data_before_expert_ = false;  // use_data_before_expert_parallelism
+  std::map<std::string, Layer> layers_;  // by the MoE layer's key prefix ("moe.")
+  TensorDict weights_;                   // every expert entry by global key
+  std::vector<std::string> buffers_;     // expert buffers, as "<prefix>|<rest>"
+};
+
+/// A ZeRO-0 MoE checkpoint's model-parallel rank `mp_rank`: the optimizer of each
+/// expert-parallel rank in its expp_rank_<e> file; dense parameters from the first, experts
+/// by global id from each. `model_states` was read from `path`.
+UniversalSource read_zero0_moe_source(const std::string& dir, int64_t mp_rank,
+                                      const c10::IValue& model_states, const std::string& path,
+                                      const MoeExperts& moe);
 
 /// Every module entry of `states` that `out` has no fp32 state for and that is neither a
 /// buffer nor a tied alias: a frozen parameter, whole in the module, kept as fp32 only.

@@ -190,11 +190,6 @@ LossScalerState loss_scaler_of(const DictReader& fp16, const ModelStates& states
 
 UniversalSource read_zero0_source(const IValue& model_states, const std::string& path) {
   const ModelStates states = ModelStates::from_ivalue(model_states, path);
-  for (const auto& [key, value] : states.client_state) {
-    DS_CHECK(key != "num_experts", NotSupportedError, path,
-             ": an MoE checkpoint (num_experts): ds_to_universal does not convert MoE "
-             "checkpoints");
-  }
   UniversalSource out;
   Dict model = model_states.toGenericDict().copy();
   // The output's model states leave the optimizer to the zero/ folder.

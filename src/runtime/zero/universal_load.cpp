@@ -16,6 +16,7 @@
 #include "deepspeed/optimizers.h"
 #include "deepspeed/tensor_parallel.h"
 #include "deepspeed/universal_checkpoint.h"
+#include "runtime/checkpoint/moe_checkpoint.h"
 #include "runtime/zero/repartition.h"
 #include "util/check.h"
 
@@ -36,19 +37,30 @@ at::Tensor as_shape(const at::Tensor& t, at::IntArrayRef shape) {
   return t.view(shape);
 }
 
-// The universal states of this rank's parameters, sliced to its tensor-parallel piece.
+// The universal states of this rank's parameters, sliced to its tensor-parallel piece. An MoE
+// expert's folder is named by its global expert id (ds_to_universal), the module's by the
+// rank's local one.
 class UniversalReader {
  public:
   UniversalReader(const ZeroCheckpointContext& ctx, int tp_rank, int tp_size)
-      : dir_(ctx.tag_dir), tp_rank_(tp_rank), tp_size_(tp_size) {
+      : dir_(ctx.tag_dir),
+        tp_rank_(tp_rank),
+        tp_size_(tp_size),
+        folders_(expert_global_names(*ctx.module)) {
     for (const auto& p : ctx.module->named_parameters()) params_.emplace(p.key(), p.value());
+  }
+
+  /// The folder of parameter `name` under zero/.
+  const std::string& folder(const std::string& name) const {
+    const auto f = folders_.find(name);
+    return f == folders_.end() ? name : f->second;
   }
 
   /// Parameter `name`'s `key` state, this rank's piece, in the live parameter's shape.
   at::Tensor local(const std::string& name, const std::string& key) {
     const at::Tensor& live = params_.at(name);
     bool vocab = false;
-    const at::Tensor full = ckpt::load_universal_state(dir_, name, key, &vocab);
+    const at::Tensor full = ckpt::load_universal_state(dir_, folder(name), key, &vocab);
     if (key == "step") return full;  // a count, the same for every piece
     if (!tensor_parallel::is_tensor_parallel(live)) {
       return ckpt::universal_slice(as_shape(full, live.sizes()), live.sizes(), nullptr, tp_rank_,
@@ -65,7 +77,7 @@ class UniversalReader {
   /// The parameter's step count: its step.pt, else the checkpoint's global one (DeepSpeed's
   /// ZeRO-3 conversion writes no step.pt); nullopt when saved before the first step.
   std::optional<at::Tensor> step(const std::string& name) {
-    if (has(name, "step")) return ckpt::load_universal_state(dir_, name, "step");
+    if (has(name, "step")) return ckpt::load_universal_state(dir_, folder(name), "step");
     if (!global_step_read_) {
       global_step_ = ckpt::universal_global_step(dir_);
       global_step_read_ = true;
@@ -74,7 +86,7 @@ class UniversalReader {
   }
 
   bool has(const std::string& name, const std::string& key) const {
-    return exists(dir_ + "/zero/" + name + "/" + key + ".pt");
+    return exists(dir_ + "/zero/" + folder(name) + "/" + key + ".pt");
   }
   bool is_param(const std::string& name) const { return params_.count(name) > 0; }
   const std::map<std::string, at::Tensor>& params() const { return params_; }
@@ -83,12 +95,13 @@ class UniversalReader {
   std::string dir_;
   int tp_rank_, tp_size_;
   std::map<std::string, at::Tensor> params_;
+  std::map<std::string, std::string> folders_;  // local expert name -> global one
   bool global_step_read_ = false;
   std::optional<at::Tensor> global_step_;
 };
 
-// The per-element state names the checkpoint holds for `first` (the first parameter of a
-// group): every state file of its folder but fp32 and step, as DeepSpeed's loader takes them
+// The per-element state names the checkpoint holds in parameter folder `first` (of a group's
+// first parameter): every state file but fp32 and step, as DeepSpeed's loader takes them
 // (exp_avg and exp_avg_sq for Adam, momentum_buffer for SGD, ...). Sorted.
 std::vector<std::string> element_keys(const std::string& dir, const std::string& first) {
   std::vector<std::string> keys;
@@ -163,11 +176,6 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimiz
   ckpt::Dict current = optim::optimizer_state_dict(*optimizer).toGenericDict();
   ckpt::Dict state = ckpt::new_dict();
   const auto layout = zero->flat_layout();
-  for (const auto& l : layout) {
-    DS_CHECK(l.expert_group.empty(), NotSupportedError, "load_universal: ", dir,
-             ": MoE expert parameters (", l.expert_group,
-             ") are not read from universal checkpoints; load the MoE checkpoint itself");
-  }
   if (!layout.empty()) {  // fp32 masters in flat groups: stages 1/2 (and 16-bit stage 0)
     for (size_t g = 0; g < layout.size(); ++g) {
       SavedParams masters;
@@ -180,7 +188,7 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimiz
       if (layout[g].params.empty()) continue;
       const std::string& first = layout[g].params.front().first;
       const auto step = reader.step(first);
-      const auto keys = element_keys(dir, first);
+      const auto keys = element_keys(dir, reader.folder(first));
       if (!step && keys.empty()) continue;  // saved before the first step
       ckpt::Dict s = ckpt::new_dict();
       if (step) s.insert("step", *step);  // SGD keeps none
@@ -206,7 +214,7 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimiz
                  "is not a parameter of the module");
         const std::string& name = n->second;
         const auto step = reader.step(name);
-        const auto keys = element_keys(dir, name);
+        const auto keys = element_keys(dir, reader.folder(name));
         if (step || !keys.empty()) {  // else saved before the first step
           ckpt::Dict s = ckpt::new_dict();
           if (step) s.insert("step", *step);

@@ -1,0 +1,217 @@
+// ds_to_universal's view of an MoE checkpoint (see universal_source.h). Expert parameters are
+// named "<layer>deepspeed_moe.experts.deepspeed_experts.<id>.<rest>": with a local id in the
+// module, the optimizer states and param_shapes, with a global id in the expert files. Rank r
+// holds global ids [ep_rank * n, (ep_rank + 1) * n), n = num_experts / ep_size, where ep_rank
+// follows DeepSpeed's group layout (moe::expert_group_ranks) for the layer's ep_size.
+#include "runtime/checkpoint/universal_source.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+#include "deepspeed/errors.h"
+#include "deepspeed/moe.h"
+#include "runtime/checkpoint/moe_checkpoint.h"
+#include "runtime/checkpoint/value_access.h"
+#include "util/check.h"
+
+namespace deepspeed::checkpoint::detail {
+namespace {
+
+using c10::IValue;
+
+constexpr const char* kExperts = "deepspeed_moe.experts.deepspeed_experts.";
+
+// An expert entry's name split around its expert id.
+struct ExpertName {
+  std::string layer;  // the MoE layer's key prefix, "" or "<module>."
+  int64_t id = 0;
+  std::string rest;  // after "<id>."
+};
+
+std::optional<ExpertName> parse_expert_name(const std::string& name) {
+  const size_t at = name.find(kExperts);
+  if (at == std::string::npos || (at > 0 && name[at - 1] != '.')) return std::nullopt;
+  const size_t digits = at + std::char_traits<char>::length(kExperts);
+  const size_t dot = name.find('.', digits);
+  if (dot == std::string::npos || dot == digits) return std::nullopt;
+  const std::string id = name.substr(digits, dot - digits);
+  if (!std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return ExpertName{name.substr(0, at), std::stoll(id), name.substr(dot + 1)};
+}
+
+std::string expert_name(const ExpertName& e) {
+  return e.layer + kExperts + std::to_string(e.id) + "." + e.rest;
+}
+
+}  // namespace
+
+std::optional<MoeExperts> MoeExperts::read(const std::string& dir, int64_t mp,
+                                           const ModelStates& states, const std::string& path) {
+  std::vector<int64_t> counts;
+  for (const auto& [key, value] : states.client_state) {
+    if (key != "num_experts") continue;
+    for (const IValue& n : as_sequence(value, path + ": num_experts")) counts.push_back(n.toInt());
+  }
+  if (counts.empty()) return std::nullopt;
+  MoeExperts out;
+  out.world_ = static_cast<int>(std::max<int64_t>(1, states.dp_world_size));
+  out.data_before_expert_ = states.ds_config.is_object() &&
+                            states.ds_config.value("use_data_before_expert_parallelism", false);
+  // Layer L's files hold its experts by global id, under the layer's own key prefix.
+  for (size_t l = 0; l < counts.size(); ++l) {
+    std::string layer;
+    for (int64_t e = 0; e < counts[l]; ++e) {
+      const std::string file = dir + "/" + runtime::expert_file_name(static_cast<int>(l), e,
+                                                                      static_cast<int>(mp));
+      for (const auto& item : tensors_from_ivalue(load(file), file)) {
+        const auto name = parse_expert_name(item.key());
+        DS_CHECK(name && name->id == e, CheckpointError, file, ": entry '", item.key(),
+                 "' is not one of expert ", e, "'s");
+        DS_CHECK(e == 0 || name->layer == layer, CheckpointError, file, ": entry '", item.key(),
+                 "' belongs to another MoE layer than expert 0's (", layer, ")");
+        layer = name->layer;
+        out.weights_.insert(item.key(), item.value());
+      }
+    }
+    DS_CHECK(!out.layers_.count(layer), CheckpointError, dir, ": MoE layers ", l,
+             " and another share the key prefix '", layer, "'");
+    out.layers_[layer].num_experts = counts[l];
+  }
+  // A layer's ep_size from its local ids: rank 0 holds ids [0, num_experts / ep_size).
+  std::map<std::string, int64_t> local_count;
+  for (const auto& group : states.param_shapes.value_or(std::vector<ShapeDict>{})) {
+    for (const auto& item : group) {
+      if (const auto name = parse_expert_name(item.key())) {
+        int64_t& n = local_count[name->layer];
+        n = std::max(n, name->id + 1);
+      }
+    }
+  }
+  for (auto& [layer, l] : out.layers_) {
+    const auto n = local_count.find(layer);
+    if (n == local_count.end()) continue;  // every expert frozen: taken whole from its file
+    DS_CHECK(l.num_experts % n->second == 0 && out.world_ % (l.num_experts / n->second) == 0,
+             CheckpointError, path, ": MoE layer '", layer, "' has ", l.num_experts,
+             " experts and ", n->second, " local ones in param_shapes: no ep_size over ",
+             out.world_, " ranks fits");
+    l.ep_size = l.num_experts / n->second;
+  }
+  for (const auto& b : states.buffer_names) {
+    if (const auto name = parse_expert_name(b)) out.buffers_.push_back(name->layer + "|" + name->rest);
+  }
+  return out;
+}
+
+bool MoeExperts::is_expert(const std::string& name) const {
+  return parse_expert_name(name).has_value();
+}
+
+int64_t MoeExperts::ep_rank_of(int rank, int64_t ep_size) const {
+  const auto lists = moe::expert_group_ranks(world_, ep_size, data_before_expert_).expert_data_parallel;
+  for (size_t i = 0; i < lists.size(); ++i) {
+    if (std::find(lists[i].begin(), lists[i].end(), rank) != lists[i].end()) {
+      return static_cast<int64_t>(i);
+    }
+  }
+  DS_INTERNAL_ASSERT(false, "rank ", rank, " is in no expert-data-parallel group of ", world_);
+  return 0;
+}
+
+std::string MoeExperts::global_name(const std::string& name, int rank) const {
+  auto e = parse_expert_name(name);
+  if (!e) return name;
+  const auto l = layers_.find(e->layer);
+  DS_CHECK(l != layers_.end() && l->second.ep_size > 0, CheckpointError, "ds_to_universal: ",
+           "expert parameter '", name, "' belongs to no MoE layer of the checkpoint's expert "
+           "files (num_experts)");
+  const Layer& layer = l->second;
+  e->id += ep_rank_of(rank, layer.ep_size) * (layer.num_experts / layer.ep_size);
+  return expert_name(*e);
+}
+
+TensorDict MoeExperts::local_weights(int rank) const {
+  TensorDict out;
+  for (const auto& item : weights_) {
+    auto e = parse_expert_name(item.key());
+    const Layer& layer = layers_.at(e->layer);
+    if (layer.ep_size == 0) continue;
+    const int64_t n = layer.num_experts / layer.ep_size;
+    const int64_t first = ep_rank_of(rank, layer.ep_size) * n;
+    if (e->id < first || e->id >= first + n) continue;
+    e->id -= first;
+    out.insert(expert_name(*e), item.value());
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> MoeExperts::holders(int64_t count) const {
+  DS_CHECK(count > 0 && world_ % count == 0, CheckpointError, "ds_to_universal: an expert group "
+           "partitioned over ", count, " ranks does not divide the ", world_, " data-parallel "
+           "ranks");
+  return moe::expert_group_ranks(world_, world_ / count, data_before_expert_).expert_data_parallel;
+}
+
+void MoeExperts::add_frozen(UniversalSource* out) const {
+  auto& fp32 = out->states["fp32"];
+  for (const auto& item : weights_) {
+    const auto e = parse_expert_name(item.key());
+    const std::string buffer = e->layer + "|" + e->rest;
+    if (fp32.count(item.key()) ||
+        std::find(buffers_.begin(), buffers_.end(), buffer) != buffers_.end()) {
+      continue;
+    }
+    const at::Tensor t = item.value().to(at::kFloat);
+    fp32[item.key()] = runtime::SavedParam{t.reshape(-1), t.sizes().vec()};
+    out->order.push_back(item.key());
+  }
+}
+
+UniversalSource read_zero0_moe_source(const std::string& dir, int64_t mp_rank,
+                                      const IValue& model_states, const std::string& path,
+                                      const MoeExperts& moe) {
+  // Expert-data-parallel rank 0 of each expert-parallel rank (of the largest ep_size) wrote
+  // its whole optimizer: the dense parameters' (the same on every rank) and its experts'.
+  const int files = runtime::count_expert_optimizer_files(dir, static_cast<int>(mp_rank));
+  DS_CHECK(files > 0, CheckpointError, dir, ": an MoE checkpoint at ZeRO stage 0 without ",
+           runtime::expert_optimizer_file_name(0, static_cast<int>(mp_rank)));
+  const ModelStates states = ModelStates::from_ivalue(model_states, path);
+  const auto writers = moe.holders(std::max<int64_t>(1, states.dp_world_size) / files);
+  UniversalSource out;
+  Dict model = model_states.toGenericDict().copy();
+  model.insert_or_assign("optimizer", IValue());
+  out.model_states = model;  // the module without the experts, as the source's
+  for (int i = 0; i < files; ++i) {
+    const std::string file =
+        dir + "/" + runtime::expert_optimizer_file_name(i, static_cast<int>(mp_rank));
+    DictReader top(load(file), file);
+    const int writer = writers.at(static_cast<size_t>(i)).front();
+    // The stage-0 reader over this rank's whole model: its experts by local id in the module
+    // (fp32: the masters are the weights).
+    Dict mine = model_states.toGenericDict().copy();
+    mine.insert_or_assign("optimizer", top.at("optimizer"));
+    TensorDict module = tensors_from_ivalue(mine.at("module"), path + ": module");
+    for (const auto& item : moe.local_weights(writer)) module.insert(item.key(), item.value());
+    mine.insert_or_assign("module", ivalue_from_tensors(module));
+    UniversalSource part = read_zero0_source(mine, file);
+    if (i == 0) out.optimizer_state = part.optimizer_state;
+    for (const auto& name : part.order) {
+      if (i > 0 && !moe.is_expert(name)) continue;  // the dense ones come from the first
+      const std::string global = moe.global_name(name, writer);
+      // A layer of a smaller ep_size has its experts in several files: the first is kept.
+      if (out.states["fp32"].count(global)) continue;
+      for (auto& [key, params] : part.states) {
+        const auto p = params.find(name);
+        if (p != params.end()) out.states[key][global] = p->second;
+      }
+      const auto s = part.step.find(name);
+      if (s != part.step.end()) out.step[global] = s->second;
+      out.order.push_back(global);
+    }
+  }
+  return out;
+}
+
+}  // namespace deepspeed::checkpoint::detail
