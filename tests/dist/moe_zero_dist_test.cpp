@@ -7,8 +7,8 @@
 //  - An inf in one rank's expert gradient skips the step on every rank (the overflow vote covers
 //    expert partitions) and halves the loss scale.
 //  - Checkpoints: DeepSpeed's MoE layout with zero_pp_rank files (ZeRO 1/2) or the expp_rank files
-//    (stage 0), exact resume, and the weights onto another ep_size; zero_to_fp32 refuses MoE
-//    ZeRO checkpoints by name.
+//    (stage 0), exact resume, and the weights onto another ep_size; zero_to_fp32 names the
+//    experts by global id.
 //  - Universal checkpoints: ds_to_universal names every expert by its global id; loading it
 //    (load_universal) resumes the same shape exactly, and onto ep_size 1 at another stage
 //    follows the uninterrupted run, optimizer states included.
@@ -280,9 +280,18 @@ TEST_P(MoEZeroDistCheckpoint, DeepSpeedLayoutExactResumeAndAnotherEpSize) {
       }
     }
     if (c.stage > 0) {
-      // zero_to_fp32 would cut the expert partitions as one slice per file: refused by name.
-      EXPECT_THROW(checkpoint::consolidate_zero_checkpoint(ckpt, std::string("step2")),
-                   NotSupportedError);
+      // zero_to_fp32: every expert by global id, its fp32 master (the saved weights).
+      const auto fp32 = checkpoint::consolidate_zero_checkpoint(ckpt, std::string("step2"));
+      EXPECT_EQ(fp32.size(), 5u + 4u * 4u);  // embed, gate, head; 4 experts of 4 tensors
+      for (int e = 0; e < kExperts; ++e) {
+        std::vector<at::Tensor> saved;
+        torch::load(saved, dir + "/saved_expert" + std::to_string(e) + ".pt");
+        const std::string name =
+            "moe.deepspeed_moe.experts.deepspeed_experts." + std::to_string(e) + ".fc1.weight";
+        const at::Tensor* t = fp32.find(name);
+        ASSERT_NE(t, nullptr) << name;
+        EXPECT_TRUE(torch::equal(t->to(saved[0].scalar_type()), saved[0])) << name;
+      }
     }
     // Universal: one folder per expert parameter, named by global id, holding that expert's
     // fp32 master (the saved weights) and Adam's moments.
@@ -420,6 +429,14 @@ TEST(MoEZeroDistUniversal, DataBeforeExpertLayoutLoadsOntoTheDefaultOne) {
       const at::Tensor fp32 =
           checkpoint::load_universal_state(dir + "/universal/step2", item.key(), "fp32");
       EXPECT_TRUE(torch::equal(fp32, item.value())) << item.key();
+    }
+    // zero_to_fp32 of the same layout: every parameter, experts by global id.
+    const auto fp32 = checkpoint::consolidate_zero_checkpoint(dir + "/ckpt", std::string("step2"));
+    EXPECT_EQ(fp32.size(), saved.size());
+    for (const auto& item : saved) {
+      const at::Tensor* t = fp32.find(item.key());
+      ASSERT_NE(t, nullptr) << item.key();
+      EXPECT_TRUE(torch::equal(*t, item.value())) << item.key();
     }
     // Without one of its expert files the conversion names the file.
     std::filesystem::create_directories(dir + "/broken");

@@ -3,6 +3,8 @@
 // Stage 1/2: every rank's fp32 partition of a param group, concatenated in rank order, is the
 // group's flat buffer without its tail padding; param_shapes cuts it. Stage 3: each parameter
 // is split into ceil(numel/W) elements per rank at the same offset of every rank's flat buffer.
+// MoE (beyond DeepSpeed's script): an expert group's partitions are those of each
+// expert-parallel rank's expert-data-parallel group, and its experts are named by global id.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 #include <ATen/ATen.h>
 
 #include "deepspeed/checkpoint.h"
+#include "runtime/checkpoint/universal_source.h"
 #include "runtime/checkpoint/value_access.h"
 #include "util/check.h"
 
@@ -46,9 +49,10 @@ struct ModelStateParts {
   ShapeDict frozen_param_shapes;
   TensorDict frozen_param_fragments;
   std::vector<std::pair<std::string, std::string>> shared_params;
+  std::optional<detail::MoeExperts> moe;  // an MoE checkpoint's experts
 };
 
-ModelStateParts read_model_states(const std::string& path) {
+ModelStateParts read_model_states(const std::string& tag_dir, const std::string& path) {
   DictReader r(load(path), path);
   DS_CHECK(r.has("buffer_names"), CheckpointError, path,
            " is not a model state checkpoint (no 'buffer_names')");
@@ -58,10 +62,12 @@ ModelStateParts read_model_states(const std::string& path) {
   // and the rest are not looked at.
   Dict subset = new_dict();
   for (const char* key : {"module", "buffer_names", "param_shapes", "frozen_param_shapes",
-                          "frozen_param_fragments", "shared_params"}) {
+                          "frozen_param_fragments", "shared_params", "num_experts",
+                          "dp_world_size", "ds_config"}) {
     if (r.has(key)) subset.insert(key, r.at(key));
   }
   ModelStates states = ModelStates::from_ivalue(IValue(subset), path);
+  m.moe = detail::MoeExperts::read(tag_dir, 0, states, path);
   DS_CHECK(states.param_shapes.has_value(), CheckpointError, path,
            ": 'param_shapes' is None, so this checkpoint was not written with a ZeRO optimizer "
            "(its module state dict is already complete: load 'module' directly)");
@@ -81,6 +87,7 @@ struct OptimizerParts {
   std::string path;
   int64_t zero_stage = 0;
   int64_t world_size = 0;  // max(partition_count)
+  std::vector<int64_t> partition_count;  // per param group (MoE expert groups: fewer ranks)
   std::vector<at::Tensor> fp32_groups;
 };
 
@@ -97,18 +104,9 @@ OptimizerParts read_optimizer_states(const std::string& path) {
   if (count.isInt()) {
     o.world_size = count.toInt();
   } else {
-    std::vector<int64_t> counts;
     for (const auto& c : detail::as_sequence(count, r.where("partition_count"))) {
-      counts.push_back(detail::as_int(c, r.where("partition_count")));
-      o.world_size = std::max(o.world_size, counts.back());
-    }
-    // An MoE checkpoint partitions its expert groups over the expert-data-parallel group only:
-    // their partitions are not one slice per file.
-    for (size_t g = 0; g < counts.size(); ++g) {
-      DS_CHECK(counts[g] == o.world_size, NotSupportedError, r.where("partition_count"), ": param group ",
-               g, " is partitioned over ", counts[g], " ranks, others over ", o.world_size,
-               " (MoE expert groups): consolidating MoE checkpoints is not supported; load the "
-               "checkpoint with the engine and save_16bit_model instead");
+      o.partition_count.push_back(detail::as_int(c, r.where("partition_count")));
+      o.world_size = std::max(o.world_size, o.partition_count.back());
     }
   }
   DS_CHECK(o.world_size > 0, CheckpointError, r.where("partition_count"), " is empty or zero");
@@ -150,27 +148,59 @@ void merge_stage12(TensorDict& out, const ModelStateParts& model,
   DS_CHECK(groups == model.param_shapes.size(), CheckpointError, ranks[0].path, " has ", groups,
            " fp32 param groups but ", model.path, " lists param_shapes for ",
            model.param_shapes.size());
-  const int64_t align = 2 * world_size;
-  auto aligned = [&](int64_t n) { return (n + align - 1) / align * align; };
   for (size_t g = 0; g < groups; ++g) {
-    std::vector<at::Tensor> parts;
-    for (const auto& rank : ranks) parts.push_back(rank.fp32_groups[g]);
-    const at::Tensor full = at::cat(parts);
-    const int64_t available = full.numel();
-    int64_t offset = 0;
-    for (const auto& item : model.param_shapes[g]) {
-      const int64_t n = numel_of(item.value());
-      DS_CHECK(offset + n <= available, CheckpointError, model.path, ": parameter '", item.key(),
-               "' (group ", g, ") needs elements [", offset, ", ", offset + n, ") but the ",
-               world_size, " rank partitions hold only ", available, " elements");
-      put(out, item.key(), full.narrow(0, offset, n).view(item.value()));
-      offset += n;
+    const auto& counts = ranks[0].partition_count;
+    const int64_t count = g < counts.size() ? counts[g] : world_size;
+    // Every rank's partition, or (an MoE expert group, partitioned over its
+    // expert-data-parallel group) those of each expert-parallel rank's group.
+    std::vector<std::vector<int>> holder_sets;
+    if (count == world_size) {
+      holder_sets.emplace_back();
+      for (int r = 0; r < static_cast<int>(ranks.size()); ++r) holder_sets[0].push_back(r);
+    } else {
+      DS_CHECK(model.moe.has_value(), CheckpointError, ranks[0].path, ": param group ", g,
+               " is partitioned over ", count, " ranks, others over ", world_size, ", but ",
+               model.path, " names no MoE experts (num_experts)");
+      holder_sets = model.moe->holders(count);
     }
-    // Padding only reaches the next multiple of 2*W: more left over means a layout mismatch.
-    DS_CHECK(aligned(offset) == aligned(available), CheckpointError, model.path,
-             ": consumed ", offset, " of the ", available, " elements of param group ", g,
-             " (padding alignment ", align, "); the optimizer files do not belong to this "
-             "model-states file");
+    const int64_t align = 2 * count;
+    auto aligned = [&](int64_t n) { return (n + align - 1) / align * align; };
+    for (const auto& holders : holder_sets) {
+      std::vector<at::Tensor> parts;
+      for (int r : holders) {
+        const auto& rank = ranks[static_cast<size_t>(r)];
+        DS_CHECK(g >= rank.partition_count.size() || rank.partition_count[g] == count,
+                 CheckpointError, rank.path, ": param group ", g, " is partitioned over ",
+                 rank.partition_count[g], " ranks, over ", count, " in ", ranks[0].path);
+        parts.push_back(rank.fp32_groups[g]);
+      }
+      const at::Tensor full = at::cat(parts);
+      const int64_t available = full.numel();
+      int64_t offset = 0;
+      for (const auto& item : model.param_shapes[g]) {
+        const int64_t n = numel_of(item.value());
+        DS_CHECK(offset + n <= available, CheckpointError, model.path, ": parameter '",
+                 item.key(), "' (group ", g, ") needs elements [", offset, ", ", offset + n,
+                 ") but the ", holders.size(), " rank partitions hold only ", available,
+                 " elements");
+        const std::string name =
+            model.moe ? model.moe->global_name(item.key(), holders[0]) : item.key();
+        put(out, name, full.narrow(0, offset, n).view(item.value()));
+        offset += n;
+      }
+      // Padding only reaches the next multiple of 2*W: more left over means a layout mismatch.
+      DS_CHECK(aligned(offset) == aligned(available), CheckpointError, model.path,
+               ": consumed ", offset, " of the ", available, " elements of param group ", g,
+               " (padding alignment ", align, "); the optimizer files do not belong to this "
+               "model-states file");
+    }
+  }
+  // MoE: what the optimizer does not hold of the experts (frozen parameters, buffers) comes
+  // whole from the expert files, by global id.
+  if (model.moe) {
+    for (const auto& item : model.moe->weights()) {
+      if (!out.contains(item.key())) out.insert(item.key(), item.value().to(at::kFloat));
+    }
   }
 }
 
@@ -257,10 +287,11 @@ TensorDict consolidate_zero_checkpoint(const std::string& checkpoint_dir,
 
   std::vector<ModelStateParts> models;
   if (stage <= 2) {
-    models.push_back(read_model_states(tag_dir + "/" + model_states_file_name(0)));
+    models.push_back(read_model_states(tag_dir, tag_dir + "/" + model_states_file_name(0)));
   } else {
     for (int64_t r = 0; r < world_size; ++r) {
-      models.push_back(read_model_states(tag_dir + "/" + zero3_model_states_file_name(r, 0)));
+      models.push_back(
+          read_model_states(tag_dir, tag_dir + "/" + zero3_model_states_file_name(r, 0)));
     }
   }
 

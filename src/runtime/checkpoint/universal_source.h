@@ -69,6 +69,8 @@ class MoeExperts {
   std::vector<std::vector<int>> holders(int64_t count) const;
   /// Every expert parameter without fp32 state in `out` (a frozen one), whole from its file.
   void add_frozen(UniversalSource* out) const;
+  /// Every expert entry (parameters and buffers) by global key, as the expert files hold it.
+  const TensorDict& weights() const { return weights_; }
 
  private:
   struct Layer {
