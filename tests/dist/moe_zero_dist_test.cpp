@@ -312,19 +312,24 @@ TEST_P(MoEZeroDistCheckpoint, DeepSpeedLayoutExactResumeAndAnotherEpSize) {
                                          "deepspeed_experts." + std::to_string(kExperts) +
                                          ".fc1.weight"));
   }
-  // The universal checkpoint on the same shape: the same 4 steps' parameters, bit for bit.
-  run_ranks(2, [&](int rank, int world) {
-    auto model = ckpt_model(2);
-    auto [engine, opt, sched] = initialize(model, ckpt_config(c, -1, /*universal=*/true));
-    engine->load_checkpoint(dir + "/universal", std::string("step2"));
-    EXPECT_EQ(engine->global_steps(), 2);
-    train_steps(*engine, rank, world, 2, 4);
-    std::vector<at::Tensor> straight;
-    torch::load(straight, dir + "/straight" + std::to_string(rank) + ".pt");
-    auto now = all_params(*model);
-    ASSERT_EQ(now.size(), straight.size());
-    for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(torch::equal(now[i], straight[i])) << i;
-  });
+  // Loading <load_dir>/step2 with `config` on the saving shape and training on ends with the
+  // same 4 steps' parameters, bit for bit.
+  const auto expect_exact_resume = [&](const std::string& load_dir, const json& config) {
+    run_ranks(2, [&](int rank, int world) {
+      auto model = ckpt_model(2);
+      auto [engine, opt, sched] = initialize(model, config);
+      engine->load_checkpoint(load_dir, std::string("step2"));
+      EXPECT_EQ(engine->global_steps(), 2);
+      train_steps(*engine, rank, world, 2, 4);
+      std::vector<at::Tensor> straight;
+      torch::load(straight, dir + "/straight" + std::to_string(rank) + ".pt");
+      auto now = all_params(*model);
+      ASSERT_EQ(now.size(), straight.size());
+      for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(torch::equal(now[i], straight[i])) << i;
+    });
+  };
+  expect_exact_resume(ckpt, ckpt_config(c));
+  expect_exact_resume(dir + "/universal", ckpt_config(c, -1, /*universal=*/true));
   // ... and onto ep_size 1 (every rank holds every expert) at another stage: the experts and
   // their moments come by global id, so the run follows the uninterrupted one.
   run_ranks(2, [&](int rank, int world) {
@@ -349,19 +354,6 @@ TEST_P(MoEZeroDistCheckpoint, DeepSpeedLayoutExactResumeAndAnotherEpSize) {
       EXPECT_TRUE(torch::allclose(item.value(), *expect, tol, tol))
           << item.key() << " max diff " << (item.value() - *expect).abs().max().item<double>();
     }
-  });
-  // Resume: the same 4 steps' parameters, bit for bit.
-  run_ranks(2, [&](int rank, int world) {
-    auto model = ckpt_model(2);
-    auto [engine, opt, sched] = initialize(model, ckpt_config(c));
-    engine->load_checkpoint(ckpt, std::string("step2"));
-    EXPECT_EQ(engine->global_steps(), 2);
-    train_steps(*engine, rank, world, 2, 4);
-    std::vector<at::Tensor> straight;
-    torch::load(straight, dir + "/straight" + std::to_string(rank) + ".pt");
-    auto now = all_params(*model);
-    ASSERT_EQ(now.size(), straight.size());
-    for (size_t i = 0; i < now.size(); ++i) EXPECT_TRUE(torch::equal(now[i], straight[i])) << i;
   });
   // ep_size 2 -> 4 on 4 ranks: the optimizer states are refused by name, the weights load.
   run_ranks(4, [&](int rank, int world) {
