@@ -213,11 +213,12 @@ Batch make_batch(const std::vector<uint16_t>& tokens, const std::vector<int64_t>
   return out;
 }
 
-// Mean loss over the first eval_batches * micro * world validation windows, all ranks together
-// (rank r takes every world-th window), averaged across ranks.
+// Mean loss over the first eval_batches * micro * dp validation windows, all data-parallel
+// replicas together (replica r takes every dp-th window; tensor-parallel peers read the same
+// ones, as their layers need), averaged across ranks.
 double held_out_loss(ds::ModuleEngine<deepspeed::examples::GptImpl>& engine,
                      const std::vector<uint16_t>& val, const Args& a, int64_t micro) {
-  const int world = ds::comm::get_world_size(), rank = ds::comm::get_rank();
+  const int world = engine.data_parallel_group().size(), rank = engine.dp_rank();
   const int64_t available = deepspeed::examples::num_windows(val.size(), a.seq_len);
   const int64_t batches = std::min<int64_t>(a.eval_batches, available / (micro * world));
   if (batches <= 0) throw ds::UsageError("the validation split is too small for one eval batch");

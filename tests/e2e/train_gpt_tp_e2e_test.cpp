@@ -1,5 +1,5 @@
 // train_gpt --tensor_parallel_size under the deepspeed launcher: TP=2 on 2 ranks trains with the
-// same loss at every step as one process (AutoTP is exact in fp32), 3D (TP=2 x PP=2) on 4 ranks
+// same loss at every step and the same held-out loss as one process (AutoTP is exact in fp32), 3D (TP=2 x PP=2) on 4 ranks
 // trains, and a head count that does not divide is an error naming the sizes.
 #include <unistd.h>
 
@@ -37,6 +37,14 @@ GptRun train_gpt(testing::TempDir& dir, int ranks, const std::string& flags, con
   return out;
 }
 
+// The "held-out loss A -> B" of train_gpt's last line (printed with 4 decimals).
+std::string held_out(const std::string& output) {
+  const std::string key = "| held-out loss ";
+  const size_t at = output.rfind(key);
+  if (at == std::string::npos) return "(none)";
+  return output.substr(at + key.size(), output.find('\n', at) - at - key.size());
+}
+
 TEST(TrainGptTensorParallelE2E, Tp2MatchesOneProcessAnd3dTrains) {
   testing::TempDir dir;
   testing::write_text_file(dir.file("ds_config.json"), R"({
@@ -57,6 +65,8 @@ TEST(TrainGptTensorParallelE2E, Tp2MatchesOneProcessAnd3dTrains) {
     const double want = one.rows[i]["loss"].get<double>();
     EXPECT_NEAR(tp.rows[i]["loss"].get<double>(), want, 1e-4 * want) << "step " << i + 1;
   }
+  // The held-out loss too: the tensor-parallel peers evaluate the same windows.
+  EXPECT_EQ(held_out(tp.output), held_out(one.output)) << tp.output;
 
   GptRun three_d = train_gpt(dir, 4, "--tensor_parallel_size 2 --pipeline_parallel_size 2", "3d");
   ASSERT_EQ(three_d.exit_code, 0) << three_d.output;
