@@ -74,21 +74,29 @@ GateOutput top2gating(const at::Tensor& logits, double capacity_factor, int64_t 
                       bool top2_2nd_expert_sampling = true);
 
 /// The expert-parallel and expert-data-parallel groups of one ep_size (DeepSpeed's
-/// groups._create_expert_and_data_parallel, named "ep_size_<e>").
+/// groups._create_expert_and_data_parallel / _create_expert_data_and_model_parallel, named
+/// "ep_size_<e>").
 struct ExpertGroups {
   std::string name;                 // "ep_size_<e>"
   int64_t ep_size = 1;
   comm::Group expert_parallel;      // the ranks a layer's experts are spread over
   comm::Group expert_data_parallel; // the ranks holding the same experts
+  /// Every data-parallel group the groups were cut from (global ranks), in creation order.
+  std::vector<std::vector<int>> data_parallel_groups;
 };
 
 /// Creates (once per name, collectively over the world: every rank must call it in the same
-/// order) or returns the groups of `ep_size` over a data-parallel world of `world` ranks. E + D
-/// layout (DeepSpeed's default): expert-parallel groups are consecutive ranks [0..e-1],
-/// [e..2e-1], ...; expert-data-parallel groups stride by e. use_data_before_expert_parallelism
-/// swaps them. UsageError when ep_size does not divide the world.
+/// order) or returns the groups of `ep_size`, cut from every data-parallel group (the world
+/// without `data_parallel`; with model parallelism each model-parallel rank's data-parallel
+/// group, as DeepSpeed's _create_expert_data_and_model_parallel). Within a data-parallel group
+/// of D ranks, E + D layout (DeepSpeed's default): expert-parallel groups are consecutive
+/// members [0..e-1], [e..2e-1], ...; expert-data-parallel groups stride by e.
+/// use_data_before_expert_parallelism swaps them. UsageError when ep_size does not divide the
+/// data-parallel size, or when the groups of that name were made from other data-parallel
+/// groups.
 const ExpertGroups& create_expert_and_data_parallel(int64_t ep_size,
-                                                    bool use_data_before_expert_parallelism);
+                                                    bool use_data_before_expert_parallelism,
+                                                    const comm::Group* data_parallel = nullptr);
 /// The groups of that name, or nullptr before they were created.
 const ExpertGroups* find_expert_groups(const std::string& name);
 
@@ -170,9 +178,12 @@ class MoEImpl : public torch::nn::Module {
   std::tuple<at::Tensor, at::Tensor, at::Tensor> forward(const at::Tensor& hidden_states,
                                                          const at::Tensor& used_token = {});
 
-  /// Creates (or finds) the "ep_size_<e>" groups and hands them to the layer. The engine calls
-  /// it at initialization; collective over the world. Needed before forward when ep_size > 1.
-  void set_deepspeed_parallelism(bool use_data_before_expert_parallelism = false);
+  /// Creates (or finds) the "ep_size_<e>" groups, cut from the data-parallel groups (the world
+  /// without `data_parallel`), and hands them to the layer. The engine calls it at
+  /// initialization with its data-parallel group; collective over the world. Needed before
+  /// forward when ep_size > 1.
+  void set_deepspeed_parallelism(bool use_data_before_expert_parallelism = false,
+                                 const comm::Group* data_parallel = nullptr);
 
   const MoEOptions& options() const { return options_; }
   int64_t num_local_experts() const { return num_local_experts_; }
@@ -210,9 +221,9 @@ struct ExpertParamGroup {
 std::vector<ExpertParamGroup> expert_param_groups(torch::nn::Module& module);
 
 /// The engine's MoE setup: gives every MoE layer its groups (set_deepspeed_parallelism with the
-/// config's use_data_before_expert_parallelism) and checks that the job can run it: the
-/// data-parallel group must be the world (no model or pipeline parallelism with MoE yet) and
-/// ep_size must divide it. Returns the expert parameter groups. Collective over the world.
+/// config's use_data_before_expert_parallelism, cut from the data-parallel groups) and checks
+/// that ep_size divides the data-parallel size and that groups a layer already had come from
+/// this data-parallel group. Returns the expert parameter groups. Collective over the world.
 std::vector<ExpertParamGroup> configure_moe(torch::nn::Module& module,
                                             bool use_data_before_expert_parallelism,
                                             const comm::Group& data_parallel_group);

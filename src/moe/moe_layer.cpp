@@ -234,10 +234,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> MoEImpl::forward(const at::Tensor
   return {output, deepspeed_moe->l_aux, deepspeed_moe->exp_counts};
 }
 
-void MoEImpl::set_deepspeed_parallelism(bool use_data_before_expert_parallelism) {
+void MoEImpl::set_deepspeed_parallelism(bool use_data_before_expert_parallelism,
+                                        const comm::Group* data_parallel) {
   if (deepspeed_moe->ep_groups() != nullptr) return;
-  deepspeed_moe->set_ep_group(
-      &create_expert_and_data_parallel(options_.ep_size, use_data_before_expert_parallelism));
+  deepspeed_moe->set_ep_group(&create_expert_and_data_parallel(
+      options_.ep_size, use_data_before_expert_parallelism, data_parallel));
 }
 
 int64_t MoEImpl::global_expert_id(int64_t local_id) const {

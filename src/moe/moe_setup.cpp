@@ -1,6 +1,7 @@
 // How the engine finds a model's MoE layers and their expert parameters, and gives the layers
 // their process groups (DeepSpeed's engine: _configure_distributed_model's
 // set_deepspeed_parallelism, is_moe_param / group_name).
+#include <algorithm>
 #include <map>
 
 #include "deepspeed/moe.h"
@@ -37,18 +38,23 @@ std::vector<ExpertParamGroup> configure_moe(torch::nn::Module& module,
                                             const comm::Group& data_parallel_group) {
   const auto layers = moe_layers(module);
   if (layers.empty()) return {};
-  // DeepSpeed builds the expert groups over the world split by the pipeline; with a
-  // data-parallel group smaller than the world (tensor or pipeline parallelism) the expert
-  // groups would have to follow the mpu's layout, which this port does not do yet.
-  DS_CHECK(data_parallel_group.size() == comm::get_world_size(), NotSupportedError,
-           "MoE layers need the data-parallel group to be the world (got data-parallel size ",
-           data_parallel_group.size(), " of ", comm::get_world_size(),
-           " ranks); MoE with tensor or pipeline parallelism is not supported yet");
   for (const auto& layer : layers) {
     DS_CHECK(data_parallel_group.size() % layer->options().ep_size == 0, UsageError,
              "MoE: ep_size (", layer->options().ep_size,
              ") must divide the data-parallel world size (", data_parallel_group.size(), ")");
-    layer->set_deepspeed_parallelism(use_data_before_expert_parallelism);
+    // Groups set before initialize (set_deepspeed_parallelism without a data-parallel group)
+    // span the world: with model parallelism they would mix model-parallel peers.
+    if (const ExpertGroups* g = layer->ep_groups()) {
+      const auto& dp = data_parallel_group.ranks();
+      for (int r : g->expert_parallel.ranks()) {
+        DS_CHECK(std::find(dp.begin(), dp.end(), r) != dp.end(), UsageError, "MoE layer (",
+                 g->name, "): its expert-parallel group holds rank ", r, ", outside this "
+                 "rank's data-parallel group; with model parallelism let deepspeed::initialize "
+                 "set the groups (or pass the data-parallel group to set_deepspeed_parallelism)");
+      }
+      continue;
+    }
+    layer->set_deepspeed_parallelism(use_data_before_expert_parallelism, &data_parallel_group);
   }
   return expert_param_groups(module);
 }

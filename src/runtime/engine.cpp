@@ -204,7 +204,8 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     log::info_rank0("engine: training on " + device_.str());
   }
   // MoE layers get their expert groups (collectively) before the parameters are broadcast.
-  runtime::configure_moe_layers(*module_, config_, dp_group_);
+  runtime::configure_moe_layers(*module_, config_, dp_group_,
+                                mpu_ ? mpu_->get_pipe_parallel_world_size() : 1);
   // ZeRO-3 broadcasts while it partitions, one parameter at a time (never the whole model).
   const bool stage3 = config_.zero_optimization.stage == 3;
   if (!stage3) broadcast_parameters();

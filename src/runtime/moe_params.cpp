@@ -8,11 +8,15 @@
 #include <torch/utils.h>
 
 #include "deepspeed/moe.h"
+#include "util/check.h"
 
 namespace deepspeed::runtime {
 
 void configure_moe_layers(torch::nn::Module& module, const DeepSpeedConfig& config,
-                          const comm::Group& dp_group) {
+                          const comm::Group& dp_group, int pipeline_stages) {
+  DS_CHECK(pipeline_stages <= 1 || moe::moe_layers(module).empty(), NotSupportedError,
+           "MoE layers in a pipeline (", pipeline_stages, " stages) are not supported yet; MoE "
+           "runs with data and tensor (model) parallelism");
   const bool data_before_expert =
       config.raw.is_object() && config.raw.value("use_data_before_expert_parallelism", false);
   moe::configure_moe(module, data_before_expert, dp_group);

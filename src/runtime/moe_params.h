@@ -13,10 +13,11 @@
 
 namespace deepspeed::runtime {
 
-/// Gives the model's MoE layers their expert groups (the config's
-/// use_data_before_expert_parallelism); collective over the world. No-op without MoE layers.
+/// Gives the model's MoE layers their expert groups, cut from the data-parallel groups (the
+/// config's use_data_before_expert_parallelism); collective over the world. No-op without MoE
+/// layers. NotSupportedError for MoE layers in a pipeline of `pipeline_stages` > 1.
 void configure_moe_layers(torch::nn::Module& module, const DeepSpeedConfig& config,
-                          const comm::Group& dp_group);
+                          const comm::Group& dp_group, int pipeline_stages);
 
 /// The model's expert parameters by group (after configure_moe_layers); empty without MoE.
 std::vector<ExpertParams> moe_expert_params(torch::nn::Module& module);

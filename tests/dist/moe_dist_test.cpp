@@ -7,6 +7,8 @@
 // checkpoints: moe_zero_dist_test.
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/moe.h"
+#include "deepspeed/mpu.h"
+#include "deepspeed/topology.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -133,6 +135,26 @@ TEST(MoEDist, RefusesZero3ByName) {
       ADD_FAILURE() << "ZeRO-3 with MoE was accepted";
     } catch (const NotSupportedError& e) {
       EXPECT_NE(std::string(e.what()).find("Stage 3"), std::string::npos) << e.what();
+    }
+  });
+}
+
+// MoE layers inside pipeline stages are not run yet: an mpu with 2 pipeline stages is refused by
+// name (tensor/model parallelism is moe_zero_dist_test's).
+TEST(MoEDist, RefusesPipelineParallelismByName) {
+  run_ranks(2, [](int, int) {
+    auto mpu = std::make_shared<TopologyMpu>(PipeModelDataParallelTopology(/*pp=*/2, 1, 1));
+    moe::MoEOptions o;
+    o.num_experts = 2;
+    auto model = std::make_shared<MoENetImpl>(o, 0.01);
+    json config{{"train_micro_batch_size_per_gpu", 4},
+                {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.1}}}}}};
+    try {
+      initialize(model, config, nullptr, nullptr, mpu);
+      ADD_FAILURE() << "MoE in a pipeline was accepted";
+    } catch (const NotSupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find("MoE layers in a pipeline"), std::string::npos)
+          << e.what();
     }
   });
 }

@@ -9,11 +9,17 @@
 //  - Checkpoints: DeepSpeed's MoE layout with zero_pp_rank files (ZeRO 1/2) or the expp_rank files
 //    (stage 0), exact resume, and the weights onto another ep_size; zero_to_fp32 names the
 //    experts by global id.
+//  - Model parallelism (an mpu: 2 model-parallel peers x 2 data-parallel ranks): the expert
+//    groups are cut from each peer's data-parallel group, as DeepSpeed's
+//    _create_expert_data_and_model_parallel; the peers train exactly as 2 data-parallel ranks
+//    without an mpu, save per model-parallel rank and resume exactly.
 //  - Universal checkpoints: ds_to_universal names every expert by its global id; loading it
 //    (load_universal) resumes the same shape exactly, and onto ep_size 1 at another stage
 //    follows the uninterrupted run, optimizer states included.
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/moe.h"
+#include "deepspeed/mpu.h"
+#include "deepspeed/topology.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -454,6 +460,95 @@ TEST(MoEZeroDistUniversal, DataBeforeExpertLayoutLoadsOntoTheDefaultOne) {
       ASSERT_NE(expect, nullptr) << item.key();
       EXPECT_TRUE(torch::allclose(item.value(), *expect, 1e-5, 1e-5))
           << item.key() << " max diff " << (item.value() - *expect).abs().max().item<double>();
+    }
+  });
+}
+
+// An mpu of 2 model-parallel peers x 2 data-parallel ranks (the model replicated over the
+// peers, as the mpu test's): each data-parallel group {0, 2}, {1, 3} gets its own expert groups
+// of ep_size 2, so the peers train as the 2 data-parallel ranks of a job without an mpu. The
+// seed follows the data-parallel rank: the peers draw the same RTS tokens.
+TEST(MoEZeroDistModelParallel, PeersTrainAsDataParallelRanksAndResume) {
+  share_dir();
+  const std::string dir = shared_dir();
+  const CkptCase c{"Zero2Fp32", 2, "fp32"};
+  const auto model_for = [](const comm::Group* dp) {
+    moe::MoEOptions o;
+    o.num_experts = kExperts;
+    o.ep_size = 2;
+    o.k = 2;
+    o.capacity_factor = 1.0;
+    auto model = std::make_shared<MoENetImpl>(o, 0.01);
+    model->moe->set_deepspeed_parallelism(false, dp);
+    model->init_experts();
+    return model;
+  };
+  run_ranks(2, [&](int rank, int world) {
+    auto model = model_for(nullptr);
+    auto [engine, opt, sched] = initialize(model, ckpt_config(c));
+    torch::manual_seed(4242 + rank);
+    train_steps(*engine, rank, world, 0, 4);
+    checkpoint::save(checkpoint::ivalue_from_tensors(global_params(*model)),
+                     dir + "/plain" + std::to_string(rank) + ".pt");
+  });
+  run_ranks(4, [&](int rank, int world) {
+    (void)world;
+    auto mpu = std::make_shared<TopologyMpu>(PipeModelDataParallelTopology(1, /*mp=*/2, /*dp=*/2));
+    const comm::Group dp = mpu->get_data_parallel_group();
+    const int dp_rank = dp.rank();
+    const std::string plain = dir + "/plain" + std::to_string(dp_rank) + ".pt";
+    const auto expect = checkpoint::tensors_from_ivalue(checkpoint::load(plain), plain);
+    const auto expect_plain = [&](MoENetImpl& model) {
+      const auto now = global_params(model);
+      ASSERT_EQ(now.size(), expect.size());
+      for (const auto& item : now) {
+        const at::Tensor* e = expect.find(item.key());
+        ASSERT_NE(e, nullptr) << item.key();
+        EXPECT_TRUE(torch::equal(item.value(), *e)) << "rank " << rank << " " << item.key();
+      }
+    };
+    {
+      auto model = model_for(&dp);
+      auto [engine, opt, sched] = initialize(model, ckpt_config(c), nullptr, nullptr, mpu);
+      const auto* groups = model->moe->ep_groups();
+      ASSERT_NE(groups, nullptr);
+      EXPECT_EQ(groups->expert_parallel.ranks(), dp.ranks());  // ep_size 2 = the dp group
+      EXPECT_EQ(groups->expert_data_parallel.ranks(), std::vector<int>{rank});
+      torch::manual_seed(4242 + dp_rank);
+      train_steps(*engine, dp_rank, 2, 0, 2);
+      engine->save_checkpoint(dir + "/mpu_ckpt", std::string("step2"));
+      train_steps(*engine, dp_rank, 2, 2, 4);
+      expect_plain(*model);
+    }
+    // Each model-parallel rank's files (experts under mp_rank_XX), and an exact resume.
+    EXPECT_TRUE(std::filesystem::exists(dir + "/mpu_ckpt/step2/layer_0_expert_3_mp_rank_" +
+                                        std::string(mpu->get_model_parallel_rank() ? "01" : "00") +
+                                        "_model_states.pt"));
+    auto model = model_for(&dp);
+    auto [engine, opt, sched] = initialize(model, ckpt_config(c), nullptr, nullptr, mpu);
+    engine->load_checkpoint(dir + "/mpu_ckpt", std::string("step2"));
+    train_steps(*engine, dp_rank, 2, 2, 4);
+    expect_plain(*model);
+  });
+  // Groups made over the world before initialize would mix the peers: refused by name, and so
+  // is a second layout of the same ep_size in one process.
+  run_ranks(4, [&](int, int) {
+    auto mpu = std::make_shared<TopologyMpu>(PipeModelDataParallelTopology(1, /*mp=*/2, /*dp=*/2));
+    const comm::Group dp = mpu->get_data_parallel_group();
+    auto model = model_for(nullptr);
+    try {
+      initialize(model, ckpt_config(c), nullptr, nullptr, mpu);
+      ADD_FAILURE() << "world expert groups under an mpu were accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("outside this rank's data-parallel group"),
+                std::string::npos) << e.what();
+    }
+    try {
+      model_for(&dp);
+      ADD_FAILURE() << "a second ep_size_2 layout was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("other data-parallel groups"), std::string::npos)
+          << e.what();
     }
   });
 }
