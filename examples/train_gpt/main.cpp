@@ -329,11 +329,9 @@ int run(const Args& a) {
   gcfg.n_embd = a.n_embd;
   gcfg.dropout = a.dropout;
   gcfg.moe = a.moe;
-  if (a.moe.enabled() && (pipelined || tp > 1 || a.activation_checkpointing)) {
+  if (a.moe.enabled() && (pipelined || a.activation_checkpointing)) {
     throw ds::UsageError(std::string("--moe_num_experts with ") +
-                         (pipelined ? "--pipeline_parallel_size > 1"
-                          : tp > 1  ? "--tensor_parallel_size > 1"
-                                    : "--activation_checkpointing") +
+                         (pipelined ? "--pipeline_parallel_size > 1" : "--activation_checkpointing") +
                          " is not supported yet (docs/moe.md)");
   }
   // A pipeline checkpoints its layers itself (activation_checkpoint_interval 1: each block).

@@ -1,5 +1,6 @@
 // train_gpt with MoE blocks under the deepspeed launcher on 2 ranks: --moe_* flags, the
-// moe_aux_loss metric, DeepSpeed's MoE checkpoint files and an exact resume.
+// moe_aux_loss metric, DeepSpeed's MoE checkpoint files and an exact resume; with
+// --tensor_parallel_size 2 on 4 ranks, the same training as without it.
 #include <unistd.h>
 
 #include <cmath>
@@ -28,12 +29,13 @@ constexpr const char* kZero2Bf16Config = R"({"train_micro_batch_size_per_gpu": 2
     "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.0}}})";
 
 std::string launch(const testing::TempDir& dir, int steps, const std::string& metrics,
-                   const std::string& extra, const char* config = kConfig) {
+                   const std::string& extra, const char* config = kConfig, int ranks = 2) {
   static int runs = 0;
   testing::write_text_file(dir.file("ds_config.json"), config);
   std::ifstream src(DS_FIXTURE_TEXT);
   std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
-  return std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " +
+  return std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus " + std::to_string(ranks) +
+         " --master_port " +
          std::to_string(28600 + (::getpid() % 300) + 300 * (runs++ % 3)) + " " + DS_TRAIN_GPT_BIN +
          " --deepspeed_config " + dir.file("ds_config.json") + " --data " +
          dir.file("corpus.txt") + " --steps " + std::to_string(steps) +
@@ -100,6 +102,29 @@ TEST(TrainGptMoEE2E, ResumeContinuesExactly) { expect_exact_resume(kConfig); }
 
 TEST(TrainGptMoEE2E, ResumeContinuesExactlyUnderZero2Bf16) {
   expect_exact_resume(kZero2Bf16Config);
+}
+
+// Tensor parallelism with MoE: TP=2 x DP=2 on 4 ranks. AutoTP shards the experts' projections
+// as the dense MLP's, and the expert groups are cut from each tensor-parallel rank's
+// data-parallel group; so the losses and gradient norms are those of the 2 data-parallel ranks
+// without TP (fp32: to rounding).
+TEST(TrainGptMoEE2E, TensorParallelTrainsAsDataParallelRanks) {
+  testing::TempDir dir;
+  auto dp = run_command(launch(dir, 4, "dp.jsonl", ""));
+  ASSERT_EQ(dp.exit_code, 0) << dp.out << dp.err;
+  auto tp = run_command(launch(dir, 4, "tp.jsonl", "--tensor_parallel_size 2", kConfig, 4));
+  ASSERT_EQ(tp.exit_code, 0) << tp.out << tp.err;
+  EXPECT_NE(tp.out.find("deepspeed_experts.0.c_fc"), std::string::npos) << tp.out;  // sharded
+  auto a = read_rows(dir.file("dp.jsonl"));
+  auto b = read_rows(dir.file("tp.jsonl"));
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    for (const char* key : {"loss", "grad_norm", "moe_aux_loss"}) {
+      const double want = a[i][key].get<double>();
+      EXPECT_NEAR(b[i][key].get<double>(), want, 1e-6 * std::abs(want)) << key << " step " << i;
+    }
+  }
 }
 
 TEST(TrainGptMoEE2E, RefusesAnEpSizeThatDoesNotDivideTheWorld) {

@@ -106,7 +106,9 @@ class Stage0 final : public FlatZeroOptimizer {
       std::vector<at::Tensor> grads;
       for (const auto& p : e.params) {
         expert_keys.insert(p.unsafeGetTensorImpl());
-        grads.push_back(p.grad());
+        // A replicated expert parameter (a row-parallel bias under AutoTP) counts on one
+        // tensor-parallel rank only, as the dense ones.
+        if (!norm_excluded_.count(p.unsafeGetTensorImpl())) grads.push_back(p.grad());
       }
       double sq = squared_l2_norm(grads);
       if (e.expert_parallel.size() > 1) sq = sum_over_group(sq, e.expert_parallel);
@@ -124,11 +126,10 @@ class Stage0 final : public FlatZeroOptimizer {
   }
 
   void exclude_from_norm(const std::vector<at::Tensor>& params) override {
-    std::set<const void*> out;
-    for (const auto& p : params) out.insert(p.unsafeGetTensorImpl());
+    for (const auto& p : params) norm_excluded_.insert(p.unsafeGetTensorImpl());
     norm_params_.emplace();
     for (const auto& p : params_) {
-      if (!out.count(p.unsafeGetTensorImpl())) norm_params_->push_back(p);
+      if (!norm_excluded_.count(p.unsafeGetTensorImpl())) norm_params_->push_back(p);
     }
   }
 
@@ -208,6 +209,7 @@ class Stage0 final : public FlatZeroOptimizer {
   std::vector<std::unique_ptr<GradReducer>> reducers_;  // data-parallel, then expert groups
   std::vector<ExpertPart> experts_;
   std::optional<std::vector<at::Tensor>> norm_params_;  // set by exclude_from_norm
+  std::set<const void*> norm_excluded_;                  // what it left out
   onebit::CompressedCommunication* compressed_ = nullptr;
   bool reducing_ = false;  // this backward's gradients go through reducers_
   bool last_boundary_reduced_ = true;  // false after a boundary left to a 1-bit optimizer
