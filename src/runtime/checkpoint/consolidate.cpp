@@ -151,21 +151,12 @@ void merge_stage12(TensorDict& out, const ModelStateParts& model,
   for (size_t g = 0; g < groups; ++g) {
     const auto& counts = ranks[0].partition_count;
     const int64_t count = g < counts.size() ? counts[g] : world_size;
-    // Every rank's partition, or (an MoE expert group, partitioned over its
-    // expert-data-parallel group) those of each expert-parallel rank's group.
-    std::vector<std::vector<int>> holder_sets;
-    if (count == world_size) {
-      holder_sets.emplace_back();
-      for (int r = 0; r < static_cast<int>(ranks.size()); ++r) holder_sets[0].push_back(r);
-    } else {
-      DS_CHECK(model.moe.has_value(), CheckpointError, ranks[0].path, ": param group ", g,
-               " is partitioned over ", count, " ranks, others over ", world_size, ", but ",
-               model.path, " names no MoE experts (num_experts)");
-      holder_sets = model.moe->holders(count);
-    }
     const int64_t align = 2 * count;
     auto aligned = [&](int64_t n) { return (n + align - 1) / align * align; };
-    for (const auto& holders : holder_sets) {
+    // Every rank's partition, or (an MoE expert group, partitioned over its
+    // expert-data-parallel group) those of each expert-parallel rank's group.
+    for (const auto& holders : detail::partition_holders(
+             count, world_size, g, model.moe ? &*model.moe : nullptr, ranks[0].path)) {
       std::vector<at::Tensor> parts;
       for (int r : holders) {
         const auto& rank = ranks[static_cast<size_t>(r)];

@@ -95,17 +95,7 @@ UniversalSource read_zero012_source(const std::string& dir, int64_t m,
     // group, partitioned over its expert-data-parallel group) those of each expert-parallel
     // rank, whose local expert names are renamed to global ones.
     const int64_t count = g < ranks[0].partition_count.size() ? ranks[0].partition_count[g] : 0;
-    std::vector<std::vector<int>> holder_sets;
-    if (count == saved_world) {
-      holder_sets.emplace_back();
-      for (int r = 0; r < static_cast<int>(ranks.size()); ++r) holder_sets[0].push_back(r);
-    } else {
-      DS_CHECK(moe != nullptr, CheckpointError, files[0], ": param group ", g,
-               " is partitioned over ", count, " of ", saved_world,
-               " ranks, but the model states name no MoE experts (num_experts)");
-      holder_sets = moe->holders(count);
-    }
-    for (const auto& holders : holder_sets) {
+    for (const auto& holders : detail::partition_holders(count, saved_world, g, moe, files[0])) {
       std::vector<at::Tensor> masters;
       std::map<std::string, std::vector<at::Tensor>> per_element;
       std::optional<at::Tensor> step;

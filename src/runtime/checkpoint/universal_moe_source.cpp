@@ -169,6 +169,19 @@ void MoeExperts::add_frozen(UniversalSource* out) const {
   }
 }
 
+std::vector<std::vector<int>> partition_holders(int64_t count, int64_t world, size_t g,
+                                                const MoeExperts* moe, const std::string& path) {
+  if (count == world) {
+    std::vector<int> all(static_cast<size_t>(world));
+    for (int r = 0; r < static_cast<int>(world); ++r) all[static_cast<size_t>(r)] = r;
+    return {all};
+  }
+  DS_CHECK(moe != nullptr, CheckpointError, path, ": param group ", g, " is partitioned over ",
+           count, " of ", world, " ranks, but the model states name no MoE experts "
+           "(num_experts)");
+  return moe->holders(count);
+}
+
 UniversalSource read_zero0_moe_source(const std::string& dir, int64_t mp_rank,
                                       const IValue& model_states, const std::string& path,
                                       const MoeExperts& moe) {

@@ -86,6 +86,13 @@ class MoeExperts {
   std::vector<std::string> buffers_;     // expert buffers, as "<prefix>|<rest>"
 };
 
+/// The data-parallel ranks whose partitions of param group `g` (partitioned over `count` of
+/// `world` ranks) join into whole flats: one set of every rank, or (an MoE expert group, over
+/// its expert-data-parallel group) one per expert-parallel rank. CheckpointError naming `path`
+/// for a smaller count without `moe`.
+std::vector<std::vector<int>> partition_holders(int64_t count, int64_t world, size_t g,
+                                                const MoeExperts* moe, const std::string& path);
+
 /// A ZeRO-0 MoE checkpoint's model-parallel rank `mp_rank`: the optimizer of each
 /// expert-parallel rank in its expp_rank_<e> file; dense parameters from the first, experts
 /// by global id from each. `model_states` was read from `path`.
