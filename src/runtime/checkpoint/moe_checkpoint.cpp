@@ -14,8 +14,6 @@ namespace {
 
 namespace ckpt = deepspeed::checkpoint;
 
-const std::string kExpertsPrefix = "deepspeed_moe.experts.deepspeed_experts.";
-
 std::string two_digits(int v) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "%02d", v);
@@ -48,13 +46,14 @@ std::vector<std::pair<std::string, std::string>> expert_keys(const std::string& 
                                                              moe::MoEImpl& layer, int64_t local,
                                                              int64_t id) {
   std::vector<std::pair<std::string, std::string>> out;
-  const std::string local_prefix = kExpertsPrefix + std::to_string(local) + ".";
+  const std::string local_prefix = std::string(kExpertKeyPrefix) + std::to_string(local) + ".";
   for (const auto& item : ckpt::module_state_dict(layer)) {
     const std::string& k = item.key();
     if (k.rfind(local_prefix, 0) != 0) continue;
     const std::string rest = k.substr(local_prefix.size());
     out.emplace_back(prefixed(module_name, k),
-                     prefixed(module_name, kExpertsPrefix + std::to_string(id) + "." + rest));
+                     prefixed(module_name,
+                              std::string(kExpertKeyPrefix) + std::to_string(id) + "." + rest));
   }
   return out;
 }
@@ -131,7 +130,8 @@ std::map<std::string, std::string> expert_global_names(torch::nn::Module& module
   std::map<std::string, std::string> out;
   for (const auto& [name, layer] : named_moe_layers(module)) {
     for (int64_t i = 0; i < layer->num_local_experts(); ++i) {
-      for (auto& [local_key, global_key] : expert_keys(name, *layer, i, layer->global_expert_id(i))) {
+      const int64_t id = layer->global_expert_id(i);
+      for (auto& [local_key, global_key] : expert_keys(name, *layer, i, id)) {
         out.emplace(std::move(local_key), std::move(global_key));
       }
     }

@@ -15,6 +15,10 @@
 
 namespace deepspeed::runtime {
 
+/// What precedes an expert's id in its keys, after the MoE layer's module name:
+/// "<layer>.deepspeed_moe.experts.deepspeed_experts.<id>.<param>".
+inline constexpr const char* kExpertKeyPrefix = "deepspeed_moe.experts.deepspeed_experts.";
+
 /// layer_<L>_expert_<E>_mp_rank_<mp:02d>_model_states.pt
 std::string expert_file_name(int moe_layer_id, int64_t global_expert_id, int mp_rank = 0);
 /// expp_rank_<ep>_mp_rank_<mp:02d>_optim_states.pt

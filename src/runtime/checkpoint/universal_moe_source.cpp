@@ -20,8 +20,6 @@ namespace {
 
 using c10::IValue;
 
-constexpr const char* kExperts = "deepspeed_moe.experts.deepspeed_experts.";
-
 // An expert entry's name split around its expert id.
 struct ExpertName {
   std::string layer;  // the MoE layer's key prefix, "" or "<module>."
@@ -30,9 +28,9 @@ struct ExpertName {
 };
 
 std::optional<ExpertName> parse_expert_name(const std::string& name) {
-  const size_t at = name.find(kExperts);
+  const size_t at = name.find(runtime::kExpertKeyPrefix);
   if (at == std::string::npos || (at > 0 && name[at - 1] != '.')) return std::nullopt;
-  const size_t digits = at + std::char_traits<char>::length(kExperts);
+  const size_t digits = at + std::char_traits<char>::length(runtime::kExpertKeyPrefix);
   const size_t dot = name.find('.', digits);
   if (dot == std::string::npos || dot == digits) return std::nullopt;
   const std::string id = name.substr(digits, dot - digits);
@@ -43,7 +41,7 @@ std::optional<ExpertName> parse_expert_name(const std::string& name) {
 }
 
 std::string expert_name(const ExpertName& e) {
-  return e.layer + kExperts + std::to_string(e.id) + "." + e.rest;
+  return e.layer + runtime::kExpertKeyPrefix + std::to_string(e.id) + "." + e.rest;
 }
 
 }  // namespace
@@ -100,7 +98,9 @@ std::optional<MoeExperts> MoeExperts::read(const std::string& dir, int64_t mp,
     l.ep_size = l.num_experts / n->second;
   }
   for (const auto& b : states.buffer_names) {
-    if (const auto name = parse_expert_name(b)) out.buffers_.push_back(name->layer + "|" + name->rest);
+    if (const auto name = parse_expert_name(b)) {
+      out.buffers_.push_back(name->layer + "|" + name->rest);
+    }
   }
   return out;
 }
@@ -110,7 +110,8 @@ bool MoeExperts::is_expert(const std::string& name) const {
 }
 
 int64_t MoeExperts::ep_rank_of(int rank, int64_t ep_size) const {
-  const auto lists = moe::expert_group_ranks(world_, ep_size, data_before_expert_).expert_data_parallel;
+  const auto lists =
+      moe::expert_group_ranks(world_, ep_size, data_before_expert_).expert_data_parallel;
   for (size_t i = 0; i < lists.size(); ++i) {
     if (std::find(lists[i].begin(), lists[i].end(), rank) != lists[i].end()) {
       return static_cast<int64_t>(i);
