@@ -30,6 +30,12 @@ namespace deepspeed::pipe {
 struct Layer {
   std::shared_ptr<torch::nn::Module> module;
   std::function<at::Tensor(const at::Tensor&)> forward;
+  /// Optional: the layer's auxiliary loss from the forward just run (an MoE layer's
+  /// load-balancing loss: a scalar connected to its parameters), called right after each
+  /// forward. The training loss is loss_fn's plus PipelineModuleOptions::aux_loss_coef times the
+  /// sum of every stage's layers' auxiliary losses; each stage back-propagates its own share, so
+  /// nothing but the activation travels between stages.
+  std::function<at::Tensor()> aux_loss;
 };
 
 /// DeepSpeed's LayerSpec: how to build one layer, called only on the stage that owns it (and,
@@ -108,6 +114,8 @@ struct PipelineModuleOptions {
   /// DeepSpeed's activation_checkpoint_interval: every that many layers form one activation
   /// checkpoint (deepspeed/checkpointing.h); 0 disables. See docs/pipeline.md.
   int activation_checkpoint_interval = 0;
+  /// The weight of the layers' auxiliary losses (Layer::aux_loss) in the training loss.
+  double aux_loss_coef = 1.0;
 };
 
 /// DeepSpeed's PipelineModule: the layers of this rank's stage (registered as "<layer index>",
@@ -122,8 +130,14 @@ class PipelineModule : public torch::nn::Module {
   /// Runs this stage's layers on `input` (the micro-batch on the first stage, the previous
   /// stage's activation otherwise).
   /// With activation_checkpoint_interval > 0, every run of that many layers holding parameters
-  /// goes through checkpointing::checkpoint (recomputed in backward).
+  /// goes through checkpointing::checkpoint (recomputed in backward); the auxiliary losses of
+  /// its layers leave the checkpoint as a second output.
   at::Tensor forward(const at::Tensor& input);
+  /// Whether a layer of this stage has an auxiliary loss (Layer::aux_loss).
+  bool has_aux_loss() const;
+  /// The sum of this stage's layers' auxiliary losses in the last forward (unweighted, with
+  /// grad); undefined when no layer of the stage has one.
+  const at::Tensor& aux_loss() const { return aux_loss_; }
   /// The engine sets the config's pipeline.activation_checkpoint_interval here when the module
   /// was built without one.
   void set_activation_checkpoint_interval(int interval);
@@ -171,8 +185,8 @@ class PipelineModule : public torch::nn::Module {
   };
   void build_local_layers();
   void index_tied_modules();
-  /// Local layers [begin, end) in order.
-  at::Tensor run_layers(size_t begin, size_t end, const at::Tensor& input);
+  /// Local layers [begin, end) in order; adds their auxiliary losses to `*aux`.
+  at::Tensor run_layers(size_t begin, size_t end, const at::Tensor& input, at::Tensor* aux);
   static at::Tensor tied_weight(torch::nn::Module& m, const std::string& attr);
 
   std::vector<LayerSpec> specs_;
@@ -185,6 +199,8 @@ class PipelineModule : public torch::nn::Module {
   std::vector<std::function<at::Tensor(const at::Tensor&)>> forward_funcs_;
   std::vector<std::shared_ptr<torch::nn::Module>> local_modules_;  // per local layer (may be null)
   std::vector<bool> local_has_parameters_;  // per local layer, tied functions included
+  std::vector<std::function<at::Tensor()>> local_aux_losses_;  // per local layer (may be null)
+  at::Tensor aux_loss_;  // the last forward's sum of local_aux_losses_
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> tied_modules_;
   std::vector<std::pair<std::string, std::function<at::Tensor(const at::Tensor&)>>> tied_forwards_;
   std::vector<TiedComm> tied_comms_;
@@ -298,8 +314,13 @@ class PipelineEngine : public Engine {
   bool is_first_stage() const { return pipe_module_->is_first_stage(); }
   bool is_last_stage() const { return pipe_module_->is_last_stage(); }
   int64_t micro_batches() const { return gradient_accumulation_steps(); }
-  /// The loss train_batch returned last (DeepSpeed's agg_train_loss).
+  /// The loss train_batch returned last (DeepSpeed's agg_train_loss): loss_fn's mean plus
+  /// aux_loss_coef times agg_aux_loss().
   double agg_train_loss() const { return agg_train_loss_; }
+  /// The layers' auxiliary losses (Layer::aux_loss) in the last train_batch, unweighted: summed
+  /// over the stages, averaged over the micro-batches and the data-parallel replicas (0 without
+  /// any).
+  double agg_aux_loss() const { return agg_aux_loss_; }
   const PipeStageTimes& last_batch_times() const { return times_; }
 
  protected:
@@ -311,6 +332,7 @@ class PipelineEngine : public Engine {
     at::Tensor labels;   // last stage
     at::Tensor outputs;  // the activation sent on, or the loss on the last stage
     at::Tensor grad;     // the received gradient of `outputs`
+    at::Tensor aux;      // training: this stage's auxiliary losses of the micro-batch
   };
   struct PendingSend {
     comm::Handle handle;
@@ -327,7 +349,8 @@ class PipelineEngine : public Engine {
   void reduce_tied_grads();
   void reduce_grads();
   void wait_sends();
-  at::Tensor aggregate_loss(int micro_batches);
+  at::Tensor aggregate_loss(int micro_batches, bool training);
+  at::Tensor aggregate_loss_with_aux(int micro_batches, bool training);
   int prev_rank() const;
   int next_rank() const;
 
@@ -336,6 +359,8 @@ class PipelineEngine : public Engine {
   std::vector<Buffer> buffers_;
   std::vector<PendingSend> pending_sends_;
   std::vector<at::Tensor> losses_;  // last stage: each micro-batch's loss, detached
+  std::vector<at::Tensor> aux_losses_;  // each micro-batch's auxiliary losses, detached
+  bool pipeline_has_aux_loss_ = false;  // a layer of some stage has an auxiliary loss
   // Note [Activation shapes]: the first activation a stage sends is preceded by its shape and
   // dtype; later ones must match (DeepSpeed negotiates once unless dynamic_shape).
   std::optional<std::vector<int64_t>> sent_shape_;
@@ -343,6 +368,7 @@ class PipelineEngine : public Engine {
   at::ScalarType recv_dtype_ = at::kFloat;
   double replicated_tied_norm_sq_ = 0.0;
   double agg_train_loss_ = 0.0;
+  double agg_aux_loss_ = 0.0;
   PipeStageTimes times_;
 };
 

@@ -12,13 +12,41 @@
 
 namespace deepspeed::runtime {
 
+namespace {
+
+// The ep_sizes of every rank's MoE layers, ascending: one MAX all-reduce over the world of a
+// presence list indexed by ep_size (an ep_size divides a data-parallel size, so it is at most
+// the world; a larger one is left to configure_moe's error).
+std::vector<int64_t> ep_sizes_of_every_rank(torch::nn::Module& module) {
+  const int world = comm::get_world_size();
+  at::Tensor present = at::zeros({world + 1}, at::kLong);
+  for (const auto& layer : moe::moe_layers(module)) {
+    const int64_t ep = layer->options().ep_size;
+    if (ep >= 1 && ep <= world) present[ep] = 1;
+  }
+  comm::all_reduce(present, comm::ReduceOp::kMax);
+  std::vector<int64_t> out;
+  for (int64_t ep = 1; ep <= world; ++ep) {
+    if (present[ep].item<int64_t>() != 0) out.push_back(ep);
+  }
+  return out;
+}
+
+}  // namespace
+
 void configure_moe_layers(torch::nn::Module& module, const DeepSpeedConfig& config,
                           const comm::Group& dp_group, int pipeline_stages) {
-  DS_CHECK(pipeline_stages <= 1 || moe::moe_layers(module).empty(), NotSupportedError,
-           "MoE layers in a pipeline (", pipeline_stages, " stages) are not supported yet; MoE "
-           "runs with data and tensor (model) parallelism");
   const bool data_before_expert =
       config.raw.is_object() && config.raw.value("use_data_before_expert_parallelism", false);
+  if (pipeline_stages > 1) {
+    // Making a group is collective over the world, and a stage without MoE layers (or with
+    // other ep_sizes) would otherwise skip the calls the other stages make.
+    for (int64_t ep : ep_sizes_of_every_rank(module)) {
+      if (dp_group.size() % ep == 0) {
+        moe::create_expert_and_data_parallel(ep, data_before_expert, &dp_group);
+      }
+    }
+  }
   moe::configure_moe(module, data_before_expert, dp_group);
 }
 

@@ -15,7 +15,8 @@ namespace deepspeed::runtime {
 
 /// Gives the model's MoE layers their expert groups, cut from the data-parallel groups (the
 /// config's use_data_before_expert_parallelism); collective over the world. No-op without MoE
-/// layers. NotSupportedError for MoE layers in a pipeline of `pipeline_stages` > 1.
+/// layers, except in a pipeline (`pipeline_stages` > 1), where the stages hold different layers:
+/// every rank then makes the groups of every ep_size some stage uses, in one order.
 void configure_moe_layers(torch::nn::Module& module, const DeepSpeedConfig& config,
                           const comm::Group& dp_group, int pipeline_stages);
 

@@ -4,11 +4,9 @@
 // the same ranks, top-1 and top-2, with and without clipping; with the auxiliary loss off, as the
 // single-process model trained on all ranks' tokens. A rank whose expert gets no token neither
 // hangs nor moves it (ZeRO 0 and 2). ZeRO-3 is refused by name. ZeRO 1/2, fp16/bf16 and the
-// checkpoints: moe_zero_dist_test.
+// checkpoints: moe_zero_dist_test; MoE in pipeline stages: pipe_moe_dist_test.
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/moe.h"
-#include "deepspeed/mpu.h"
-#include "deepspeed/topology.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -135,26 +133,6 @@ TEST(MoEDist, RefusesZero3ByName) {
       ADD_FAILURE() << "ZeRO-3 with MoE was accepted";
     } catch (const NotSupportedError& e) {
       EXPECT_NE(std::string(e.what()).find("Stage 3"), std::string::npos) << e.what();
-    }
-  });
-}
-
-// MoE layers inside pipeline stages are not run yet: an mpu with 2 pipeline stages is refused by
-// name (tensor/model parallelism is moe_zero_dist_test's).
-TEST(MoEDist, RefusesPipelineParallelismByName) {
-  run_ranks(2, [](int, int) {
-    auto mpu = std::make_shared<TopologyMpu>(PipeModelDataParallelTopology(/*pp=*/2, 1, 1));
-    moe::MoEOptions o;
-    o.num_experts = 2;
-    auto model = std::make_shared<MoENetImpl>(o, 0.01);
-    json config{{"train_micro_batch_size_per_gpu", 4},
-                {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.1}}}}}};
-    try {
-      initialize(model, config, nullptr, nullptr, mpu);
-      ADD_FAILURE() << "MoE in a pipeline was accepted";
-    } catch (const NotSupportedError& e) {
-      EXPECT_NE(std::string(e.what()).find("MoE layers in a pipeline"), std::string::npos)
-          << e.what();
     }
   });
 }

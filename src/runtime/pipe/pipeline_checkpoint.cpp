@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "deepspeed/checkpoint.h"
+#include "deepspeed/moe.h"
 #include "deepspeed/pipe.h"
 #include "runtime/tensor_parallel/engine_autotp.h"
 #include "util/check.h"
@@ -84,6 +85,10 @@ LoadedCheckpoint PipelineEngine::load_checkpoint(const std::string& load_dir,
   const int tp_size = tp ? tp->size() : 1;
   const int saved_stages = stages_in(dir) / tp_size;
   if (saved_stages == num_stages()) return Engine::load_checkpoint(load_dir, t, options);
+  // Each expert lives on one data-parallel rank of its stage; the layer files have rank 0's.
+  DS_CHECK(moe::moe_layers(module()).empty(), NotSupportedError, "checkpoint ", dir,
+           ": written by ", saved_stages, " pipeline stages, this job has ", num_stages(),
+           "; a pipeline with MoE layers resumes on the same number of stages");
   DS_CHECK(tp_size == 1, NotSupportedError, "checkpoint ", dir, ": loading a pipeline with "
            "tensor parallelism inside its stages onto another number of stages takes a "
            "universal checkpoint (ds_to_universal, then checkpoint.load_universal)");

@@ -81,6 +81,10 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, DeepSpeed
   set_step_logging(false);  // train_batch logs the batch itself
   const int interval = static_cast<int>(this->config().pipeline.activation_checkpoint_interval);
   if (interval > 0) pipe_module_->set_activation_checkpoint_interval(interval);
+  // Whether any stage has auxiliary losses decides how the loss is aggregated, on every stage.
+  at::Tensor any = at::full({1}, pipe_module_->has_aux_loss() ? 1 : 0, at::kLong);
+  if (pipe_group_.size() > 1) comm::all_reduce(any, comm::ReduceOp::kMax, false, pipe_group_);
+  pipeline_has_aux_loss_ = any.item<int64_t>() != 0;
 }
 
 int PipelineEngine::prev_rank() const { return pipe_group_.global_rank(stage_id() - 1); }
@@ -97,11 +101,12 @@ at::Tensor PipelineEngine::train_batch(const DataIterator& data_iter) {
   buffers_.assign(static_cast<size_t>(train_schedule_num_buffers(m, num_stages(), stage_id())),
                   Buffer{});
   losses_.clear();
+  aux_losses_.clear();
   for (const auto& step : train_schedule(m, num_stages(), stage_id())) {
     for (const auto& ins : step) execute(ins, data_iter, true);
   }
   wait_sends();
-  at::Tensor loss = aggregate_loss(m);
+  at::Tensor loss = aggregate_loss(m, /*training=*/true);
   agg_train_loss_ = loss.item<double>();
   buffers_.clear();
   times_.batch_ms = ms_since(t0);
@@ -131,11 +136,12 @@ at::Tensor PipelineEngine::eval_batch(const DataIterator& data_iter) {
   const int m = static_cast<int>(micro_batches());
   buffers_.assign(2, Buffer{});
   losses_.clear();
+  aux_losses_.clear();
   for (const auto& step : inference_schedule(m, num_stages(), stage_id())) {
     for (const auto& ins : step) execute(ins, data_iter, false);
   }
   wait_sends();
-  at::Tensor loss = aggregate_loss(m);
+  at::Tensor loss = aggregate_loss(m, /*training=*/false);
   buffers_.clear();
   sent_shape_.reset();
   recv_shape_.reset();
@@ -217,6 +223,12 @@ void PipelineEngine::load_micro_batch(Buffer& b, const DataIterator& data_iter) 
 void PipelineEngine::forward_pass(Buffer& b, bool training) {
   DS_INTERNAL_ASSERT(b.inputs.defined(), "ForwardPass on stage ", stage_id(), " without inputs");
   at::Tensor out = pipe_module_->forward(b.inputs);
+  // The auxiliary losses train (evaluation reports loss_fn's loss alone, as the model's eval
+  // forward without them).
+  if (training && pipe_module_->aux_loss().defined()) {
+    b.aux = pipe_module_->aux_loss();
+    aux_losses_.push_back(b.aux.detach().to(at::kFloat).reshape({}));
+  }
   if (is_last_stage()) {
     const auto& loss_fn = pipe_module_->loss_fn();
     DS_CHECK(loss_fn != nullptr, UsageError,
@@ -236,19 +248,31 @@ void PipelineEngine::backward_pass(Buffer& b) {
   // Every micro-batch accumulates into param.grad; the data-parallel reduction happens once, in
   // reduce_grads(), after the tied gradients were summed (DeepSpeed's ReduceTiedGrads before
   // ReduceGrads).
+  // Matches Engine::backward: loss / gradient_accumulation_steps, times the fp16 loss scale.
+  const int64_t gas = gradient_accumulation_steps();
+  auto scale = [&](at::Tensor t) {
+    if (gas > 1) t = t / static_cast<double>(gas);
+    return config().fp16.enabled ? t * loss_scale() : t;
+  };
+  const double coef = pipe_module_->options().aux_loss_coef;
   if (is_last_stage()) {
-    // Matches Engine::backward: loss / gradient_accumulation_steps, times the fp16 loss scale.
-    const int64_t gas = gradient_accumulation_steps();
-    at::Tensor scaled = gas > 1 ? b.outputs / static_cast<double>(gas) : b.outputs;
-    if (config().fp16.enabled) scaled = scaled * loss_scale();
-    scaled.backward();
+    at::Tensor loss = b.aux.defined() ? b.outputs + coef * b.aux : b.outputs;
+    scale(loss).backward();
   } else {
     DS_INTERNAL_ASSERT(b.grad.defined(), "BackwardPass on stage ", stage_id(),
                        " before its gradient arrived");
-    torch::autograd::backward({b.outputs}, {b.grad});
+    if (b.aux.defined()) {
+      // This stage's share of the loss: the same gradient as if the auxiliary losses travelled
+      // to the last stage with the activation and were added to its loss there.
+      torch::autograd::backward({b.outputs, scale(coef * b.aux)},
+                                {b.grad, at::ones_like(b.aux)});
+    } else {
+      torch::autograd::backward({b.outputs}, {b.grad});
+    }
   }
   b.outputs = at::Tensor();
   b.grad = at::Tensor();
+  b.aux = at::Tensor();
 }
 
 void PipelineEngine::send_activation(Buffer& b) {
@@ -361,7 +385,8 @@ double PipelineEngine::model_parallel_norm_squared(double dp_norm_squared) const
   return t.item<double>();
 }
 
-at::Tensor PipelineEngine::aggregate_loss(int micro_batches) {
+at::Tensor PipelineEngine::aggregate_loss(int micro_batches, bool training) {
+  if (pipeline_has_aux_loss_) return aggregate_loss_with_aux(micro_batches, training);
   // Matches DeepSpeed's _aggregate_total_loss: the last stage averages over the micro-batches
   // and the data-parallel replicas, then broadcasts to the other stages.
   at::Tensor loss = at::zeros({1}, at::kFloat);
@@ -376,6 +401,24 @@ at::Tensor PipelineEngine::aggregate_loss(int micro_batches) {
   }
   losses_.clear();
   return loss.reshape({});
+}
+
+at::Tensor PipelineEngine::aggregate_loss_with_aux(int micro_batches, bool training) {
+  // As aggregate_loss, and every stage adds its auxiliary losses: [loss_fn's, auxiliary] per
+  // stage, averaged over the micro-batches and the stage's replicas, then summed over the
+  // stages (each term lives on one stage only).
+  at::Tensor terms = at::zeros({2}, at::kFloat);
+  for (const auto& l : losses_) terms[0] += l;
+  for (const auto& a : aux_losses_) terms[1] += a;
+  terms /= static_cast<double>(micro_batches);
+  const comm::Group& dp = data_parallel_group();
+  if (dp.size() > 1) comm::all_reduce(terms, comm::ReduceOp::kAvg, false, dp);
+  if (pipe_group_.size() > 1) comm::all_reduce(terms, comm::ReduceOp::kSum, false, pipe_group_);
+  losses_.clear();
+  aux_losses_.clear();
+  if (!training) return terms[0].clone();
+  agg_aux_loss_ = terms[1].item<double>();
+  return terms[0] + pipe_module_->options().aux_loss_coef * terms[1];
 }
 
 std::shared_ptr<PipelineEngine> initialize(std::shared_ptr<PipelineModule> module,

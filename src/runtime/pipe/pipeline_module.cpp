@@ -16,6 +16,15 @@
 #include "util/logging.h"
 
 namespace deepspeed::pipe {
+namespace {
+
+std::string shape_text(at::IntArrayRef shape) {
+  std::ostringstream os;
+  os << shape;
+  return os.str();
+}
+
+}  // namespace
 
 LayerSpec LayerSpec::function(std::string type_name,
                               std::function<at::Tensor(const at::Tensor&)> fn) {
@@ -103,6 +112,7 @@ void PipelineModule::build_local_layers() {
       // its state is saved as this layer's; with forward_fn it is a function and has none.
       local_modules_.push_back(spec.tied_forward ? nullptr : module);
       local_has_parameters_.push_back(!module->parameters().empty());
+      local_aux_losses_.emplace_back();
       continue;
     }
     Layer built = spec.build();
@@ -112,6 +122,7 @@ void PipelineModule::build_local_layers() {
     forward_funcs_.push_back(built.forward);
     local_modules_.push_back(built.module);
     local_has_parameters_.push_back(built.module && !built.module->parameters().empty());
+    local_aux_losses_.push_back(built.aux_loss);
   }
 }
 
@@ -227,15 +238,32 @@ void PipelineModule::set_activation_checkpoint_interval(int interval) {
   options_.activation_checkpoint_interval = interval;
 }
 
-at::Tensor PipelineModule::run_layers(size_t begin, size_t end, const at::Tensor& input) {
+bool PipelineModule::has_aux_loss() const {
+  return std::any_of(local_aux_losses_.begin(), local_aux_losses_.end(),
+                     [](const auto& f) { return f != nullptr; });
+}
+
+at::Tensor PipelineModule::run_layers(size_t begin, size_t end, const at::Tensor& input,
+                                      at::Tensor* aux) {
   at::Tensor x = input;
-  for (size_t i = begin; i < end; ++i) x = forward_funcs_[i](x);
+  for (size_t i = begin; i < end; ++i) {
+    x = forward_funcs_[i](x);
+    if (!local_aux_losses_[i]) continue;
+    at::Tensor a = local_aux_losses_[i]();
+    DS_CHECK(a.defined() && a.numel() == 1, UsageError, "PipelineModule: layer ",
+             local_start() + static_cast<int>(i), "'s aux_loss gave ",
+             a.defined() ? "shape " + shape_text(a.sizes()) : std::string("no tensor"),
+             "; expected a scalar");
+    a = a.reshape({});
+    *aux = aux->defined() ? *aux + a : a;
+  }
   return x;
 }
 
 at::Tensor PipelineModule::forward(const at::Tensor& input) {
+  aux_loss_ = at::Tensor();
   const auto interval = static_cast<size_t>(options_.activation_checkpoint_interval);
-  if (interval == 0) return run_layers(0, forward_funcs_.size(), input);
+  if (interval == 0) return run_layers(0, forward_funcs_.size(), input, &aux_loss_);
   // As DeepSpeed's PipelineModule: each run of `interval` consecutive local layers is one
   // checkpoint() call, so only its input is kept and the run is recomputed in backward. A run
   // without parameters (say, a reshape) has nothing to recompute for and runs plainly.
@@ -245,11 +273,23 @@ at::Tensor PipelineModule::forward(const at::Tensor& input) {
     bool has_parameters = false;
     for (size_t i = begin; i < end; ++i) has_parameters = has_parameters || local_has_parameters_[i];
     if (!has_parameters || !at::GradMode::is_enabled()) {
-      x = run_layers(begin, end, x);
+      x = run_layers(begin, end, x, &aux_loss_);
       continue;
     }
-    x = checkpointing::checkpoint(
-        [this, begin, end](const at::Tensor& in) { return run_layers(begin, end, in); }, x);
+    // The checkpointed run builds no graph: its auxiliary losses become outputs of the
+    // checkpoint, connected to the layers through the recomputation.
+    const bool with_aux = std::any_of(local_aux_losses_.begin() + static_cast<ptrdiff_t>(begin),
+                                      local_aux_losses_.begin() + static_cast<ptrdiff_t>(end),
+                                      [](const auto& f) { return f != nullptr; });
+    auto out = checkpointing::checkpoint(
+        [this, begin, end, with_aux](const std::vector<at::Tensor>& in) {
+          at::Tensor aux;
+          at::Tensor y = run_layers(begin, end, in[0], &aux);
+          return with_aux ? std::vector<at::Tensor>{y, aux} : std::vector<at::Tensor>{y};
+        },
+        {x});
+    x = out[0];
+    if (with_aux) aux_loss_ = aux_loss_.defined() ? aux_loss_ + out[1] : out[1];
   }
   return x;
 }
