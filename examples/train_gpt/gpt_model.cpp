@@ -149,8 +149,23 @@ torch::Tensor GptImpl::logits(const torch::Tensor& idx) {
   auto pos = torch::arange(T, idx.options().dtype(torch::kLong));
   auto x = maybe_dropout(wte(idx) + wpe(pos), cfg_.dropout, is_training());
   for (const auto& block : blocks) {
-    x = cfg_.activation_checkpointing ? checkpointing::checkpoint_module(block, x)
-                                      : block->forward(x);
+    if (!cfg_.activation_checkpointing) {
+      x = block->forward(x);
+    } else if (!block->moe_mlp) {
+      x = checkpointing::checkpoint_module(block, x);
+    } else {
+      // The checkpointed forward runs without a graph, so the load-balancing loss leaves it as
+      // a second output (connected to the gate through the recomputation), not as the member
+      // the block sets.
+      auto out = checkpointing::checkpoint(
+          [b = block](const std::vector<at::Tensor>& in) -> std::vector<at::Tensor> {
+            auto y = b->forward(in[0]);
+            return {y, b->l_aux};
+          },
+          {x});
+      x = out[0];
+      block->l_aux = out[1];
+    }
   }
   x = ln_f(x);
   // Tied embeddings: the output projection is the token embedding matrix.

@@ -18,12 +18,30 @@ torch::Tensor GptEmbeddingImpl::forward(const torch::Tensor& idx) {
   return wte(idx) + wpe(pos);
 }
 
+namespace {
+
+// Block `index` (an MoE block when cfg.moe says so, its load-balancing loss then the layer's
+// auxiliary loss).
+pipe::LayerSpec block_spec(const GptConfig& cfg, int64_t index) {
+  pipe::LayerSpec s;
+  s.type_name = "Block";
+  s.build = [cfg, index] {
+    auto block = Block(cfg, index).ptr();
+    pipe::Layer layer{block, [block](const torch::Tensor& x) { return block->forward(x); }};
+    if (block->moe_mlp) layer.aux_loss = [block] { return block->l_aux; };
+    return layer;
+  };
+  return s;
+}
+
+}  // namespace
+
 std::vector<pipe::LayerSpec> gpt_pipeline_specs(const GptConfig& cfg) {
   using pipe::LayerSpec;
   std::vector<LayerSpec> specs;
   LayerSpec embed = LayerSpec::of<GptEmbedding>("GptEmbedding", cfg);
   specs.push_back(pipe::TiedLayerSpec("embed", embed, nullptr, {"wte.weight"}));
-  for (int64_t i = 0; i < cfg.n_layer; ++i) specs.push_back(LayerSpec::of<Block>("Block", cfg));
+  for (int64_t i = 0; i < cfg.n_layer; ++i) specs.push_back(block_spec(cfg, i));
   specs.push_back(LayerSpec::of<torch::nn::LayerNorm>(
       "LayerNorm", torch::nn::LayerNormOptions(std::vector<int64_t>{cfg.n_embd})));
   specs.push_back(pipe::TiedLayerSpec(

@@ -258,6 +258,9 @@ double pipeline_held_out_loss(ds::pipe::PipelineEngine& engine, const std::vecto
                          std::to_string(micro * gas * dp) + " windows of " +
                          std::to_string(a.seq_len) + " tokens)");
   }
+  // As held_out_loss: on a copy of the generator's state (MoE's sampling draws from it).
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  const at::Tensor rng_state = gen.get_state();
   double sum = 0.0;
   int64_t b = 0;
   for (int64_t c = 0; c < calls; ++c) {
@@ -269,6 +272,7 @@ double pipeline_held_out_loss(ds::pipe::PipelineEngine& engine, const std::vecto
       return ds::pipe::MicroBatch{batch.inputs, batch.targets};
     }).item<double>();
   }
+  gen.set_state(rng_state);
   return sum / static_cast<double>(calls);
 }
 
@@ -329,11 +333,6 @@ int run(const Args& a) {
   gcfg.n_embd = a.n_embd;
   gcfg.dropout = a.dropout;
   gcfg.moe = a.moe;
-  if (a.moe.enabled() && (pipelined || a.activation_checkpointing)) {
-    throw ds::UsageError(std::string("--moe_num_experts with ") +
-                         (pipelined ? "--pipeline_parallel_size > 1" : "--activation_checkpointing") +
-                         " is not supported yet (docs/moe.md)");
-  }
   // A pipeline checkpoints its layers itself (activation_checkpoint_interval 1: each block).
   gcfg.activation_checkpointing = a.activation_checkpointing && !pipelined;
   // Under ZeRO-3 the blocks are partitioned as they are built (DeepSpeed's zero.Init), so no
@@ -351,6 +350,7 @@ int run(const Args& a) {
     po.seed_layers = true;
     po.base_seed = a.seed;
     po.activation_checkpoint_interval = a.activation_checkpointing ? 1 : 0;
+    po.aux_loss_coef = a.moe.aux_loss_coef;  // MoE blocks: each stage trains its gates
     if (tp > 1) {  // 3D: pipe P x model T x data world / (P T); AutoTP inside each stage
       deepspeed::examples::check_gpt_tensor_parallel(gcfg, tp);
       po.topology = deepspeed::examples::gpt_parallel_topology(po.num_stages, tp);
@@ -508,6 +508,7 @@ int run(const Args& a) {
         return ds::pipe::MicroBatch{batch.inputs, batch.targets};
       }).item<double>();
       loss_sum = loss * static_cast<double>(gas);
+      aux_sum = pp_engine->agg_aux_loss() * static_cast<double>(gas);
     } else {
       for (int64_t m = 0; m < gas; ++m) {
         auto batch = make_batch(split.train, sampler.next_micro_batch(), a.seq_len);
@@ -630,6 +631,10 @@ int main(int argc, char** argv) {
   app.add_option("--metrics_file", a.metrics_file, "write one JSON object per optimizer step");
   app.add_option("--eval_batches", a.eval_batches, "held-out micro-batches per rank")
       ->capture_default_str();
+  app.add_option("--val_fraction", a.val_fraction,
+                 "share of the corpus held out (the end) for the held-out loss")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 0.5));
   app.add_option("--save_dir", a.save_dir,
                  "write checkpoints (DeepSpeed's layout) here, every --save_interval steps and "
                  "after the last");

@@ -1,6 +1,7 @@
 // train_gpt with MoE blocks under the deepspeed launcher on 2 ranks: --moe_* flags, the
 // moe_aux_loss metric, DeepSpeed's MoE checkpoint files and an exact resume; with
-// --tensor_parallel_size 2 on 4 ranks, the same training as without it.
+// --tensor_parallel_size 2 on 4 ranks and with --activation_checkpointing, the same training as
+// without them; in 2 pipeline stages x 2 replicas.
 #include <unistd.h>
 
 #include <cmath>
@@ -39,7 +40,8 @@ std::string launch(const testing::TempDir& dir, int steps, const std::string& me
          std::to_string(28600 + (::getpid() % 300) + 300 * (runs++ % 3)) + " " + DS_TRAIN_GPT_BIN +
          " --deepspeed_config " + dir.file("ds_config.json") + " --data " +
          dir.file("corpus.txt") + " --steps " + std::to_string(steps) +
-         " --n_layer 2 --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 2 --metrics_file " +
+         (extra.find("--n_layer") == std::string::npos ? " --n_layer 2" : "") +
+         " --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 2 --metrics_file " +
          dir.file(metrics) +
          " --moe_num_experts 4 --moe_ep_size 2 --moe_top_k 2 --moe_every 2"
          " --moe_capacity_factor 1.25 --moe_aux_loss_coef 0.01 " + extra;
@@ -79,13 +81,15 @@ TEST(TrainGptMoEE2E, TrainsWithExpertParallelismAndReportsTheAuxLoss) {
 
 // 3 steps, save, resume to 6: the same losses as 6 steps straight (token dropping with random
 // token selection and the Gumbel second expert included: the RNG states come back too).
-void expect_exact_resume(const char* config) {
+void expect_exact_resume(const char* config, const std::string& extra = "", int ranks = 2) {
   testing::TempDir dir;
-  auto full = run_command(launch(dir, 6, "full.jsonl", "", config));
+  auto full = run_command(launch(dir, 6, "full.jsonl", extra, config, ranks));
   ASSERT_EQ(full.exit_code, 0) << full.out << full.err;
-  auto first = run_command(launch(dir, 3, "first.jsonl", "--save_dir " + dir.file("ckpt"), config));
+  auto first = run_command(
+      launch(dir, 3, "first.jsonl", extra + " --save_dir " + dir.file("ckpt"), config, ranks));
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
-  auto second = run_command(launch(dir, 6, "second.jsonl", "--load_dir " + dir.file("ckpt"), config));
+  auto second = run_command(
+      launch(dir, 6, "second.jsonl", extra + " --load_dir " + dir.file("ckpt"), config, ranks));
   ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
   auto a = read_rows(dir.file("full.jsonl"));
   auto b = read_rows(dir.file("second.jsonl"));
@@ -125,6 +129,67 @@ TEST(TrainGptMoEE2E, TensorParallelTrainsAsDataParallelRanks) {
       EXPECT_NEAR(b[i][key].get<double>(), want, 1e-6 * std::abs(want)) << key << " step " << i;
     }
   }
+}
+
+// --activation_checkpointing: each block is recomputed in backward, the MoE block's all-to-alls
+// and random gating (random token selection, the Gumbel-sampled second expert, dropout) with
+// the forward's RNG states, and its load-balancing loss leaves the checkpoint as a second
+// output. So the losses, gradient norms and aux losses are those of the run without it; a
+// load-balancing loss cut from the gate would change the gradient norm.
+void expect_checkpointing_trains_as_without(const char* config, const std::string& extra = "",
+                                            int ranks = 2) {
+  testing::TempDir dir;
+  auto plain = run_command(launch(dir, 4, "plain.jsonl", extra + " --dropout 0.1", config, ranks));
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  auto ckpt = run_command(launch(dir, 4, "ckpt.jsonl",
+                                 extra + " --dropout 0.1 --activation_checkpointing", config, ranks));
+  ASSERT_EQ(ckpt.exit_code, 0) << ckpt.out << ckpt.err;
+  auto a = read_rows(dir.file("plain.jsonl"));
+  auto b = read_rows(dir.file("ckpt.jsonl"));
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    for (const char* key : {"loss", "grad_norm", "moe_aux_loss"}) {
+      const double want = a[i][key].get<double>();
+      EXPECT_NEAR(b[i][key].get<double>(), want, 1e-6 * std::abs(want)) << key << " step " << i;
+    }
+  }
+}
+
+TEST(TrainGptMoEE2E, ActivationCheckpointingTrainsAsWithout) {
+  expect_checkpointing_trains_as_without(kConfig);
+}
+
+TEST(TrainGptMoEE2E, ActivationCheckpointingTrainsAsWithoutUnderZero2Bf16) {
+  expect_checkpointing_trains_as_without(kZero2Bf16Config);
+}
+
+// MoE blocks in pipeline stages: 2 stages x 2 data-parallel replicas on 4 ranks, the experts
+// spread over each stage's replicas (ep_size 2), each stage training its gates with its own
+// blocks' load-balancing losses. 4 blocks, so that an MoE block sits on each stage.
+constexpr const char* kPipe =
+    "--pipeline_parallel_size 2 --n_layer 4 --compact_vocab --val_fraction 0.2";
+
+TEST(TrainGptMoEE2E, PipelineStagesTrainAndReportTheAuxLoss) {
+  testing::TempDir dir;
+  auto r = run_command(launch(dir, 10, "metrics.jsonl", kPipe, kConfig, 4));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto rows = read_rows(dir.file("metrics.jsonl"));
+  ASSERT_EQ(rows.size(), 10u);
+  for (const auto& row : rows) {
+    // Two MoE blocks: the sum of two losses of 1 (balanced) to 4 each.
+    const double aux = row.at("moe_aux_loss").get<double>();
+    EXPECT_TRUE(std::isfinite(aux) && aux > 1.0 && aux < 8.0) << row.dump();
+  }
+  EXPECT_LT(rows.back()["loss"].get<double>(), rows[0]["loss"].get<double>() - 0.3);
+}
+
+// The held-out loss before training runs on a copy of the generator's state: it draws from it
+// (the second expert's sampling) and would otherwise shift the resumed run's draws.
+TEST(TrainGptMoEE2E, PipelineResumesExactly) { expect_exact_resume(kConfig, kPipe, 4); }
+
+TEST(TrainGptMoEE2E, PipelineActivationCheckpointingTrainsAsWithout) {
+  expect_checkpointing_trains_as_without(kConfig, kPipe, 4);
 }
 
 TEST(TrainGptMoEE2E, RefusesAnEpSizeThatDoesNotDivideTheWorld) {
