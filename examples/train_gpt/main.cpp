@@ -421,11 +421,15 @@ int run(const Args& a) {
                                   micro, gas, replicas, replica, static_cast<uint64_t>(a.seed));
   const int64_t print_every = config.steps_per_print.value_or(10);
   if (rank == 0) {
+    // With pipeline or tensor parallelism only the data-parallel replicas read their own batches.
+    const std::string ranks = replicas == world ? std::to_string(world) + " ranks"
+                                                : std::to_string(world) + " ranks, " +
+                                                      std::to_string(replicas) + " data-parallel";
     std::printf("train_gpt: %s: %zu tokens (%zu train, %zu held out), %lld params, "
-                "%d ranks x micro-batch %lld x accumulation %lld = %lld sequences of %lld tokens "
+                "%s x micro-batch %lld x accumulation %lld = %lld sequences of %lld tokens "
                 "per step\n",
                 a.data.c_str(), tokens.size(), split.train.size(), split.val.size(),
-                static_cast<long long>(num_parameters), world,
+                static_cast<long long>(num_parameters), ranks.c_str(),
                 static_cast<long long>(micro), static_cast<long long>(gas),
                 static_cast<long long>(config.batch.train_batch_size),
                 static_cast<long long>(a.seq_len));

@@ -33,7 +33,8 @@ TEST(TrainGptPipeE2E, TwoStagesTrainAndKeepTheProgressLineAndMetrics) {
   const std::string all = r.out + r.err;
   ASSERT_EQ(r.exit_code, 0) << all;
   // 1 data-parallel replica x 2 sequences x 2 micro-batches per step.
-  EXPECT_NE(all.find("2 ranks x micro-batch 2 x accumulation 2 = 4 sequences"), std::string::npos)
+  EXPECT_NE(all.find("2 ranks, 1 data-parallel x micro-batch 2 x accumulation 2 = 4 sequences"),
+            std::string::npos)
       << all;
   EXPECT_NE(all.find("step 6 | loss "), std::string::npos) << all;
   EXPECT_NE(all.find("train_gpt: done: 6 steps"), std::string::npos) << all;
