@@ -55,6 +55,20 @@ std::vector<nlohmann::json> read_rows(const std::string& path) {
   return rows;
 }
 
+// The same losses, gradient norms and aux losses at each of 4 steps (to rounding: 1e-6).
+void expect_same_training(const std::string& want_file, const std::string& got_file) {
+  auto a = read_rows(want_file);
+  auto b = read_rows(got_file);
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    for (const char* key : {"loss", "grad_norm", "moe_aux_loss"}) {
+      const double want = a[i][key].get<double>();
+      EXPECT_NEAR(b[i][key].get<double>(), want, 1e-6 * std::abs(want)) << key << " step " << i;
+    }
+  }
+}
+
 TEST(TrainGptMoEE2E, TrainsWithExpertParallelismAndReportsTheAuxLoss) {
   testing::TempDir dir;
   auto r = run_command(launch(dir, 20, "metrics.jsonl", "--save_dir " + dir.file("ckpt")));
@@ -119,16 +133,7 @@ TEST(TrainGptMoEE2E, TensorParallelTrainsAsDataParallelRanks) {
   auto tp = run_command(launch(dir, 4, "tp.jsonl", "--tensor_parallel_size 2", kConfig, 4));
   ASSERT_EQ(tp.exit_code, 0) << tp.out << tp.err;
   EXPECT_NE(tp.out.find("deepspeed_experts.0.c_fc"), std::string::npos) << tp.out;  // sharded
-  auto a = read_rows(dir.file("dp.jsonl"));
-  auto b = read_rows(dir.file("tp.jsonl"));
-  ASSERT_EQ(a.size(), 4u);
-  ASSERT_EQ(b.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) {
-    for (const char* key : {"loss", "grad_norm", "moe_aux_loss"}) {
-      const double want = a[i][key].get<double>();
-      EXPECT_NEAR(b[i][key].get<double>(), want, 1e-6 * std::abs(want)) << key << " step " << i;
-    }
-  }
+  expect_same_training(dir.file("dp.jsonl"), dir.file("tp.jsonl"));
 }
 
 // --activation_checkpointing: each block is recomputed in backward, the MoE block's all-to-alls
@@ -144,16 +149,7 @@ void expect_checkpointing_trains_as_without(const char* config, const std::strin
   auto ckpt = run_command(launch(dir, 4, "ckpt.jsonl",
                                  extra + " --dropout 0.1 --activation_checkpointing", config, ranks));
   ASSERT_EQ(ckpt.exit_code, 0) << ckpt.out << ckpt.err;
-  auto a = read_rows(dir.file("plain.jsonl"));
-  auto b = read_rows(dir.file("ckpt.jsonl"));
-  ASSERT_EQ(a.size(), 4u);
-  ASSERT_EQ(b.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) {
-    for (const char* key : {"loss", "grad_norm", "moe_aux_loss"}) {
-      const double want = a[i][key].get<double>();
-      EXPECT_NEAR(b[i][key].get<double>(), want, 1e-6 * std::abs(want)) << key << " step " << i;
-    }
-  }
+  expect_same_training(dir.file("plain.jsonl"), dir.file("ckpt.jsonl"));
 }
 
 TEST(TrainGptMoEE2E, ActivationCheckpointingTrainsAsWithout) {
