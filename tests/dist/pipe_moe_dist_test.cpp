@@ -4,11 +4,13 @@
 // loss, the load-balancing loss and the gradient norm of the same layers trained by the ordinary
 // engine on 2 data-parallel ranks. Each stage back-propagates its own layers' load-balancing
 // losses; with a stage without MoE layers, with activation checkpoints and with ZeRO-1 too. A
-// checkpoint resumes bit for bit on the same stages; another stage count is refused by name.
+// checkpoint resumes bit for bit on the same stages; another stage count is refused by name,
+// and takes ds_to_universal's conversion (experts by global id).
 #include "deepspeed/pipe.h"
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -18,6 +20,7 @@
 
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/moe.h"
+#include "deepspeed/universal_checkpoint.h"
 #include "support/moe_net.h"
 #include "support/multi_rank.h"
 #include "support/shared_run_dir.h"
@@ -123,13 +126,14 @@ struct ReferenceImpl : torch::nn::Module {
   double last_aux = 0.0;
 };
 
-json config(int zero_stage) {
+json config(int zero_stage, bool load_universal = false) {
   json c{{"train_batch_size", kTokens * kGas * kDp},
          {"train_micro_batch_size_per_gpu", kTokens},
          {"gradient_clipping", 0.05},  // below the first steps' norms: clipping is active
          {"optimizer", {{"type", "SGD"}, {"params", {{"lr", 0.3}, {"momentum", 0.5}}}}},
          {"zero_optimization", {{"stage", zero_stage}}}};
   if (zero_stage > 0) c["zero_allow_untested_optimizer"] = true;
+  if (load_universal) c["checkpoint"] = {{"load_universal", true}};
   return c;
 }
 
@@ -199,7 +203,7 @@ void train_reference(bool second_moe, int zero_stage, int steps) {
 }
 
 std::shared_ptr<pipe::PipelineEngine> pipeline(bool second_moe, int zero_stage, int interval,
-                                               int stages = 2) {
+                                               int stages = 2, bool load_universal = false) {
   pipe::PipelineModuleOptions o;
   o.num_stages = stages;
   o.loss_fn = mse;
@@ -208,7 +212,7 @@ std::shared_ptr<pipe::PipelineEngine> pipeline(bool second_moe, int zero_stage, 
   o.activation_checkpoint_interval = interval;
   o.aux_loss_coef = kAuxCoef;
   auto module = std::make_shared<pipe::PipelineModule>(specs(second_moe), o);
-  return pipe::initialize(module, config(zero_stage));
+  return pipe::initialize(module, config(zero_stage, load_universal));
 }
 
 void train_steps(pipe::PipelineEngine& engine, int first, int last, Result* r) {
@@ -292,7 +296,7 @@ TEST(PipeMoEDist, P2xDP2WithActivationCheckpointsMatches) { check_against_refere
 TEST(PipeMoEDist, P2xDP2UnderZero1Matches) { check_against_reference(true, 1, 0); }
 
 // 2 steps, save, resume in new processes for 2 more: bit for bit the 4 steps straight. The
-// checkpoint onto one stage is refused by name.
+// checkpoint onto one stage is refused by name (ds_to_universal's output loads there, below).
 TEST(PipeMoEDist, ResumesExactlyOnTheSameStagesAndRefusesAnotherStageCount) {
   testing::new_shared_run_dir("DS_PIPE_MOE_OUT");
   run_ranks(2 * kDp, [](int, int) {
@@ -332,6 +336,82 @@ TEST(PipeMoEDist, ResumesExactlyOnTheSameStagesAndRefusesAnotherStageCount) {
     for (size_t i = 0; i < 2; ++i) {
       EXPECT_EQ(b.losses[i], a.losses[2 + i]) << name << " step " << 2 + i;
       EXPECT_EQ(b.aux[i], a.aux[2 + i]) << name << " step " << 2 + i;
+    }
+  }
+}
+
+// The ZeRO-1 checkpoint after 2 steps through ds_to_universal: each stage's experts by global
+// id; it resumes on the same 2 stages and on 1 stage (2 data-parallel ranks, the same experts
+// per rank) and ends where the 4 steps straight do (float rounding: the norm sums differently).
+TEST(PipeMoEDist, UniversalCheckpointResumesOnTwoStagesAndOne) {
+  testing::new_shared_run_dir("DS_PIPE_MOE_OUT");
+  run_ranks(2 * kDp, [](int, int) {
+    auto engine = pipeline(true, 1, 0);
+    Result r;
+    train_steps(*engine, 0, 4, &r);
+    save(pipe_name("straight", *engine), engine->pipeline_module(), r);
+  });
+  run_ranks(2 * kDp, [](int, int) {
+    auto engine = pipeline(true, 1, 0);
+    Result r;
+    train_steps(*engine, 0, 2, &r);
+    engine->save_checkpoint(shared_dir() + "/ckpt");
+  });
+  if (!testing::in_rank_process()) {
+    const std::string dir = shared_dir() + "/ckpt";
+    const auto c = checkpoint::ds_to_universal(dir + "/global_step2", dir + "/global_step2_universal");
+    EXPECT_EQ(c.pp_degree, 2);
+    for (int layer : {1, 3}) {  // the MoE layers of stages 0 and 1
+      for (int e = 0; e < kExperts; ++e) {
+        const std::string folder = dir + "/global_step2_universal/zero/" +
+                                   std::to_string(layer) +
+                                   ".moe.deepspeed_moe.experts.deepspeed_experts." +
+                                   std::to_string(e) + ".fc1.weight/";
+        for (const char* state : {"fp32.pt", "momentum_buffer.pt"}) {  // SGD's
+          EXPECT_TRUE(std::filesystem::exists(folder + state)) << folder << state;
+        }
+      }
+    }
+  }
+  for (int stages : {2, 1}) {
+    testing::RunOptions o;
+    o.env = {{"DS_STAGES", std::to_string(stages)}};
+    run_ranks(stages * kDp, [](int, int) {
+      const int p = std::atoi(std::getenv("DS_STAGES"));
+      auto engine = pipeline(true, 1, 0, p, /*load_universal=*/true);
+      ASSERT_TRUE(engine->load_checkpoint(shared_dir() + "/ckpt").load_path.has_value());
+      EXPECT_EQ(engine->global_steps(), 2);
+      Result r;
+      train_steps(*engine, 2, 4, &r);
+      save(pipe_name("universal_p" + std::to_string(p), *engine), engine->pipeline_module(), r);
+    }, o);
+  }
+  if (testing::in_rank_process()) return;
+  for (int r = 0; r < kDp; ++r) {
+    const std::string rank = "_r" + std::to_string(r);
+    std::map<std::string, at::Tensor> straight;
+    std::vector<double> losses;
+    for (int s = 0; s < 2; ++s) {
+      Result part = load("straight" + rank + "_s" + std::to_string(s));
+      straight.insert(part.params.begin(), part.params.end());
+      losses = part.losses;
+    }
+    for (const std::string& run : {std::string("universal_p2"), std::string("universal_p1")}) {
+      std::map<std::string, at::Tensor> got;
+      std::vector<double> got_losses;
+      for (int s = 0; s < (run == "universal_p2" ? 2 : 1); ++s) {
+        Result part = load(run + rank + "_s" + std::to_string(s));
+        got.insert(part.params.begin(), part.params.end());
+        got_losses = part.losses;
+      }
+      ASSERT_EQ(got.size(), straight.size()) << run;
+      for (const auto& [name, want] : straight) {
+        const double diff = (got.at(name) - want).abs().max().item<double>();
+        EXPECT_LE(diff, 1e-5 * want.abs().max().item<double>()) << run << rank << " " << name;
+      }
+      for (size_t i = 0; i < 2; ++i) {
+        EXPECT_NEAR(got_losses[i], losses[2 + i], 1e-5 * losses[2 + i]) << run << " step " << 2 + i;
+      }
     }
   }
 }

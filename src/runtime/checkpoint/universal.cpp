@@ -377,12 +377,6 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
   // and kept equal by the engine), or both (3D: rank stage * T + tensor-parallel rank).
   // checkpoint_parallel_dimensions says which; files that predate it record {1, 1}, and then
   // a pipeline is the one without split parameters.
-  // MoE: expert parameters get their global ids (DeepSpeed's layout has experts in
-  // data-parallel models only; ZeRO-3 refuses MoE).
-  const auto moe = detail::MoeExperts::read(input_tag_dir, 0, states0, first);
-  DS_CHECK(!moe || (mp == 1 && !zero3), NotSupportedError, first, ": an MoE checkpoint with ",
-           zero3 ? "ZeRO stage 3" : "model parallelism", ": ds_to_universal converts MoE "
-           "checkpoints of data-parallel ZeRO 0-2 models");
   const auto& dims = states0.checkpoint_parallel_dimensions;
   const bool has_dims = dims.pp_degree * dims.tp_degree == mp;
   const int64_t pp = has_dims ? dims.pp_degree : (splits.empty() ? mp : 1);
@@ -394,6 +388,14 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
                                    : mp_file(input_tag_dir, m);
     DS_CHECK(file_exists(path), CheckpointError, "ds_to_universal: ", path,
              " is missing (mp_world_size is ", mp, ")");
+    // MoE: expert parameters get their global ids. Each model-parallel rank has its own expert
+    // files: a pipeline stage its own MoE layers (or none). ZeRO-3 refuses MoE; the
+    // tensor-parallel shards of experts are not joined.
+    const auto moe = detail::MoeExperts::read(
+        input_tag_dir, m, m == 0 ? states0 : ModelStates::from_ivalue(load(path), path), path);
+    DS_CHECK(!moe || (tp == 1 && !zero3), NotSupportedError, path, ": an MoE checkpoint with ",
+             zero3 ? "ZeRO stage 3" : "tensor parallelism", ": ds_to_universal converts MoE "
+             "checkpoints of data-parallel and pipelined ZeRO 0-2 models");
     ranks.push_back(zero3 ? detail::read_zero3_source(input_tag_dir, m)
                           : read_zero012_source(input_tag_dir, m, moe ? &*moe : nullptr));
     if (moe) moe->add_frozen(&ranks.back());

@@ -88,7 +88,8 @@ LoadedCheckpoint PipelineEngine::load_checkpoint(const std::string& load_dir,
   // Each expert lives on one data-parallel rank of its stage; the layer files have rank 0's.
   DS_CHECK(moe::moe_layers(module()).empty(), NotSupportedError, "checkpoint ", dir,
            ": written by ", saved_stages, " pipeline stages, this job has ", num_stages(),
-           "; a pipeline with MoE layers resumes on the same number of stages");
+           "; a pipeline with MoE layers resumes on the same number of stages, or onto another "
+           "through a universal checkpoint (ds_to_universal, then checkpoint.load_universal)");
   DS_CHECK(tp_size == 1, NotSupportedError, "checkpoint ", dir, ": loading a pipeline with "
            "tensor parallelism inside its stages onto another number of stages takes a "
            "universal checkpoint (ds_to_universal, then checkpoint.load_universal)");
