@@ -34,10 +34,11 @@ AutotuningProbe::AutotuningProbe(const DeepSpeedConfig& config, AutotuningModelF
   sample_memory();
 }
 
-// The larger of the data memory in use now and the resident peak since the base: the samples
-// alone miss what happens between them (the flattening at initialization, backward's peak).
+// The larger of the data memory in use now and the resident peak since the base, plus what is
+// mapped but not resident: the samples alone miss what happens between them (the flattening at
+// initialization, backward's peak, a step's all-gather buffer).
 void AutotuningProbe::sample_memory() {
-  peak_in_use_ = std::max({peak_in_use_, memory_in_use_since_base(), peak_resident_since_base()});
+  peak_in_use_ = std::max({peak_in_use_, memory_in_use_since_base(), peak_mapped_since_base()});
 }
 
 void AutotuningProbe::forward_begin() {

@@ -4,6 +4,7 @@
 #include <malloc.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -63,6 +64,13 @@ std::optional<int64_t> apply_memory_budget_from_env() {
 }
 
 int64_t peak_resident_since_base() { return util::read_process_memory().peak_rss_bytes - g_base_rss_bytes; }
+
+int64_t peak_mapped_since_base() {
+  const auto m = util::read_process_memory();
+  const int64_t not_resident =
+      (m.data_bytes - g_base_bytes) - (m.rss_bytes - g_base_rss_bytes);
+  return m.peak_rss_bytes - g_base_rss_bytes + std::max<int64_t>(0, not_resident);
+}
 
 int64_t live_allocated_bytes() {
   const struct mallinfo2 m = ::mallinfo2();

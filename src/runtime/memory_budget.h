@@ -23,6 +23,13 @@ int64_t memory_in_use_since_base();
 /// The resident set's high-water mark since the base (reset there), minus the base's resident set.
 int64_t peak_resident_since_base();
 
+/// The budget's peak as well as it can be seen from samples: the resident high-water mark plus
+/// the data memory mapped since the base but not resident now (a thread's BLAS buffer, mapped
+/// whole and touched in part). The budget counts mapped memory, the high-water mark only touched
+/// pages, and a transient between samples (a step's all-gather buffer) is only in the latter; so
+/// neither alone bounds what the budget saw.
+int64_t peak_mapped_since_base();
+
 /// Bytes of live allocations (glibc's in-use and mmap'ed chunks, mallinfo2, plus the host caching
 /// allocator's blocks in use): unlike VmData it drops when memory is freed and grows when freed
 /// memory is reused, so the difference over a forward is the activations it keeps.
