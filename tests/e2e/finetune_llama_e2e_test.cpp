@@ -107,7 +107,9 @@ TEST(FinetuneLlamaE2E, Zero3On2RanksMatchesZero0On1Rank) {
   }
   // The weights after 5 steps, through --save_hf (gathered from the ZeRO-3 shards). AdamW's
   // update m / sqrt(v) turns last-bit differences of near-zero gradients (summed in another
-  // order over 2 ranks) into differences of a small fraction of lr; hence the lr term.
+  // order over 2 ranks) into differences of a small fraction of lr; hence the lr term (within
+  // 0.5% of lr on AVX2 machines, 0.6% measured on an AVX-512 one, whose kernels sum in another
+  // order).
   const double lr = 3e-3;
   const auto w0 = checkpoint::load_safetensors(dir.file("hf0/model.safetensors"));
   const auto w3 = checkpoint::load_safetensors(dir.file("hf3/model.safetensors"));
@@ -116,7 +118,7 @@ TEST(FinetuneLlamaE2E, Zero3On2RanksMatchesZero0On1Rank) {
     const auto& other = *w3.find(item.key());
     const double scale = item.value().abs().max().item<double>();
     const double diff = (item.value() - other).abs().max().item<double>();
-    EXPECT_LE(diff, 1e-5 * scale + 5e-3 * lr) << item.key();
+    EXPECT_LE(diff, 1e-5 * scale + 2e-2 * lr) << item.key();
   }
   // Fine-tuning helps on held-out text.
   const auto [before, after] = held_out(two);
