@@ -295,9 +295,9 @@ TEST(PipeMoEDist, P2xDP2WithActivationCheckpointsMatches) { check_against_refere
 
 TEST(PipeMoEDist, P2xDP2UnderZero1Matches) { check_against_reference(true, 1, 0); }
 
-// 2 steps, save, resume in new processes for 2 more: bit for bit the 4 steps straight. The
-// checkpoint onto one stage is refused by name (ds_to_universal's output loads there, below).
-TEST(PipeMoEDist, ResumesExactlyOnTheSameStagesAndRefusesAnotherStageCount) {
+// P=2 x DP=2 under ZeRO-1 with MoE on both stages: 4 steps straight ("straight_r<d>_s<s>"),
+// and 2 steps saved to <shared dir>/ckpt.
+void train_straight_and_save_after_two_steps() {
   testing::new_shared_run_dir("DS_PIPE_MOE_OUT");
   run_ranks(2 * kDp, [](int, int) {
     auto engine = pipeline(true, 1, 0);
@@ -311,6 +311,12 @@ TEST(PipeMoEDist, ResumesExactlyOnTheSameStagesAndRefusesAnotherStageCount) {
     train_steps(*engine, 0, 2, &r);
     engine->save_checkpoint(shared_dir() + "/ckpt");
   });
+}
+
+// 2 steps, save, resume in new processes for 2 more: bit for bit the 4 steps straight. The
+// checkpoint onto one stage is refused by name (ds_to_universal's output loads there, below).
+TEST(PipeMoEDist, ResumesExactlyOnTheSameStagesAndRefusesAnotherStageCount) {
+  train_straight_and_save_after_two_steps();
   run_ranks(2 * kDp, [](int, int) {
     auto engine = pipeline(true, 1, 0);
     engine->load_checkpoint(shared_dir() + "/ckpt");
@@ -344,19 +350,7 @@ TEST(PipeMoEDist, ResumesExactlyOnTheSameStagesAndRefusesAnotherStageCount) {
 // id; it resumes on the same 2 stages and on 1 stage (2 data-parallel ranks, the same experts
 // per rank) and ends where the 4 steps straight do (float rounding: the norm sums differently).
 TEST(PipeMoEDist, UniversalCheckpointResumesOnTwoStagesAndOne) {
-  testing::new_shared_run_dir("DS_PIPE_MOE_OUT");
-  run_ranks(2 * kDp, [](int, int) {
-    auto engine = pipeline(true, 1, 0);
-    Result r;
-    train_steps(*engine, 0, 4, &r);
-    save(pipe_name("straight", *engine), engine->pipeline_module(), r);
-  });
-  run_ranks(2 * kDp, [](int, int) {
-    auto engine = pipeline(true, 1, 0);
-    Result r;
-    train_steps(*engine, 0, 2, &r);
-    engine->save_checkpoint(shared_dir() + "/ckpt");
-  });
+  train_straight_and_save_after_two_steps();
   if (!testing::in_rank_process()) {
     const std::string dir = shared_dir() + "/ckpt";
     const auto c = checkpoint::ds_to_universal(dir + "/global_step2", dir + "/global_step2_universal");
