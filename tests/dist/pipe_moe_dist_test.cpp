@@ -78,7 +78,9 @@ pipe::LayerSpec moe_block_spec() {
 }
 
 struct TanhLinearImpl : torch::nn::Module {
-  TanhLinearImpl(int64_t in, int64_t out) { fc = register_module("fc", torch::nn::Linear(in, out)); }
+  TanhLinearImpl(int64_t in, int64_t out) {
+    fc = register_module("fc", torch::nn::Linear(in, out));
+  }
   at::Tensor forward(const at::Tensor& x) { return torch::tanh(fc(x)); }
   torch::nn::Linear fc{nullptr};
 };
@@ -338,7 +340,9 @@ TEST(PipeMoEDist, ResumesExactlyOnTheSameStagesAndRefusesAnotherStageCount) {
   if (testing::in_rank_process()) return;
   for (const char* name : {"_r0_s0", "_r0_s1", "_r1_s0", "_r1_s1"}) {
     Result a = load(std::string("straight") + name), b = load(std::string("resumed") + name);
-    for (const auto& [pname, t] : a.params) EXPECT_TRUE(torch::equal(t, b.params.at(pname))) << pname;
+    for (const auto& [pname, t] : a.params) {
+      EXPECT_TRUE(torch::equal(t, b.params.at(pname))) << pname;
+    }
     for (size_t i = 0; i < 2; ++i) {
       EXPECT_EQ(b.losses[i], a.losses[2 + i]) << name << " step " << 2 + i;
       EXPECT_EQ(b.aux[i], a.aux[2 + i]) << name << " step " << 2 + i;
@@ -353,7 +357,8 @@ TEST(PipeMoEDist, UniversalCheckpointResumesOnTwoStagesAndOne) {
   train_straight_and_save_after_two_steps();
   if (!testing::in_rank_process()) {
     const std::string dir = shared_dir() + "/ckpt";
-    const auto c = checkpoint::ds_to_universal(dir + "/global_step2", dir + "/global_step2_universal");
+    const auto c =
+        checkpoint::ds_to_universal(dir + "/global_step2", dir + "/global_step2_universal");
     EXPECT_EQ(c.pp_degree, 2);
     for (int layer : {1, 3}) {  // the MoE layers of stages 0 and 1
       for (int e = 0; e < kExperts; ++e) {

@@ -147,7 +147,8 @@ void expect_checkpointing_trains_as_without(const char* config, const std::strin
   auto plain = run_command(launch(dir, 4, "plain.jsonl", extra + " --dropout 0.1", config, ranks));
   ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
   auto ckpt = run_command(launch(dir, 4, "ckpt.jsonl",
-                                 extra + " --dropout 0.1 --activation_checkpointing", config, ranks));
+                                 extra + " --dropout 0.1 --activation_checkpointing", config,
+                                 ranks));
   ASSERT_EQ(ckpt.exit_code, 0) << ckpt.out << ckpt.err;
   expect_same_training(dir.file("plain.jsonl"), dir.file("ckpt.jsonl"));
 }
