@@ -1,7 +1,7 @@
 // train_gpt with MoE blocks under the deepspeed launcher on 2 ranks: --moe_* flags, the
 // moe_aux_loss metric, DeepSpeed's MoE checkpoint files and an exact resume; with
 // --tensor_parallel_size 2 on 4 ranks and with --activation_checkpointing, the same training as
-// without them; in 2 pipeline stages x 2 replicas.
+// without them; in 2 pipeline stages x 2 replicas, and in 2 stages x 2 tensor-parallel ranks.
 #include <unistd.h>
 
 #include <cmath>
@@ -43,7 +43,8 @@ std::string launch(const testing::TempDir& dir, int steps, const std::string& me
          (extra.find("--n_layer") == std::string::npos ? " --n_layer 2" : "") +
          " --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 2 --metrics_file " +
          dir.file(metrics) +
-         " --moe_num_experts 4 --moe_ep_size 2 --moe_top_k 2 --moe_every 2"
+         (extra.find("--moe_ep_size") == std::string::npos ? " --moe_ep_size 2" : "") +
+         " --moe_num_experts 4 --moe_top_k 2 --moe_every 2"
          " --moe_capacity_factor 1.25 --moe_aux_loss_coef 0.01 " + extra;
 }
 
@@ -189,11 +190,25 @@ TEST(TrainGptMoEE2E, PipelineActivationCheckpointingTrainsAsWithout) {
   expect_checkpointing_trains_as_without(kConfig, kPipe, 4);
 }
 
+// 3D: P=2 x TP=2 on 4 ranks (AutoTP shards the experts inside each stage) trains as P=2 on 2.
+TEST(TrainGptMoEE2E, PipelineWithTensorParallelTrainsAsThePipelineAlone) {
+  testing::TempDir dir;
+  const std::string pipe = std::string(kPipe) + " --moe_ep_size 1";
+  auto p2 = run_command(launch(dir, 4, "p2.jsonl", pipe, kConfig, 2));
+  ASSERT_EQ(p2.exit_code, 0) << p2.out << p2.err;
+  auto p2t2 =
+      run_command(launch(dir, 4, "p2t2.jsonl", pipe + " --tensor_parallel_size 2", kConfig, 4));
+  ASSERT_EQ(p2t2.exit_code, 0) << p2t2.out << p2t2.err;
+  expect_same_training(dir.file("p2.jsonl"), dir.file("p2t2.jsonl"));
+}
+
 TEST(TrainGptMoEE2E, RefusesAnEpSizeThatDoesNotDivideTheWorld) {
   testing::TempDir dir;
   auto r = run_command(launch(dir, 2, "m.jsonl", "--moe_ep_size 4"));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE((r.out + r.err).find("ep_size"), std::string::npos) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("ep_size (4) must divide the data-parallel world size (2)"),
+            std::string::npos)
+      << r.out << r.err;
 }
 
 }  // namespace
