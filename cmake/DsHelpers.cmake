@@ -24,11 +24,12 @@ function(ds_add_test)
 endfunction()
 
 # ds_add_test_variant(BASE name SUFFIX s ENVIRONMENT "K=V;...")
-# The test `name` once more as `name_s` with extra environment: the suite runs on AVX2-only AMD
-# machines and on AVX-512/AMX Intel ones, and LibTorch, OpenBLAS and CPU-Adam take other kernels
-# on each; a variant runs here the kernels this machine would not pick by itself.
+# The test `name` once more as `name_s` with extra environment: the suite runs on AVX2-only
+# machines and on AVX-512 ones (AMD's Zen 4, Intel's with AMX), and LibTorch, OpenBLAS and
+# CPU-Adam take other kernels on each; a variant runs here the kernels this machine would not
+# pick by itself. ENVIRONMENT takes every K=V given (it took only the first before).
 function(ds_add_test_variant)
-  cmake_parse_arguments(V "" "BASE;SUFFIX;ENVIRONMENT" "" ${ARGN})
+  cmake_parse_arguments(V "" "BASE;SUFFIX" "ENVIRONMENT" ${ARGN})
   get_test_property(${V_BASE} LABELS labels)
   get_test_property(${V_BASE} TIMEOUT timeout)
   get_test_property(${V_BASE} ENVIRONMENT env)
