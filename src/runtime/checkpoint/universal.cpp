@@ -51,14 +51,14 @@ std::string mp_file(const std::string& dir, int64_t m) {
 
 using detail::UniversalSource;
 
-// A ZeRO 0-2 tag folder's model-parallel rank m: its mp_rank_XX_model_states.pt and (stages
-// 1/2) every data-parallel rank's optimizer file. `moe`: the checkpoint's experts, if any.
-UniversalSource read_zero012_source(const std::string& dir, int64_t m,
-                                    const detail::MoeExperts* moe) {
+// A ZeRO 0-2 tag folder's model-parallel rank m: its mp_rank_XX_model_states.pt (`model`, as
+// read) and (stages 1/2) every data-parallel rank's optimizer file. `moe`: the rank's experts,
+// if any.
+UniversalSource read_zero012_source(const std::string& dir, int64_t m, const IValue& model,
+                                    const ModelStates& states, const detail::MoeExperts* moe) {
   UniversalSource out;
   const std::string model_path = mp_file(dir, m);
-  out.model_states = load(model_path);
-  const ModelStates states = ModelStates::from_ivalue(out.model_states, model_path);
+  out.model_states = model;
   // Stage 0 keeps its optimizer in the model states (MoE: each expert-parallel rank's in a
   // file of its own).
   if (!states.optimizer.isNone()) {
@@ -360,7 +360,8 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
   DS_CHECK(file_exists(first), CheckpointError, "ds_to_universal: ", input_tag_dir, " has no ",
            model_states_file_name(0), " or ", zero3_model_states_file_name(0),
            " (pass the tag folder, <dir>/<tag>)");
-  const ModelStates states0 = ModelStates::from_ivalue(load(first), first);
+  const IValue raw0 = load(first);
+  const ModelStates states0 = ModelStates::from_ivalue(raw0, first);
   const int64_t mp = std::max<int64_t>(1, states0.mp_world_size);  // model-parallel files
   std::map<std::string, TensorParallelSplit> splits;
   bool has_info = false;
@@ -391,13 +392,17 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
     // MoE: expert parameters get their global ids. Each model-parallel rank has its own expert
     // files: a pipeline stage its own MoE layers (or none). ZeRO-3 refuses MoE; the
     // tensor-parallel shards of experts are not joined.
-    const auto moe = detail::MoeExperts::read(
-        input_tag_dir, m, m == 0 ? states0 : ModelStates::from_ivalue(load(path), path), path);
+    const IValue raw = m == 0 ? raw0 : load(path);
+    const std::optional<ModelStates> other =
+        m == 0 ? std::nullopt : std::make_optional(ModelStates::from_ivalue(raw, path));
+    const ModelStates& states = m == 0 ? states0 : *other;
+    const auto moe = detail::MoeExperts::read(input_tag_dir, m, states, path);
     DS_CHECK(!moe || (tp == 1 && !zero3), NotSupportedError, path, ": an MoE checkpoint with ",
              zero3 ? "ZeRO stage 3" : "tensor parallelism", ": ds_to_universal converts MoE "
              "checkpoints of data-parallel and pipelined ZeRO 0-2 models");
     ranks.push_back(zero3 ? detail::read_zero3_source(input_tag_dir, m)
-                          : read_zero012_source(input_tag_dir, m, moe ? &*moe : nullptr));
+                          : read_zero012_source(input_tag_dir, m, raw, states,
+                                                moe ? &*moe : nullptr));
     if (moe) moe->add_frozen(&ranks.back());
     // A pipeline stage records the splits of its own layers.
     const Dict rank_states = ranks.back().model_states.toGenericDict();
