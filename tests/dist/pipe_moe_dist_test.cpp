@@ -415,5 +415,30 @@ TEST(PipeMoEDist, UniversalCheckpointResumesOnTwoStagesAndOne) {
   }
 }
 
+// An auxiliary loss that is not a scalar is a UsageError naming the layer and the shape.
+TEST(PipeMoEDist, ANonScalarAuxLossIsNamed) {
+  run_ranks(1, [](int, int) {
+    pipe::LayerSpec bad;
+    bad.type_name = "Bad";
+    bad.build = [] {
+      auto fc = torch::nn::Linear(2, 2).ptr();
+      pipe::Layer l{fc, [fc](const at::Tensor& x) { return fc->forward(x); }};
+      l.aux_loss = [fc] { return fc->weight.sum(0); };
+      return l;
+    };
+    pipe::PipelineModuleOptions o;
+    o.num_stages = 1;
+    o.loss_fn = mse;
+    pipe::PipelineModule module({pipe::LayerSpec::of<torch::nn::Linear>("Linear", 2, 2), bad}, o);
+    try {
+      module.forward(torch::ones({3, 2}));
+      ADD_FAILURE() << "a non-scalar auxiliary loss was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("layer 1's aux_loss gave shape [2]"), std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 }  // namespace
 }  // namespace deepspeed

@@ -16,15 +16,6 @@
 #include "util/logging.h"
 
 namespace deepspeed::pipe {
-namespace {
-
-std::string shape_text(at::IntArrayRef shape) {
-  std::ostringstream os;
-  os << shape;
-  return os.str();
-}
-
-}  // namespace
 
 LayerSpec LayerSpec::function(std::string type_name,
                               std::function<at::Tensor(const at::Tensor&)> fn) {
@@ -250,10 +241,11 @@ at::Tensor PipelineModule::run_layers(size_t begin, size_t end, const at::Tensor
     x = forward_funcs_[i](x);
     if (!local_aux_losses_[i]) continue;
     at::Tensor a = local_aux_losses_[i]();
-    DS_CHECK(a.defined() && a.numel() == 1, UsageError, "PipelineModule: layer ",
-             local_start() + static_cast<int>(i), "'s aux_loss gave ",
-             a.defined() ? "shape " + shape_text(a.sizes()) : std::string("no tensor"),
-             "; expected a scalar");
+    const int layer = local_start() + static_cast<int>(i);
+    DS_CHECK(a.defined(), UsageError, "PipelineModule: layer ", layer,
+             "'s aux_loss gave no tensor; expected a scalar");
+    DS_CHECK(a.numel() == 1, UsageError, "PipelineModule: layer ", layer,
+             "'s aux_loss gave shape ", a.sizes(), "; expected a scalar");
     a = a.reshape({});
     *aux = aux->defined() ? *aux + a : a;
   }
