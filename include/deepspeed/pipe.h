@@ -92,6 +92,11 @@ std::vector<int> partition_balanced(const std::vector<double>& weights, int num_
 /// matching no layer, or more stages than layers.
 std::vector<int> partition_layers(const std::vector<LayerSpec>& specs, const std::string& method,
                                   int num_stages);
+/// The lines DeepSpeed's PipelineModule prints on rank 0 about its partition: the method, then
+/// per stage "stage=S layers=N" and each layer's index and type name.
+std::vector<std::string> describe_partition(const std::vector<LayerSpec>& specs,
+                                            const std::vector<int>& parts,
+                                            const std::string& method);
 
 // ---------------------------------------------------------------------------------------------
 // PipelineModule

@@ -1,10 +1,13 @@
 // Stage bounds of a pipeline: DeepSpeed's partition_uniform / partition_balanced and the three
-// partition methods of PipelineModule (uniform, parameters, type:<regex>). Pure arithmetic,
-// except that "parameters" builds each layer once to count its parameters.
+// partition methods of PipelineModule (uniform, parameters, type:<regex>), and the partition as
+// DeepSpeed prints it. Pure arithmetic, except that "parameters" builds each layer once to count
+// its parameters.
 #include <algorithm>
 #include <cctype>
+#include <iomanip>
 #include <limits>
 #include <regex>
+#include <sstream>
 
 #include <torch/torch.h>
 
@@ -111,6 +114,22 @@ std::vector<int> partition_layers(const std::vector<LayerSpec>& specs, const std
   throw ConfigError("PipelineModule: partition_method \"" + method_in +
                     "\" is not implemented; expected \"parameters\", \"uniform\" or "
                     "\"type:<regex>\"");
+}
+
+std::vector<std::string> describe_partition(const std::vector<LayerSpec>& specs,
+                                            const std::vector<int>& parts,
+                                            const std::string& method) {
+  std::vector<std::string> lines{"Partitioning pipeline stages with method " + method};
+  for (size_t s = 0; s + 1 < parts.size(); ++s) {
+    lines.push_back("stage=" + std::to_string(s) +
+                    " layers=" + std::to_string(parts[s + 1] - parts[s]));
+    for (int i = parts[s]; i < parts[s + 1]; ++i) {
+      std::ostringstream line;
+      line << "    " << std::setw(2) << i << ": " << specs[static_cast<size_t>(i)].type_name;
+      lines.push_back(line.str());
+    }
+  }
+  return lines;
 }
 
 }  // namespace deepspeed::pipe

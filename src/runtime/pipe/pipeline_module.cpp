@@ -59,6 +59,9 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> layers, PipelineModuleOpti
            options_.activation_checkpoint_interval, "; expected >= 0 (0 disables)");
   // Every check that can fail on one rank alone comes before the first collective.
   parts_ = partition_layers(specs_, options_.partition_method, num_stages_);
+  for (const auto& line : describe_partition(specs_, parts_, options_.partition_method)) {
+    log::info_rank0(line);
+  }
   mpu_ = std::make_shared<TopologyMpu>(*options_.topology);
   engine_mpu_ = std::make_shared<PipeEngineMpu>(mpu_->groups());
   stage_id_ = mpu_->groups().coord("pipe");

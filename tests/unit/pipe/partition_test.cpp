@@ -1,6 +1,7 @@
 // Stage bounds against DeepSpeed's: partition_uniform and partition_balanced on hand-picked
 // weights (values printed by tests/golden/pipe_partition_golden.py from DeepSpeed edaa7221), and
-// PipelineModule's three methods on layer specs (parameters, uniform, type:<regex>).
+// PipelineModule's three methods on layer specs (parameters, uniform, type:<regex>), and the
+// partition's description.
 #include "deepspeed/pipe.h"
 
 #include <gtest/gtest.h>
@@ -57,6 +58,22 @@ TEST(PipePartition, MethodsOnLayerSpecsMatchDeepSpeed) {
   // type:<regex>, searched case-insensitively in the type name: [0, 1, 1, 1, 1, 0, 0].
   EXPECT_EQ(partition_layers(specs, "type:block", 2), (V{0, 3, 7}));
   EXPECT_EQ(partition_layers(specs, "type:^BLO", 4), (V{0, 2, 3, 4, 7}));
+}
+
+TEST(PipePartition, DescribedAsDeepSpeedPrintsIt) {
+  auto specs = gpt_like_specs();
+  const std::vector<std::string> expected{"Partitioning pipeline stages with method type:block",
+                                          "stage=0 layers=3",
+                                          "     0: Embedding",
+                                          "     1: Block",
+                                          "     2: Block",
+                                          "stage=1 layers=4",
+                                          "     3: Block",
+                                          "     4: Block",
+                                          "     5: LayerNorm",
+                                          "     6: Head"};
+  EXPECT_EQ(describe_partition(specs, partition_layers(specs, "type:block", 2), "type:block"),
+            expected);
 }
 
 TEST(PipePartition, BadMethodsAndTooManyStagesAreConfigErrors) {
