@@ -70,6 +70,9 @@ struct Args {
   bool activation_checkpointing = false;    // each block through checkpointing::checkpoint
   double dropout = 0.0;                     // GPT-2's dropout probability (0.1 there)
   int64_t pipeline_parallel_size = 1;  // > 1: the GPT as a PipelineModule of this many stages
+  // How the pipeline cuts its layers; empty: by blocks, "type:Block" (Megatron-DeepSpeed's GPT
+  // uses "type:transformer"), as "parameters" would weigh the vocabulary's embedding as a stage.
+  std::string pipe_partition_method;
   deepspeed::examples::GptMoeConfig moe;  // --moe_*: MoE blocks (gpt_moe.h, docs/moe.md)
   int64_t tensor_parallel_size = 1;    // > 1: AutoTP shards attention and MLP over this many ranks
 };
@@ -306,6 +309,9 @@ int run(const Args& a) {
     throw ds::UsageError("--exp_avg_mask masks the data-parallel GPT's embedding; it does not "
                          "combine with --pipeline_parallel_size or --tensor_parallel_size");
   }
+  if (!a.pipe_partition_method.empty() && !pipelined) {
+    throw ds::UsageError("--pipe_partition_method needs --pipeline_parallel_size > 1");
+  }
   ds::DeepSpeedConfig config;
   if (pipelined || tp > 1) {
     ds::comm::init_distributed();
@@ -343,9 +349,10 @@ int run(const Args& a) {
   int64_t num_parameters = 0;
   int replicas = world, replica = rank;  // data-parallel size and index: who reads which batch
   if (pipelined) {
-    // --pipeline_parallel_size P: embedding | blocks | ln_f | tied head, cut by parameters.
+    // --pipeline_parallel_size P: embedding | blocks | ln_f | tied head.
     ds::pipe::PipelineModuleOptions po;
     po.num_stages = static_cast<int>(a.pipeline_parallel_size);
+    po.partition_method = a.pipe_partition_method.empty() ? "type:Block" : a.pipe_partition_method;
     po.loss_fn = deepspeed::examples::gpt_pipeline_loss;
     po.seed_layers = true;
     po.base_seed = a.seed;
@@ -681,6 +688,10 @@ int main(int argc, char** argv) {
                  "data-parallel size (docs/pipeline.md)")
       ->capture_default_str()
       ->check(deepspeed::util::at_least_one());
+  app.add_option("--pipe_partition_method", a.pipe_partition_method,
+                 "how the pipeline cuts its layers (GptEmbedding, Block x n_layer, LayerNorm, "
+                 "GptEmbedding): DeepSpeed's partition_method, \"type:<regex>\" (balance the "
+                 "matching layers), \"parameters\" or \"uniform\" (default: type:Block)");
   deepspeed::examples::add_moe_flags(app, a.moe);
   app.add_option("--tensor_parallel_size", a.tensor_parallel_size,
                  "tensor-parallel ranks: AutoTP (tensor_parallel.autotp_size) splits each "
