@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Makes the project-local .venv-deepspeed: PyPI's DeepSpeed over Debian's python3-torch 1.13 (the
+# LibTorch build train_gpt links), the peer of the CPU benchmarks that run DeepSpeed itself
+# (bench/pipeline). 0.15.4 is the newest DeepSpeed that runs on torch 1.13: 0.16 registers module
+# hooks with torch 2's `prepend` argument. On CPU its communication backend JIT-compiles a
+# shared-memory op when the first process group is made (it needs pybind11-dev); that op is
+# compiled here, once, so that no timed run pays for it.
+# Idempotent: a venv whose stamp matches the pins is kept. Usage: [VENV_DIR]
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=${1:-$root/.venv-deepspeed}
+readonly PINS="deepspeed==0.15.4"
+python=/usr/bin/python3
+
+die() { echo "setup_deepspeed_peer: $*" >&2; exit 1; }
+[ -x "$python" ] || die "$python is missing (scripts/install_deps.sh installs python3-torch)"
+"$python" -c 'import torch' 2>/dev/null || die "Debian's python3-torch is missing; run scripts/install_deps.sh"
+if [ ! -f /usr/include/pybind11/pybind11.h ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -q >/dev/null
+  $sudo apt-get install -y -q pybind11-dev >/dev/null || die "apt-get install pybind11-dev failed"
+fi
+
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
+if [ -f "$venv/.pins" ] && [ "$(cat "$venv/.pins")" = "$PINS" ]; then
+  echo "setup_deepspeed_peer: $venv is up to date"
+  exit 0
+fi
+rm -rf "$venv"
+"$python" -m venv --system-site-packages "$venv" || die "python3 -m venv failed (install python3-venv)"
+# shellcheck disable=SC2086
+"$venv/bin/python" -m pip install -q --disable-pip-version-check $PINS || die "pip install $PINS failed"
+readonly CHECK='
+import torch, deepspeed
+from deepspeed.accelerator import get_accelerator
+get_accelerator().create_op_builder("ShareMemCommBuilder").load()
+print(f"setup_deepspeed_peer: deepspeed {deepspeed.__version__} on torch {torch.__version__}")'
+DS_ACCELERATOR=cpu "$venv/bin/python" -c "$CHECK" ||
+  die "DeepSpeed does not import, or cannot build its CPU shared-memory op"
+echo "$PINS" > "$venv/.pins"
+echo "setup_deepspeed_peer: made $venv ($PINS)"
