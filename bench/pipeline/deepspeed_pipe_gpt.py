@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""DeepSpeed peer of `train_gpt --pipeline_parallel_size P`: the same GPT, data and config,
+trained by Python DeepSpeed's PipelineEngine on Gloo.
+
+The model is a deepspeed.pipe.PipelineModule of the layers train_gpt's pipeline has
+(examples/train_gpt/gpt_pipe.cpp): the token + position embedding, n_layer pre-LayerNorm
+blocks (bench/gpu/gpt_model.py's Block, attention written out as on CPU), the final LayerNorm,
+and the output projection tied to the embedding (TiedLayerSpec "embed"). The stages are cut as
+train_gpt's are (--partition_method, default type:Block). The token windows are train_gpt's:
+its token cache (<data>.gpt2.u16, written by train_gpt's first run), --compact_vocab's
+renumbering, its train/held-out split and its DistributedBatchSampler over the data-parallel
+replicas (bench/gpt_ddp/gpt_ddp.py). The ds_config is the one train_gpt reads; DeepSpeed builds
+the optimizer from it (with `torch_adam: true`: torch.optim.AdamW, see main()).
+
+One process per rank through our launcher, with a Python whose torch is Debian's python3-torch
+(the LibTorch build train_gpt links) and deepspeed installed beside it (bench/pipeline/run.sh):
+    DS_ACCELERATOR=cpu build/bin/deepspeed --num_gpus 2 $DS_VENV/bin/python \\
+        bench/pipeline/deepspeed_pipe_gpt.py --pipeline_parallel_size 2 --deepspeed_config C \\
+        --data data/austen.txt --compact_vocab --steps 20 --metrics_file peer.jsonl
+Writes one JSON row per step with train_gpt's keys (step, loss, tokens_per_s, step_time_s,
+memory_bytes.peak_rss per rank), so the bench reads both sides the same way.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "gpt_ddp"))
+sys.path.insert(0, os.path.join(here, "..", "gpu"))
+
+import gpt_ddp  # noqa: E402  token cache, sampler, memory readings
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # train_gpt's flags and defaults, those the bench passes.
+    p.add_argument("--deepspeed_config", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--n_layer", type=int, default=4)
+    p.add_argument("--n_head", type=int, default=4)
+    p.add_argument("--n_embd", type=int, default=128)
+    p.add_argument("--seq_len", type=int, default=128)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--val_fraction", type=float, default=0.05)
+    p.add_argument("--compact_vocab", action="store_true")
+    p.add_argument("--pipeline_parallel_size", type=int, required=True)
+    p.add_argument("--partition_method", default="type:Block")
+    p.add_argument("--metrics_file", default="")
+    p.add_argument("--local_rank", type=int, default=-1)  # appended by the launcher
+    return p.parse_args()
+
+
+def build_layers(vocab, a):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from deepspeed.pipe import LayerSpec, TiedLayerSpec
+    from gpt_model import Block, GptEmbedding
+
+    class GptEmbeddingPipe(nn.Module):
+        """train_gpt's GptEmbedding, wte(idx) + wpe(positions). The token table is the module's
+        own `weight`: DeepSpeed 0.14's tied_weight_attr names a direct attribute."""
+        def __init__(self):
+            super().__init__()
+            self.weight = GptEmbedding(vocab, a.n_embd).weight
+            self.wpe = GptEmbedding(a.seq_len, a.n_embd)
+
+        def forward(self, idx):
+            pos = torch.arange(idx.size(1), dtype=torch.long)
+            return F.embedding(idx, self.weight) + self.wpe(pos)
+
+    def head(module, x):
+        return torch.matmul(x, module.weight.t())
+
+    residual_std = 0.02 / math.sqrt(2.0 * a.n_layer)
+    layers = [TiedLayerSpec("embed", GptEmbeddingPipe)]
+    layers += [LayerSpec(Block, a.n_embd, a.n_head, residual_std, "manual")
+               for _ in range(a.n_layer)]
+    layers.append(LayerSpec(nn.LayerNorm, a.n_embd))
+    layers.append(TiedLayerSpec("embed", GptEmbeddingPipe, forward_fn=head))
+
+    def loss_fn(logits, labels):
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+    return layers, loss_fn
+
+
+def main():
+    a = parse_args()
+    if not gpt_ddp.cache_is_current(a.data):
+        sys.exit(f"deepspeed_pipe_gpt: {a.data}.gpt2.u16 is missing or stale; run train_gpt once "
+                 f"(it tokenizes {a.data} and writes the cache)")
+    import torch
+    import torch.distributed as dist
+    import deepspeed
+    from deepspeed.pipe import PipelineModule
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    with open(a.deepspeed_config) as f:
+        config = json.load(f)
+    # torch.optim.AdamW: DeepSpeed's FusedAdam is a JIT-compiled op on CPU, and its source needs
+    # C++17 where torch 1.13 compiles extensions as C++14.
+    config.setdefault("optimizer", {}).setdefault("params", {})["torch_adam"] = True
+
+    tokens = gpt_ddp.load_tokens(torch, a.data)
+    vocab = 50257
+    if a.compact_vocab:  # train_gpt's compact_vocabulary: distinct ids in ascending order
+        ids = torch.unique(tokens)
+        tokens, vocab = torch.searchsorted(ids, tokens), ids.numel()
+    n_val = int(tokens.numel() * a.val_fraction)
+    train = tokens[:tokens.numel() - n_val]
+
+    torch.manual_seed(a.seed)
+    layers, loss_fn = build_layers(vocab, a)
+    module = PipelineModule(layers=layers, num_stages=a.pipeline_parallel_size, loss_fn=loss_fn,
+                            partition_method=a.partition_method)
+    engine, _, _, _ = deepspeed.initialize(
+        model=module, model_parameters=[p for p in module.parameters() if p.requires_grad],
+        config=config)
+    micro, gas = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
+    replicas = engine.grid.get_data_parallel_world_size()
+    replica = engine.grid.get_data_parallel_rank()
+    sampler = gpt_ddp.DistributedBatchSampler((train.numel() - 1) // a.seq_len, micro, gas,
+                                              replicas, replica, a.seed)
+
+    class Batches:  # DeepSpeed's data_iter: (inputs, labels) per micro-batch
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            return gpt_ddp.make_batch(torch, train, sampler.next_micro_batch(), a.seq_len)
+
+    data = Batches()
+    tokens_per_step = micro * gas * replicas * a.seq_len
+    if rank == 0:
+        print(f"deepspeed_pipe_gpt: deepspeed {deepspeed.__version__}, torch {torch.__version__}, "
+              f"{world} ranks = {a.pipeline_parallel_size} stages x {replicas} data-parallel, "
+              f"micro-batch {micro} x accumulation {gas}, vocabulary {vocab}, "
+              f"blas={gpt_ddp.mapped_blas()}", flush=True)
+    metrics = open(a.metrics_file, "w") if rank == 0 and a.metrics_file else None
+    for step in range(1, a.steps + 1):
+        t0 = time.perf_counter()
+        loss = engine.train_batch(data_iter=data)
+        secs = time.perf_counter() - t0
+        mem = torch.tensor(gpt_ddp.process_memory(), dtype=torch.float64)
+        all_mem = [torch.empty(3, dtype=torch.float64) for _ in range(world)]
+        dist.all_gather(all_mem, mem)
+        if rank == 0:
+            print(f"step {step} | loss {loss.item():.4f} | tokens/s {tokens_per_step / secs:.0f} "
+                  f"| step {secs:.3f} s", flush=True)
+        if metrics:
+            row = {"step": step, "loss": loss.item(), "lr": engine.get_lr()[0],
+                   "tokens_per_s": tokens_per_step / secs,
+                   "step_time_s": secs,
+                   "memory_bytes": {"rss": [int(t[0].item()) for t in all_mem],
+                                    "peak_rss": [int(t[1].item()) for t in all_mem]}}
+            metrics.write(json.dumps(row) + "\n")
+            metrics.flush()
+    if metrics:
+        metrics.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    dist.barrier()  # Gloo teardown can hang (cpu-baselines.md): meet, then leave
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
