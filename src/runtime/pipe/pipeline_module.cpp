@@ -21,7 +21,7 @@ LayerSpec LayerSpec::function(std::string type_name,
                               std::function<at::Tensor(const at::Tensor&)> fn) {
   LayerSpec s;
   s.type_name = std::move(type_name);
-  s.build = [fn]() { return Layer{nullptr, fn}; };
+  s.build = [fn]() { return Layer{nullptr, fn, {}}; };
   return s;
 }
 
@@ -71,7 +71,15 @@ PipelineModule::PipelineModule(std::vector<LayerSpec> layers, PipelineModuleOpti
 }
 
 void PipelineModule::build_local_layers() {
+  // DeepSpeed registers its tied_modules container before any layer, so a stage's parameters
+  // (and the optimizer state saved by position) list the tied modules first.
   std::shared_ptr<torch::nn::Module> tied_parent;
+  for (int idx = local_start(); idx < local_stop(); ++idx) {
+    if (!specs_[idx].tied_key.empty()) {
+      tied_parent = register_module("tied_modules", std::make_shared<torch::nn::Module>());
+      break;
+    }
+  }
   for (int idx = local_start(); idx < local_stop(); ++idx) {
     const LayerSpec& spec = specs_[idx];
     if (options_.seed_layers) torch::manual_seed(static_cast<uint64_t>(options_.base_seed + idx));
@@ -84,7 +92,6 @@ void PipelineModule::build_local_layers() {
         Layer built = spec.build();
         DS_CHECK(built.module != nullptr, UsageError, "TiedLayerSpec '", spec.tied_key,
                  "' (layer ", idx, ") built no module; a tied layer must hold parameters");
-        if (!tied_parent) tied_parent = register_module("tied_modules", std::make_shared<torch::nn::Module>());
         tied_parent->register_module(spec.tied_key, built.module);
         tied_modules_.emplace_back(spec.tied_key, built.module);
         module = built.module;
