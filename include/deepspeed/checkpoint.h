@@ -185,6 +185,18 @@ std::string zero_optim_states_file_name(int dp_rank, int mp_rank = 0, bool bf16 
 /// CheckpointError listing the names tried.
 std::string find_zero_optim_states_file(const std::string& tag_dir, int dp_rank, int mp_rank,
                                         bool bf16);
+/// A pipeline's per-layer weights (DeepSpeed's ckpt_layer_path): "layer_<idx:02d>-model_states.pt",
+/// or with tensor parallelism inside the stages "layer_<idx:02d>-model_<tp:02d>-model_states.pt"
+/// (tp_rank >= 0).
+std::string layer_file_name(int layer_idx, int tp_rank = -1);
+/// A pipeline stage's module state (the dict DeepSpeed's PipelineEngine leaves out of its
+/// model-states file, ModelStates::module_in_layer_files) from the layer files in `tag_dir`, for
+/// the state names `names`: "<idx>.<rest>" from layer file idx; "tied_modules.<key>.<rest>" from
+/// the layer file that holds every rest of that key (DeepSpeed saves a tied module once, as the
+/// layer of its first spec without forward_fn; the stages' copies are equal). Throws
+/// CheckpointError naming the file or the name that is missing.
+TensorDict module_from_layer_files(const std::string& tag_dir,
+                                   const std::vector<std::string>& names, int tp_rank = -1);
 /// Files in `dir` whose name ends with `suffix`, in natural order (rank 2 before rank 10),
 /// as full paths. Dot-files (temporaries of unfinished saves) are skipped.
 std::vector<std::string> list_files_with_suffix(const std::string& dir, const std::string& suffix);
@@ -218,6 +230,9 @@ struct ParallelDimensions {
 /// None when empty, as DeepSpeed does for the setups that lack them.
 struct ModelStates {
   TensorDict module;                       // the module's state_dict (module_state_dict())
+  /// A pipeline's (DeepSpeed's PipelineEngine): 'module' is None in the file, the weights are
+  /// in the layer_XX-model_states.pt files (module_from_layer_files). `module` is then empty.
+  bool module_in_layer_files = false;
   std::vector<std::string> buffer_names;   // persistent buffers, in traversal order
   c10::IValue optimizer;                   // non-ZeRO: optimizer state dict; ZeRO: None
   /// ZeRO: per optimizer param group, name -> shape in flattening order (torch.Size in the file).
@@ -252,6 +267,10 @@ struct ModelStates {
   /// missing `module` or a value of the wrong type.
   static ModelStates from_ivalue(const c10::IValue& value, const std::string& source);
 };
+
+/// The state names a model-states file lists without its module: every param_shapes group,
+/// frozen_param_shapes and buffer_names.
+std::vector<std::string> listed_state_names(const ModelStates& states);
 
 /// What DeepSpeed's load_checkpoint returns as client_state: every top-level key of the loaded
 /// model-states dict except module, sparse_tensor_module_names, skipped_steps, global_steps,

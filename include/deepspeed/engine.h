@@ -246,6 +246,13 @@ class Engine {
   /// The squared gradient norm over the model-parallel group from the data-parallel one
   /// (the pipeline engine sums the stages' norms instead: pipe.h).
   virtual double model_parallel_norm_squared(double dp_norm_squared) const;
+  /// A pipeline keeps its weights in per-layer files (DeepSpeed's layout): its model-states
+  /// files then hold 'module': None (checkpoint::ModelStates::module_in_layer_files).
+  virtual bool module_in_layer_files() const { return false; }
+  /// The module state of `model_file`, whose 'module' is None, from the layer files of
+  /// `tag_dir`. Here: a CheckpointError naming the file (only a pipeline engine reads them).
+  virtual checkpoint::TensorDict read_layer_files(const std::string& tag_dir,
+                                                  const std::string& model_file) const;
 
  private:
   void set_parallel_groups();

@@ -61,7 +61,7 @@ struct LayerSpec {
     s.build = [args...]() {
       Holder h(args...);
       auto impl = h.ptr();
-      return Layer{impl, [impl](const at::Tensor& x) { return impl->forward(x); }};
+      return Layer{impl, [impl](const at::Tensor& x) { return impl->forward(x); }, {}};
     };
     return s;
   }
@@ -330,6 +330,9 @@ class PipelineEngine : public Engine {
 
  protected:
   double model_parallel_norm_squared(double dp_norm_squared) const override;
+  bool module_in_layer_files() const override { return true; }
+  checkpoint::TensorDict read_layer_files(const std::string& tag_dir,
+                                          const std::string& model_file) const override;
 
  private:
   struct Buffer {

@@ -265,6 +265,13 @@ runtime::ZeroCheckpointContext Engine::checkpoint_context(const std::string& tag
   return ctx;
 }
 
+ckpt::TensorDict Engine::read_layer_files(const std::string& tag_dir,
+                                         const std::string& model_file) const {
+  throw CheckpointError(model_file + ": 'module' is None: a pipeline checkpoint, whose weights "
+                        "are in the layer files of " + tag_dir + "; load it with a pipeline "
+                        "engine (pipe::initialize), or convert it with ds_to_universal");
+}
+
 ckpt::ModelStates Engine::model_states(const ClientState& client_state,
                                        bool exclude_frozen_parameters) {
   ckpt::ModelStates m;
@@ -283,6 +290,10 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
     m.module = std::move(kept);
   }
   m.buffer_names = ckpt::module_buffer_names(*module_);
+  if (module_in_layer_files()) {  // written beside, one file per layer (a pipeline's)
+    m.module = ckpt::TensorDict();
+    m.module_in_layer_files = true;
+  }
   if (zero_) {  // the stage's part: stage 0's optimizer, ZeRO's param_shapes, ...
     runtime::ZeroCheckpointContext ctx = checkpoint_context("");
     ctx.exclude_frozen_parameters = exclude_frozen_parameters;
@@ -519,6 +530,17 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
   ctx.load_module_strict = options.load_module_strict;
   // The checks of what every stage shares, once the stage has read the model states.
   ctx.check_model_states = [&](runtime::ZeroLoadPlan* read) {
+    if (read->states.module_in_layer_files) {  // what the reader put there (experts) stays
+      ckpt::TensorDict module = read_layer_files(ctx.tag_dir, read->model_file);
+      for (const auto& item : read->states.module) {
+        if (module.contains(item.key())) {
+          module[item.key()] = item.value();
+        } else {
+          module.insert(item.key(), item.value());
+        }
+      }
+      read->states.module = std::move(module);
+    }
     check_module_state(*module_, read->states.module, options.load_module_strict,
                        read->model_file,
                        read->placeholders.empty() ? nullptr : &read->placeholders);

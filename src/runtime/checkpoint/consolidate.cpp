@@ -71,6 +71,9 @@ ModelStateParts read_model_states(const std::string& tag_dir, const std::string&
   DS_CHECK(states.param_shapes.has_value(), CheckpointError, path,
            ": 'param_shapes' is None, so this checkpoint was not written with a ZeRO optimizer "
            "(its module state dict is already complete: load 'module' directly)");
+  if (states.module_in_layer_files && !states.buffer_names.empty()) {  // a pipeline stage's
+    states.module = module_from_layer_files(tag_dir, states.buffer_names);
+  }
   for (const auto& name : states.buffer_names) {
     if (const at::Tensor* t = states.module.find(name)) m.buffers.insert(name, t->to(at::kFloat));
   }

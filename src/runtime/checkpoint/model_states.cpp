@@ -61,7 +61,7 @@ std::vector<std::string> strings_from(const IValue& value, const std::string& wh
 
 IValue ModelStates::to_ivalue() const {
   Dict d = new_dict();
-  d.insert("module", ivalue_from_tensors(module));
+  d.insert("module", module_in_layer_files ? IValue() : ivalue_from_tensors(module));
   d.insert("buffer_names", string_list(buffer_names));
   d.insert("optimizer", optimizer);
   if (param_shapes) {
@@ -111,7 +111,11 @@ ModelStates ModelStates::from_ivalue(const IValue& value, const std::string& sou
   ModelStates m;
   DS_CHECK(r.has("module"), CheckpointError, source,
            ": no 'module' key, so this is not a DeepSpeed model-states file");
-  if (r.has_value("module")) m.module = tensors_from_ivalue(r.at("module"), r.where("module"));
+  if (r.has_value("module")) {
+    m.module = tensors_from_ivalue(r.at("module"), r.where("module"));
+  } else {
+    m.module_in_layer_files = true;
+  }
   if (r.has_value("buffer_names")) {
     m.buffer_names = strings_from(r.at("buffer_names"), r.where("buffer_names"));
   }

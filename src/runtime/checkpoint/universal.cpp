@@ -51,6 +51,23 @@ std::string mp_file(const std::string& dir, int64_t m) {
 
 using detail::UniversalSource;
 
+// A pipeline stage's model-states file keeps no module (DeepSpeed's layout): its weights are
+// put back from the layer files, under the names the file lists, so the readers below see a
+// complete file.
+IValue with_layer_module(const IValue& raw, const ModelStates& states,
+                         const std::string& tag_dir, const std::string& path, int tp_rank) {
+  if (!states.module_in_layer_files) return raw;
+  const std::vector<std::string> names = listed_state_names(states);
+  DS_CHECK(!names.empty(), CheckpointError, path, ": 'module' is None and 'param_shapes' too: "
+           "a pipeline checkpoint written without a ZeRO or bf16 optimizer, which records no "
+           "parameter names beside its layer files, so they cannot be matched to its optimizer "
+           "state");
+  Dict dict = raw.toGenericDict().copy();
+  dict.insert_or_assign("module",
+                        ivalue_from_tensors(module_from_layer_files(tag_dir, names, tp_rank)));
+  return IValue(dict);
+}
+
 // A ZeRO 0-2 tag folder's model-parallel rank m: its mp_rank_XX_model_states.pt (`model`, as
 // read) and (stages 1/2) every data-parallel rank's optimizer file. `moe`: the rank's experts,
 // if any.
@@ -392,10 +409,11 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
     // MoE: expert parameters get their global ids. Each model-parallel rank has its own expert
     // files: a pipeline stage its own MoE layers (or none). ZeRO-3 refuses MoE; the
     // tensor-parallel shards of experts are not joined.
-    const IValue raw = m == 0 ? raw0 : load(path);
-    const std::optional<ModelStates> other =
-        m == 0 ? std::nullopt : std::make_optional(ModelStates::from_ivalue(raw, path));
-    const ModelStates& states = m == 0 ? states0 : *other;
+    const IValue loaded = m == 0 ? raw0 : load(path);
+    const IValue raw =
+        with_layer_module(loaded, m == 0 ? states0 : ModelStates::from_ivalue(loaded, path),
+                          input_tag_dir, path, tp > 1 ? static_cast<int>(m % tp) : -1);
+    const ModelStates states = ModelStates::from_ivalue(raw, path);
     const auto moe = detail::MoeExperts::read(input_tag_dir, m, states, path);
     DS_CHECK(!moe || (tp == 1 && !zero3), NotSupportedError, path, ": an MoE checkpoint with ",
              zero3 ? "ZeRO stage 3" : "tensor parallelism", ": ds_to_universal converts MoE "

@@ -15,18 +15,9 @@
 namespace deepspeed::pipe {
 namespace {
 
-// DeepSpeed's ckpt_layer_path: "layer_<idx:02d>-model_states.pt", and with tensor parallelism
-// inside the stages (3D) the rank's coordinate on the topology's model axis,
-// "layer_<idx:02d>-model_<tp:02d>-model_states.pt".
+// DeepSpeed's ckpt_layer_path, with the rank's tensor-parallel coordinate in 3D.
 std::string layer_file_name(int layer_idx, const std::optional<comm::Group>& tp) {
-  char name[64];
-  if (tp && tp->size() > 1) {
-    std::snprintf(name, sizeof(name), "layer_%02d-model_%02d-model_states.pt", layer_idx,
-                  tp->rank());
-  } else {
-    std::snprintf(name, sizeof(name), "layer_%02d-model_states.pt", layer_idx);
-  }
-  return name;
+  return checkpoint::layer_file_name(layer_idx, tp && tp->size() > 1 ? tp->rank() : -1);
 }
 
 checkpoint::TensorDict layer_state(torch::nn::Module& m) {
@@ -69,6 +60,16 @@ bool PipelineEngine::save_checkpoint(const std::string& save_dir,
     }
   }
   return Engine::save_checkpoint(save_dir, t, client_state);
+}
+
+checkpoint::TensorDict PipelineEngine::read_layer_files(const std::string& tag_dir,
+                                                        const std::string& model_file) const {
+  (void)model_file;  // the layer files name themselves in errors
+  std::vector<std::string> names;
+  for (const auto& item : checkpoint::module_state_dict(*pipe_module_)) names.push_back(item.key());
+  const auto tp = runtime::tensor_parallel_group_of(pipe_module_->parameters());
+  return checkpoint::module_from_layer_files(tag_dir, names,
+                                             tp && tp->size() > 1 ? tp->rank() : -1);
 }
 
 LoadedCheckpoint PipelineEngine::load_checkpoint(const std::string& load_dir,
