@@ -442,7 +442,8 @@ int run(const Args& a) {
                 static_cast<long long>(a.seq_len));
   }
   // Resume: the engine restores weights, optimizer, schedule, counters and RNG; the data order
-  // comes back from the sampler position saved as client state.
+  // comes back from the sampler position saved as client state (or, in a checkpoint without
+  // it, from the step count).
   int64_t first_step = 1;
   if (!a.load_dir.empty()) {
     auto loaded = pp_engine ? pp_engine->load_checkpoint(a.load_dir)
@@ -461,6 +462,10 @@ int run(const Args& a) {
     const auto& cs = loaded.client_state;
     if (cs.contains("sampler_epoch") && cs.contains("sampler_micro_batch")) {
       sampler.set_position(cs.at("sampler_epoch").toInt(), cs.at("sampler_micro_batch").toInt());
+    } else {  // another trainer's (Python DeepSpeed's): past the batches its steps consumed
+      const int64_t consumed = engine->global_steps() * gas;
+      sampler.set_position(consumed / sampler.micro_batches_per_epoch(),
+                           consumed % sampler.micro_batches_per_epoch());
     }
     first_step = engine->global_steps() + 1;
     if (rank == 0) {
