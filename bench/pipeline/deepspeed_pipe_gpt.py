@@ -18,7 +18,9 @@ One process per rank through our launcher, with a Python whose torch is Debian's
         bench/pipeline/deepspeed_pipe_gpt.py --pipeline_parallel_size 2 --deepspeed_config C \\
         --data data/austen.txt --compact_vocab --steps 20 --metrics_file peer.jsonl
 Writes one JSON row per step with train_gpt's keys (step, loss, tokens_per_s, step_time_s,
-memory_bytes.peak_rss per rank), so the bench reads both sides the same way.
+memory_bytes.peak_rss per rank), so the bench reads both sides the same way. --load_dir resumes
+from a checkpoint (train_gpt's or DeepSpeed's) and goes on with the windows train_gpt would read
+next; --save_dir saves one after the last step (tests/e2e/deepspeed_pipe_interop_test.cpp).
 """
 import argparse
 import json
@@ -41,7 +43,7 @@ def parse_args():
     # train_gpt's flags and defaults, those the bench passes.
     p.add_argument("--deepspeed_config", required=True)
     p.add_argument("--data", required=True)
-    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--steps", type=int, default=200, help="optimizer steps in all, as train_gpt")
     p.add_argument("--n_layer", type=int, default=4)
     p.add_argument("--n_head", type=int, default=4)
     p.add_argument("--n_embd", type=int, default=128)
@@ -52,6 +54,8 @@ def parse_args():
     p.add_argument("--pipeline_parallel_size", type=int, required=True)
     p.add_argument("--partition_method", default="type:Block")
     p.add_argument("--metrics_file", default="")
+    p.add_argument("--load_dir", default="", help="resume from its latest checkpoint")
+    p.add_argument("--save_dir", default="", help="save a checkpoint after the last step")
     p.add_argument("--local_rank", type=int, default=-1)  # appended by the launcher
     return p.parse_args()
 
@@ -63,17 +67,18 @@ def build_layers(vocab, a):
     from deepspeed.pipe import LayerSpec, TiedLayerSpec
     from gpt_model import Block, GptEmbedding
 
-    class GptEmbeddingPipe(nn.Module):
-        """train_gpt's GptEmbedding, wte(idx) + wpe(positions). The token table is the module's
-        own `weight`: DeepSpeed 0.14's tied_weight_attr names a direct attribute."""
+    class GptEmbeddingPipe(nn.Module):  # train_gpt's GptEmbedding: wte(idx) + wpe(positions)
         def __init__(self):
             super().__init__()
-            self.weight = GptEmbedding(vocab, a.n_embd).weight
+            self.wte = GptEmbedding(vocab, a.n_embd)
             self.wpe = GptEmbedding(a.seq_len, a.n_embd)
 
+        @property
+        def weight(self):  # the tied weight: DeepSpeed's tied_weight_attr is a plain attribute
+            return self.wte.weight
+
         def forward(self, idx):
-            pos = torch.arange(idx.size(1), dtype=torch.long)
-            return F.embedding(idx, self.weight) + self.wpe(pos)
+            return self.wte(idx) + self.wpe(torch.arange(idx.size(1), dtype=torch.long))
 
     def head(module, x):
         return torch.matmul(x, module.weight.t())
@@ -137,6 +142,12 @@ def main():
             return gpt_ddp.make_batch(torch, train, sampler.next_micro_batch(), a.seq_len)
 
     data = Batches()
+    if a.load_dir:
+        path, _ = engine.load_checkpoint(a.load_dir)
+        if path is None:
+            sys.exit(f"deepspeed_pipe_gpt: no checkpoint to load in {a.load_dir}")
+        for _ in range(engine.global_steps * gas):  # the windows the loaded steps consumed
+            sampler.next_micro_batch()
     tokens_per_step = micro * gas * replicas * a.seq_len
     if rank == 0:
         print(f"deepspeed_pipe_gpt: deepspeed {deepspeed.__version__}, torch {torch.__version__}, "
@@ -144,7 +155,7 @@ def main():
               f"micro-batch {micro} x accumulation {gas}, vocabulary {vocab}, "
               f"blas={gpt_ddp.mapped_blas()}", flush=True)
     metrics = open(a.metrics_file, "w") if rank == 0 and a.metrics_file else None
-    for step in range(1, a.steps + 1):
+    for step in range(engine.global_steps + 1, a.steps + 1):
         t0 = time.perf_counter()
         loss = engine.train_batch(data_iter=data)
         secs = time.perf_counter() - t0
@@ -164,6 +175,8 @@ def main():
             metrics.flush()
     if metrics:
         metrics.close()
+    if a.save_dir:
+        engine.save_checkpoint(a.save_dir)
     sys.stdout.flush()
     sys.stderr.flush()
     dist.barrier()  # Gloo teardown can hang (cpu-baselines.md): meet, then leave
