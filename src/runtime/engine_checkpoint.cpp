@@ -275,7 +275,9 @@ ckpt::TensorDict Engine::read_layer_files(const std::string& tag_dir,
 ckpt::ModelStates Engine::model_states(const ClientState& client_state,
                                        bool exclude_frozen_parameters) {
   ckpt::ModelStates m;
-  m.module = ckpt::module_state_dict(*module_);
+  // A pipeline's weights go to files of their own, one per layer (DeepSpeed's layout).
+  m.module_in_layer_files = module_in_layer_files();
+  if (!m.module_in_layer_files) m.module = ckpt::module_state_dict(*module_);
   std::vector<std::string> frozen;
   for (const auto& p : module_->named_parameters()) {
     if (!p.value().requires_grad()) frozen.push_back(p.key());
@@ -290,10 +292,6 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
     m.module = std::move(kept);
   }
   m.buffer_names = ckpt::module_buffer_names(*module_);
-  if (module_in_layer_files()) {  // written beside, one file per layer (a pipeline's)
-    m.module = ckpt::TensorDict();
-    m.module_in_layer_files = true;
-  }
   if (zero_) {  // the stage's part: stage 0's optimizer, ZeRO's param_shapes, ...
     runtime::ZeroCheckpointContext ctx = checkpoint_context("");
     ctx.exclude_frozen_parameters = exclude_frozen_parameters;
