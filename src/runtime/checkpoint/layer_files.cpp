@@ -71,54 +71,63 @@ std::string layer_file_name(int layer_idx, int tp_rank) {
 
 TensorDict module_from_layer_files(const std::string& tag_dir,
                                    const std::vector<std::string>& names, int tp_rank) {
-  LayerFiles files(tag_dir, tp_rank);
-  // Tied modules: key -> the names under it (rests), to find the one file holding them all.
+  // Each name once: its layer index, or its tied module's key, and the name inside the layer.
+  struct Entry {
+    int idx = -1;
+    std::string tied_key;
+    std::string rest;
+  };
+  std::vector<Entry> entries;
+  std::set<int> claimed;  // layers this stage names by index: none of them is a tied module
   std::map<std::string, std::vector<std::string>> tied_rests;
   for (const auto& name : names) {
-    if (name.rfind(kTiedPrefix, 0) != 0) continue;
-    const std::string sub = name.substr(std::string(kTiedPrefix).size());
+    Entry e;
+    const bool tied = name.rfind(kTiedPrefix, 0) == 0;
+    const std::string sub = tied ? name.substr(std::string(kTiedPrefix).size()) : name;
     const size_t dot = sub.find('.');
-    DS_CHECK(dot != std::string::npos, CheckpointError, "checkpoint ", tag_dir, ": state name '",
-             name, "' names no tensor inside its tied module");
-    tied_rests[sub.substr(0, dot)].push_back(sub.substr(dot + 1));
-  }
-  std::map<std::string, int> tied_file;
-  for (const auto& [key, rests] : tied_rests) {
-    for (int idx : files.indices()) {
-      const TensorDict& layer = files.layer(idx);
-      bool all = true;
-      for (const auto& rest : rests) all = all && layer.find(rest) != nullptr;
-      if (all) {
-        tied_file.emplace(key, idx);
-        break;
-      }
+    int consumed = 0;
+    const bool ok = dot != std::string::npos &&
+                    (tied || (std::sscanf(sub.c_str(), "%d%n", &e.idx, &consumed) == 1 &&
+                              static_cast<size_t>(consumed) == dot));
+    DS_CHECK(ok, CheckpointError, "checkpoint ", tag_dir, ": state name '", name,
+             "' is neither '<layer>.<name>' nor 'tied_modules.<key>.<name>', so no layer file "
+             "holds it");
+    e.rest = sub.substr(dot + 1);
+    if (tied) {
+      e.tied_key = sub.substr(0, dot);
+      tied_rests[e.tied_key].push_back(e.rest);
+    } else {
+      claimed.insert(e.idx);
     }
-    DS_CHECK(tied_file.count(key) == 1, CheckpointError, "checkpoint ", tag_dir,
-             ": no layer file holds the tied module '", key, "' (", rests.front(), ", ...)");
+    entries.push_back(std::move(e));
+  }
+  LayerFiles files(tag_dir, tp_rank);
+  std::map<std::string, int> tied_file;
+  if (!tied_rests.empty()) {
+    const std::vector<int> candidates = files.indices();
+    for (const auto& [key, rests] : tied_rests) {
+      for (int idx : candidates) {
+        if (claimed.count(idx)) continue;
+        const TensorDict& layer = files.layer(idx);
+        bool all = true;
+        for (const auto& rest : rests) all = all && layer.find(rest) != nullptr;
+        if (all) {
+          tied_file.emplace(key, idx);
+          break;
+        }
+      }
+      DS_CHECK(tied_file.count(key) == 1, CheckpointError, "checkpoint ", tag_dir,
+               ": no layer file holds the tied module '", key, "' (", rests.front(), ", ...)");
+    }
   }
   TensorDict module;
-  for (const auto& name : names) {
-    int idx = -1;
-    std::string rest;
-    if (name.rfind(kTiedPrefix, 0) == 0) {
-      const std::string sub = name.substr(std::string(kTiedPrefix).size());
-      idx = tied_file.at(sub.substr(0, sub.find('.')));
-      rest = sub.substr(sub.find('.') + 1);
-    } else {
-      const size_t dot = name.find('.');
-      int consumed = 0;
-      const bool numbered = dot != std::string::npos &&
-                            std::sscanf(name.c_str(), "%d%n", &idx, &consumed) == 1 &&
-                            static_cast<size_t>(consumed) == dot;
-      DS_CHECK(numbered, CheckpointError, "checkpoint ", tag_dir, ": state name '", name,
-               "' is neither '<layer>.<name>' nor 'tied_modules.<key>.<name>', so no layer "
-               "file holds it");
-      rest = name.substr(dot + 1);
-    }
-    const at::Tensor* t = files.layer(idx).find(rest);
-    DS_CHECK(t != nullptr, CheckpointError, "checkpoint ", files.path(idx), ": no entry '", rest,
-             "' (for '", name, "')");
-    module.insert(name, *t);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    const int idx = e.tied_key.empty() ? e.idx : tied_file.at(e.tied_key);
+    const at::Tensor* t = files.layer(idx).find(e.rest);
+    DS_CHECK(t != nullptr, CheckpointError, "checkpoint ", files.path(idx), ": no entry '",
+             e.rest, "' (for '", names[i], "')");
+    module.insert(names[i], *t);
   }
   return module;
 }
