@@ -33,7 +33,8 @@ class LayerFiles {
     auto it = loaded_.find(idx);
     if (it != loaded_.end()) return it->second;
     const std::string path = tag_dir_ + "/" + layer_file_name(idx, tp_);
-    DS_CHECK(::access(path.c_str(), F_OK) == 0, CheckpointError, "checkpoint ", tag_dir_, ": layer file ", path,
+    DS_CHECK(::access(path.c_str(), F_OK) == 0, CheckpointError, "checkpoint ", tag_dir_,
+             ": layer file ", path,
              " is missing (the model-states file keeps no module: a pipeline checkpoint)");
     return loaded_.emplace(idx, tensors_from_ivalue(load(path), path)).first->second;
   }
