@@ -152,8 +152,8 @@ def make_batch(torch, tokens, windows, seq_len):
 
 # ----------------------------------------------------------------------------------------------
 # Model: examples/train_gpt/gpt_model.cpp, module for module and in the same registration
-# order, so the constructors draw the same random numbers and the GPT-2 init below gives the
-# same weights as train_gpt from the same seed.
+# order, and GPT-2's init drawn in the same order (each block as it is built, the embeddings
+# last), so the same seed gives train_gpt's weights bit for bit.
 
 def build_model(torch, vocab_size, block_size, n_layer, n_head, n_embd):
     nn, F = torch.nn, torch.nn.functional
@@ -190,6 +190,20 @@ def build_model(torch, vocab_size, block_size, n_layer, n_head, n_embd):
         def forward(self, x):
             return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
 
+    residual_std = 0.02 / math.sqrt(2.0 * n_layer)
+
+    def init_gpt2_weights(module):  # gpt_model.cpp's init_gpt2_weights, in parameter order
+        with torch.no_grad():
+            for name, p in module.named_parameters():
+                if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                    p.fill_(1.0)
+                elif name.endswith("bias"):
+                    p.zero_()
+                elif name.endswith("c_proj.weight"):
+                    p.normal_(0.0, residual_std)
+                else:
+                    p.normal_(0.0, 0.02)
+
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
@@ -197,6 +211,7 @@ def build_model(torch, vocab_size, block_size, n_layer, n_head, n_embd):
             self.attn = CausalSelfAttention()
             self.ln_2 = nn.LayerNorm(n_embd)
             self.mlp = Mlp()
+            init_gpt2_weights(self)  # each block initializes itself, as BlockImpl's constructor
 
         def forward(self, x):
             y = x + self.attn(self.ln_1(x))
@@ -209,17 +224,9 @@ def build_model(torch, vocab_size, block_size, n_layer, n_head, n_embd):
             self.wpe = nn.Embedding(block_size, n_embd)
             self.h = nn.ModuleList([Block() for _ in range(n_layer)])
             self.ln_f = nn.LayerNorm(n_embd)
-            residual_std = 0.02 / math.sqrt(2.0 * n_layer)
-            with torch.no_grad():
-                for name, p in self.named_parameters():
-                    if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
-                        p.fill_(1.0)
-                    elif name.endswith(".bias"):
-                        p.zero_()
-                    elif name.endswith("c_proj.weight"):
-                        p.normal_(0.0, residual_std)
-                    else:
-                        p.normal_(0.0, 0.02)
+            # The embeddings last, after the blocks (GptImpl's constructor).
+            init_gpt2_weights(self.wte)
+            init_gpt2_weights(self.wpe)
 
         def forward(self, idx, targets):
             T = idx.size(1)

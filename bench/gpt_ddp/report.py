@@ -61,7 +61,7 @@ def report_round(args):
     o, p = runs["ours"], runs["peer"]
     print(f"INFO round {args.round}: step-1 loss ours {o['first_loss']:.4f} peer {p['first_loss']:.4f}; "
           f"step-{o['steps']} loss ours {o['last_loss']:.4f} peer {p['last_loss']:.4f}")
-    if abs(o["first_loss"] - p["first_loss"]) > 1e-3:
+    if abs(o["first_loss"] - p["first_loss"]) > 1e-5:
         print(f"WARN round {args.round}: step-1 losses differ by {abs(o['first_loss'] - p['first_loss']):.2e} "
               "(same weights and windows should agree to ~1e-5)")
 

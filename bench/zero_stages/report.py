@@ -85,7 +85,7 @@ def check_losses(runs, where):
     print(f"INFO {where}: step-1 loss " + ", ".join(f"{v} {l:.4f}" for v, l in first.items()) +
           "; last-step loss " + ", ".join(f"{v} {runs[v]['last_loss']:.4f}" for v, _ in VARIANTS))
     spread = max(first.values()) - min(first.values())
-    if spread > 1e-3:
+    if spread > 1e-5:
         print(f"WARN {where}: step-1 losses differ by {spread:.2e} (same weights and windows should "
               "agree to ~1e-5)")
 
