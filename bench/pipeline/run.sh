@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pipeline parallelism on 2 ranks: train_gpt with --pipeline_parallel_size 2 against DeepSpeed's
 # own PipelineEngine (Python, the same GPT, data, partition and ds_config:
-# bench/pipeline/deepspeed_pipe_gpt.py) and against pure data parallelism (ZeRO-0) on the same 2
+# bench/common/deepspeed_train_gpt.py) and against pure data parallelism (ZeRO-0) on the same 2
 # ranks: tokens/s and peak RSS per rank; then the measured bubble of each stage (its idle share of
 # the batch, from wall_clock_breakdown's per-stage line) next to 1F1B's (P - 1) / (m + P - 1) for
 # m = 1, 2, 4, 8 micro-batches. Builds nothing; makes .venv-deepspeed (DeepSpeed 0.15.4 over
@@ -65,7 +65,7 @@ run() {  # run NAME CONFIG PIPE_SIZE
 
 run_deepspeed() {  # run_deepspeed NAME CONFIG: DeepSpeed's PipelineEngine, 2 stages
   DS_ACCELERATOR=cpu "$launcher" --num_gpus 2 --master_port $((29600 + RANDOM % 300)) \
-    "$DS_VENV/bin/python" bench/pipeline/deepspeed_pipe_gpt.py --deepspeed_config "$2" \
+    "$DS_VENV/bin/python" bench/common/deepspeed_train_gpt.py --deepspeed_config "$2" \
     --data "$corpus" --steps "$STEPS" --compact_vocab --metrics_file "$out/$1.jsonl" \
     --pipeline_parallel_size 2 "${model_flags[@]}" > "$out/$1.log" 2>&1 ||
     die "$1 failed; see $out/$1.log"
@@ -88,7 +88,7 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 
-[ "$DS_VENV" != none ] && grep -h "deepspeed_pipe_gpt: deepspeed" "$out/ds_1.log" | sed 's/^\[rank 0\] /INFO /'
+[ "$DS_VENV" != none ] && grep -h "deepspeed_train_gpt: deepspeed" "$out/ds_1.log" | sed 's/^\[rank 0\] /INFO /'
 
 # Part 2: the bubble against the micro-batch count.
 for m in $MICRO_BATCHES; do run "bubble_m$m" "$(config "$m" 1)" 2; done

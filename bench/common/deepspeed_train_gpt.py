@@ -1,26 +1,34 @@
 #!/usr/bin/env python3
-"""DeepSpeed peer of `train_gpt --pipeline_parallel_size P`: the same GPT, data and config,
-trained by Python DeepSpeed's PipelineEngine on Gloo.
+"""DeepSpeed peer of train_gpt on CPU: the same GPT, data and ds_config, trained by Python
+DeepSpeed on Gloo, either data parallel under the config's ZeRO stage (0-3) or, with
+--pipeline_parallel_size P > 1, by DeepSpeed's PipelineEngine.
 
-The model is a deepspeed.pipe.PipelineModule of the layers train_gpt's pipeline has
+Data parallel: the model is bench/gpt_ddp/gpt_ddp.py's twin of examples/train_gpt/gpt_model.cpp
+(the same modules in the same order, so the same seed gives train_gpt's initial weights), handed
+to deepspeed.initialize; under ZeRO-3 its tied wte.weight is registered as an external parameter
+of the root module (the output projection uses it outside wte's forward).
+
+Pipeline: a deepspeed.pipe.PipelineModule of the layers train_gpt's pipeline has
 (examples/train_gpt/gpt_pipe.cpp): the token + position embedding, n_layer pre-LayerNorm
 blocks (bench/gpu/gpt_model.py's Block, attention written out as on CPU), the final LayerNorm,
 and the output projection tied to the embedding (TiedLayerSpec "embed"). The stages are cut as
-train_gpt's are (--partition_method, default type:Block). The token windows are train_gpt's:
-its token cache (<data>.gpt2.u16, written by train_gpt's first run), --compact_vocab's
-renumbering, its train/held-out split and its DistributedBatchSampler over the data-parallel
-replicas (bench/gpt_ddp/gpt_ddp.py). The ds_config is the one train_gpt reads; DeepSpeed builds
-the optimizer from it (with `torch_adam: true`: torch.optim.AdamW, see main()).
+train_gpt's are (--partition_method, default type:Block).
+
+The token windows are train_gpt's: its token cache (<data>.gpt2.u16, written by train_gpt's
+first run), --compact_vocab's renumbering, its train/held-out split and its
+DistributedBatchSampler over the data-parallel replicas (bench/gpt_ddp/gpt_ddp.py). DeepSpeed
+builds the optimizer from the ds_config (with `torch_adam: true`: torch.optim.AdamW, see main()).
 
 One process per rank through our launcher, with a Python whose torch is Debian's python3-torch
-(the LibTorch build train_gpt links) and deepspeed installed beside it (bench/pipeline/run.sh):
-    DS_ACCELERATOR=cpu build/bin/deepspeed --num_gpus 2 $DS_VENV/bin/python \\
-        bench/pipeline/deepspeed_pipe_gpt.py --pipeline_parallel_size 2 --deepspeed_config C \\
-        --data data/austen.txt --compact_vocab --steps 20 --metrics_file peer.jsonl
-Writes one JSON row per step with train_gpt's keys (step, loss, tokens_per_s, step_time_s,
-memory_bytes.peak_rss per rank), so the bench reads both sides the same way. --load_dir resumes
+(the LibTorch build train_gpt links) and deepspeed installed beside it (.venv-deepspeed, made by
+scripts/setup_deepspeed_peer.sh):
+    DS_ACCELERATOR=cpu build/bin/deepspeed --num_gpus 2 .venv-deepspeed/bin/python \\
+        bench/common/deepspeed_train_gpt.py --deepspeed_config C --data data/austen.txt \\
+        --compact_vocab --steps 20 --metrics_file peer.jsonl [--pipeline_parallel_size 2]
+Writes one JSON row per step with train_gpt's keys (step, loss, lr, tokens_per_s, step_time_s,
+memory_bytes.peak_rss per rank), so the benches read both sides the same way. --load_dir resumes
 from a checkpoint (train_gpt's or DeepSpeed's) and goes on with the windows train_gpt would read
-next; --save_dir saves one after the last step (tests/e2e/deepspeed_pipe_interop_test.cpp).
+next; --save_dir saves one after the last step (tests/e2e/deepspeed_interop_test.cpp).
 """
 import argparse
 import json
@@ -51,8 +59,9 @@ def parse_args():
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--val_fraction", type=float, default=0.05)
     p.add_argument("--compact_vocab", action="store_true")
-    p.add_argument("--pipeline_parallel_size", type=int, required=True)
-    p.add_argument("--partition_method", default="type:Block")
+    p.add_argument("--pipeline_parallel_size", type=int, default=1,
+                   help="1: data parallel under the config's ZeRO stage")
+    p.add_argument("--pipe_partition_method", default="type:Block")
     p.add_argument("--metrics_file", default="")
     p.add_argument("--load_dir", default="", help="resume from its latest checkpoint")
     p.add_argument("--save_dir", default="", help="save a checkpoint after the last step")
@@ -95,17 +104,69 @@ def build_layers(vocab, a):
     return layers, loss_fn
 
 
+def fit_old_gloo(torch):
+    """torch 1.13's Gloo has no _allgather_base, _reduce_scatter_base or reduce_scatter, yet
+    DeepSpeed 0.15 calls the first two whenever torch.distributed defines them (ZeRO 1-3's flat
+    all-gathers and reduce-scatters), and ZeRO-3 the third. Clearing its backend's picks makes
+    DeepSpeed take its own fallbacks for older torch (list all-gathers, list reduce-scatter); the
+    list reduce-scatter is then an all-reduce of which each rank keeps its chunk: the same sums
+    (torch 2's Gloo reduce-scatter also runs as an all-reduce), at twice the traffic."""
+    if int(torch.__version__.split(".")[0]) >= 2:
+        return
+    import torch.distributed as dist
+    from deepspeed.comm import comm
+    backend = comm.cdb
+    backend.all_gather_function = None
+    backend.reduce_scatter_function = None
+
+    class Done:  # what an async_op caller waits on
+        def wait(self):
+            return True
+
+        def is_completed(self):
+            return True
+
+    def reduce_scatter(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        full = torch.cat([t.reshape(-1) for t in input_list])
+        dist.all_reduce(full, op=backend._reduce_op(op), group=group)
+        start = sum(t.numel() for t in input_list[:dist.get_rank(group)])
+        output.copy_(full[start:start + output.numel()].view_as(output))
+        return Done() if async_op else None
+    backend.reduce_scatter = reduce_scatter
+
+
+def build_engine(deepspeed, torch, vocab, a, config):
+    """(engine, data-parallel size, data-parallel rank)."""
+    import torch.distributed as dist
+    if a.pipeline_parallel_size > 1:
+        from deepspeed.pipe import PipelineModule
+        layers, loss_fn = build_layers(vocab, a)
+        module = PipelineModule(layers=layers, num_stages=a.pipeline_parallel_size,
+                                loss_fn=loss_fn, partition_method=a.pipe_partition_method)
+    else:
+        module = gpt_ddp.build_model(torch, vocab, a.seq_len, a.n_layer, a.n_head, a.n_embd)
+        if config.get("zero_optimization", {}).get("stage", 0) == 3:
+            deepspeed.zero.register_external_parameter(module, module.wte.weight)
+    engine, _, _, _ = deepspeed.initialize(
+        model=module, model_parameters=[p for p in module.parameters() if p.requires_grad],
+        config=config)
+    if a.pipeline_parallel_size > 1:
+        return engine, engine.grid.get_data_parallel_world_size(), \
+            engine.grid.get_data_parallel_rank()
+    return engine, dist.get_world_size(), dist.get_rank()
+
+
 def main():
     a = parse_args()
     if not gpt_ddp.cache_is_current(a.data):
-        sys.exit(f"deepspeed_pipe_gpt: {a.data}.gpt2.u16 is missing or stale; run train_gpt once "
+        sys.exit(f"deepspeed_train_gpt: {a.data}.gpt2.u16 is missing or stale; run train_gpt once "
                  f"(it tokenizes {a.data} and writes the cache)")
     import torch
     import torch.distributed as dist
     import deepspeed
-    from deepspeed.pipe import PipelineModule
 
     deepspeed.init_distributed(dist_backend="gloo")
+    fit_old_gloo(torch)
     rank, world = dist.get_rank(), dist.get_world_size()
     with open(a.deepspeed_config) as f:
         config = json.load(f)
@@ -122,15 +183,8 @@ def main():
     train = tokens[:tokens.numel() - n_val]
 
     torch.manual_seed(a.seed)
-    layers, loss_fn = build_layers(vocab, a)
-    module = PipelineModule(layers=layers, num_stages=a.pipeline_parallel_size, loss_fn=loss_fn,
-                            partition_method=a.partition_method)
-    engine, _, _, _ = deepspeed.initialize(
-        model=module, model_parameters=[p for p in module.parameters() if p.requires_grad],
-        config=config)
+    engine, replicas, replica = build_engine(deepspeed, torch, vocab, a, config)
     micro, gas = engine.train_micro_batch_size_per_gpu(), engine.gradient_accumulation_steps()
-    replicas = engine.grid.get_data_parallel_world_size()
-    replica = engine.grid.get_data_parallel_rank()
     sampler = gpt_ddp.DistributedBatchSampler((train.numel() - 1) // a.seq_len, micro, gas,
                                               replicas, replica, a.seed)
 
@@ -142,31 +196,54 @@ def main():
             return gpt_ddp.make_batch(torch, train, sampler.next_micro_batch(), a.seq_len)
 
     data = Batches()
+
+    def train_batch():
+        """One optimizer step: its loss tensor (the pipeline's is averaged over the data-parallel
+        replicas already; data parallelism returns this rank's mean, see mean_loss)."""
+        if a.pipeline_parallel_size > 1:
+            return engine.train_batch(data_iter=data)
+        total = 0.0
+        for _ in range(gas):
+            x, y = next(data)
+            loss = engine(x, y)
+            engine.backward(loss)
+            engine.step()
+            total += loss.item()
+        return torch.tensor([total / gas], dtype=torch.float64)
+
+    def mean_loss(loss):  # outside the timed region, as train_gpt's
+        if a.pipeline_parallel_size == 1:
+            dist.all_reduce(loss)
+            loss /= world
+        return loss.item()
+
     if a.load_dir:
         path, _ = engine.load_checkpoint(a.load_dir)
         if path is None:
-            sys.exit(f"deepspeed_pipe_gpt: no checkpoint to load in {a.load_dir}")
+            sys.exit(f"deepspeed_train_gpt: no checkpoint to load in {a.load_dir}")
         for _ in range(engine.global_steps * gas):  # the windows the loaded steps consumed
             sampler.next_micro_batch()
     tokens_per_step = micro * gas * replicas * a.seq_len
     if rank == 0:
-        print(f"deepspeed_pipe_gpt: deepspeed {deepspeed.__version__}, torch {torch.__version__}, "
+        print(f"deepspeed_train_gpt: deepspeed {deepspeed.__version__}, torch {torch.__version__}, "
               f"{world} ranks = {a.pipeline_parallel_size} stages x {replicas} data-parallel, "
+              f"ZeRO-{engine.zero_optimization_stage()}, "
               f"micro-batch {micro} x accumulation {gas}, vocabulary {vocab}, "
               f"blas={gpt_ddp.mapped_blas()}", flush=True)
     metrics = open(a.metrics_file, "w") if rank == 0 and a.metrics_file else None
     for step in range(engine.global_steps + 1, a.steps + 1):
         t0 = time.perf_counter()
-        loss = engine.train_batch(data_iter=data)
+        loss = train_batch()
         secs = time.perf_counter() - t0
+        loss = mean_loss(loss)
         mem = torch.tensor(gpt_ddp.process_memory(), dtype=torch.float64)
         all_mem = [torch.empty(3, dtype=torch.float64) for _ in range(world)]
         dist.all_gather(all_mem, mem)
         if rank == 0:
-            print(f"step {step} | loss {loss.item():.4f} | tokens/s {tokens_per_step / secs:.0f} "
+            print(f"step {step} | loss {loss:.4f} | tokens/s {tokens_per_step / secs:.0f} "
                   f"| step {secs:.3f} s", flush=True)
         if metrics:
-            row = {"step": step, "loss": loss.item(), "lr": engine.get_lr()[0],
+            row = {"step": step, "loss": loss, "lr": engine.get_lr()[0],
                    "tokens_per_s": tokens_per_step / secs,
                    "step_time_s": secs,
                    "memory_bytes": {"rss": [int(t[0].item()) for t in all_mem],
