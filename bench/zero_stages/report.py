@@ -3,8 +3,9 @@
 
     report.py round DIR R --skip K    # RESULT lines of round R (DIR/roundR_<variant>.jsonl)
     report.py summary DIR --skip K    # tables over every complete round in DIR
-Each metrics file is rank 0's JSONL, one object per optimizer step, as train_gpt --metrics_file
-and bench/gpt_ddp/gpt_ddp.py write it (both take the peak RSS of each rank from VmHWM).
+Each metrics file is rank 0's JSONL, one object per optimizer step, as train_gpt --metrics_file,
+bench/gpt_ddp/gpt_ddp.py and bench/common/deepspeed_train_gpt.py write it (all take the peak RSS
+of each rank from VmHWM).
 tokens/s = tokens per step / median step time over the steps after the first K; the peak RSS of
 a run is each rank's high-water mark at the last step, and "max" is the largest over the ranks.
 Standard library only.
@@ -37,13 +38,20 @@ VARIANTS = (
     ("ours2", "ours: train_gpt, ZeRO-2"),
     ("ddp", "peer: PyTorch DDP + AdamW"),
     ("zero_ro", "peer: DDP + ZeroRedundancyOptimizer(AdamW)"),
+    ("ds0", "peer: DeepSpeed, ZeRO-0"),
+    ("ds1", "peer: DeepSpeed, ZeRO-1"),
+    ("ds2", "peer: DeepSpeed, ZeRO-2"),
 )
+OPTIONAL = {"ds0", "ds1", "ds2"}  # left out with DS_VENV=none
 # (numerator, denominator, label): paired within a round.
 RATIOS = (
     ("ours0", "ddp", "ours ZeRO-0 / DDP"),
     ("ours1", "ddp", "ours ZeRO-1 / DDP"),
     ("ours2", "ddp", "ours ZeRO-2 / DDP"),
     ("ours1", "zero_ro", "ours ZeRO-1 / ZeroRedundancyOptimizer"),
+    ("ours0", "ds0", "ours ZeRO-0 / DeepSpeed ZeRO-0"),
+    ("ours1", "ds1", "ours ZeRO-1 / DeepSpeed ZeRO-1"),
+    ("ours2", "ds2", "ours ZeRO-2 / DeepSpeed ZeRO-2"),
     ("zero_ro", "ddp", "ZeroRedundancyOptimizer / DDP (the peer's own stage-1 cost)"),
     ("ours1", "ours0", "ours ZeRO-1 / ours ZeRO-0"),
     ("ours2", "ours0", "ours ZeRO-2 / ours ZeRO-0"),
@@ -52,11 +60,14 @@ MIB = 1048576.0
 
 
 def load_round(out_dir, r, skip):
-    """{variant: metrics} for round r, or None when a variant's file is missing."""
+    """{variant: metrics} for round r, or None when a variant's file is missing (the optional
+    ones count when round 1 ran them)."""
     runs = {}
     for v, _ in VARIANTS:
         path = os.path.join(out_dir, f"round{r}_{v}.jsonl")
         if not os.path.exists(path):
+            if v in OPTIONAL and not os.path.exists(os.path.join(out_dir, f"round1_{v}.jsonl")):
+                continue
             return None
         runs[v] = load(path, skip)
         runs[v]["peak_max"] = max(runs[v]["peak_rss"])
@@ -67,23 +78,27 @@ def report_round(args):
     runs = load_round(args.dir, args.round, args.skip)
     if runs is None:
         raise SystemExit(f"report: round {args.round} is incomplete in {args.dir}")
-    for v, _ in VARIANTS:
+    for v in runs:
         m = runs[v]
         t = m["tokens_per_step"]
         result(f"zero_stages.{v}.tokens_per_s", m["tps"], t / m["step_max"], t / m["step_min"], m["n"],
                "tokens/s")
         rss = [b / MIB for b in m["peak_rss"]]
         result(f"zero_stages.{v}.peak_rss", max(rss), min(rss), max(rss), len(rss), "MiB")
-    for num, den, _ in RATIOS:
+    for num, den, _ in ratios_of(runs):
         ratio = runs[num]["tps"] / runs[den]["tps"]
         result(f"zero_stages.ratio_{num}_over_{den}", ratio, ratio, ratio, 1, "x")
     check_losses(runs, f"round {args.round}")
 
 
+def ratios_of(runs):
+    return [(num, den, label) for num, den, label in RATIOS if num in runs and den in runs]
+
+
 def check_losses(runs, where):
-    first = {v: runs[v]["first_loss"] for v, _ in VARIANTS}
+    first = {v: runs[v]["first_loss"] for v in runs}
     print(f"INFO {where}: step-1 loss " + ", ".join(f"{v} {l:.4f}" for v, l in first.items()) +
-          "; last-step loss " + ", ".join(f"{v} {runs[v]['last_loss']:.4f}" for v, _ in VARIANTS))
+          "; last-step loss " + ", ".join(f"{v} {runs[v]['last_loss']:.4f}" for v in runs))
     spread = max(first.values()) - min(first.values())
     if spread > 1e-5:
         print(f"WARN {where}: step-1 losses differ by {spread:.2e} (same weights and windows should "
@@ -118,6 +133,8 @@ def report_summary(args):
           "peak RSS rank 0 / rank 1 (MiB) | loss step 1 → last |")
     print("|---|---|---|---|---|---|")
     for v, label in VARIANTS:
+        if v not in data[0]:
+            continue
         tps = [d[v]["tps"] for d in data]
         ms = [d[v]["step_med"] * 1000 for d in data]
         peak = [d[v]["peak_max"] / MIB for d in data]
@@ -133,7 +150,7 @@ def report_summary(args):
     print("| ratio | tokens/s | peak RSS, max over ranks |")
     print("|---|---|---|")
     ratio_values = {}
-    for num, den, label in RATIOS:
+    for num, den, label in ratios_of(data[0]):
         tps = [d[num]["tps"] / d[den]["tps"] for d in data]
         mem = [d[num]["peak_max"] / d[den]["peak_max"] for d in data]
         ratio_values[(num, den)] = tps
@@ -142,12 +159,12 @@ def report_summary(args):
     check_losses(data[0], "round 1")
 
     print()
-    print("Engine memory reports (rank 0 logs them; the peers' lines come from gpt_ddp.py):")
+    print("Engine memory reports (rank 0 logs them; the PyTorch peers' lines come from gpt_ddp.py):")
     for line in grep_logs(args.dir, r"memory after (initialization|step 1)"):
         print(line)
 
     # Both sides must measure the peak the same way: the peer records ru_maxrss beside VmHWM.
-    diffs = [abs(a - b) for d in data for v in ("ddp", "zero_ro") if d[v]["ru_maxrss"]
+    diffs = [abs(a - b) for d in data for v in d if not v.startswith("ours") and d[v]["ru_maxrss"]
              for a, b in zip(d[v]["peak_rss"], d[v]["ru_maxrss"])]
     print()
     if diffs:
@@ -160,7 +177,7 @@ def report_summary(args):
                 noise.setdefault(m.group(1), []).append(float(m.group(2)))
     if noise:
         print("INFO other processes used (cores, NOISE lines; above ~0.3 the figures are depressed): " +
-              "; ".join(f"{v} {fmt_range(noise[v], '{:.2f}')}" for v, _ in VARIANTS if v in noise))
+              "; ".join(f"{v} {fmt_range(noise[v], '{:.2f}')}" for v in data[0] if v in noise))
     redone = sorted(os.path.basename(p) for p in glob.glob(os.path.join(args.dir, "round*_*.log.noisy*")))
     print(f"INFO runs redone because other processes disturbed them: {len(redone)}" +
           (f" ({', '.join(redone)})" if redone else ""))
@@ -169,7 +186,7 @@ def report_summary(args):
         with open(load_file) as f:
             print("INFO load averages: " + "; ".join(line.strip() for line in f if line.strip()))
     print()
-    for v, _ in VARIANTS:
+    for v in data[0]:
         tps = [d[v]["tps"] for d in data]
         result(f"zero_stages.summary.{v}.tokens_per_s", statistics.median(tps), min(tps), max(tps), n,
                "tokens/s")

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Throughput and peak RSS of train_gpt under ZeRO stages 0, 1 and 2 (our engine, 2 ranks) against
-# PyTorch DDP and DDP + ZeroRedundancyOptimizer (PyTorch's stage-1 analogue), both from
-# bench/gpt_ddp/gpt_ddp.py under Debian's /usr/bin/python3: the same GPT, the same real tokens,
-# the same batch and step. All five are started by our launcher. Builds nothing.
+# Python DeepSpeed under the same stages (bench/common/deepspeed_train_gpt.py in .venv-deepspeed:
+# DeepSpeed 0.15.4 over Debian's python3-torch, made by scripts/setup_deepspeed_peer.sh when
+# missing), PyTorch DDP and DDP + ZeroRedundancyOptimizer (PyTorch's stage-1 analogue; both from
+# bench/gpt_ddp/gpt_ddp.py under Debian's /usr/bin/python3): the same GPT and initial weights, the
+# same real tokens, the same batch and step. All are started by our launcher. Builds nothing.
 # Usage: bench/zero_stages/run.sh [MODEL FLAGS...]   e.g. --n_layer 4 --n_head 4 --n_embd 128
 # Env: ROUNDS (3), STEPS (30), SKIP (3 warm-up steps not timed), DS_CONFIG (the base config; the
 #      per-stage configs are made from it), OUT_DIR (configs, metrics and logs; default a new
 #      /tmp/zero_stages.* directory), RUN_TIMEOUT_S (600); on a shared machine: QUIET_WAIT_S (300:
 #      before each run, wait up to this long for other processes to use < 0.25 cores; 0 = never
 #      wait), MAX_FOREIGN_CORES (0.3) and RETRIES (2: a run during which other processes used
-#      more than MAX_FOREIGN_CORES is redone, after waiting again, up to RETRIES times).
+#      more than MAX_FOREIGN_CORES is redone, after waiting again, up to RETRIES times);
+#      DS_VENV (.venv-deepspeed; DS_VENV=none leaves DeepSpeed out).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -28,8 +31,10 @@ ours=build/bin/train_gpt
 peer=bench/gpt_ddp/gpt_ddp.py
 corpus=data/austen.txt
 model_flags=("$@")
+DS_VENV=${DS_VENV:-$root/.venv-deepspeed}
 # Odd rounds run them in this order, even rounds in reverse, so each keeps no fixed position.
 variants=(ours0 ours1 ours2 ddp zero_ro)
+[ "$DS_VENV" != none ] && variants+=(ds0 ds1 ds2)
 
 die() { echo "zero_stages: $*" >&2; exit 1; }
 for bin in "$launcher" "$ours"; do
@@ -40,6 +45,10 @@ done
 "$PY" -c 'import torch' 2>/dev/null ||
   die "$PY cannot import torch; install Debian's python3-torch (bench/gpt_ddp/run.sh does it)"
 ((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
+if [ "$DS_VENV" != none ]; then
+  bash scripts/setup_deepspeed_peer.sh "$DS_VENV" >/dev/null ||
+    die "scripts/setup_deepspeed_peer.sh failed (DS_VENV=none leaves DeepSpeed out)"
+fi
 
 # Pinned environment (bench/README.md): auto-detected OpenBLAS kernels, one thread per rank for
 # both pools, Gloo on loopback.
@@ -119,6 +128,9 @@ run_once() {
     ours[012]) cmd+=("$ours" --deepspeed_config "$out/ds_config_stage${v#ours}.json") ;;
     ddp) cmd+=("$PY" "$peer" --deepspeed_config "$out/ds_config_stage0.json") ;;
     zero_ro) cmd+=("$PY" "$peer" --zero_redundancy --deepspeed_config "$out/ds_config_stage1.json") ;;
+    ds[012]) cmd=(env DS_ACCELERATOR=cpu "${cmd[@]}" "$DS_VENV/bin/python"
+                  bench/common/deepspeed_train_gpt.py
+                  --deepspeed_config "$out/ds_config_stage${v#ds}.json") ;;
   esac
   cmd+=(--steps "$STEPS" --data "$corpus" --metrics_file "$metrics" "${model_flags[@]}")
   rm -f "$metrics"
