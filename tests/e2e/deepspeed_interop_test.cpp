@@ -7,6 +7,7 @@
 //    train_gpt's own resumed ones (the weights, Adam moments and schedule all came across);
 //  - train_gpt resumes DeepSpeed's checkpoint of step 4 and its loss at step 5 is the one of
 //    train_gpt's uninterrupted resume.
+// And universal checkpoints (ZeRO-2 sources), each side loading the other converter's output.
 // bf16 is not covered here: torch 1.13's Gloo has no bf16 collectives, so DeepSpeed cannot train
 // in bf16 on it (docs/checkpoints.md records the bf16 checks made against DeepSpeed 0.19.8).
 #include <unistd.h>
@@ -70,44 +71,74 @@ std::map<int, double> losses(const std::string& path) {
   return out;
 }
 
-class DeepSpeedInterop : public ::testing::TestWithParam<Layout> {
+// Runs train_gpt and the DeepSpeed peer on 2 ranks over a copy of the corpus, each with the
+// ds_config written by config().
+class DeepSpeedPeer : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!std::filesystem::exists(DS_DEEPSPEED_PYTHON)) {
       GTEST_SKIP() << DS_DEEPSPEED_PYTHON << " is missing (scripts/setup_deepspeed_peer.sh)";
     }
-    testing::write_text_file(dir.file("ds_config.json"), R"({
-        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
-        "steps_per_print": 1, "gradient_clipping": 1.0,
-        "zero_optimization": {"stage": )" + std::to_string(GetParam().zero_stage) + R"(},
-        "optimizer": {"type": "AdamW",
-                      "params": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
-        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0,
-                      "warmup_max_lr": 3e-3, "warmup_num_steps": 8, "warmup_type": "linear"}}})");
     std::ifstream src(DS_FIXTURE_TEXT);  // train_gpt caches the tokens beside the corpus
     std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
   }
 
-  std::string common_flags() const {
-    return " --deepspeed_config " + dir.file("ds_config.json") + " --data " +
-           dir.file("corpus.txt") + kModel + GetParam().flags + " ";
+  // Writes NAME.json: the shared config at this ZeRO stage, plus `extra` (JSON members).
+  std::string config(const std::string& name, int zero_stage, const std::string& extra = "") {
+    const std::string path = dir.file(name + ".json");
+    testing::write_text_file(path, R"({
+        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+        "steps_per_print": 1, "gradient_clipping": 1.0,
+        "zero_optimization": {"stage": )" + std::to_string(zero_stage) + R"(},
+        "optimizer": {"type": "AdamW",
+                      "params": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0,
+                      "warmup_max_lr": 3e-3, "warmup_num_steps": 8, "warmup_type": "linear"}})" +
+                                         (extra.empty() ? "" : ", " + extra) + "}");
+    return path;
   }
 
-  testing::CommandResult ours(const std::string& flags) {
-    const std::string env = GetParam().python_objects ? "DS_CHECKPOINT_PYTHON_OBJECTS=1 " : "";
-    return testing::run_command(env + "OMP_NUM_THREADS=1 " + DS_LAUNCHER_BIN +
+  std::string common_flags(const std::string& config_path, const std::string& flags) const {
+    return " --deepspeed_config " + config_path + " --data " + dir.file("corpus.txt") + kModel +
+           " " + flags;
+  }
+
+  // `env` prefixes the command (variables for train_gpt).
+  testing::CommandResult ours(const std::string& config_path, const std::string& flags,
+                              const std::string& env = "") {
+    return testing::run_command(env + " OMP_NUM_THREADS=1 " + DS_LAUNCHER_BIN +
                                 " --num_gpus 2 --master_port " + port() + " " +
-                                DS_TRAIN_GPT_BIN + " --eval_batches 1" + common_flags() + flags);
+                                DS_TRAIN_GPT_BIN + " --eval_batches 1" +
+                                common_flags(config_path, flags));
   }
 
-  testing::CommandResult deepspeed(const std::string& flags) {
+  testing::CommandResult deepspeed(const std::string& config_path, const std::string& flags) {
     return testing::run_command(std::string("OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu ") +
                                 DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " + port() + " " +
-                                DS_DEEPSPEED_PYTHON + " " + DS_PEER_SCRIPT + common_flags() +
-                                flags);
+                                DS_DEEPSPEED_PYTHON + " " + DS_PEER_SCRIPT +
+                                common_flags(config_path, flags));
   }
 
   testing::TempDir dir;
+};
+
+class DeepSpeedInterop : public DeepSpeedPeer, public ::testing::WithParamInterface<Layout> {
+ protected:
+  void SetUp() override {
+    DeepSpeedPeer::SetUp();
+    config_path = config("ds_config", GetParam().zero_stage);
+  }
+
+  testing::CommandResult ours(const std::string& flags) {
+    return DeepSpeedPeer::ours(config_path, GetParam().flags + (" " + flags),
+                               GetParam().python_objects ? "DS_CHECKPOINT_PYTHON_OBJECTS=1" : "");
+  }
+
+  testing::CommandResult deepspeed(const std::string& flags) {
+    return DeepSpeedPeer::deepspeed(config_path, GetParam().flags + (" " + flags));
+  }
+
+  std::string config_path;
 };
 
 TEST_P(DeepSpeedInterop, EachResumesTheOthersCheckpoint) {
@@ -141,6 +172,67 @@ TEST_P(DeepSpeedInterop, EachResumesTheOthersCheckpoint) {
   std::printf("step 5: from DeepSpeed's checkpoint %.7f, train_gpt %.7f\n", again.at(5),
               expected.at(5));
   EXPECT_NEAR(again.at(5), expected.at(5), bound) << back.out;
+}
+
+// Universal checkpoints of a ZeRO-2 run, each side loading the other's converter output:
+//  - train_gpt's checkpoint of step 2 through our ds_to_universal: DeepSpeed loads it under
+//    ZeRO-1 with the losses at steps 3 and 4 of train_gpt resuming its checkpoint directly;
+//  - DeepSpeed's checkpoint of step 4 through its ds_to_universal (0.15.4 converts ZeRO 1/2
+//    sources; --inject_missing_state, as its engine writes universal_checkpoint_info only under
+//    tensor parallelism): train_gpt loads it under ZeRO-3 with the loss at step 5 that resuming
+//    DeepSpeed's checkpoint directly gives.
+// (DeepSpeed 0.15.4's own ZeRO-3 universal load reads bare tensors only, so it loads neither its
+// converter's output nor ours; 0.19.8's reads both, docs/checkpoints.md.)
+TEST_F(DeepSpeedPeer, UniversalCheckpointsLoadBothWays) {
+  constexpr double kBound = 1e-5;  // measured: equal to 7 digits
+  const std::string universal = R"("checkpoint": {"load_universal": true})";
+  const auto zero2 = config("zero2", 2);
+  const auto universal_zero1 = config("universal_zero1", 1, universal);
+  const auto universal_zero3 = config("universal_zero3", 3, universal);
+
+  auto first = ours(zero2, "--steps 2 --save_dir " + dir.file("ours"));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  auto converted = testing::run_command(std::string(DS_TO_UNIVERSAL_BIN) + " --input_folder " +
+                                        dir.file("ours/global_step2") + " --output_folder " +
+                                        dir.file("ours/global_step2_universal"));
+  ASSERT_EQ(converted.exit_code, 0) << converted.out << converted.err;
+  auto direct = ours(zero2, "--steps 4 --load_dir " + dir.file("ours") + " --metrics_file " +
+                                dir.file("ours.jsonl"));
+  ASSERT_EQ(direct.exit_code, 0) << direct.out << direct.err;
+  auto ds_universal = deepspeed(universal_zero1, "--steps 4 --load_dir " + dir.file("ours") +
+                                                     " --metrics_file " + dir.file("ds_u.jsonl"));
+  ASSERT_EQ(ds_universal.exit_code, 0) << ds_universal.out << ds_universal.err;
+  const auto expected = losses(dir.file("ours.jsonl"));
+  const auto theirs = losses(dir.file("ds_u.jsonl"));
+  ASSERT_EQ(expected.size(), 2u) << direct.out;
+  ASSERT_EQ(theirs.size(), 2u) << ds_universal.out;
+  for (int step : {3, 4}) {
+    std::printf("step %d: DeepSpeed from our universal checkpoint %.7f, train_gpt %.7f\n", step,
+                theirs.at(step), expected.at(step));
+    EXPECT_NEAR(theirs.at(step), expected.at(step), kBound) << ds_universal.out;
+  }
+
+  auto ds = deepspeed(zero2, "--steps 4 --save_dir " + dir.file("ds"));
+  ASSERT_EQ(ds.exit_code, 0) << ds.out << ds.err;
+  auto ds_converted = testing::run_command(
+      std::string("DS_ACCELERATOR=cpu ") + DS_DEEPSPEED_PYTHON +
+      " -m deepspeed.checkpoint.ds_to_universal --inject_missing_state --num_extract_workers 1"
+      " --num_merge_workers 1 --input_folder " + dir.file("ds/global_step4") +
+      " --output_folder " + dir.file("ds/global_step4_universal"));
+  ASSERT_EQ(ds_converted.exit_code, 0) << ds_converted.out << ds_converted.err;
+  auto ds_direct = ours(zero2, "--steps 5 --load_dir " + dir.file("ds") + " --metrics_file " +
+                                   dir.file("direct.jsonl"));
+  ASSERT_EQ(ds_direct.exit_code, 0) << ds_direct.out << ds_direct.err;
+  auto from_universal = ours(universal_zero3, "--steps 5 --load_dir " + dir.file("ds") +
+                                                  " --metrics_file " + dir.file("back.jsonl"));
+  ASSERT_EQ(from_universal.exit_code, 0) << from_universal.out << from_universal.err;
+  const auto want = losses(dir.file("direct.jsonl"));
+  const auto got = losses(dir.file("back.jsonl"));
+  ASSERT_EQ(want.size(), 1u) << ds_direct.out;
+  ASSERT_EQ(got.size(), 1u) << from_universal.out;
+  std::printf("step 5 from DeepSpeed's universal checkpoint %.7f, from its checkpoint %.7f\n",
+              got.at(5), want.at(5));
+  EXPECT_NEAR(got.at(5), want.at(5), kBound) << from_universal.out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DeepSpeedInterop, ::testing::ValuesIn(kLayouts),
