@@ -110,8 +110,8 @@ def fit_old_gloo(torch):
     DeepSpeed 0.15 calls the first two whenever torch.distributed defines them (ZeRO 1-3's flat
     all-gathers and reduce-scatters), and ZeRO-3 the third. Clearing its backend's picks makes
     DeepSpeed take its own fallbacks for older torch (list all-gathers, list reduce-scatter); the
-    list reduce-scatter is then an all-reduce of which each rank keeps its chunk: the same sums
-    (torch 2's Gloo reduce-scatter also runs as an all-reduce), at twice the traffic."""
+    list reduce-scatter is then an all-reduce of which each rank keeps its chunk: the same sums,
+    at twice a reduce-scatter's traffic (only ZeRO-3 calls it)."""
     if int(torch.__version__.split(".")[0]) >= 2:
         return
     import torch.distributed as dist
