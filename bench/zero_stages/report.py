@@ -36,13 +36,14 @@ VARIANTS = (
     ("ours0", "ours: train_gpt, ZeRO-0"),
     ("ours1", "ours: train_gpt, ZeRO-1"),
     ("ours2", "ours: train_gpt, ZeRO-2"),
+    ("ours3", "ours: train_gpt, ZeRO-3"),
     ("ddp", "peer: PyTorch DDP + AdamW"),
     ("zero_ro", "peer: DDP + ZeroRedundancyOptimizer(AdamW)"),
     ("ds0", "peer: DeepSpeed, ZeRO-0"),
     ("ds1", "peer: DeepSpeed, ZeRO-1"),
     ("ds2", "peer: DeepSpeed, ZeRO-2"),
+    ("ds3", "peer: DeepSpeed, ZeRO-3"),
 )
-OPTIONAL = {"ds0", "ds1", "ds2"}  # left out with DS_VENV=none
 # (numerator, denominator, label): paired within a round.
 RATIOS = (
     ("ours0", "ddp", "ours ZeRO-0 / DDP"),
@@ -52,21 +53,23 @@ RATIOS = (
     ("ours0", "ds0", "ours ZeRO-0 / DeepSpeed ZeRO-0"),
     ("ours1", "ds1", "ours ZeRO-1 / DeepSpeed ZeRO-1"),
     ("ours2", "ds2", "ours ZeRO-2 / DeepSpeed ZeRO-2"),
+    ("ours3", "ds3", "ours ZeRO-3 / DeepSpeed ZeRO-3"),
     ("zero_ro", "ddp", "ZeroRedundancyOptimizer / DDP (the peer's own stage-1 cost)"),
     ("ours1", "ours0", "ours ZeRO-1 / ours ZeRO-0"),
     ("ours2", "ours0", "ours ZeRO-2 / ours ZeRO-0"),
+    ("ours3", "ours0", "ours ZeRO-3 / ours ZeRO-0"),
 )
 MIB = 1048576.0
 
 
 def load_round(out_dir, r, skip):
-    """{variant: metrics} for round r, or None when a variant's file is missing (the optional
-    ones count when round 1 ran them)."""
+    """{variant: metrics} for round r, or None when a variant that round 1 ran is missing (run.sh
+    runs a subset with VARIANTS=..., or without DeepSpeed)."""
     runs = {}
     for v, _ in VARIANTS:
         path = os.path.join(out_dir, f"round{r}_{v}.jsonl")
         if not os.path.exists(path):
-            if v in OPTIONAL and not os.path.exists(os.path.join(out_dir, f"round1_{v}.jsonl")):
+            if not os.path.exists(os.path.join(out_dir, f"round1_{v}.jsonl")):
                 continue
             return None
         runs[v] = load(path, skip)
@@ -123,7 +126,7 @@ def report_summary(args):
     if not data:
         raise SystemExit(f"report: no complete round in {args.dir}")
     n = len(data)
-    first = data[0]["ours0"]
+    first = next(iter(data[0].values()))
     print()
     print(f"SUMMARY zero_stages: {n} round(s), {first['steps']} steps each, {first['tokens_per_step']} "
           f"tokens per step (2 ranks); per run the median step time over steps {args.skip + 1}.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Throughput and peak RSS of train_gpt under ZeRO stages 0, 1 and 2 (our engine, 2 ranks) against
+# Throughput and peak RSS of train_gpt under ZeRO stages 0-3 (our engine, 2 ranks) against
 # Python DeepSpeed under the same stages (bench/common/deepspeed_train_gpt.py in .venv-deepspeed:
 # DeepSpeed 0.15.4 over Debian's python3-torch, made by scripts/setup_deepspeed_peer.sh when
 # missing), PyTorch DDP and DDP + ZeroRedundancyOptimizer (PyTorch's stage-1 analogue; both from
@@ -12,7 +12,8 @@
 #      before each run, wait up to this long for other processes to use < 0.25 cores; 0 = never
 #      wait), MAX_FOREIGN_CORES (0.3) and RETRIES (2: a run during which other processes used
 #      more than MAX_FOREIGN_CORES is redone, after waiting again, up to RETRIES times);
-#      DS_VENV (.venv-deepspeed; DS_VENV=none leaves DeepSpeed out).
+#      DS_VENV (.venv-deepspeed; DS_VENV=none leaves DeepSpeed out); VARIANTS (the runs of a
+#      round, default all: ours0..ours3 ddp zero_ro ds0..ds3).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -33,8 +34,15 @@ corpus=data/austen.txt
 model_flags=("$@")
 DS_VENV=${DS_VENV:-$root/.venv-deepspeed}
 # Odd rounds run them in this order, even rounds in reverse, so each keeps no fixed position.
-variants=(ours0 ours1 ours2 ddp zero_ro)
-[ "$DS_VENV" != none ] && variants+=(ds0 ds1 ds2)
+variants=(ours0 ours1 ours2 ours3 ddp zero_ro)
+[ "$DS_VENV" != none ] && variants+=(ds0 ds1 ds2 ds3)
+if [ -n "${VARIANTS:-}" ]; then
+  read -r -a variants <<<"$VARIANTS"
+  for v in "${variants[@]}"; do
+    [[ $v =~ ^(ours[0-3]|ddp|zero_ro|ds[0-3])$ ]] || die "VARIANTS: unknown run '$v'"
+    [[ $v == ds* && $DS_VENV == none ]] && die "VARIANTS names $v but DS_VENV=none"
+  done
+fi
 
 die() { echo "zero_stages: $*" >&2; exit 1; }
 for bin in "$launcher" "$ours"; do
@@ -74,14 +82,14 @@ import json, os, sys
 src, out = sys.argv[1], sys.argv[2]
 with open(src) as f:
     base = json.load(f)
-for stage in (0, 1, 2):
+for stage in (0, 1, 2, 3):
     cfg = json.loads(json.dumps(base))
     cfg.setdefault("zero_optimization", {})["stage"] = stage
     with open(os.path.join(out, f"ds_config_stage{stage}.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
 PYEOF
-echo "INFO configs: $out/ds_config_stage{0,1,2}.json (from $DS_CONFIG, only zero_optimization.stage changed)"
+echo "INFO configs: $out/ds_config_stage{0,1,2,3}.json (from $DS_CONFIG, only zero_optimization.stage changed)"
 
 # Every round runs copies taken now: others rebuild build/ while a long benchmark runs.
 mkdir -p "$out/bin"
@@ -125,10 +133,10 @@ run_once() {
   local cmd=("$launcher" --num_gpus 2 --master_port "$port")
   port=$((port + 1))
   case "$v" in
-    ours[012]) cmd+=("$ours" --deepspeed_config "$out/ds_config_stage${v#ours}.json") ;;
+    ours[0-3]) cmd+=("$ours" --deepspeed_config "$out/ds_config_stage${v#ours}.json") ;;
     ddp) cmd+=("$PY" "$peer" --deepspeed_config "$out/ds_config_stage0.json") ;;
     zero_ro) cmd+=("$PY" "$peer" --zero_redundancy --deepspeed_config "$out/ds_config_stage1.json") ;;
-    ds[012]) cmd=(env DS_ACCELERATOR=cpu "${cmd[@]}" "$DS_VENV/bin/python"
+    ds[0-3]) cmd=(env DS_ACCELERATOR=cpu "${cmd[@]}" "$DS_VENV/bin/python"
                   bench/common/deepspeed_train_gpt.py
                   --deepspeed_config "$out/ds_config_stage${v#ds}.json") ;;
   esac
