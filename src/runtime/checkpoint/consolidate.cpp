@@ -103,22 +103,11 @@ OptimizerParts read_optimizer_states(const std::string& path) {
            " is not a zero checkpoint (no 'zero_stage': a bf16 optimizer checkpoint of pipeline "
            "training, which zero_to_fp32 does not read either)");
   o.zero_stage = detail::as_zero_stage(r.at("zero_stage"), r.where("zero_stage"));
-  const IValue& count = r.at("partition_count");
-  if (count.isInt()) {
-    o.world_size = count.toInt();
-  } else {
-    for (const auto& c : detail::as_sequence(count, r.where("partition_count"))) {
-      o.partition_count.push_back(detail::as_int(c, r.where("partition_count")));
-      o.world_size = std::max(o.world_size, o.partition_count.back());
-    }
-  }
+  o.partition_count = detail::as_ints(r.at("partition_count"), r.where("partition_count"));
+  for (int64_t n : o.partition_count) o.world_size = std::max(o.world_size, n);
   DS_CHECK(o.world_size > 0, CheckpointError, r.where("partition_count"), " is empty or zero");
   const char* key = o.zero_stage <= 2 ? "single_partition_of_fp32_groups" : "fp32_flat_groups";
-  size_t i = 0;
-  for (const auto& t : detail::as_sequence(r.at(key), r.where(key))) {
-    o.fp32_groups.push_back(
-        detail::as_tensor(t, r.where(key) + "[" + std::to_string(i++) + "]").reshape(-1));
-  }
+  o.fp32_groups = detail::as_flat_tensors(r.at(key), r.where(key));
   return o;
 }
 

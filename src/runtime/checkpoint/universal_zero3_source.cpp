@@ -40,19 +40,10 @@ Zero3Rank read_rank(const std::string& path) {
   const int64_t stage = as_zero_stage(osd.at("zero_stage"), osd.where("zero_stage"));
   DS_CHECK(stage == 3, CheckpointError, path, ": zero_stage is ", stage,
            " in a folder of ZeRO-3 model-states files (files of two saves mixed?)");
-  const IValue& pc = osd.at("partition_count");
-  if (pc.isInt()) {
-    r.partition_count = pc.toInt();
-  } else {
-    for (const auto& v : as_sequence(pc, osd.where("partition_count"))) {
-      r.partition_count = std::max(r.partition_count, as_int(v, osd.where("partition_count")));
-    }
+  for (int64_t n : as_ints(osd.at("partition_count"), osd.where("partition_count"))) {
+    r.partition_count = std::max(r.partition_count, n);
   }
-  size_t i = 0;
-  for (const auto& t : as_sequence(osd.at("fp32_flat_groups"), osd.where("fp32_flat_groups"))) {
-    r.flats.push_back(
-        as_tensor(t, osd.where("fp32_flat_groups") + "[" + std::to_string(i++) + "]").reshape(-1));
-  }
+  r.flats = as_flat_tensors(osd.at("fp32_flat_groups"), osd.where("fp32_flat_groups"));
   DictReader inner(osd.at("optimizer_state_dict"), osd.where("optimizer_state_dict"));
   DS_CHECK(inner.has("state") && inner.has("param_groups"), CheckpointError, inner.where(),
            ": has no state/param_groups");

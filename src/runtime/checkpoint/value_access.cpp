@@ -72,6 +72,21 @@ std::vector<IValue> as_sequence(const IValue& value, const std::string& where) {
   return {};
 }
 
+std::vector<int64_t> as_ints(const IValue& value, const std::string& where) {
+  if (value.isInt()) return {value.toInt()};
+  std::vector<int64_t> out;
+  for (const auto& item : as_sequence(value, where)) out.push_back(as_int(item, where));
+  return out;
+}
+
+std::vector<at::Tensor> as_flat_tensors(const IValue& value, const std::string& where) {
+  std::vector<at::Tensor> out;
+  for (const auto& item : as_sequence(value, where)) {
+    out.push_back(as_tensor(item, where + "[" + std::to_string(out.size()) + "]").reshape(-1));
+  }
+  return out;
+}
+
 DictReader::DictReader(const IValue& value, std::string where)
     : dict_(new_dict()), where_(std::move(where)) {
   DS_CHECK(value.isGenericDict(), CheckpointError, where_, " is a ", value.tagKind(),

@@ -24,6 +24,12 @@ std::string as_string(const c10::IValue& value, const std::string& where);
 at::Tensor as_tensor(const c10::IValue& value, const std::string& where);
 /// The items of a list or tuple.
 std::vector<c10::IValue> as_sequence(const c10::IValue& value, const std::string& where);
+/// A list of ints, or one int as a list of one (ZeRO's partition_count: one per param group, a
+/// single int in older files).
+std::vector<int64_t> as_ints(const c10::IValue& value, const std::string& where);
+/// A list of tensors, each flattened (ZeRO's fp32 partitions, one per param group or sub-group);
+/// the errors name the item ("<where>[2]").
+std::vector<at::Tensor> as_flat_tensors(const c10::IValue& value, const std::string& where);
 
 /// A dict read from `where` ("<file>" or "<file>: optimizer_state_dict").
 class DictReader {

@@ -58,13 +58,6 @@ IValue int_list(const std::vector<int64_t>& values) {
   return IValue(list);
 }
 
-std::vector<int64_t> ints_from(const IValue& value, const std::string& where) {
-  std::vector<int64_t> out;
-  if (value.isInt()) return {value.toInt()};  // partition_count of older files: one int
-  for (const auto& item : detail::as_sequence(value, where)) out.push_back(detail::as_int(item, where));
-  return out;
-}
-
 }  // namespace
 
 IValue LossScalerState::to_ivalue(bool as_object) const {
@@ -165,16 +158,12 @@ ZeroOptimizerStates ZeroOptimizerStates::from_ivalue(const IValue& value,
   if (r.has_value("overflow")) z.overflow = r.get_bool("overflow");
   if (r.has_value("clip_grad")) z.clip_grad = r.get_double("clip_grad");
   z.base_optimizer_state = r.at("base_optimizer_state");
-  size_t i = 0;
-  const std::string groups_where = r.where("single_partition_of_fp32_groups");
-  for (const auto& t : detail::as_sequence(r.at("single_partition_of_fp32_groups"), groups_where)) {
-    z.single_partition_of_fp32_groups.push_back(
-        detail::as_tensor(t, groups_where + "[" + std::to_string(i++) + "]"));
-  }
+  z.single_partition_of_fp32_groups = detail::as_flat_tensors(
+      r.at("single_partition_of_fp32_groups"), r.where("single_partition_of_fp32_groups"));
   if (r.has_value("group_paddings")) {
-    z.group_paddings = ints_from(r.at("group_paddings"), r.where("group_paddings"));
+    z.group_paddings = detail::as_ints(r.at("group_paddings"), r.where("group_paddings"));
   }
-  z.partition_count = ints_from(r.at("partition_count"), r.where("partition_count"));
+  z.partition_count = detail::as_ints(r.at("partition_count"), r.where("partition_count"));
   if (r.has_value("ds_version")) z.ds_version = r.get_string("ds_version");
   if (r.has_value("param_slice_mappings")) {
     const std::string where = r.where("param_slice_mappings");

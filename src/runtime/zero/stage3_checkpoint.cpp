@@ -68,21 +68,11 @@ Zero3File read_optim_file(const std::string& tag_dir, int rank, int mp_rank, boo
   const int64_t stage = ckpt::detail::as_zero_stage(osd.at("zero_stage"), osd.where("zero_stage"));
   DS_CHECK(stage == 3, CheckpointError, f.path, ": zero_stage is ", stage,
            ", this engine runs stage 3");
-  const IValue& pc = osd.at("partition_count");
-  if (pc.isInt()) {
-    f.partition_count = pc.toInt();
-  } else {
-    for (const auto& v : ckpt::detail::as_sequence(pc, osd.where("partition_count"))) {
-      f.partition_count = std::max(f.partition_count, ckpt::detail::as_int(v, osd.where("partition_count")));
-    }
+  for (int64_t n : ckpt::detail::as_ints(osd.at("partition_count"), osd.where("partition_count"))) {
+    f.partition_count = std::max(f.partition_count, n);
   }
-  size_t i = 0;
-  for (const auto& t : ckpt::detail::as_sequence(osd.at("fp32_flat_groups"),
-                                                  osd.where("fp32_flat_groups"))) {
-    f.fp32_flat_groups.push_back(
-        ckpt::detail::as_tensor(t, osd.where("fp32_flat_groups") + "[" + std::to_string(i++) + "]")
-            .reshape({-1}));
-  }
+  f.fp32_flat_groups =
+      ckpt::detail::as_flat_tensors(osd.at("fp32_flat_groups"), osd.where("fp32_flat_groups"));
   f.inner = osd.at("optimizer_state_dict");
   if (osd.has_value("loss_scaler")) {
     f.loss_scaler = ckpt::LossScalerState::from_ivalue(osd.at("loss_scaler"), osd.where("loss_scaler"));
