@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <ostream>
 #include <string>
@@ -69,6 +70,26 @@ std::map<int, double> losses(const std::string& path) {
     out[row["step"].get<int>()] = row["loss"].get<double>();
   }
   return out;
+}
+
+// The losses a run wrote to `metrics`; none when the run failed (its output becomes the failure).
+std::map<int, double> losses_of(const testing::CommandResult& run, const std::string& metrics) {
+  if (run.exit_code != 0) {
+    ADD_FAILURE() << "exit status " << run.exit_code << "\n" << run.out << run.err;
+    return {};
+  }
+  return losses(metrics);
+}
+
+// `got` against `want` at these steps (both must have run them), printed as "step S: what".
+void expect_losses_near(const std::map<int, double>& got, const std::map<int, double>& want,
+                        std::initializer_list<int> steps, double bound, const char* what) {
+  ASSERT_EQ(got.size(), steps.size());
+  ASSERT_EQ(want.size(), steps.size());
+  for (int step : steps) {
+    std::printf("step %d: %s %.7f, expected %.7f\n", step, what, got.at(step), want.at(step));
+    EXPECT_NEAR(got.at(step), want.at(step), bound) << what << " at step " << step;
+  }
 }
 
 // Runs train_gpt and the DeepSpeed peer on 2 ranks over a copy of the corpus, each with the
@@ -145,33 +166,26 @@ TEST_P(DeepSpeedInterop, EachResumesTheOthersCheckpoint) {
   const double bound = GetParam().loss_bound;
   auto first = ours("--steps 2 --save_dir " + dir.file("ours"));
   ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
-  auto resumed = ours("--steps 5 --load_dir " + dir.file("ours") + " --metrics_file " +
-                      dir.file("ours.jsonl"));
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
-  const auto expected = losses(dir.file("ours.jsonl"));
-  ASSERT_EQ(expected.size(), 3u) << resumed.out;
+  const auto expected = losses_of(
+      ours("--steps 5 --load_dir " + dir.file("ours") + " --metrics_file " +
+           dir.file("ours.jsonl")),
+      dir.file("ours.jsonl"));
+  ASSERT_EQ(expected.size(), 3u);  // steps 3, 4, 5
 
   // DeepSpeed from our step 2 to step 4, then its own checkpoint.
-  auto ds = deepspeed("--steps 4 --load_dir " + dir.file("ours") + " --save_dir " +
-                      dir.file("ds") + " --metrics_file " + dir.file("ds.jsonl"));
-  ASSERT_EQ(ds.exit_code, 0) << ds.out << ds.err;
-  const auto theirs = losses(dir.file("ds.jsonl"));
-  ASSERT_EQ(theirs.size(), 2u) << ds.out;
-  for (int step : {3, 4}) {
-    std::printf("step %d: DeepSpeed %.7f, train_gpt %.7f\n", step, theirs.at(step),
-                expected.at(step));
-    EXPECT_NEAR(theirs.at(step), expected.at(step), bound) << ds.out;
-  }
+  const auto theirs = losses_of(
+      deepspeed("--steps 4 --load_dir " + dir.file("ours") + " --save_dir " + dir.file("ds") +
+                " --metrics_file " + dir.file("ds.jsonl")),
+      dir.file("ds.jsonl"));
+  expect_losses_near(theirs, {{3, expected.at(3)}, {4, expected.at(4)}}, {3, 4}, bound,
+                     "DeepSpeed from train_gpt's checkpoint");
   ASSERT_TRUE(std::filesystem::exists(dir.file("ds/") + GetParam().deepspeed_file));
 
-  auto back = ours("--steps 5 --load_dir " + dir.file("ds") + " --metrics_file " +
-                   dir.file("back.jsonl"));
-  ASSERT_EQ(back.exit_code, 0) << back.out << back.err;
-  const auto again = losses(dir.file("back.jsonl"));
-  ASSERT_EQ(again.size(), 1u) << back.out;
-  std::printf("step 5: from DeepSpeed's checkpoint %.7f, train_gpt %.7f\n", again.at(5),
-              expected.at(5));
-  EXPECT_NEAR(again.at(5), expected.at(5), bound) << back.out;
+  const auto again = losses_of(
+      ours("--steps 5 --load_dir " + dir.file("ds") + " --metrics_file " + dir.file("back.jsonl")),
+      dir.file("back.jsonl"));
+  expect_losses_near(again, {{5, expected.at(5)}}, {5}, bound,
+                     "train_gpt from DeepSpeed's checkpoint");
 }
 
 // Universal checkpoints of a ZeRO-2 run, each side loading the other's converter output:
@@ -196,21 +210,12 @@ TEST_F(DeepSpeedPeer, UniversalCheckpointsLoadBothWays) {
                                         dir.file("ours/global_step2") + " --output_folder " +
                                         dir.file("ours/global_step2_universal"));
   ASSERT_EQ(converted.exit_code, 0) << converted.out << converted.err;
-  auto direct = ours(zero2, "--steps 4 --load_dir " + dir.file("ours") + " --metrics_file " +
-                                dir.file("ours.jsonl"));
-  ASSERT_EQ(direct.exit_code, 0) << direct.out << direct.err;
-  auto ds_universal = deepspeed(universal_zero1, "--steps 4 --load_dir " + dir.file("ours") +
-                                                     " --metrics_file " + dir.file("ds_u.jsonl"));
-  ASSERT_EQ(ds_universal.exit_code, 0) << ds_universal.out << ds_universal.err;
-  const auto expected = losses(dir.file("ours.jsonl"));
-  const auto theirs = losses(dir.file("ds_u.jsonl"));
-  ASSERT_EQ(expected.size(), 2u) << direct.out;
-  ASSERT_EQ(theirs.size(), 2u) << ds_universal.out;
-  for (int step : {3, 4}) {
-    std::printf("step %d: DeepSpeed from our universal checkpoint %.7f, train_gpt %.7f\n", step,
-                theirs.at(step), expected.at(step));
-    EXPECT_NEAR(theirs.at(step), expected.at(step), kBound) << ds_universal.out;
-  }
+  const std::string resume = "--steps 4 --load_dir " + dir.file("ours") + " --metrics_file ";
+  const auto expected = losses_of(ours(zero2, resume + dir.file("ours.jsonl")),
+                                  dir.file("ours.jsonl"));
+  const auto theirs = losses_of(deepspeed(universal_zero1, resume + dir.file("ds_u.jsonl")),
+                                dir.file("ds_u.jsonl"));
+  expect_losses_near(theirs, expected, {3, 4}, kBound, "DeepSpeed from our universal checkpoint");
 
   auto ds = deepspeed(zero2, "--steps 4 --save_dir " + dir.file("ds"));
   ASSERT_EQ(ds.exit_code, 0) << ds.out << ds.err;
@@ -220,19 +225,12 @@ TEST_F(DeepSpeedPeer, UniversalCheckpointsLoadBothWays) {
       " --num_merge_workers 1 --input_folder " + dir.file("ds/global_step4") +
       " --output_folder " + dir.file("ds/global_step4_universal"));
   ASSERT_EQ(ds_converted.exit_code, 0) << ds_converted.out << ds_converted.err;
-  auto ds_direct = ours(zero2, "--steps 5 --load_dir " + dir.file("ds") + " --metrics_file " +
-                                   dir.file("direct.jsonl"));
-  ASSERT_EQ(ds_direct.exit_code, 0) << ds_direct.out << ds_direct.err;
-  auto from_universal = ours(universal_zero3, "--steps 5 --load_dir " + dir.file("ds") +
-                                                  " --metrics_file " + dir.file("back.jsonl"));
-  ASSERT_EQ(from_universal.exit_code, 0) << from_universal.out << from_universal.err;
-  const auto want = losses(dir.file("direct.jsonl"));
-  const auto got = losses(dir.file("back.jsonl"));
-  ASSERT_EQ(want.size(), 1u) << ds_direct.out;
-  ASSERT_EQ(got.size(), 1u) << from_universal.out;
-  std::printf("step 5 from DeepSpeed's universal checkpoint %.7f, from its checkpoint %.7f\n",
-              got.at(5), want.at(5));
-  EXPECT_NEAR(got.at(5), want.at(5), kBound) << from_universal.out;
+  const std::string back = "--steps 5 --load_dir " + dir.file("ds") + " --metrics_file ";
+  const auto want = losses_of(ours(zero2, back + dir.file("direct.jsonl")),
+                              dir.file("direct.jsonl"));
+  const auto got = losses_of(ours(universal_zero3, back + dir.file("back.jsonl")),
+                             dir.file("back.jsonl"));
+  expect_losses_near(got, want, {5}, kBound, "train_gpt from DeepSpeed's universal checkpoint");
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DeepSpeedInterop, ::testing::ValuesIn(kLayouts),
