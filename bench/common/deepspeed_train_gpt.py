@@ -12,7 +12,7 @@ Pipeline: a deepspeed.pipe.PipelineModule of the layers train_gpt's pipeline has
 (examples/train_gpt/gpt_pipe.cpp): the token + position embedding, n_layer pre-LayerNorm
 blocks (bench/gpu/gpt_model.py's Block, attention written out as on CPU), the final LayerNorm,
 and the output projection tied to the embedding (TiedLayerSpec "embed"). The stages are cut as
-train_gpt's are (--partition_method, default type:Block).
+train_gpt's are (--pipe_partition_method, default type:Block).
 
 The token windows are train_gpt's: its token cache (<data>.gpt2.u16, written by train_gpt's
 first run), --compact_vocab's renumbering, its train/held-out split and its
