@@ -166,8 +166,8 @@ def report_summary(args):
     for line in grep_logs(args.dir, r"memory after (initialization|step 1)"):
         print(line)
 
-    # Both sides must measure the peak the same way: the peer records ru_maxrss beside VmHWM.
-    diffs = [abs(a - b) for d in data for v in d if not v.startswith("ours") and d[v]["ru_maxrss"]
+    # Both sides must measure the peak the same way: the peers record ru_maxrss beside VmHWM.
+    diffs = [abs(a - b) for d in data for v in d if d[v]["ru_maxrss"]
              for a, b in zip(d[v]["peak_rss"], d[v]["ru_maxrss"])]
     print()
     if diffs:

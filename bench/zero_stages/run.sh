@@ -36,15 +36,15 @@ DS_VENV=${DS_VENV:-$root/.venv-deepspeed}
 # Odd rounds run them in this order, even rounds in reverse, so each keeps no fixed position.
 variants=(ours0 ours1 ours2 ours3 ddp zero_ro)
 [ "$DS_VENV" != none ] && variants+=(ds0 ds1 ds2 ds3)
+
+die() { echo "zero_stages: $*" >&2; exit 1; }
 if [ -n "${VARIANTS:-}" ]; then
   read -r -a variants <<<"$VARIANTS"
   for v in "${variants[@]}"; do
     [[ $v =~ ^(ours[0-3]|ddp|zero_ro|ds[0-3])$ ]] || die "VARIANTS: unknown run '$v'"
-    [[ $v == ds* && $DS_VENV == none ]] && die "VARIANTS names $v but DS_VENV=none"
+    if [[ $v == ds* && $DS_VENV == none ]]; then die "VARIANTS names $v but DS_VENV=none"; fi
   done
 fi
-
-die() { echo "zero_stages: $*" >&2; exit 1; }
 for bin in "$launcher" "$ours"; do
   [ -x "$bin" ] || die "$bin not found; build it first with scripts/build.sh"
 done
@@ -53,7 +53,7 @@ done
 "$PY" -c 'import torch' 2>/dev/null ||
   die "$PY cannot import torch; install Debian's python3-torch (bench/gpt_ddp/run.sh does it)"
 ((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
-if [ "$DS_VENV" != none ]; then
+if [[ " ${variants[*]} " == *" ds"* ]]; then  # only when a DeepSpeed run is among them
   bash scripts/setup_deepspeed_peer.sh "$DS_VENV" >/dev/null ||
     die "scripts/setup_deepspeed_peer.sh failed (DS_VENV=none leaves DeepSpeed out)"
 fi
