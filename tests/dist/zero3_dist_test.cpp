@@ -3,13 +3,16 @@
 // one forward, a parameter outside units, a frozen one, sizes W does not divide), for the
 // variants the zero_optimization keys select and for partitioned construction (zero::Init);
 // bf16 with fp32 masters agrees with stage 2; the parameters gathered at any moment stay
-// within the stated bound; zero::Init never allocates the whole model on a rank.
+// within the stated bound; each unit fetch and the refresh after the step gather their small
+// shards in one collective; zero::Init never allocates the whole model on a rank.
+#include "deepspeed/comms_logging.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero3.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include <c10/core/CPUAllocator.h>
@@ -330,6 +333,49 @@ TEST(Zero3Dist, GatheredParametersStayWithinLiveUnits) {
     // iteration the whole model is gathered at the end of forward.
     z.erase("stage3_max_reuse_distance");
     EXPECT_GE(peak_gathered_bytes(z, nullptr), kLayers * block_bytes);
+  });
+}
+
+// ---- Collectives ---------------------------------------------------------------------------
+
+// This rank's all-gather collectives in one training iteration of the Tower, as the comms
+// logger records them: message size (one rank's share, bytes) -> count.
+std::map<int64_t, int64_t> all_gathers_of_one_iteration(json zero) {
+  auto model = std::make_shared<Tower>();
+  json cfg = {{"train_batch_size", 4 * comm::get_world_size()},
+              {"optimizer", {{"type", "AdamW"}}},
+              {"comms_logger", {{"enabled", true}}},
+              {"zero_optimization", std::move(zero)}};
+  auto engine = initialize(model, cfg).engine;
+  comm::reset_comms_log();  // from here: the first iteration and the refresh after its step
+  engine->backward(engine->forward(torch::randn({4, kWidth})));
+  engine->step();
+  std::map<int64_t, int64_t> out;
+  for (const auto& e : comm::comms_log_entries()) {
+    if (e.record_name == "all_gather") out[e.msg_size_bytes] += e.count;
+  }
+  comm::configure_comms_logger({});
+  return out;
+}
+
+// Note [Coalesced gathers]: a unit's weight and bias travel in one all-gather, and the
+// persistent parameters refreshed after the step in one more.
+TEST(Zero3Dist, EachFetchGathersItsSmallShardsInOneCollective) {
+  run_ranks(2, [](int, int world) {
+    const int64_t weight_shard = kWidth * kWidth / world, bias_shard = kWidth / world;
+    // No prefetch: the first iteration fetches each unit for forward and again for backward.
+    json z = {{"stage", 3},
+              {"stage3_param_persistence_threshold", 0},
+              {"stage3_max_reuse_distance", 0},
+              {"stage3_prefetch_bucket_size", 0}};
+    const std::map<int64_t, int64_t> per_fetch{{4 * (weight_shard + bias_shard), 2 * kLayers}};
+    EXPECT_EQ(all_gathers_of_one_iteration(z), per_fetch);
+    // Biases persistent: each fetch gathers its weight alone, and the refresh after the step
+    // gathers the 8 biases at once.
+    z["stage3_param_persistence_threshold"] = kWidth;
+    const std::map<int64_t, int64_t> split{{4 * weight_shard, 2 * kLayers},
+                                           {4 * bias_shard * kLayers, 1}};
+    EXPECT_EQ(all_gathers_of_one_iteration(z), split);
   });
 }
 

@@ -405,10 +405,12 @@ class Stage3 final : public Stage3ZeroOptimizer {
       const int64_t len = std::min<int64_t>(p.shard_numel, p.numel - begin);
       if (len > 0) p.shard.narrow(0, 0, len).copy_(full.narrow(0, begin, len));
     }
+    std::vector<PartitionedParam*> persistent;
     for (auto& p : params_) {
-      if (p.persistent && !p.available) start_gather(p, dp_group_, /*async=*/false, false);
+      if (p.persistent && !p.available) persistent.push_back(&p);
       if (!p.persistent && p.available) release(p);
     }
+    start_gathers(persistent, dp_group_, /*async=*/false, /*use_all_reduce=*/false);
   }
 
   void start_coordinator(std::vector<Stage3Unit> units, const UnitDiscovery& found) {

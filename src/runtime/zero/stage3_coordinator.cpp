@@ -106,16 +106,28 @@ void ParamCoordinator::gather_now(size_t i) {
   settle({i});
 }
 
-void ParamCoordinator::gather(size_t i, bool async) {
-  PartitionedParam& p = (*params_)[i];
-  if (p.available) return;
-  swap_in_for_gather({i});
-  start_gather(p, options_.group, async, options_.use_all_reduce_for_fetch);
-  stats_.gathers += 1;
-  if (!p.persistent) {
-    stats_.live_numel += p.padded_numel(world_);
-    stats_.peak_live_numel = std::max(stats_.peak_live_numel, stats_.live_numel);
+void ParamCoordinator::gather(size_t i, bool async) { gather_all({i}, async); }
+
+void ParamCoordinator::gather_all(std::vector<size_t> indices, bool async) {
+  // Once each (zero::GatheredParameters may be given a tensor twice), in the same order on
+  // every rank.
+  std::sort(indices.begin(), indices.end());
+  indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
+  std::vector<size_t> wanted;
+  std::vector<PartitionedParam*> batch;
+  for (size_t i : indices) {
+    PartitionedParam& p = (*params_)[i];
+    if (p.available) continue;
+    wanted.push_back(i);
+    batch.push_back(&p);
+    stats_.gathers += 1;
+    if (!p.persistent) stats_.live_numel += p.padded_numel(world_);
   }
+  if (batch.empty()) return;
+  stats_.peak_live_numel = std::max(stats_.peak_live_numel, stats_.live_numel);
+  swap_in_for_gather(wanted);
+  stats_.gather_collectives +=
+      start_gathers(batch, options_.group, async, options_.use_all_reduce_for_fetch);
 }
 
 void ParamCoordinator::free(size_t i) {
@@ -148,12 +160,11 @@ void ParamCoordinator::fetch(size_t unit, bool traced) {
   const Stage3Unit& u = units_[unit];
   // All of this unit's gathers are issued before any is waited for, and before the prefetch
   // (with NVMe, its shards are read in one batch first).
-  swap_in_for_gather(u.params);
   for (size_t i : u.params) {
     (*params_)[i].active_users += 1;
     prefetched_[i] = false;
-    gather(i, /*async=*/true);
   }
+  gather_all(u.params, /*async=*/true);
   if (mode_ == Mode::kComplete && traced) prefetch();
   settle(u.params);
 }
@@ -163,22 +174,26 @@ void ParamCoordinator::prefetch() {
   const int64_t budget = std::min(options_.prefetch_bucket_numel, room);
   int64_t issued = 0;
   std::vector<size_t> read_ahead;
+  std::vector<size_t> ahead;  // gathered in one go (Note [Coalesced gathers])
+  std::vector<bool> chosen(params_->size(), false);  // a parameter tied across units: once
   for (size_t pos = cursor_; pos < trace_.size() && issued < budget; ++pos) {
     for (size_t i : units_[trace_[pos]].params) {
       PartitionedParam& p = (*params_)[i];
-      if (p.available || p.persistent) continue;
+      if (p.available || p.persistent || chosen[i]) continue;
       if (issued >= budget) break;
+      chosen[i] = true;
       issued += p.padded_numel(world_);
       // A swapped shard is read ahead; its all-gather waits for the fetch that needs it.
       if (store_ != nullptr && store_->swapped(i)) {
         read_ahead.push_back(i);
         continue;
       }
-      gather(i, /*async=*/true);
+      ahead.push_back(i);
       prefetched_[i] = true;
       stats_.prefetched_gathers += 1;
     }
   }
+  gather_all(ahead, /*async=*/true);
   if (!read_ahead.empty()) store_->prefetch(read_ahead);
 }
 
@@ -227,19 +242,27 @@ void ParamCoordinator::end_iteration() {
 }
 
 void ParamCoordinator::refresh_gathered() {
-  for (auto& p : *params_) {
+  std::vector<size_t> in_memory;  // refreshed together (Note [Coalesced gathers])
+  for (size_t i = 0; i < params_->size(); ++i) {
+    PartitionedParam& p = (*params_)[i];
     if (!p.available) continue;
     finish_gather(p);
     p.available = false;  // the storage stays allocated; start_gather refills it in place
-    const size_t i = static_cast<size_t>(&p - params_->data());
-    swap_in_for_gather({i});
-    start_gather(p, options_.group, /*async=*/false, options_.use_all_reduce_for_fetch);
-    settle({i});
+    if (!p.persistent) stats_.live_numel -= p.padded_numel(world_);  // gather_all counts it again
+    // Swapped shards one at a time: the swap buffers hold only a few.
+    if (store_ != nullptr && store_->swapped(i)) {
+      gather_now(i);
+    } else {
+      in_memory.push_back(i);
+    }
   }
+  gather_all(in_memory, /*async=*/false);
+  settle(in_memory);
 }
 
 std::vector<size_t> ParamCoordinator::gather_held(const std::vector<at::Tensor>& tensors) {
   std::vector<size_t> held;
+  std::vector<size_t> in_memory;  // gathered together (Note [Coalesced gathers])
   for (const auto& t : tensors) {
     for (size_t i = 0; i < params_->size(); ++i) {
       if (!(*params_)[i].param.is_same(t)) continue;
@@ -249,12 +272,13 @@ std::vector<size_t> ParamCoordinator::gather_held(const std::vector<at::Tensor>&
       if (store_ != nullptr && store_->swapped(i)) {
         gather_now(i);
       } else {
-        gather(i, /*async=*/true);
+        in_memory.push_back(i);
       }
       held.push_back(i);
       break;
     }
   }
+  gather_all(in_memory, /*async=*/true);
   settle(held);
   return held;
 }

@@ -1,6 +1,7 @@
 // ParamCoordinator: when ZeRO-3 parameters are gathered and released (reference §7.7). A unit
 // call fetches its unit's parameters (forward, and again from the hook on its outputs before
-// its backward) and releases them afterwards. Gathering issues one all-gather per parameter;
+// its backward) and releases them afterwards. Gathering issues one all-gather per fetch for the
+// small shards and one per large parameter (Note [Coalesced gathers] in stage3_param.h);
 // after the first iteration the recorded order of unit fetches (the trace) lets a fetch start
 // the all-gathers of the units that come next (prefetch) while this one computes.
 //
@@ -49,7 +50,8 @@ struct CoordinatorOptions {
 
 struct CoordinatorStats {
   int64_t fetches = 0;             // unit fetches (forward and backward)
-  int64_t gathers = 0;             // parameter all-gathers issued
+  int64_t gathers = 0;             // parameters gathered
+  int64_t gather_collectives = 0;  // collectives those took (Note [Coalesced gathers])
   int64_t prefetched_gathers = 0;  // of those, issued ahead for a later unit
   int64_t releases = 0;            // parameters released
   int64_t trace_invalidations = 0;
@@ -89,6 +91,8 @@ class ParamCoordinator {
   enum class Mode { kRecord, kComplete, kInvalid };
 
   void gather(size_t param, bool async);
+  /// Gathers those of `params` that are not available, small shards in one collective.
+  void gather_all(std::vector<size_t> params, bool async);
   /// Waits for these parameters' gathers and lets their swapped shards go.
   void settle(const std::vector<size_t>& params);
   /// Brings in the swapped shards among `params` that are about to be gathered.

@@ -127,7 +127,107 @@ void start_gather(PartitionedParam& p, const comm::Group& group, bool async, boo
   if (!async) finish_gather(p);
 }
 
+// Note [Coalesced gathers]. `output` is rank-major: row r holds rank r's shards in `targets`'
+// order, so a parameter's column block is its padded storage viewed as [world, shard].
+struct CoalescedGather {
+  struct Target {
+    at::Tensor full;  // the parameter's flat padded storage
+    int64_t offset = 0;
+    int64_t shard_numel = 0;
+  };
+  comm::Handle handle;
+  at::Tensor input;   // this rank's shards, concatenated (kept until the collective is done)
+  at::Tensor output;  // [world, S]
+  std::vector<Target> targets;
+
+  // Waits once, then fills every target (the first of the parameters to be finished does it).
+  void finish() {
+    if (handle.valid()) {
+      handle.wait();
+      handle = comm::Handle();
+    }
+    if (targets.empty()) return;
+    at::NoGradGuard no_grad;
+    const int64_t world = output.size(0);
+    for (auto& t : targets) {
+      t.full.view({world, t.shard_numel}).copy_(output.narrow(1, t.offset, t.shard_numel));
+    }
+    targets.clear();
+    input = at::Tensor();
+    output = at::Tensor();
+  }
+};
+
+namespace {
+
+bool coalescable(const PartitionedParam& p, int world) {
+  const bool from_host = p.shard.is_cpu() && !p.param.is_cpu();  // a side-stream copy first
+  return world > 1 && !p.available && p.numel > 0 && !from_host &&
+         p.shard_numel * static_cast<int64_t>(p.shard.element_size()) <= kCoalesceShardBytes;
+}
+
+void start_coalesced(const std::vector<PartitionedParam*>& batch, const comm::Group& group,
+                     bool async, bool use_all_reduce) {
+  at::NoGradGuard no_grad;
+  const int world = group.size();
+  auto gather = std::make_shared<CoalescedGather>();
+  std::vector<at::Tensor> shards;
+  int64_t total = 0;
+  for (PartitionedParam* p : batch) {
+    at::Tensor full = storage_as_flat(p->param, p->padded_numel(world));
+    gather->targets.push_back({full, total, p->shard_numel});
+    shards.push_back(p->shard.view({-1}));
+    total += p->shard_numel;
+  }
+  gather->input = at::cat(shards);
+  if (use_all_reduce) {  // stage3_use_all_reduce_for_fetch_params: a zero-filled sum
+    gather->output = at::zeros({world, total}, gather->input.options());
+    gather->output.select(0, group.rank()).copy_(gather->input);
+    at::Tensor flat = gather->output.view({-1});
+    gather->handle = comm::all_reduce(flat, comm::ReduceOp::kSum, async, group);
+  } else {
+    gather->output = at::empty({world, total}, gather->input.options());
+    at::Tensor flat = gather->output.view({-1});
+    gather->handle = comm::all_gather(flat, gather->input, async, group);
+  }
+  for (PartitionedParam* p : batch) {
+    p->available = true;
+    p->coalesced = async ? gather : nullptr;
+  }
+  if (!async) gather->finish();
+}
+
+}  // namespace
+
+int64_t start_gathers(const std::vector<PartitionedParam*>& params, const comm::Group& group,
+                      bool async, bool use_all_reduce) {
+  const int world = group.size();
+  int64_t collectives = 0;
+  std::map<at::ScalarType, std::vector<PartitionedParam*>> batches;  // one collective per dtype
+  for (PartitionedParam* p : params) {
+    if (coalescable(*p, world)) {
+      batches[p->shard.scalar_type()].push_back(p);
+      continue;
+    }
+    if (world > 1 && !p->available && p->numel > 0) ++collectives;
+    start_gather(*p, group, async, use_all_reduce);
+  }
+  for (auto& [dtype, batch] : batches) {
+    ++collectives;
+    if (batch.size() == 1) {
+      start_gather(*batch[0], group, async, use_all_reduce);
+    } else {
+      start_coalesced(batch, group, async, use_all_reduce);
+    }
+  }
+  return collectives;
+}
+
 void finish_gather(PartitionedParam& p) {
+  if (p.coalesced) {
+    p.coalesced->finish();
+    p.coalesced.reset();
+  }
   SideStream::current_waits_for(p.copied);
   p.copied.reset();
   if (p.inflight.valid()) {
