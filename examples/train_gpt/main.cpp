@@ -30,6 +30,7 @@
 #include <torch/torch.h>
 
 #include "bpe_tokenizer.h"
+#include "deepspeed/comms_logging.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/tensor_parallel.h"
 #include "gpt_model.h"
@@ -620,6 +621,9 @@ int run(const Args& a) {
       std::printf("train_gpt: wrote loss and lr curves to %s\n", a.plot.c_str());
     }
   }
+  // As DeepSpeed's example scripts call deepspeed.comm.log_summary(): with comms_logger
+  // enabled, rank 0 prints the table of this run's collectives (every rank takes part).
+  if (ds::comm::comms_logger_config().enabled) ds::comm::log_summary();
   // The engine first: under ZeRO-3 it gathers the model back (a collective) as it goes.
   dp_engine.reset();
   pp_engine.reset();
