@@ -82,6 +82,7 @@ void AutotuningProbe::after_step(int64_t completed_steps, const std::map<std::st
                            {"zero_stage", zero_stage_},
                            {"train_micro_batch_size_per_gpu", micro_batch_},
                            {"dp_world_size", facts_.dp_world_size},
+                           {"device", facts_.on_cpu ? "cpu" : "cuda"},
                            {"rank", 0}};
     finish(info, config_.model_info_file());
   }

@@ -29,6 +29,7 @@ struct AutotuningModelFacts {
   int64_t param_bytes = 4;           // bytes per element of the model's parameters
   int64_t dp_world_size = 1;
   int64_t mp_world_size = 1;
+  bool on_cpu = true;                // the model trains on CPU (the memory formula differs)
 };
 
 // Held by the engine of an experiment process (autotuning.enabled); absent otherwise.

@@ -282,6 +282,7 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     facts.param_bytes = c10::elementSize(model_dtype_);
     facts.dp_world_size = config_.batch.dp_world_size;
     facts.mp_world_size = mpu_ ? mpu_->get_model_parallel_world_size() : 1;
+    facts.on_cpu = device_.is_cpu();
     autotuning_ = std::make_unique<runtime::AutotuningProbe>(config_, facts, comm::get_rank());
   }
 }
@@ -710,7 +711,7 @@ std::string Engine::memory_report(const std::string& when) const {
                   gb(m.device_max_allocated_bytes), gb(m.device_reserved_bytes),
                   gb(m.device_max_reserved_bytes));
   }
-  const ModelStateInputs in = model_state_inputs(config_, num_params, largest);
+  const ModelStateInputs in = model_state_inputs(config_, num_params, largest, device_.is_cpu());
   std::snprintf(buf + std::strlen(buf), sizeof(buf) - std::strlen(buf),
                 "; formula: device %.2f MB at the steady state",
                 mb(estimate_model_state_bytes(in).device()));

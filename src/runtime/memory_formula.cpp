@@ -54,7 +54,7 @@ ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in) {
 }
 
 ModelStateInputs model_state_inputs(const DeepSpeedConfig& c, int64_t num_params,
-                                    int64_t largest_param_numel) {
+                                    int64_t largest_param_numel, bool on_cpu) {
   ModelStateInputs in;
   in.num_params = num_params;
   in.dp_world_size = c.batch.dp_world_size;
@@ -75,7 +75,7 @@ ModelStateInputs model_state_inputs(const DeepSpeedConfig& c, int64_t num_params
   in.offload_param = c.zero_optimization.param_offload() != OffloadDevice::kNone;
   in.reduce_bucket_size = c.zero_optimization.reduce_bucket_size;
   in.overlap_comm = c.zero_optimization.overlap_comm_enabled();
-  in.reduce_scatter = c.zero_optimization.reduce_scatter;
+  in.reduce_scatter = c.zero_optimization.reduce_scatter && !on_cpu;
   in.largest_param_numel = largest_param_numel;
   return in;
 }

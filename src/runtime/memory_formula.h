@@ -24,7 +24,7 @@ struct ModelStateInputs {
   bool offload_param = false;      // offload_param cpu/nvme (stage 3): parameter shards leave it
   int64_t reduce_bucket_size = 500000000;  // elements
   bool overlap_comm = false;       // two reduction buffers instead of one
-  bool reduce_scatter = true;      // stage 3: a receive buffer beside each send buffer
+  bool reduce_scatter = true;      // stage 3 on a GPU: a receive buffer beside each send buffer
   int64_t largest_param_numel = 0;  // stage 3: a gathered unit is at least this (0: unknown)
 };
 
@@ -72,8 +72,10 @@ ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in);
 
 /// The inputs for a parsed config: its stage, precision, optimizer (Adam/AdamW/Lamb 8 bytes of
 /// state per element, Lion/Adagrad/SGD 4, none 0), offload, bucket size and overlap_comm.
+/// `on_cpu`: the model trains on CPU, where stage 3 reduces by all-reduce (Gloo has no
+/// reduce-scatter) and so has no receive buffers.
 ModelStateInputs model_state_inputs(const DeepSpeedConfig& config, int64_t num_params,
-                                    int64_t largest_param_numel);
+                                    int64_t largest_param_numel, bool on_cpu);
 
 /// One line for logs: "ZeRO-2, W=2, Ψ=1.2M: device 12.34 MB (params ..., peak 14.00 MB)".
 std::string describe_model_state_bytes(const ModelStateInputs& in, const ModelStateBytes& b);

@@ -150,8 +150,10 @@ void expect_match(const std::vector<at::Tensor>& got, const std::vector<at::Tens
 }
 
 // Runs `zero` on `world` ranks and checks every rank against one process with stage 0.
-void check_against_single_process(int world, const json& zero, bool use_init = false) {
+void check_against_single_process(int world, const json& zero, bool use_init = false,
+                                  const std::vector<std::pair<std::string, std::string>>& env = {}) {
   testing::RunOptions o;
+  o.env = env;
   o.env.push_back({"DS_TEST_ZERO", zero.dump()});
   o.env.push_back({"DS_TEST_INIT", use_init ? "1" : "0"});
   run_ranks(world, [](int rank, int w) {
@@ -181,6 +183,12 @@ json stage3() {
 TEST(Zero3Dist, MatchesSingleProcessOn2Ranks) { check_against_single_process(2, stage3()); }
 TEST(Zero3Dist, MatchesSingleProcessOn3Ranks) { check_against_single_process(3, stage3()); }
 TEST(Zero3Dist, MatchesSingleProcessOn4Ranks) { check_against_single_process(4, stage3()); }
+
+// The CPU reduces gradients by all-reduce (Gloo has no reduce-scatter); the reduce-scatter path a
+// GPU takes (receive buffers) is covered here.
+TEST(Zero3Dist, ReduceScatterPathOfAGpuMatches) {
+  check_against_single_process(3, stage3(), false, {{"DS_TEST_STAGE3_REDUCE_SCATTER_ON_CPU", "1"}});
+}
 
 TEST(Zero3Dist, PartitionedConstructionMatchesSingleProcess) {
   check_against_single_process(3, stage3(), /*use_init=*/true);

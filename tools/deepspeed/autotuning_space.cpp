@@ -139,6 +139,7 @@ ModelInfo ModelInfo::from_json(const json& info, const json& profile_config) {
   m.largest_param_numel = info.value("largest_param_numel", int64_t{0});
   m.activation_bytes_per_sample = info.value("activation_mem_per_sample", int64_t{0});
   m.peak_bytes = info.value("peak_memory_bytes", int64_t{0});
+  m.on_cpu = info.value("device", std::string("cpu")) == "cpu";
   m.profile_config = profile_config;
   return m;
 }
@@ -153,7 +154,8 @@ int64_t MemoryPredictor::model_state_bytes(const json& ds_config) const {
   json c = ds_config;
   c.erase("autotuning");  // only the states matter here
   const DeepSpeedConfig parsed = DeepSpeedConfig::from_json(c, dp_world_size_, "autotuning experiment");
-  const ModelStateInputs in = model_state_inputs(parsed, info_.num_params, info_.largest_param_numel);
+  const ModelStateInputs in = model_state_inputs(parsed, info_.num_params, info_.largest_param_numel,
+                                                  info_.on_cpu);
   // On a CPU-only machine offloaded states live in the same process memory as the rest.
   return estimate_model_state_bytes(in).total_peak();
 }

@@ -36,6 +36,7 @@ struct ModelInfo {
   int64_t largest_param_numel = 0;
   int64_t activation_bytes_per_sample = 0;
   int64_t peak_bytes = 0;          // peak memory of the profile run's steps (every rank's max)
+  bool on_cpu = true;              // "device" of the profile run (cpu when not recorded)
   nlohmann::json profile_config;   // the config it ran with
   static ModelInfo from_json(const nlohmann::json& info, const nlohmann::json& profile_config);
 };

@@ -28,6 +28,7 @@
 #include "runtime/zero/stage3_init.h"
 #include "runtime/zero/stage3_units.h"
 #include "util/check.h"
+#include "util/env.h"
 #include "util/logging.h"
 
 namespace deepspeed::runtime {
@@ -48,6 +49,10 @@ void check_config(const DeepSpeedConfig& cfg) {
 }
 
 const c10::TensorImpl* key(const at::Tensor& t) { return t.unsafeGetTensorImpl(); }
+
+bool reduce_scatter_on_cpu_for_tests() {
+  return env::get("DS_TEST_STAGE3_REDUCE_SCATTER_ON_CPU").value_or("") == "1";
+}
 
 class Stage3 final : public Stage3ZeroOptimizer {
  public:
@@ -543,10 +548,13 @@ class Stage3 final : public Stage3ZeroOptimizer {
     const bool offloads = optimizer_states_->offloads() || param_device_ != OffloadDevice::kNone;
     ro.host_shards = grad_shards[0].device() != params_[trainable[0]].param.device() ||
                      (offloads && offload_host_path_on_cpu());
-    // Gloo has no reduce-scatter and comm's emulation cannot sum bf16 (comm::all_reduce
-    // widens it): take DeepSpeed's all-reduce path, which keeps the same chunks.
-    // TODO(comm): drop once comm::reduce_scatter widens bf16 like all_reduce.
-    if (ro.bucket_dtype == at::kBFloat16 && params_[trainable[0]].param.is_cpu()) {
+    // On CPU, Gloo has no reduce-scatter: comm::reduce_scatter would all-reduce a copy of each
+    // bucket and keep this rank's chunk. DeepSpeed's all-reduce path makes the same sums over
+    // the same bytes in the bucket itself: no copy, no receive buffers (the memory formula
+    // counts none either). comm's emulation cannot sum bf16 at all (all_reduce widens it).
+    // DS_TEST_STAGE3_REDUCE_SCATTER_ON_CPU=1 keeps the reduce-scatter path of a GPU, to test it.
+    if (params_[trainable[0]].param.is_cpu() &&
+        (ro.bucket_dtype == at::kBFloat16 || !reduce_scatter_on_cpu_for_tests())) {
       ro.reduce_scatter = false;
     }
     reducer_ = std::make_unique<Stage3GradReducer>(&params_, std::move(trainable),
