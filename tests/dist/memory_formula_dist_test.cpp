@@ -55,9 +55,10 @@ void check(const Case& c, int) {
   engine->step();
   const MemoryStats m = engine->memory_stats();
   const DeepSpeedConfig parsed = DeepSpeedConfig::from_json(cfg, 2);
-  const ModelStateBytes f = estimate_model_state_bytes(model_state_inputs(parsed, kPsi, kWeight, /*on_cpu=*/true));
+  const ModelStateInputs in = model_state_inputs(parsed, kPsi, kWeight, /*on_cpu=*/true);
+  const ModelStateBytes f = estimate_model_state_bytes(in);
   std::printf("stage %d overlap %d offload %d bf16 %d: %s\n  ledger: %s\n", c.stage, c.overlap, c.offload, c.bf16,
-              describe_model_state_bytes(model_state_inputs(parsed, kPsi, kWeight, /*on_cpu=*/true), f).c_str(),
+              describe_model_state_bytes(in, f).c_str(),
               engine->memory_report("measured").c_str());
   EXPECT_EQ(f.params, m.param_bytes);
   EXPECT_EQ(f.master_params, m.master_param_bytes);

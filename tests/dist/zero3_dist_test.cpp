@@ -149,9 +149,12 @@ void expect_match(const std::vector<at::Tensor>& got, const std::vector<at::Tens
   }
 }
 
-// Runs `zero` on `world` ranks and checks every rank against one process with stage 0.
+using Env = std::vector<std::pair<std::string, std::string>>;
+
+// Runs `zero` on `world` ranks (with `env` set) and checks every rank against one process with
+// stage 0.
 void check_against_single_process(int world, const json& zero, bool use_init = false,
-                                  const std::vector<std::pair<std::string, std::string>>& env = {}) {
+                                  const Env& env = {}) {
   testing::RunOptions o;
   o.env = env;
   o.env.push_back({"DS_TEST_ZERO", zero.dump()});

@@ -154,8 +154,8 @@ int64_t MemoryPredictor::model_state_bytes(const json& ds_config) const {
   json c = ds_config;
   c.erase("autotuning");  // only the states matter here
   const DeepSpeedConfig parsed = DeepSpeedConfig::from_json(c, dp_world_size_, "autotuning experiment");
-  const ModelStateInputs in = model_state_inputs(parsed, info_.num_params, info_.largest_param_numel,
-                                                  info_.on_cpu);
+  const ModelStateInputs in =
+      model_state_inputs(parsed, info_.num_params, info_.largest_param_numel, info_.on_cpu);
   // On a CPU-only machine offloaded states live in the same process memory as the rest.
   return estimate_model_state_bytes(in).total_peak();
 }

@@ -73,7 +73,8 @@ TEST(AutotuningSpace, PredictionIsTheFormulaPlusCalibratedRest) {
   EXPECT_EQ(p.predict(gpt_config(3, 1)), info.peak_bytes);
   // ZeRO-0 adds its model states by the engine's formula: 4+4+8 bytes per parameter and a bucket.
   DeepSpeedConfig c0 = DeepSpeedConfig::from_json(gpt_config(0, 1), 2);
-  const int64_t s0 = estimate_model_state_bytes(model_state_inputs(c0, psi, 100000, /*on_cpu=*/true)).total_peak();
+  const int64_t s0 =
+      estimate_model_state_bytes(model_state_inputs(c0, psi, 100000, /*on_cpu=*/true)).total_peak();
   EXPECT_EQ(s0, 16 * psi);  // its gradients are views of its buckets: counted once
   EXPECT_EQ(p.model_state_bytes(gpt_config(0, 1)), s0);
   EXPECT_EQ(p.predict(gpt_config(0, 4)) - p.predict(gpt_config(0, 1)), 3 * info.activation_bytes_per_sample);
