@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -108,16 +109,15 @@ void ParamCoordinator::gather_now(size_t i) {
 
 void ParamCoordinator::gather(size_t i, bool async) { gather_all({i}, async); }
 
-void ParamCoordinator::gather_all(std::vector<size_t> indices, bool async) {
-  // Once each (zero::GatheredParameters may be given a tensor twice), in the same order on
-  // every rank.
-  std::sort(indices.begin(), indices.end());
-  indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
+void ParamCoordinator::gather_all(const std::vector<size_t>& indices, bool async) {
+  // In the given order (a prefetch lists the nearest unit first: backward runs the units in
+  // reverse), each once: zero::GatheredParameters may be given a tensor twice.
+  std::unordered_set<size_t> seen;
   std::vector<size_t> wanted;
   std::vector<PartitionedParam*> batch;
   for (size_t i : indices) {
     PartitionedParam& p = (*params_)[i];
-    if (p.available) continue;
+    if (p.available || !seen.insert(i).second) continue;
     wanted.push_back(i);
     batch.push_back(&p);
     stats_.gathers += 1;

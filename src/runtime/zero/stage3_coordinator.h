@@ -92,7 +92,7 @@ class ParamCoordinator {
 
   void gather(size_t param, bool async);
   /// Gathers those of `params` that are not available, small shards in one collective.
-  void gather_all(std::vector<size_t> params, bool async);
+  void gather_all(const std::vector<size_t>& params, bool async);
   /// Waits for these parameters' gathers and lets their swapped shards go.
   void settle(const std::vector<size_t>& params);
   /// Brings in the swapped shards among `params` that are about to be gathered.
