@@ -395,12 +395,20 @@ def check_engine_checkpoint(directory, tag, world, stage, bf16):
         # parameters there, group by group, for ds_to_universal.
         opt, groups = ms["optimizer"], ms["param_shapes"]
         check(opt is not None, "stage 0 optimizer")
-        inner = opt["optimizer_state_dict"] if "fp32_groups_flat" in opt else opt
+        # 16-bit: FP16_Optimizer's dict (flat masters) or FP16_UnfusedOptimizer's (one master
+        # per parameter), as DeepSpeed wraps the optimizer.
+        wrapped = "fp32_groups_flat" in opt or "fp32_groups" in opt
+        inner = opt["optimizer_state_dict"] if wrapped else opt
         check(isinstance(groups, list) and len(groups) == len(inner["param_groups"]),
               "stage 0 param_shapes: one entry per optimizer group")
         if "fp32_groups_flat" in opt:
             check([sum(s.numel() for s in g.values()) for g in groups] ==
                   [t.numel() for t in opt["fp32_groups_flat"]], "stage 0 param_shapes cut the flats")
+        elif "fp32_groups" in opt:
+            check([[s for s in g.values()] for g in groups] ==
+                  [[t.shape for t in masters] for masters in opt["fp32_groups"]] and
+                  [len(g) for g in groups] == [len(g["params"]) for g in inner["param_groups"]],
+                  "stage 0 param_shapes name the per-parameter masters")
         else:
             check([len(g) for g in groups] == [len(g["params"]) for g in inner["param_groups"]]
                   and all(module[n].shape == s for g in groups for n, s in g.items()),

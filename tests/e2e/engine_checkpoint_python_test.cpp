@@ -4,6 +4,7 @@
 // zero_to_fp32's rule; and a checkpoint written the way Python DeepSpeed writes it (its pickled
 // classes included, 2 ranks) loads into an engine on one rank, weights and Adam state intact.
 #include <cstdlib>
+#include <string>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -46,9 +47,9 @@ struct TwoLinearImpl : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
 
-json config(int stage, bool bf16) {
+json config(int stage, bool bf16, const std::string& optimizer = "Adam") {
   return {{"train_micro_batch_size_per_gpu", 2},
-          {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.01}}}}},
+          {"optimizer", {{"type", optimizer}, {"params", {{"lr", 0.01}}}}},
           {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 3}}}}},
           {"bf16", {{"enabled", bf16}}},
           {"zero_optimization",
@@ -57,13 +58,16 @@ json config(int stage, bool bf16) {
             {"stage3_gather_16bit_weights_on_model_save", true}}}};
 }
 
-void check_saved_by_engine(int stage, bool bf16) {
+// `optimizer`: a type whose 16-bit stage-0 checkpoint DeepSpeed writes per parameter (Lamb:
+// FP16_UnfusedOptimizer) or flat (Adam: FP16_Optimizer).
+void check_saved_by_engine(int stage, bool bf16, const std::string& optimizer = "Adam") {
   if (!python_torch_available()) GTEST_SKIP() << "SKIPPED: python3 cannot import torch";
   std::optional<testing::TempDir> tmp;
   if (!in_rank_process()) tmp.emplace("ds_engine_py");
   testing::RunOptions o;
   o.env.push_back({"DS_TEST_DIR", tmp ? tmp->path() : ""});
   o.env.push_back({"DS_TEST_CASE", std::to_string(stage) + (bf16 ? "1" : "0")});
+  o.env.push_back({"DS_TEST_OPTIMIZER", optimizer});
   testing::run_ranks(2, [](int rank, int world) {
     const std::string dir = std::getenv("DS_TEST_DIR");
     const std::string c = std::getenv("DS_TEST_CASE");
@@ -82,7 +86,9 @@ void check_saved_by_engine(int stage, bool bf16) {
       }
       e = engine;
     } else {
-      auto engine = initialize(std::make_shared<TwoLinearImpl>(), config(c[0] - '0', half)).engine;
+      auto engine = initialize(std::make_shared<TwoLinearImpl>(),
+                               config(c[0] - '0', half, std::getenv("DS_TEST_OPTIMIZER")))
+                        .engine;
       for (int s = 0; s < 2; ++s) {
         auto [x, y] = testing::tiny_batch(s * 4 + rank * 2, 2);
         engine->backward(engine->forward(x.to(dtype), y.to(dtype)).to(at::kFloat));
@@ -101,6 +107,9 @@ void check_saved_by_engine(int stage, bool bf16) {
 TEST(EngineCheckpointPython, Stage2Fp32FilesLoadInPython) { check_saved_by_engine(2, false); }
 TEST(EngineCheckpointPython, Stage1Bf16FilesLoadInPython) { check_saved_by_engine(1, true); }
 TEST(EngineCheckpointPython, Stage0Fp32FilesLoadInPython) { check_saved_by_engine(0, false); }
+TEST(EngineCheckpointPython, Stage0Bf16LambFilesLoadInPython) {
+  check_saved_by_engine(0, true, "Lamb");
+}
 TEST(EngineCheckpointPython, Stage3Fp32FilesConsolidateInPython) { check_saved_by_engine(3, false); }
 
 TEST(EngineCheckpointPython, LoadsAPythonDeepSpeedCheckpointOnAnotherWorldSize) {

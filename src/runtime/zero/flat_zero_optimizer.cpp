@@ -16,6 +16,7 @@
 #include "deepspeed/version.h"
 #include "runtime/checkpoint/moe_checkpoint.h"
 #include "runtime/zero/repartition.h"
+#include "runtime/zero/unfused_fp16_layout.h"
 #include "util/check.h"
 
 namespace deepspeed::runtime {
@@ -208,7 +209,8 @@ IValue FlatZeroOptimizer::stage0_optimizer_state(const ZeroCheckpointContext& ct
   IValue base = base_optimizer_state(ctx);
   const auto layout = flat_layout();
   if (layout.empty()) return base;  // fp32: the optimizer steps the parameters themselves
-  // fp16/bf16 at stage 0: DeepSpeed's FP16_Optimizer state_dict (fp32 masters replicated),
+  // fp16/bf16 at stage 0: the state_dict of the wrapper DeepSpeed would pick for this optimizer
+  // (FP16_Optimizer or FP16_UnfusedOptimizer, unfused_fp16_layout.h; fp32 masters replicated),
   // plus our full loss-scaler state so that hysteresis resumes exactly.
   const nlohmann::json& scaler = ctx.loss_scaler;
   ckpt::Dict d = ckpt::new_dict();
@@ -220,12 +222,20 @@ IValue FlatZeroOptimizer::stage0_optimizer_state(const ZeroCheckpointContext& ct
     d.insert("scale_factor", scaler.at("scale_factor").get<double>());
     d.insert("scale_window", scaler.at("scale_window").get<int64_t>());
   }
-  d.insert("optimizer_state_dict", base);
-  List flats(c10::AnyType::get());
-  for (size_t g = 0; g < layout.size(); ++g) {
-    flats.push_back(master_partition(g).narrow(0, 0, layout[g].numel));
+  if (deepspeed_wraps_unfused(*ctx.optimizer)) {  // FP16_UnfusedOptimizer's per-parameter dict
+    std::vector<at::Tensor> masters;
+    for (size_t g = 0; g < layout.size(); ++g) masters.push_back(master_partition(g));
+    PerParameterState split = split_into_parameters(layout, masters, base);
+    d.insert("optimizer_state_dict", split.optimizer_state_dict);
+    d.insert("fp32_groups", split.fp32_groups);
+  } else {
+    d.insert("optimizer_state_dict", base);
+    List flats(c10::AnyType::get());
+    for (size_t g = 0; g < layout.size(); ++g) {
+      flats.push_back(master_partition(g).narrow(0, 0, layout[g].numel));
+    }
+    d.insert("fp32_groups_flat", flats);
   }
-  d.insert("fp32_groups_flat", flats);
   d.insert("clip_grad", ctx.config->gradient_clipping);
   d.insert("loss_scaler", ckpt::ivalue_from_json(scaler));
   return d;
@@ -344,14 +354,27 @@ void FlatZeroOptimizer::read_stage0_optimizer(const IValue& optimizer, const std
     plan->optimizer_state = optimizer;
     return;
   }
-  // 16-bit stage 0: FP16_Optimizer's dict with replicated fp32 masters.
+  // 16-bit stage 0: FP16_Optimizer's or FP16_UnfusedOptimizer's dict with replicated fp32
+  // masters, whichever wrote it.
   DS_CHECK(optimizer.isGenericDict(), CheckpointError, path,
            ": 'optimizer' is not a dict (part 'fp32 master weights')");
   ckpt::Dict d = optimizer.toGenericDict();
-  DS_CHECK(d.contains("fp32_groups_flat") && d.contains("optimizer_state_dict"),
+  DS_CHECK((d.contains("fp32_groups_flat") || d.contains("fp32_groups")) &&
+               d.contains("optimizer_state_dict"),
            CheckpointError, path,
-           ": 'optimizer' has no fp32_groups_flat/optimizer_state_dict (part 'fp32 master "
-           "weights'): written without fp16/bf16?");
+           ": 'optimizer' has no fp32_groups_flat or fp32_groups, or no optimizer_state_dict "
+           "(part 'fp32 master weights'): written without fp16/bf16?");
+  if (d.contains("loss_scaler")) {
+    plan->loss_scaler = ckpt::json_from_ivalue(d.at("loss_scaler"), path);
+  }
+  plan->masters_note = "fp32 master weights";
+  if (!d.contains("fp32_groups_flat")) {
+    FlatState joined =
+        join_parameters(layout, d.at("fp32_groups"), d.at("optimizer_state_dict"), path);
+    plan->masters = std::move(joined.masters);
+    plan->optimizer_state = std::move(joined.optimizer_state_dict);
+    return;
+  }
   auto flats = d.at("fp32_groups_flat").toListRef();
   DS_CHECK(flats.size() == layout.size(), CheckpointError, path, ": ", flats.size(),
            " fp32 master groups, this engine has ", layout.size());
@@ -362,10 +385,6 @@ void FlatZeroOptimizer::read_stage0_optimizer(const IValue& optimizer, const std
     plan->masters.push_back(padded_to(t, layout[g].partition_numel, path));
   }
   plan->optimizer_state = d.at("optimizer_state_dict");
-  if (d.contains("loss_scaler")) {
-    plan->loss_scaler = ckpt::json_from_ivalue(d.at("loss_scaler"), path);
-  }
-  plan->masters_note = "fp32 master weights";
 }
 
 void FlatZeroOptimizer::read_partitions(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan) {

@@ -2,7 +2,8 @@
 // are flat groups cut into data-parallel partitions (FlatGroupLayout), and their checkpoints in
 // DeepSpeed's layout (reference §6.2-6.3):
 //  - stage 0: data-parallel rank 0 writes mp_rank_XX_model_states.pt with the optimizer in its
-//    'optimizer' part (16-bit: FP16_Optimizer's dict with the replicated fp32 masters), and
+//    'optimizer' part (16-bit: FP16_Optimizer's or FP16_UnfusedOptimizer's dict with the
+//    replicated fp32 masters, as DeepSpeed wraps this optimizer: unfused_fp16_layout.h), and
 //    param_shapes (beyond DeepSpeed: ds_to_universal names the optimizer's state by it);
 //  - stages 1/2: the same file with param_shapes (and from stage 2 the frozen parameters), plus
 //    one [bf16_]zero_pp_rank_<r>_mp_rank_XX_optim_states.pt per rank with its fp32 partitions
