@@ -509,6 +509,17 @@ int run(const Args& a) {
   std::vector<int64_t> plot_steps;
   std::vector<double> plot_losses, plot_lrs;
   double first_loss = -1.0;
+  // A checkpoint already at --steps leaves nothing to train; --save_dir then writes what was
+  // loaded, as it stands (re-saving another trainer's checkpoint in train_gpt's own files).
+  if (first_step > a.steps && !a.save_dir.empty()) {
+    if (rank == 0) {
+      std::printf("train_gpt: nothing to train (the checkpoint is at step %lld, --steps %lld); "
+                  "saving it to %s\n",
+                  static_cast<long long>(first_step - 1), static_cast<long long>(a.steps),
+                  a.save_dir.c_str());
+    }
+    save();
+  }
   for (int64_t step = first_step; step <= a.steps; ++step) {
     // With --deepspeed_log the engine prints its lines in step() at steps_per_print.
     if (bar && step % print_every == 0) bar->clear();
@@ -657,7 +668,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.001, 0.5));
   app.add_option("--save_dir", a.save_dir,
                  "write checkpoints (DeepSpeed's layout) here, every --save_interval steps and "
-                 "after the last");
+                 "after the last (a resumed checkpoint already at --steps: what was loaded)");
   app.add_option("--save_interval", a.save_interval, "steps between checkpoints (0: last only)")
       ->capture_default_str();
   app.add_option("--load_dir", a.load_dir,
