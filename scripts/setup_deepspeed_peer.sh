@@ -5,17 +5,38 @@
 # hooks with torch 2's `prepend` argument. On CPU its communication backend JIT-compiles a
 # shared-memory op when the first process group is made (it needs pybind11-dev); that op is
 # compiled here, once, so that no timed run pays for it.
-# Idempotent: a venv whose stamp matches the pins is kept. Usage: [VENV_DIR]
+#
+# --torch2 makes .venv-deepspeed-torch2 instead: DeepSpeed 0.19.8 over torch 2.11, for what
+# torch 1.13 cannot run (its Gloo has no bf16 collectives, so DeepSpeed cannot train bf16 there).
+# The torch is the CUDA build's wheel in .venv-cuda (scripts/install_deps.sh --cuda), reached
+# through a .pth file rather than installed twice; without .venv-cuda the wheel is installed into
+# this venv. DeepSpeed runs on the CPU there all the same (DS_ACCELERATOR=cpu).
+# Idempotent: a venv whose stamp matches the pins, and whose torch imports, is kept.
+# Usage: [--torch2] [VENV_DIR]
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv=${1:-$root/.venv-deepspeed}
-readonly PINS="deepspeed==0.15.4"
+torch2=0
+if [ "${1:-}" = "--torch2" ]; then
+  torch2=1
+  shift
+fi
+if ((torch2)); then
+  venv=${1:-$root/.venv-deepspeed-torch2}
+  readonly TORCH_PIN="torch==2.11.0"
+  readonly PINS="deepspeed==0.19.8 $TORCH_PIN"
+else
+  venv=${1:-$root/.venv-deepspeed}
+  readonly PINS="deepspeed==0.15.4"
+fi
 python=/usr/bin/python3
 
 die() { echo "setup_deepspeed_peer: $*" >&2; exit 1; }
 [ -x "$python" ] || die "$python is missing (scripts/install_deps.sh installs python3-torch)"
-"$python" -c 'import torch' 2>/dev/null || die "Debian's python3-torch is missing; run scripts/install_deps.sh"
+if ((!torch2)); then
+  "$python" -c 'import torch' 2>/dev/null ||
+    die "Debian's python3-torch is missing; run scripts/install_deps.sh"
+fi
 if [ ! -f /usr/include/pybind11/pybind11.h ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo
@@ -26,14 +47,31 @@ fi
 mkdir -p "$(dirname "$venv")"
 exec 9>"$venv.lock"
 flock 9
-if [ -f "$venv/.pins" ] && [ "$(cat "$venv/.pins")" = "$PINS" ]; then
+if [ -f "$venv/.pins" ] && [ "$(cat "$venv/.pins")" = "$PINS" ] &&
+    "$venv/bin/python" -c 'import torch' 2>/dev/null; then
   echo "setup_deepspeed_peer: $venv is up to date"
   exit 0
 fi
 rm -rf "$venv"
-"$python" -m venv --system-site-packages "$venv" || die "python3 -m venv failed (install python3-venv)"
-# shellcheck disable=SC2086
-"$venv/bin/python" -m pip install -q --disable-pip-version-check $PINS || die "pip install $PINS failed"
+if ((torch2)); then
+  "$python" -m venv "$venv" || die "python3 -m venv failed (install python3-venv)"
+  wheel_site=$(echo "$root"/.venv-cuda/lib/python3*/site-packages)
+  wheel_torch=$("$root/.venv-cuda/bin/python" -c 'import torch; print(torch.__version__)' \
+                  2>/dev/null || true)
+  if [ -d "$wheel_site/torch" ] && [[ "$wheel_torch" == "${TORCH_PIN#torch==}"* ]]; then
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "$wheel_site" > "$site/torch_wheel.pth"
+  else
+    echo "setup_deepspeed_peer: no torch 2.11 in .venv-cuda; installing $TORCH_PIN into $venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TORCH_PIN" ||
+      die "pip install $TORCH_PIN failed"
+  fi
+else
+  "$python" -m venv --system-site-packages "$venv" ||
+    die "python3 -m venv failed (install python3-venv)"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "${PINS%% *}" ||
+  die "pip install ${PINS%% *} failed"
 readonly CHECK='
 import torch, deepspeed
 from deepspeed.accelerator import get_accelerator

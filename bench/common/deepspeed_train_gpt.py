@@ -26,10 +26,11 @@ scripts/setup_deepspeed_peer.sh):
         bench/common/deepspeed_train_gpt.py --deepspeed_config C --data data/austen.txt \\
         --compact_vocab --steps 20 --metrics_file peer.jsonl [--pipeline_parallel_size 2]
 Writes one JSON row per step with train_gpt's keys (step, loss, lr, samples, tokens,
-tokens_per_s, step_time_s, per-rank rss_bytes / peak_rss_bytes and memory_bytes.rss / peak_rss,
-plus gpt_ddp.py's ru_maxrss_bytes), so the benches read every side the same way. --load_dir
-resumes from a checkpoint (train_gpt's or DeepSpeed's) and goes on with the windows train_gpt
-would read next; --save_dir saves one after the last step (tests/e2e/deepspeed_interop_test.cpp).
+tokens_per_s, step_time_s, grad_norm, per-rank rss_bytes / peak_rss_bytes and
+memory_bytes.rss / peak_rss, plus gpt_ddp.py's ru_maxrss_bytes), so the benches read every side
+the same way. --load_dir resumes from a checkpoint (train_gpt's or DeepSpeed's) and goes on with
+the windows train_gpt would read next; --save_dir saves one after the last step, or right away
+when the checkpoint is at --steps already (tests/e2e/deepspeed_interop_test.cpp).
 """
 import argparse
 import json
@@ -245,7 +246,9 @@ def main():
                   f"| step {secs:.3f} s", flush=True)
         if metrics:
             rss, peak = [int(t[0].item()) for t in all_mem], [int(t[1].item()) for t in all_mem]
+            norm = engine.get_global_grad_norm()  # None where the engine keeps none
             row = {"step": step, "loss": loss, "lr": engine.get_lr()[0],
+                   "grad_norm": None if norm is None else float(norm),
                    "samples": step * micro * gas * replicas, "tokens": step * tokens_per_step,
                    "tokens_per_s": tokens_per_step / secs, "step_time_s": secs,
                    "memory_bytes": {"rss": rss, "peak_rss": peak},

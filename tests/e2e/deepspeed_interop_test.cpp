@@ -8,29 +8,22 @@
 //  - train_gpt resumes DeepSpeed's checkpoint of step 4 and its loss at step 5 is the one of
 //    train_gpt's uninterrupted resume.
 // And universal checkpoints (ZeRO-2 sources), each side loading the other converter's output.
-// bf16 is not covered here: torch 1.13's Gloo has no bf16 collectives, so DeepSpeed cannot train
-// in bf16 on it (docs/checkpoints.md records the bf16 checks made against DeepSpeed 0.19.8).
-#include <unistd.h>
-
-#include <cstdio>
+// bf16 is deepspeed_bf16_interop_test's, against DeepSpeed 0.19.8 on torch 2.11: torch 1.13's Gloo
+// has no bf16 collectives, so DeepSpeed cannot train in bf16 on it.
 #include <filesystem>
-#include <fstream>
-#include <initializer_list>
-#include <map>
 #include <ostream>
 #include <string>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
-#include "support/run_command.h"
-#include "support/temp_dir.h"
+#include "deepspeed_peer.h"
 
 namespace deepspeed {
 namespace {
 
-constexpr const char* kModel =
-    " --n_layer 2 --n_head 2 --n_embd 32 --seq_len 32 --compact_vocab --val_fraction 0.2";
+using interop::DeepSpeedPeer;
+using interop::expect_losses_near;
+using interop::losses_of;
 
 struct Layout {
   const char* name;
@@ -58,90 +51,6 @@ const Layout kLayouts[] = {
 };
 
 void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
-
-std::string port() { return std::to_string(29300 + (::getpid() % 200)); }
-
-// step -> loss from a metrics file (train_gpt's or the peer's: the same keys).
-std::map<int, double> losses(const std::string& path) {
-  std::map<int, double> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    const auto row = nlohmann::json::parse(line);
-    out[row["step"].get<int>()] = row["loss"].get<double>();
-  }
-  return out;
-}
-
-// The losses a run wrote to `metrics`; none when the run failed (its output becomes the failure).
-std::map<int, double> losses_of(const testing::CommandResult& run, const std::string& metrics) {
-  if (run.exit_code != 0) {
-    ADD_FAILURE() << "exit status " << run.exit_code << "\n" << run.out << run.err;
-    return {};
-  }
-  return losses(metrics);
-}
-
-// `got` against `want` at these steps (both must have run them), printed as "step S: what".
-void expect_losses_near(const std::map<int, double>& got, const std::map<int, double>& want,
-                        std::initializer_list<int> steps, double bound, const char* what) {
-  ASSERT_EQ(got.size(), steps.size());
-  ASSERT_EQ(want.size(), steps.size());
-  for (int step : steps) {
-    std::printf("step %d: %s %.7f, expected %.7f\n", step, what, got.at(step), want.at(step));
-    EXPECT_NEAR(got.at(step), want.at(step), bound) << what << " at step " << step;
-  }
-}
-
-// Runs train_gpt and the DeepSpeed peer on 2 ranks over a copy of the corpus, each with the
-// ds_config written by config().
-class DeepSpeedPeer : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!std::filesystem::exists(DS_DEEPSPEED_PYTHON)) {
-      GTEST_SKIP() << DS_DEEPSPEED_PYTHON << " is missing (scripts/setup_deepspeed_peer.sh)";
-    }
-    std::ifstream src(DS_FIXTURE_TEXT);  // train_gpt caches the tokens beside the corpus
-    std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
-  }
-
-  // Writes NAME.json: the shared config at this ZeRO stage, plus `extra` (JSON members).
-  std::string config(const std::string& name, int zero_stage, const std::string& extra = "") {
-    const std::string path = dir.file(name + ".json");
-    testing::write_text_file(path, R"({
-        "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
-        "steps_per_print": 1, "gradient_clipping": 1.0,
-        "zero_optimization": {"stage": )" + std::to_string(zero_stage) + R"(},
-        "optimizer": {"type": "AdamW",
-                      "params": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
-        "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0,
-                      "warmup_max_lr": 3e-3, "warmup_num_steps": 8, "warmup_type": "linear"}})" +
-                                         (extra.empty() ? "" : ", " + extra) + "}");
-    return path;
-  }
-
-  std::string common_flags(const std::string& config_path, const std::string& flags) const {
-    return " --deepspeed_config " + config_path + " --data " + dir.file("corpus.txt") + kModel +
-           " " + flags;
-  }
-
-  // `env` prefixes the command (variables for train_gpt).
-  testing::CommandResult ours(const std::string& config_path, const std::string& flags,
-                              const std::string& env = "") {
-    return testing::run_command(env + " OMP_NUM_THREADS=1 " + DS_LAUNCHER_BIN +
-                                " --num_gpus 2 --master_port " + port() + " " +
-                                DS_TRAIN_GPT_BIN + " --eval_batches 1" +
-                                common_flags(config_path, flags));
-  }
-
-  testing::CommandResult deepspeed(const std::string& config_path, const std::string& flags) {
-    return testing::run_command(std::string("OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu ") +
-                                DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " + port() + " " +
-                                DS_DEEPSPEED_PYTHON + " " + DS_PEER_SCRIPT +
-                                common_flags(config_path, flags));
-  }
-
-  testing::TempDir dir;
-};
 
 class DeepSpeedInterop : public DeepSpeedPeer, public ::testing::WithParamInterface<Layout> {
  protected:
