@@ -341,7 +341,7 @@ struct ZeroOptimizerStates {
   /// This rank's fp32 master partition per param group, alignment padding removed (only the
   /// ranks whose slice reaches the padding hold fewer elements).
   std::vector<at::Tensor> single_partition_of_fp32_groups;
-  int64_t zero_stage = 2;                  // 1 or 2
+  int64_t zero_stage = 2;                  // 1 or 2 (1 for BF16_Optimizer's)
   std::vector<int64_t> group_paddings;     // padding elements in this rank's slice, per group
   std::vector<int64_t> partition_count;    // data-parallel size, per group
   std::string ds_version;
@@ -354,6 +354,11 @@ struct ZeroOptimizerStates {
   /// DeepSpeed can resume from the file; torch.load needs weights_only=False and DeepSpeed
   /// importable) or, when false, as plain dicts (weights_only=True loads the file).
   bool python_objects = true;
+  /// DeepSpeed's BF16_Optimizer state_dict (bf16 under pipeline parallelism, or ZeRO-1 with fp32
+  /// gradient accumulation): the same partitions, but no zero_stage, loss scaler or overflow
+  /// flag, and each partition stored with its padding. In memory the partitions are without
+  /// it, as ZeRO's: from_ivalue strips group_paddings, to_ivalue pads them back with zeros.
+  bool bf16_optimizer = false;
 
   c10::IValue to_ivalue() const;
   static ZeroOptimizerStates from_ivalue(const c10::IValue& value, const std::string& source);

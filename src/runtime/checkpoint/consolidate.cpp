@@ -99,15 +99,24 @@ OptimizerParts read_optimizer_states(const std::string& path) {
   DictReader r(file.at("optimizer_state_dict"), path + ": optimizer_state_dict");
   OptimizerParts o;
   o.path = path;
-  DS_CHECK(r.has("zero_stage"), CheckpointError, path,
-           " is not a zero checkpoint (no 'zero_stage': a bf16 optimizer checkpoint of pipeline "
-           "training, which zero_to_fp32 does not read either)");
-  o.zero_stage = detail::as_zero_stage(r.at("zero_stage"), r.where("zero_stage"));
+  // No zero_stage: DeepSpeed's BF16_Optimizer (bf16 at ZeRO-1 with fp32 gradient accumulation,
+  // or under pipeline parallelism), partitioned as ZeRO-1 but each partition with its padding
+  // (DeepSpeed's zero_to_fp32 refuses it).
+  const bool bf16_optimizer = !r.has("zero_stage");
+  o.zero_stage = bf16_optimizer ? 1 : detail::as_zero_stage(r.at("zero_stage"),
+                                                            r.where("zero_stage"));
   o.partition_count = detail::as_ints(r.at("partition_count"), r.where("partition_count"));
   for (int64_t n : o.partition_count) o.world_size = std::max(o.world_size, n);
   DS_CHECK(o.world_size > 0, CheckpointError, r.where("partition_count"), " is empty or zero");
   const char* key = o.zero_stage <= 2 ? "single_partition_of_fp32_groups" : "fp32_flat_groups";
   o.fp32_groups = detail::as_flat_tensors(r.at(key), r.where(key));
+  if (bf16_optimizer && r.has_value("group_paddings")) {
+    const auto paddings = detail::as_ints(r.at("group_paddings"), r.where("group_paddings"));
+    for (size_t g = 0; g < o.fp32_groups.size() && g < paddings.size(); ++g) {
+      at::Tensor& t = o.fp32_groups[g];
+      t = t.narrow(0, 0, std::max<int64_t>(t.numel() - paddings[g], 0));
+    }
+  }
   return o;
 }
 

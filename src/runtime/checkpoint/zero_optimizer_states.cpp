@@ -5,6 +5,8 @@
 // weights_only loader accepts it); the reader takes both.
 #include <algorithm>
 
+#include <ATen/ATen.h>
+
 #include "deepspeed/checkpoint.h"
 #include "runtime/checkpoint/value_access.h"
 #include "util/check.h"
@@ -110,17 +112,25 @@ IValue ZeroOptimizerStates::to_ivalue() const {
   DS_CHECK(zero_stage == 1 || zero_stage == 2, UsageError, "ZeroOptimizerStates.zero_stage is ",
            zero_stage, ", expected 1 or 2");
   Dict d = new_dict();
-  d.insert("loss_scaler", loss_scaler.to_ivalue(python_objects));
-  d.insert("dynamic_loss_scale", dynamic_loss_scale);
-  d.insert("overflow", overflow);
+  if (!bf16_optimizer) {
+    d.insert("loss_scaler", loss_scaler.to_ivalue(python_objects));
+    d.insert("dynamic_loss_scale", dynamic_loss_scale);
+    d.insert("overflow", overflow);
+  }
   d.insert("clip_grad", clip_grad);
   d.insert("base_optimizer_state", base_optimizer_state);
   List partitions(c10::AnyType::get());
-  for (const auto& t : single_partition_of_fp32_groups) partitions.push_back(t);
+  for (size_t g = 0; g < single_partition_of_fp32_groups.size(); ++g) {
+    const at::Tensor& t = single_partition_of_fp32_groups[g];
+    const int64_t padding = g < group_paddings.size() ? group_paddings[g] : 0;
+    partitions.push_back(bf16_optimizer && padding > 0
+                             ? at::constant_pad_nd(t.reshape(-1), {0, padding})
+                             : t);
+  }
   d.insert("single_partition_of_fp32_groups", IValue(partitions));
   // An int rather than DeepSpeed's ZeroStageEnum (an int subclass): compares the same in Python
   // and keeps the file free of one more DeepSpeed class.
-  d.insert("zero_stage", zero_stage);
+  if (!bf16_optimizer) d.insert("zero_stage", zero_stage);
   d.insert("group_paddings", int_list(group_paddings));
   d.insert("partition_count", int_list(partition_count));
   d.insert("ds_version", ds_version);
@@ -145,10 +155,10 @@ ZeroOptimizerStates ZeroOptimizerStates::from_ivalue(const IValue& value,
                                                      const std::string& source) {
   DictReader r(value, source);
   ZeroOptimizerStates z;
-  z.zero_stage = r.has("zero_stage") ? detail::as_zero_stage(r.at("zero_stage"), r.where("zero_stage")) : -1;
-  DS_CHECK(r.has("zero_stage"), CheckpointError, source,
-           ": no 'zero_stage', so this is not a ZeRO-1/2 optimizer state (a bf16 optimizer "
-           "checkpoint of pipeline training?)");
+  // No zero_stage: BF16_Optimizer's state, partitioned as ZeRO-1's.
+  z.bf16_optimizer = !r.has("zero_stage");
+  z.zero_stage = z.bf16_optimizer ? 1 : detail::as_zero_stage(r.at("zero_stage"),
+                                                              r.where("zero_stage"));
   DS_CHECK(z.zero_stage == 1 || z.zero_stage == 2, NotSupportedError, source, ": zero_stage is ",
            z.zero_stage, "; this reader handles ZeRO stages 1 and 2");
   if (r.has_value("loss_scaler")) {
@@ -162,6 +172,13 @@ ZeroOptimizerStates ZeroOptimizerStates::from_ivalue(const IValue& value,
       r.at("single_partition_of_fp32_groups"), r.where("single_partition_of_fp32_groups"));
   if (r.has_value("group_paddings")) {
     z.group_paddings = detail::as_ints(r.at("group_paddings"), r.where("group_paddings"));
+  }
+  if (z.bf16_optimizer) {  // each partition holds its padding there
+    for (size_t g = 0; g < z.single_partition_of_fp32_groups.size(); ++g) {
+      at::Tensor& t = z.single_partition_of_fp32_groups[g];
+      const int64_t padding = g < z.group_paddings.size() ? z.group_paddings[g] : 0;
+      t = t.narrow(0, 0, std::max<int64_t>(t.numel() - padding, 0));
+    }
   }
   z.partition_count = detail::as_ints(r.at("partition_count"), r.where("partition_count"));
   if (r.has_value("ds_version")) z.ds_version = r.get_string("ds_version");

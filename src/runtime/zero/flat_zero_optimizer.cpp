@@ -15,6 +15,8 @@
 #include "deepspeed/optimizers.h"
 #include "deepspeed/version.h"
 #include "runtime/checkpoint/moe_checkpoint.h"
+#include "runtime/checkpoint/value_access.h"
+#include "runtime/zero/bf16_optimizer_layout.h"
 #include "runtime/zero/repartition.h"
 #include "runtime/zero/unfused_fp16_layout.h"
 #include "util/check.h"
@@ -269,6 +271,7 @@ ckpt::ZeroOptimizerFile FlatZeroOptimizer::zero_optimizer_file(const ZeroCheckpo
   z.zero_stage = stage_;
   z.ds_version = kDeepSpeedCompatVersion;
   z.python_objects = ctx.python_objects;
+  z.bf16_optimizer = bf16_layout();
   const auto layout = flat_layout();
   for (size_t g = 0; g < layout.size(); ++g) {
     const auto& l = layout[g];
@@ -325,7 +328,41 @@ void FlatZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, ZeroLo
   DS_CHECK(!plan->states.optimizer.isNone(), CheckpointError, plan->model_file,
            ": has no optimizer state (part 'optimizer'); load with "
            "load_optimizer_states=false");
-  read_stage0_optimizer(plan->states.optimizer, plan->model_file, plan);
+  const IValue& optimizer = plan->states.optimizer;
+  if (optimizer.isGenericDict() &&
+      optimizer.toGenericDict().contains("single_partition_of_fp32_groups")) {
+    return read_bf16_optimizer_files(ctx, plan);
+  }
+  read_stage0_optimizer(optimizer, plan->model_file, plan);
+}
+
+void FlatZeroOptimizer::read_bf16_optimizer_files(const ZeroCheckpointContext& ctx,
+                                                  ZeroLoadPlan* plan) {
+  const auto layout = flat_layout();
+  DS_CHECK(!layout.empty(), CheckpointError, plan->model_file,
+           ": holds BF16_Optimizer's state (bf16 fp32 masters), this engine trains in fp32");
+  const ckpt::detail::DictReader d(plan->states.optimizer, plan->model_file + ": 'optimizer'");
+  int64_t world = 0;
+  for (int64_t n : ckpt::detail::as_ints(d.at("partition_count"), d.where("partition_count"))) {
+    world = std::max(world, n);
+  }
+  std::vector<ckpt::ZeroOptimizerFile> files;
+  std::vector<std::string> paths;
+  for (int r = 0; r < world; ++r) {
+    paths.push_back(ckpt::find_zero_optim_states_file(ctx.tag_dir, r, ctx.mp_rank, true));
+    files.push_back(ckpt::ZeroOptimizerFile::from_ivalue(ckpt::load(paths.back()), paths.back()));
+  }
+  // The flats hold the stage's parameters in the module's order on both sides (DeepSpeed's
+  // pipeline checkpoints carry no param_shapes).
+  std::vector<ckpt::ShapeDict> shapes(layout.size());
+  for (size_t g = 0; g < layout.size(); ++g) {
+    for (const auto& [name, shape] : layout[g].params) shapes[g].insert(name, shape);
+  }
+  RepartitionedZeroState joined = repartition_flat_groups(files, paths, shapes, layout);
+  plan->masters = std::move(joined.masters);
+  plan->optimizer_state = std::move(joined.optimizer_state);
+  plan->masters_note = "fp32 master weights (BF16_Optimizer's partitions of " +
+                       std::to_string(world) + " rank(s))";
 }
 
 void FlatZeroOptimizer::read_expert_optimizer(const ZeroCheckpointContext& ctx,
@@ -359,6 +396,10 @@ void FlatZeroOptimizer::read_stage0_optimizer(const IValue& optimizer, const std
   DS_CHECK(optimizer.isGenericDict(), CheckpointError, path,
            ": 'optimizer' is not a dict (part 'fp32 master weights')");
   ckpt::Dict d = optimizer.toGenericDict();
+  DS_CHECK(!d.contains("single_partition_of_fp32_groups"), NotSupportedError, path,
+           ": 'optimizer' is DeepSpeed's BF16_Optimizer state, which this engine does not read "
+           "with MoE layers; load with load_optimizer_states=false to take the weights (the fp32 "
+           "masters are rebuilt from them)");
   DS_CHECK((d.contains("fp32_groups_flat") || d.contains("fp32_groups")) &&
                d.contains("optimizer_state_dict"),
            CheckpointError, path,

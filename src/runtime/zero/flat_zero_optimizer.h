@@ -61,6 +61,9 @@ class FlatZeroOptimizer : public ZeroOptimizer {
   void use_moe_checkpoint(std::shared_ptr<torch::nn::Module> module,
                           const std::vector<ExpertParams>& experts,
                           const std::vector<int>& expert_of);
+  /// ZeRO-1 that DeepSpeed trains with BF16_Optimizer (bf16_optimizer_layout.h): the rank files
+  /// take its keys (not with MoE layers, which keep ZeRO's).
+  void use_bf16_optimizer_checkpoint() { bf16_optimizer_ = true; }
 
  private:
   c10::IValue stage0_optimizer_state(const ZeroCheckpointContext& ctx);
@@ -75,10 +78,14 @@ class FlatZeroOptimizer : public ZeroOptimizer {
                              ZeroLoadPlan* plan);
   void read_expert_optimizer(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan);
   void read_partitions(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan);
+  /// Stage 0 from BF16_Optimizer's rank files: every rank's partitions joined into the flats.
+  void read_bf16_optimizer_files(const ZeroCheckpointContext& ctx, ZeroLoadPlan* plan);
+  bool bf16_layout() const { return bf16_optimizer_ && !moe_; }
 
   int stage_;
   int dp_rank_;
   int dp_size_;
+  bool bf16_optimizer_ = false;
   struct MoeCheckpoint {
     std::shared_ptr<torch::nn::Module> module;
     int ep_size = 0, ep_rank = 0, edp_rank = 0;  // the largest expert group's

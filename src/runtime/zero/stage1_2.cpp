@@ -26,6 +26,7 @@
 #include "runtime/precision/overflow_check.h"
 #include "runtime/zero/flat_group.h"
 #include "runtime/zero/host_offload.h"
+#include "runtime/zero/bf16_optimizer_layout.h"
 #include "runtime/zero/moe_param_groups.h"
 #include "runtime/zero/partitioned_reducer.h"
 #include "runtime/zero/flat_zero_optimizer.h"
@@ -94,6 +95,10 @@ class Stage12 final : public FlatZeroOptimizer {
     // DeepSpeed's MoE param groups: expert parameters leave their groups for groups of their own.
     const std::vector<int> expert_of = split_moe_param_groups(*optimizer_, experts_);
     use_moe_checkpoint(ctx.module, experts_, expert_of);
+    // Under pipeline parallelism (stage 0) the model states keep the 16-bit stage-0 layout:
+    // DeepSpeed 0.19's own load of its BF16_Optimizer there fails (it indexes the model states'
+    // dict by rank). Its rank files are read all the same (read_bf16_optimizer_files).
+    if (zero1_uses_bf16_optimizer(config_)) use_bf16_optimizer_checkpoint();
     size_t optimizer_group = 0;
     for (auto& group : optimizer_->param_groups()) {
       std::vector<at::Tensor> params;

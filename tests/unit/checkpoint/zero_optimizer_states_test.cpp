@@ -96,12 +96,36 @@ TEST(ZeroOptimizerStates, ReadsPythonDeepSpeedsForms) {
                     "f.pt: written by 4 data-parallel ranks (param group 0), this job has 2");
   z.check_partition_count(4, "f.pt");
 
-  ASSERT_EQ(d.erase("zero_stage"), 1u);
-  EXPECT_THROW_WITH(ZeroOptimizerStates::from_ivalue(d, "bf16.pt"), CheckpointError,
-                    "bf16.pt: no 'zero_stage'");
-  d.insert("zero_stage", 3);
+  d.insert_or_assign("zero_stage", 3);
   EXPECT_THROW_WITH(ZeroOptimizerStates::from_ivalue(d, "z3.pt"), NotSupportedError,
                     "zero_stage is 3");
+}
+
+// DeepSpeed's BF16_Optimizer writes no zero_stage (nor loss scaler) and keeps each partition's
+// padding in it; in memory the partition is without, as ZeRO's.
+TEST(ZeroOptimizerStates, ReadsAndWritesBf16OptimizersState) {
+  Dict d = new_dict();
+  d.insert("clip_grad", 1.0);
+  d.insert("base_optimizer_state", new_dict());
+  c10::impl::GenericList groups(c10::AnyType::get());
+  groups.push_back(at::tensor({1.0f, 2.0f, 3.0f, 0.0f, 0.0f}));
+  d.insert("single_partition_of_fp32_groups", groups);
+  c10::impl::GenericList paddings(c10::AnyType::get());
+  paddings.push_back(int64_t{2});
+  d.insert("group_paddings", paddings);
+  d.insert("partition_count", 2);
+  d.insert("ds_version", "0.19.8");
+  const auto z = ZeroOptimizerStates::from_ivalue(d, "bf16.pt");
+  EXPECT_TRUE(z.bf16_optimizer);
+  EXPECT_EQ(z.zero_stage, 1);
+  ASSERT_EQ(z.single_partition_of_fp32_groups.size(), 1u);
+  EXPECT_TRUE(z.single_partition_of_fp32_groups[0].equal(at::tensor({1.0f, 2.0f, 3.0f})));
+
+  const Dict back = z.to_ivalue().toGenericDict();
+  EXPECT_FALSE(back.contains("zero_stage"));
+  EXPECT_FALSE(back.contains("loss_scaler"));
+  const at::Tensor written = back.at("single_partition_of_fp32_groups").toListRef()[0].toTensor();
+  EXPECT_TRUE(written.equal(at::tensor({1.0f, 2.0f, 3.0f, 0.0f, 0.0f})));
 }
 
 }  // namespace
