@@ -4,7 +4,8 @@
 // torch's AdamW on both sides (`torch_adam`; the peer always uses it), WarmupLR, clipping, under
 // ZeRO 0-3. DeepSpeed writes a layout of its own for each: FP16_UnfusedOptimizer's per-parameter
 // fp32 masters in the model states at stage 0 (unfused_fp16_layout.h), bf16_zero_pp_rank files at
-// stages 1-3.
+// stages 1-3, BF16_Optimizer's at stage 1 with fp32 gradient accumulation and in a pipeline
+// (bf16_optimizer_layout.h; that one in one direction only, see its test).
 //
 // Each direction, two checks:
 //  - the other side loads the checkpoint and saves it again, untrained, in its own files; the
@@ -17,12 +18,16 @@
 //    writer's own, to within what two LibTorch builds' bf16 kernels differ by.
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <ostream>
 #include <string>
+#include <vector>
 
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "deepspeed/checkpoint.h"
 #include "deepspeed_peer.h"
 
 namespace deepspeed {
@@ -43,14 +48,18 @@ constexpr double kNormRelBound = 5e-3;
 struct Layout {
   const char* name;
   int zero_stage;
-  const char* deepspeed_file;  // a file only DeepSpeed's own save of this layout writes
+  const char* deepspeed_file;  // a file DeepSpeed's save of this layout writes
+  const char* extra_config;    // JSON members added to the config
 };
 
 const Layout kLayouts[] = {
-    {"Zero0", 0, "mp_rank_00_model_states.pt"},
-    {"Zero1", 1, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"},
-    {"Zero2", 2, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"},
-    {"Zero3", 3, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt"},
+    {"Zero0", 0, "mp_rank_00_model_states.pt", ""},
+    {"Zero1", 1, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", ""},
+    // DeepSpeed's BF16_Optimizer: no zero_stage in the rank files, partitions with padding.
+    {"Zero1Fp32Accumulation", 1, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt",
+     R"("data_types": {"grad_accum_dtype": "fp32"})"},
+    {"Zero2", 2, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", ""},
+    {"Zero3", 3, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", ""},
 };
 
 void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
@@ -74,13 +83,16 @@ void expect_near(const StepRow& got, const StepRow& want, const char* what) {
   EXPECT_NEAR(got.grad_norm, want.grad_norm, kNormRelBound * want.grad_norm) << what;
 }
 
-class DeepSpeedBf16Interop : public DeepSpeedPeer, public ::testing::WithParamInterface<Layout> {
+// Both sides in bf16 on torch's AdamW (the peer sets torch_adam itself).
+class Bf16Peer : public DeepSpeedPeer {
  protected:
-  void SetUp() override {
-    DeepSpeedPeer::SetUp();
+  // Writes the bf16 config at this ZeRO stage, plus `extra` (JSON members); nothing when the
+  // test is skipped.
+  void use_config(int zero_stage, const std::string& extra = "") {
     if (IsSkipped()) return;
-    config_path = config("ds_config", GetParam().zero_stage, R"("bf16": {"enabled": true})");
-    // Both sides on torch's AdamW (the peer sets torch_adam itself).
+    config_path = config("ds_config", zero_stage,
+                         std::string(R"("bf16": {"enabled": true})") +
+                             (extra.empty() ? "" : ", " + extra));
     auto json = nlohmann::json::parse(std::ifstream(config_path));
     json["optimizer"]["params"]["torch_adam"] = true;
     std::ofstream(config_path) << json.dump();
@@ -107,6 +119,14 @@ class DeepSpeedBf16Interop : public DeepSpeedPeer, public ::testing::WithParamIn
   }
 
   std::string config_path;
+};
+
+class DeepSpeedBf16Interop : public Bf16Peer, public ::testing::WithParamInterface<Layout> {
+ protected:
+  void SetUp() override {
+    Bf16Peer::SetUp();
+    use_config(GetParam().zero_stage, GetParam().extra_config);
+  }
 };
 
 TEST_P(DeepSpeedBf16Interop, DeepSpeedCarriesOursCheckpoint) {
@@ -157,6 +177,74 @@ TEST_P(DeepSpeedBf16Interop, OursCarriesDeepSpeedsCheckpoint) {
   const auto ours_from = metrics(by_ours(), resume + dir.file("ds"), "ours");
   ASSERT_EQ(ours_from.count(3), 1u);
   expect_near(ours_from.at(3), expected.at(3), "train_gpt from DeepSpeed's checkpoint, step 3");
+}
+
+// One pipeline stage's fp32 masters and Adam moments, each flattened in parameter order.
+struct StageState {
+  at::Tensor fp32, exp_avg, exp_avg_sq;
+};
+
+// From DeepSpeed's BF16_Optimizer rank file of one data-parallel rank (the whole stage here).
+StageState bf16_optimizer_state(const std::string& path) {
+  const auto sd = checkpoint::load(path).toGenericDict().at("optimizer_state_dict").toGenericDict();
+  const auto state = sd.at("base_optimizer_state").toGenericDict().at("state").toGenericDict();
+  const auto flat = state.at(int64_t{0}).toGenericDict();
+  return {sd.at("single_partition_of_fp32_groups").toListRef()[0].toTensor(),
+          flat.at("exp_avg").toTensor(), flat.at("exp_avg_sq").toTensor()};
+}
+
+// From train_gpt's model states with torch's AdamW (FP16_UnfusedOptimizer's layout).
+StageState unfused_optimizer_state(const std::string& path) {
+  const auto opt = checkpoint::load(path).toGenericDict().at("optimizer").toGenericDict();
+  std::vector<at::Tensor> fp32, exp_avg, exp_avg_sq;
+  for (const auto& t : opt.at("fp32_groups").toListRef()[0].toListRef()) {
+    fp32.push_back(t.toTensor().reshape(-1));
+  }
+  const auto state = opt.at("optimizer_state_dict").toGenericDict().at("state").toGenericDict();
+  for (size_t i = 0; i < fp32.size(); ++i) {
+    const auto entry = state.at(static_cast<int64_t>(i)).toGenericDict();
+    exp_avg.push_back(entry.at("exp_avg").toTensor().reshape(-1));
+    exp_avg_sq.push_back(entry.at("exp_avg_sq").toTensor().reshape(-1));
+  }
+  return {at::cat(fp32), at::cat(exp_avg), at::cat(exp_avg_sq)};
+}
+
+// Under pipeline parallelism DeepSpeed trains bf16 with its BF16_Optimizer, whose masters and
+// Adam state sit in bf16_zero_pp_rank files, partitioned over the data-parallel ranks. train_gpt
+// resumes from them: its re-save holds each stage's masters and moments bit for bit, and its
+// first step trains on as DeepSpeed's uninterrupted run does. (DeepSpeed 0.19.8 cannot resume
+// such a checkpoint itself: its stage-0 load indexes the model states' dict by rank.)
+TEST_F(Bf16Peer, OursCarriesDeepSpeedsBf16PipelineCheckpoint) {
+  use_config(0);
+  if (IsSkipped()) return;
+  const std::string pipeline = " --pipeline_parallel_size 2";
+  const auto tokenized = ours("--steps 1" + pipeline);
+  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.out << tokenized.err;
+  const auto straight = metrics(by_deepspeed(), "--steps 3" + pipeline, "straight");
+  ASSERT_EQ(straight.count(3), 1u);
+  const auto saved = deepspeed("--steps 2 --save_dir " + dir.file("ds") + pipeline);
+  ASSERT_EQ(saved.exit_code, 0) << saved.out << saved.err;
+
+  const auto copied = ours("--steps 2 --load_dir " + dir.file("ds") + " --save_dir " +
+                           dir.file("ours_copy") + pipeline);
+  ASSERT_EQ(copied.exit_code, 0) << copied.out << copied.err;
+  for (const char* stage : {"00", "01"}) {
+    const StageState theirs = bf16_optimizer_state(
+        dir.file("ds/global_step2/bf16_zero_pp_rank_0_mp_rank_") + stage + "_optim_states.pt");
+    const StageState mine = unfused_optimizer_state(
+        dir.file("ours_copy/global_step2/mp_rank_") + stage + "_model_states.pt");
+    const int64_t n = mine.fp32.numel();
+    ASSERT_GE(theirs.fp32.numel(), n) << "stage " << stage;
+    EXPECT_TRUE(mine.fp32.equal(theirs.fp32.narrow(0, 0, n))) << "fp32 masters, stage " << stage;
+    EXPECT_TRUE(mine.exp_avg.equal(theirs.exp_avg.narrow(0, 0, n))) << "exp_avg, stage " << stage;
+    EXPECT_TRUE(mine.exp_avg_sq.equal(theirs.exp_avg_sq.narrow(0, 0, n)))
+        << "exp_avg_sq, stage " << stage;
+  }
+
+  const auto ours_from = metrics(by_ours(), "--steps 3 --load_dir " + dir.file("ds") + pipeline,
+                                 "ours");
+  ASSERT_EQ(ours_from.count(3), 1u);
+  expect_near(ours_from.at(3), straight.at(3), "train_gpt from DeepSpeed's pipeline, step 3");
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DeepSpeedBf16Interop, ::testing::ValuesIn(kLayouts),

@@ -140,7 +140,7 @@ TEST(UnfusedFp16Layout, AFileOfAnotherModelIsNamed) {
   // State for one parameter of the two.
   ckpt::Dict partial = split.optimizer_state_dict.toGenericDict().copy();
   ckpt::Dict state = partial.at("state").toGenericDict().copy();
-  state.erase(int64_t{1});
+  ASSERT_EQ(state.erase(int64_t{1}), 1u);
   partial.insert_or_assign("state", state);
   EXPECT_THROW_WITH(join_parameters(layout, split.fp32_groups, partial, "f.pt"), CheckpointError,
                     "1 of the 2 parameters of param group 0 have optimizer state");
