@@ -390,7 +390,10 @@ struct ConsolidateOptions {
 /// to fp32), then frozen parameters (as saved), then the trainable parameters. Stage 1/2: every
 /// rank's fp32 partition of a param group concatenated in rank order, padding dropped, cut by
 /// param_shapes. Stage 3 (Python DeepSpeed's files): each parameter's ceil(numel/W) elements
-/// per rank gathered from every rank's flat partition. Tied parameters (shared_params) alias
+/// per rank gathered from every rank's flat partition. Several model-parallel ranks (tensor
+/// parallelism, pipeline stages, both) and ZeRO-0 (fp32 masters in the model states) are read
+/// as ds_to_universal reads them: split parameters joined, each stage's layers by their global
+/// names. Tied parameters (shared_params) alias
 /// their source tensor; tensors may be views of one buffer per group. `tag` defaults to
 /// "<checkpoint_dir>/latest". Throws CheckpointError naming the file and what is wrong: no
 /// `latest`, a missing rank file, partition_count differing between files, a file that is

@@ -3,8 +3,8 @@
 // (PipeModelDataParallelTopology(2, 2, 2)). After K steps of ZeRO-1 SGD with active clipping
 // every parameter (tensor-parallel shards gathered) equals the single-process model's trained on
 // the same global batches, within 1e-5 relative; so do the loss and the gradient norm. 3D
-// checkpoints: an exact resume in new processes, and a universal conversion that one process
-// continues from.
+// checkpoints: an exact resume in new processes, a universal conversion that one process
+// continues from, and zero_to_fp32's whole model.
 #include <sys/stat.h>
 
 #include <fstream>
@@ -228,6 +228,7 @@ TEST(TensorParallelPipeDist, Tp2xPp2xDp2CheckpointResumesExactlyAndThroughUniver
     Job job = make_job(PipeModelDataParallelTopology(2, 2, 2));
     run_steps(job, 0, 2);
     job.engine->save_checkpoint(dir() + "/ckpt");
+    dump(job, "saved");
     run_steps(job, 2, 1);
     dump(job, "continuous");
   }, o);
@@ -258,6 +259,19 @@ TEST(TensorParallelPipeDist, Tp2xPp2xDp2CheckpointResumesExactlyAndThroughUniver
     EXPECT_EQ(r.dp_degree, 2);
     EXPECT_TRUE(exists(dir() + "/ckpt/global_step2_universal/zero/1.attn.c_attn.weight/"
                        "momentum_buffer.pt"));
+    // zero_to_fp32 of the 3D checkpoint: the whole model, each stage's layers under their
+    // global names and the tensor-parallel shards joined, the fp32 masters bit for bit.
+    auto full = checkpoint::consolidate_zero_checkpoint(dir() + "/ckpt",
+                                                        std::string("global_step2"));
+    for (int s = 0; s < 2; ++s) {
+      double loss = 0, norm = 0;
+      for (const auto& [name, t] : load("saved" + std::to_string(s), &loss, &norm)) {
+        if (s > 0 && name == "tied_modules.embed.wpe.weight") continue;  // an unused copy
+        const at::Tensor* got = full.find(name);
+        ASSERT_NE(got, nullptr) << name;
+        EXPECT_TRUE(got->equal(t)) << name << " of stage " << s;
+      }
+    }
   }
   run_ranks(1, [](int, int) {
     Job job = make_job(PipeModelDataParallelTopology(1, 1, 1), /*universal=*/true);

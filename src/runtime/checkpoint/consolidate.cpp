@@ -5,6 +5,8 @@
 // is split into ceil(numel/W) elements per rank at the same offset of every rank's flat buffer.
 // MoE (beyond DeepSpeed's script): an expert group's partitions are those of each
 // expert-parallel rank's expert-data-parallel group, and its experts are named by global id.
+// Model-parallel and ZeRO-0 checkpoints (beyond the script too) go through ds_to_universal's
+// reader (universal_source.h).
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <ATen/ATen.h>
 
 #include "deepspeed/checkpoint.h"
+#include "deepspeed/universal_checkpoint.h"
 #include "runtime/checkpoint/universal_source.h"
 #include "runtime/checkpoint/value_access.h"
 #include "util/check.h"
@@ -236,6 +239,57 @@ void merge_stage3(TensorDict& out, const std::vector<ModelStateParts>& models,
            " of the ", per_rank, " elements of each rank's partition");
 }
 
+// Model-parallel rank files or ZeRO-0's (its optimizer is in the model states; MoE ZeRO-0 has
+// only expp_rank_<e> optimizer files): none of ZeRO 1-3's per-rank optimizer files.
+bool read_through_model_parallel_sources(const std::string& tag_dir,
+                                         const std::vector<std::string>& optim_files) {
+  if (count_model_parallel_files(tag_dir) > 1) return true;
+  struct stat st {};
+  const std::string zero3_second = tag_dir + "/" + zero3_model_states_file_name(0, 1);
+  if (::stat(zero3_second.c_str(), &st) == 0) return true;
+  return std::none_of(optim_files.begin(), optim_files.end(), [](const std::string& f) {
+    const std::string name = f.substr(f.rfind('/') + 1);
+    return name.rfind("zero_pp_rank_", 0) == 0 || name.rfind("bf16_zero_pp_rank_", 0) == 0;
+  });
+}
+
+// Beyond DeepSpeed's script, which reads the data-parallel partitions of model-parallel rank 0
+// and ZeRO 1-3 only: the weights of several model-parallel ranks (tensor-parallel ranks,
+// pipeline stages or both) or of ZeRO-0, as ds_to_universal reads them: each parameter whole
+// from the first stage that has it, its tensor-parallel pieces joined along their split.
+// Buffers come from the first rank that has them; tied aliases name their source's tensor.
+TensorDict consolidate_model_parallel(const std::string& tag_dir,
+                                      const ConsolidateOptions& options) {
+  const detail::ModelParallelCheckpoint ckpt = detail::read_model_parallel_checkpoint(tag_dir);
+  TensorDict out;
+  std::vector<std::pair<std::string, std::string>> aliases;
+  for (size_t m = 0; m < ckpt.ranks.size(); ++m) {
+    const ModelStates states = ModelStates::from_ivalue(
+        ckpt.ranks[m].model_states, tag_dir + ": model states of model-parallel rank " +
+                                        std::to_string(m));
+    for (const auto& name : states.buffer_names) {
+      const at::Tensor* t = states.module.find(name);
+      if (t != nullptr && !out.contains(name)) out.insert(name, t->to(at::kFloat));
+    }
+    if (states.shared_params) {
+      aliases.insert(aliases.end(), states.shared_params->begin(), states.shared_params->end());
+    }
+  }
+  auto is_frozen = [&](const std::string& name) {
+    return ckpt.ranks[static_cast<size_t>(ckpt.stage_of(name) * ckpt.tp)].frozen.count(name) > 0;
+  };
+  for (bool frozen : {true, false}) {  // DeepSpeed's order: frozen, then trainable
+    if (frozen && options.exclude_frozen_parameters) continue;
+    for (const auto& name : ckpt.names) {
+      if (is_frozen(name) == frozen) put(out, name, *ckpt.full(name, "fp32"));
+    }
+  }
+  for (const auto& [alias, source] : aliases) {
+    if (const at::Tensor* t = out.find(source)) put(out, alias, *t);
+  }
+  return out;
+}
+
 }  // namespace
 
 TensorDict consolidate_zero_checkpoint(const std::string& checkpoint_dir,
@@ -256,8 +310,9 @@ TensorDict consolidate_zero_checkpoint(const std::string& checkpoint_dir,
            "checkpoint directory ", tag_dir, " does not exist");
 
   const auto optim_files = list_files_with_suffix(tag_dir, "_optim_states.pt");
-  DS_CHECK(!optim_files.empty(), CheckpointError, tag_dir,
-           ": no '*_optim_states.pt' files, so this is not a ZeRO checkpoint");
+  if (read_through_model_parallel_sources(tag_dir, optim_files)) {
+    return consolidate_model_parallel(tag_dir, options);
+  }
   std::vector<OptimizerParts> ranks;
   ranks.push_back(read_optimizer_states(optim_files[0]));
   const int64_t world_size = ranks[0].world_size;

@@ -83,7 +83,8 @@ UniversalSource read_zero012_source(const std::string& dir, int64_t m, const IVa
                : detail::read_zero0_source(out.model_states, model_path);
   }
   DS_CHECK(states.param_shapes.has_value(), CheckpointError, model_path,
-           ": has neither an optimizer nor param_shapes (saved without an optimizer?)");
+           ": 'param_shapes' is None and it holds no optimizer, so it was saved without one and "
+           "has no fp32 state to read (its 'module' is the whole model state dict)");
   const auto& shapes = *states.param_shapes;
   char suffix[64];
   std::snprintf(suffix, sizeof suffix, "mp_rank_%02d_optim_states.pt", static_cast<int>(m));
@@ -232,6 +233,7 @@ void add_frozen_from_module(const ModelStates& states, UniversalSource* out) {
     const at::Tensor t = item.value().to(at::kFloat);
     fp32[item.key()] = runtime::SavedParam{t.reshape(-1), t.sizes().vec()};
     out->order.push_back(item.key());
+    out->frozen.insert(item.key());
   }
 }
 
@@ -364,27 +366,29 @@ int count_model_parallel_files(const std::string& tag_dir) {
   return n;
 }
 
-UniversalConversion ds_to_universal(const std::string& input_tag_dir,
-                                    const std::string& output_dir, bool write_latest) {
+namespace detail {
+
+ModelParallelCheckpoint read_model_parallel_checkpoint(const std::string& tag_dir) {
   struct stat st {};
-  DS_CHECK(::stat(input_tag_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), CheckpointError,
-           "ds_to_universal: input folder ", input_tag_dir, " does not exist");
-  // ZeRO-3 writes a model-states file per data-parallel rank, ZeRO 1/2 one per
+  DS_CHECK(::stat(tag_dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), CheckpointError,
+           "checkpoint folder ", tag_dir, " does not exist");
+  ModelParallelCheckpoint out;
+  out.tag_dir = tag_dir;
+  // ZeRO-3 writes a model-states file per data-parallel rank, ZeRO 0-2 one per
   // model-parallel rank.
-  const std::string zero3_first = input_tag_dir + "/" + zero3_model_states_file_name(0);
-  const bool zero3 = !file_exists(mp_file(input_tag_dir, 0)) && file_exists(zero3_first);
-  const std::string first = zero3 ? zero3_first : mp_file(input_tag_dir, 0);
-  DS_CHECK(file_exists(first), CheckpointError, "ds_to_universal: ", input_tag_dir, " has no ",
-           model_states_file_name(0), " or ", zero3_model_states_file_name(0),
-           " (pass the tag folder, <dir>/<tag>)");
+  const std::string zero3_first = tag_dir + "/" + zero3_model_states_file_name(0);
+  out.zero3 = !file_exists(mp_file(tag_dir, 0)) && file_exists(zero3_first);
+  const std::string first = out.zero3 ? zero3_first : mp_file(tag_dir, 0);
+  DS_CHECK(file_exists(first), CheckpointError, tag_dir, " has no ", model_states_file_name(0),
+           " or ", zero3_model_states_file_name(0),
+           ", so it is not the tag folder of a checkpoint (<dir>/<tag>)");
   const IValue raw0 = load(first);
   const ModelStates states0 = ModelStates::from_ivalue(raw0, first);
   const int64_t mp = std::max<int64_t>(1, states0.mp_world_size);  // model-parallel files
-  std::map<std::string, TensorParallelSplit> splits;
   bool has_info = false;
   for (const auto& [key, value] : states0.client_state) {
     if (key == kInfoKey) {
-      splits = tensor_parallel_splits(value, first);
+      out.splits = tensor_parallel_splits(value, first);
       has_info = true;
     }
   }
@@ -397,103 +401,135 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
   // a pipeline is the one without split parameters.
   const auto& dims = states0.checkpoint_parallel_dimensions;
   const bool has_dims = dims.pp_degree * dims.tp_degree == mp;
-  const int64_t pp = has_dims ? dims.pp_degree : (splits.empty() ? mp : 1);
-  const int64_t tp = mp / pp;
-  std::vector<UniversalSource> ranks;
+  out.pp = has_dims ? dims.pp_degree : (out.splits.empty() ? mp : 1);
+  out.tp = mp / out.pp;
+  out.dp = states0.dp_world_size;
   for (int64_t m = 0; m < mp; ++m) {
-    const std::string path = zero3 ? input_tag_dir + "/" + zero3_model_states_file_name(
-                                                               0, static_cast<int>(m))
-                                   : mp_file(input_tag_dir, m);
-    DS_CHECK(file_exists(path), CheckpointError, "ds_to_universal: ", path,
-             " is missing (mp_world_size is ", mp, ")");
+    const std::string path = out.zero3 ? tag_dir + "/" + zero3_model_states_file_name(
+                                                             0, static_cast<int>(m))
+                                       : mp_file(tag_dir, m);
+    DS_CHECK(file_exists(path), CheckpointError, path, " is missing (mp_world_size is ", mp,
+             ")");
     // MoE: expert parameters get their global ids. Each model-parallel rank has its own expert
     // files: a pipeline stage its own MoE layers (or none). ZeRO-3 refuses MoE; the
     // tensor-parallel shards of experts are not joined.
     const IValue loaded = m == 0 ? raw0 : load(path);
     const IValue raw =
         with_layer_module(loaded, m == 0 ? states0 : ModelStates::from_ivalue(loaded, path),
-                          input_tag_dir, path, tp > 1 ? static_cast<int>(m % tp) : -1);
+                          tag_dir, path, out.tp > 1 ? static_cast<int>(m % out.tp) : -1);
     const ModelStates states = ModelStates::from_ivalue(raw, path);
-    const auto moe = detail::MoeExperts::read(input_tag_dir, m, states, path);
-    DS_CHECK(!moe || (tp == 1 && !zero3), NotSupportedError, path, ": an MoE checkpoint with ",
-             zero3 ? "ZeRO stage 3" : "tensor parallelism", ": ds_to_universal converts MoE "
-             "checkpoints of data-parallel and pipelined ZeRO 0-2 models");
-    ranks.push_back(zero3 ? detail::read_zero3_source(input_tag_dir, m)
-                          : read_zero012_source(input_tag_dir, m, raw, states,
-                                                moe ? &*moe : nullptr));
-    if (moe) moe->add_frozen(&ranks.back());
+    const auto moe = MoeExperts::read(tag_dir, m, states, path);
+    DS_CHECK(!moe || (out.tp == 1 && !out.zero3), NotSupportedError, path,
+             ": an MoE checkpoint with ", out.zero3 ? "ZeRO stage 3" : "tensor parallelism",
+             ": the experts of data-parallel and pipelined ZeRO 0-2 models are read, not those "
+             "split over tensor-parallel ranks");
+    out.ranks.push_back(out.zero3 ? read_zero3_source(tag_dir, m)
+                                  : read_zero012_source(tag_dir, m, raw, states,
+                                                        moe ? &*moe : nullptr));
+    if (moe) moe->add_frozen(&out.ranks.back());
     // A pipeline stage records the splits of its own layers.
-    const Dict rank_states = ranks.back().model_states.toGenericDict();
+    const Dict rank_states = out.ranks.back().model_states.toGenericDict();
     if (m > 0 && rank_states.contains(kInfoKey)) {
       for (auto& [name, split] : tensor_parallel_splits(rank_states.at(kInfoKey), path)) {
-        splits.emplace(name, split);
+        out.splits.emplace(name, split);
       }
     }
   }
+  std::set<std::string> seen;
+  for (const auto& r : out.ranks) {
+    for (const auto& n : r.order) {
+      if (seen.insert(n).second) out.names.push_back(n);
+    }
+  }
+  return out;
+}
+
+int64_t ModelParallelCheckpoint::stage_of(const std::string& name) const {
+  for (int64_t stage = 0; stage < pp; ++stage) {
+    const auto& states = ranks[static_cast<size_t>(stage * tp)].states;
+    const auto fp32 = states.find("fp32");
+    if (fp32 != states.end() && fp32->second.count(name)) return stage;
+  }
+  DS_CHECK(false, CheckpointError, tag_dir, ": no pipeline stage's first tensor-parallel rank "
+           "holds parameter ", name);
+  return -1;
+}
+
+std::optional<at::Tensor> ModelParallelCheckpoint::full(const std::string& name,
+                                                        const std::string& key) const {
+  const int64_t stage = stage_of(name);
+  const auto& holder = ranks[static_cast<size_t>(stage * tp)].states;
+  const auto params = holder.find(key);
+  if (params == holder.end() || !params->second.count(name)) return std::nullopt;
+  const runtime::SavedParam& p = params->second.at(name);
+  const auto split = splits.find(name);
+  if (split == splits.end()) return p.flat.view(p.shape);
+  std::vector<at::Tensor> parts;
+  for (int64_t m = stage * tp; m < (stage + 1) * tp; ++m) {
+    const auto& mine = ranks[static_cast<size_t>(m)].states;
+    const auto rank_params = mine.find(key);
+    const bool has = rank_params != mine.end() && rank_params->second.count(name);
+    DS_CHECK(has, CheckpointError, mp_file(tag_dir, m), ": model-parallel rank ", m,
+             " has no '", key, "' state for parameter ", name);
+    const runtime::SavedParam& piece = rank_params->second.at(name);
+    parts.push_back(piece.flat.view(piece.shape));
+  }
+  at::Tensor whole = tensor_parallel::unshard(parts, split->second.partition_dim,
+                                              split->second.partition_stride);
+  if (split->second.original_vocab_size >= 0) {  // Megatron's padding rows are dropped
+    whole = whole.narrow(split->second.partition_dim, 0, split->second.original_vocab_size);
+  }
+  return whole;
+}
+
+}  // namespace detail
+
+UniversalConversion ds_to_universal(const std::string& input_tag_dir,
+                                    const std::string& output_dir, bool write_latest) {
+  const detail::ModelParallelCheckpoint ckpt = detail::read_model_parallel_checkpoint(
+      input_tag_dir);
   const std::string zero_dir = output_dir + "/zero";
   create_directories(zero_dir);
   UniversalConversion result;
-  result.tp_degree = tp;
-  result.pp_degree = pp;
-  result.dp_degree = states0.dp_world_size;
-  std::vector<std::string> names;  // rank 0's order, then what the other ranks add
-  std::set<std::string> seen;
-  for (const auto& r : ranks) {
-    for (const auto& n : r.order) {
-      if (seen.insert(n).second) names.push_back(n);
-    }
-  }
-  for (const auto& name : names) {
-    const auto it = splits.find(name);
-    const TensorParallelSplit* split = it == splits.end() ? nullptr : &it->second;
-    int64_t stage = 0;  // the first stage that has the parameter
-    while (!ranks[static_cast<size_t>(stage * tp)].states["fp32"].count(name)) ++stage;
-    const size_t holder = static_cast<size_t>(stage * tp);
+  result.tp_degree = ckpt.tp;
+  result.pp_degree = ckpt.pp;
+  result.dp_degree = ckpt.dp;
+  for (const auto& name : ckpt.names) {
+    const auto it = ckpt.splits.find(name);
+    const TensorParallelSplit* split = it == ckpt.splits.end() ? nullptr : &it->second;
+    const UniversalSource& holder = ckpt.ranks[static_cast<size_t>(ckpt.stage_of(name) * ckpt.tp)];
     const std::string folder = zero_dir + "/" + name;
     create_directories(folder);
-    for (const auto& [key, params] : ranks[holder].states) {
-      if (!params.count(name)) continue;  // frozen parameters have fp32 only
-      at::Tensor full = params.at(name).flat.view(params.at(name).shape);
-      if (split) {
-        std::vector<at::Tensor> parts;
-        for (int64_t m = stage * tp; m < (stage + 1) * tp; ++m) {
-          const auto& mine = ranks[static_cast<size_t>(m)].states[key];
-          const auto p = mine.find(name);
-          DS_CHECK(p != mine.end(), CheckpointError, mp_file(input_tag_dir, m),
-                   ": model-parallel rank ", m, " has no '", key, "' state for parameter ",
-                   name);
-          parts.push_back(p->second.flat.view(p->second.shape));
-        }
-        full = tensor_parallel::unshard(parts, split->partition_dim, split->partition_stride);
-        if (split->original_vocab_size >= 0) {  // Megatron's padding rows are dropped
-          full = full.narrow(split->partition_dim, 0, split->original_vocab_size);
-        }
+    for (const auto& item : holder.states) {
+      // Frozen parameters have fp32 only.
+      if (const auto full = ckpt.full(name, item.first)) {
+        save_param_state(folder, item.first, *full, split);
       }
-      save_param_state(folder, key, full, split);
     }
     // Matches DeepSpeed: step.pt holds the bare count, which its loader installs as the
     // optimizer's step as it is. Frozen parameters have none.
-    const auto s = ranks[holder].step.find(name);
-    if (s != ranks[holder].step.end()) save(s->second, folder + "/step.pt");
+    const auto s = holder.step.find(name);
+    if (s != holder.step.end()) save(s->second, folder + "/step.pt");
     ++result.parameters;
   }
-  Dict opt = ranks[0].optimizer_state.toGenericDict();
+  Dict opt = ckpt.ranks[0].optimizer_state.toGenericDict();
   opt.insert_or_assign("universal_checkpoint_version", kUniversalVersion);
   save(opt, zero_dir + "/optimizer_state.pt");
   // A pipeline stage's module holds its own layers: a load reads mp_rank_00's, so that one
   // gets every stage's buffers.
-  if (pp > 1) ranks[0].model_states = with_modules_of(ranks);
-  for (int64_t m = 0; m < mp; ++m) {  // the model states (module, counters, ...)
-    const auto& source = ranks[static_cast<size_t>(m)];
-    save(source.model_states, output_dir + "/" + model_states_file_name(static_cast<int>(m)));
+  IValue first_states = ckpt.pp > 1 ? with_modules_of(ckpt.ranks) : ckpt.ranks[0].model_states;
+  for (size_t m = 0; m < ckpt.ranks.size(); ++m) {  // the model states (module, counters, ...)
+    const auto& source = ckpt.ranks[m];
+    const IValue& states = m == 0 ? first_states : source.model_states;
+    save(states, output_dir + "/" + model_states_file_name(static_cast<int>(m)));
     for (const auto& f : source.copy_files) {
       save(load(f), output_dir + "/" + f.substr(f.rfind('/') + 1));
     }
-    if (zero3) continue;
+    if (ckpt.zero3) continue;
     // Beyond DeepSpeed's tool: its ZeRO-3 universal load reads the counters from
     // zero_pp_rank_0_mp_rank_XX_model_states.pt (and the weights from zero/), so a ZeRO 1/2
     // source gets that file too, with ZeRO-3's 0-element placeholders for the parameters.
-    save(with_placeholders(source.model_states),
+    save(with_placeholders(states),
          output_dir + "/" + zero3_model_states_file_name(0, static_cast<int>(m)));
   }
   if (!write_latest) return result;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include <ATen/core/ivalue.h>
 
 #include "deepspeed/checkpoint.h"
+#include "deepspeed/universal_checkpoint.h"
 #include "runtime/zero/repartition.h"
 
 namespace deepspeed::checkpoint::detail {
@@ -24,6 +26,7 @@ struct UniversalSource {
   std::map<std::string, at::Tensor> step;  // parameter -> its step count (a 0-d tensor)
   std::vector<std::string> order;          // parameter names: trainable in param_shapes order,
                                            // then frozen ones
+  std::set<std::string> frozen;            // those the optimizer does not hold (fp32 only)
   /// zero/optimizer_state.pt as DeepSpeed writes it: rank 0's optimizer_state_dict (loss
   /// scaler, ds_version, clip_grad, ...) without its partitioned parts, plus `param_groups`.
   c10::IValue optimizer_state;
@@ -34,6 +37,32 @@ struct UniversalSource {
   /// DeepSpeed's ZeRO-3 universal load reads).
   std::vector<std::string> copy_files;
 };
+
+/// Every model-parallel rank of a ZeRO 0-3 tag folder (tensor-parallel ranks, pipeline stages or
+/// both), read as UniversalSource, and what joins them into whole parameters. ds_to_universal
+/// writes it out; zero_to_fp32 takes the weights of a model-parallel checkpoint from it.
+struct ModelParallelCheckpoint {
+  std::string tag_dir;
+  std::vector<UniversalSource> ranks;  // by model-parallel rank: stage * tp + tensor-parallel rank
+  std::map<std::string, TensorParallelSplit> splits;  // the split parameters, every stage's
+  int64_t tp = 1;
+  int64_t pp = 1;
+  int64_t dp = 1;
+  bool zero3 = false;
+  std::vector<std::string> names;  // rank 0's parameters, then those the other ranks add
+
+  /// The first stage holding parameter `name`: ranks[stage * tp] has its state.
+  int64_t stage_of(const std::string& name) const;
+  /// State `key` ("fp32", "exp_avg", ...) of parameter `name` whole: its first stage's, the
+  /// tensor-parallel pieces joined along their partition_dim and a vocabulary's padding rows
+  /// dropped. nullopt where the parameter has no such state (a frozen one has fp32 only).
+  /// Throws CheckpointError naming the rank that lacks a piece.
+  std::optional<at::Tensor> full(const std::string& name, const std::string& key) const;
+};
+
+/// Reads `tag_dir` (ds_to_universal's input). Throws CheckpointError naming the missing or
+/// inconsistent folder or file, NotSupportedError for MoE with tensor parallelism or ZeRO-3.
+ModelParallelCheckpoint read_model_parallel_checkpoint(const std::string& tag_dir);
 
 /// A ZeRO-3 tag folder's model-parallel rank `mp_rank`: zero_pp_rank_<r>_mp_rank_XX files of
 /// every data-parallel rank. Throws CheckpointError naming the missing or inconsistent file.

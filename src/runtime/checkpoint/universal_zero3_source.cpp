@@ -169,6 +169,7 @@ UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank) {
                item.key(), "' has ", full.numel(), " elements over ", world, " ranks, needs ", n);
       out.states["fp32"][item.key()] = runtime::SavedParam{full.narrow(0, 0, n), item.value()};
       out.order.push_back(item.key());
+      out.frozen.insert(item.key());
     }
   }
 

@@ -146,6 +146,53 @@ TEST(EngineCheckpoint, WritesDeepSpeedFilesAndKeys) {
   }
 }
 
+// zero_to_fp32 of a stage-0 checkpoint (beyond DeepSpeed's script, which reads ZeRO 1-3): in
+// bf16 the fp32 masters that the optimizer holds, in either of DeepSpeed's stage-0 layouts
+// (FP16_Optimizer's flat masters for Adam, FP16_UnfusedOptimizer's per parameter for Lamb);
+// in fp32 the module. Frozen parameters first, as DeepSpeed orders them; the tied alias is
+// its source's tensor.
+TEST(EngineCheckpoint, ZeroToFp32ReadsStage0Masters) {
+  for (const char* optimizer : {"Adam", "Lamb", ""}) {
+    SCOPED_TRACE(*optimizer ? optimizer : "fp32 Adam");
+    const bool bf16 = *optimizer != '\0';
+    TempDir dir;
+    json cfg = config(0);
+    if (bf16) {
+      cfg["bf16"] = {{"enabled", true}};
+      cfg["optimizer"]["type"] = optimizer;
+    }
+    auto e = initialize(std::make_shared<TiedNetImpl>(), cfg).engine;
+    const auto dtype = bf16 ? at::kBFloat16 : at::kFloat;
+    for (int s = 0; s < 3; ++s) {
+      auto [x, y] = tiny_batch(s * 4, 4);
+      e->backward(e->forward(x.to(dtype), y.to(dtype)));
+      e->step();
+    }
+    ASSERT_TRUE(e->save_checkpoint(dir.path()));
+    auto full = ckpt::consolidate_zero_checkpoint(dir.path());
+    std::vector<std::string> keys;
+    for (const auto& item : full) keys.push_back(item.key());
+    EXPECT_EQ(keys, (std::vector<std::string>{"frozen.weight", "frozen.bias", "fc.weight",
+                                              "fc.bias", "mid.weight", "mid.bias",
+                                              "head.weight"}));
+    bool beyond_bf16 = false;  // a master that bf16 cannot hold: not the module's copy
+    for (const auto& item : e->module().named_parameters()) {
+      const at::Tensor& got = full[item.key()];
+      EXPECT_EQ(got.scalar_type(), at::kFloat) << item.key();
+      EXPECT_TRUE(got.to(item.value().scalar_type()).equal(item.value())) << item.key();
+      beyond_bf16 |= bf16 && !got.equal(got.to(at::kBFloat16).to(at::kFloat));
+    }
+    EXPECT_EQ(beyond_bf16, bf16);
+    EXPECT_TRUE(full["head.weight"].is_same(full["mid.weight"]));
+    ckpt::ConsolidateOptions without_frozen;
+    without_frozen.exclude_frozen_parameters = true;
+    const auto trainable = ckpt::consolidate_zero_checkpoint(dir.path(), std::nullopt,
+                                                             without_frozen);
+    EXPECT_EQ(trainable.size(), 5u);
+    EXPECT_FALSE(trainable.contains("frozen.weight"));
+  }
+}
+
 // Stage 0 records its optimizer's parameters as param_shapes (DeepSpeed writes None there), so
 // that ds_to_universal can name the optimizer's state; a client optimizer's tensor outside the
 // module leaves it None rather than failing the save.
