@@ -22,6 +22,7 @@
 #include "deepspeed/universal_checkpoint.h"
 #include "runtime/checkpoint/universal_source.h"
 #include "runtime/checkpoint/value_access.h"
+#include "runtime/zero/bf16_optimizer_layout.h"
 #include "util/check.h"
 
 namespace deepspeed::checkpoint {
@@ -86,6 +87,23 @@ ModelStateParts read_model_states(const std::string& tag_dir, const std::string&
     m.frozen_param_fragments = std::move(*states.frozen_param_fragments);
   }
   if (states.shared_params) m.shared_params = std::move(*states.shared_params);
+  // Beyond DeepSpeed's script: ZeRO-1 (and a save that excluded them) records no frozen
+  // parameters, which the script then leaves out; the module holds them whole (ZeRO-3's
+  // 0-element placeholders aside), so they are taken from there.
+  std::set<std::string> listed(states.buffer_names.begin(), states.buffer_names.end());
+  for (const auto& [alias, source] : m.shared_params) listed.insert(alias);
+  for (const auto& group : m.param_shapes) {
+    for (const auto& item : group) listed.insert(item.key());
+  }
+  for (const auto& item : states.module) {
+    const std::string& name = item.key();
+    if (listed.count(name) || m.frozen_param_shapes.contains(name) ||
+        item.value().numel() == 0 || (m.moe && m.moe->is_expert(name))) {
+      continue;
+    }
+    m.frozen_param_shapes.insert(name, item.value().sizes().vec());
+    m.frozen_param_fragments.insert(name, item.value());
+  }
   return m;
 }
 
@@ -114,11 +132,8 @@ OptimizerParts read_optimizer_states(const std::string& path) {
   const char* key = o.zero_stage <= 2 ? "single_partition_of_fp32_groups" : "fp32_flat_groups";
   o.fp32_groups = detail::as_flat_tensors(r.at(key), r.where(key));
   if (bf16_optimizer && r.has_value("group_paddings")) {
-    const auto paddings = detail::as_ints(r.at("group_paddings"), r.where("group_paddings"));
-    for (size_t g = 0; g < o.fp32_groups.size() && g < paddings.size(); ++g) {
-      at::Tensor& t = o.fp32_groups[g];
-      t = t.narrow(0, 0, std::max<int64_t>(t.numel() - paddings[g], 0));
-    }
+    runtime::drop_bf16_optimizer_padding(
+        &o.fp32_groups, detail::as_ints(r.at("group_paddings"), r.where("group_paddings")));
   }
   return o;
 }

@@ -9,6 +9,7 @@
 
 #include "deepspeed/checkpoint.h"
 #include "runtime/checkpoint/value_access.h"
+#include "runtime/zero/bf16_optimizer_layout.h"
 #include "util/check.h"
 
 namespace deepspeed::checkpoint {
@@ -174,11 +175,7 @@ ZeroOptimizerStates ZeroOptimizerStates::from_ivalue(const IValue& value,
     z.group_paddings = detail::as_ints(r.at("group_paddings"), r.where("group_paddings"));
   }
   if (z.bf16_optimizer) {  // each partition holds its padding there
-    for (size_t g = 0; g < z.single_partition_of_fp32_groups.size(); ++g) {
-      at::Tensor& t = z.single_partition_of_fp32_groups[g];
-      const int64_t padding = g < z.group_paddings.size() ? z.group_paddings[g] : 0;
-      t = t.narrow(0, 0, std::max<int64_t>(t.numel() - padding, 0));
-    }
+    runtime::drop_bf16_optimizer_padding(&z.single_partition_of_fp32_groups, z.group_paddings);
   }
   z.partition_count = detail::as_ints(r.at("partition_count"), r.where("partition_count"));
   if (r.has_value("ds_version")) z.ds_version = r.get_string("ds_version");

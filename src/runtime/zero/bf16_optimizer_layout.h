@@ -8,6 +8,11 @@
 // also holds data-parallel rank 0's state_dict.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
 #include "deepspeed/config.h"
 
 namespace deepspeed::runtime {
@@ -16,5 +21,10 @@ namespace deepspeed::runtime {
 /// accumulation, no offload). Under pipeline parallelism the engine only reads its layout: it
 /// keeps the 16-bit stage-0 one there (FlatZeroOptimizer::read_bf16_optimizer_files).
 bool zero1_uses_bf16_optimizer(const DeepSpeedConfig& config);
+
+/// BF16_Optimizer's partitions as ZeRO-1 stores them: each group's `group_paddings[g]` tail
+/// elements dropped (views; a group without a padding entry as it is).
+void drop_bf16_optimizer_padding(std::vector<at::Tensor>* partitions,
+                                 const std::vector<int64_t>& group_paddings);
 
 }  // namespace deepspeed::runtime

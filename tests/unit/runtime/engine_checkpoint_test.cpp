@@ -193,6 +193,33 @@ TEST(EngineCheckpoint, ZeroToFp32ReadsStage0Masters) {
   }
 }
 
+// bf16 ZeRO-1 with fp32 accumulation writes BF16_Optimizer's layout, each partition with its
+// padding (49 trainable elements, aligned to 2): zero_to_fp32 gives the masters, and the frozen
+// layer, which ZeRO-1 records in the module only (DeepSpeed's script leaves it out).
+TEST(EngineCheckpoint, ZeroToFp32ReadsBf16OptimizerPartitions) {
+  TempDir dir;
+  json cfg = config(1);
+  cfg["bf16"] = {{"enabled", true}};
+  cfg["data_types"] = {{"grad_accum_dtype", "fp32"}};
+  auto e = initialize(std::make_shared<TiedNetImpl>(/*width=*/5), cfg).engine;
+  for (int s = 0; s < 2; ++s) {
+    auto [x, y] = tiny_batch(s * 4, 4);
+    e->backward(e->forward(x.to(at::kBFloat16), y.to(at::kBFloat16)));
+    e->step();
+  }
+  ASSERT_TRUE(e->save_checkpoint(dir.path()));
+  const std::string optim =
+      dir.file("global_step2") + "/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt";
+  const auto file = ckpt::ZeroOptimizerFile::from_ivalue(ckpt::load(optim), optim);
+  ASSERT_TRUE(file.optimizer_state_dict.bf16_optimizer);
+  ASSERT_EQ(file.optimizer_state_dict.group_paddings, std::vector<int64_t>{1});
+  auto full = ckpt::consolidate_zero_checkpoint(dir.path());
+  for (const auto& item : e->module().named_parameters()) {
+    ASSERT_TRUE(full.contains(item.key())) << item.key();
+    EXPECT_TRUE(full[item.key()].to(at::kBFloat16).equal(item.value())) << item.key();
+  }
+}
+
 // Stage 0 records its optimizer's parameters as param_shapes (DeepSpeed writes None there), so
 // that ds_to_universal can name the optimizer's state; a client optimizer's tensor outside the
 // module leaves it None rather than failing the save.
