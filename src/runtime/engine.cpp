@@ -36,6 +36,7 @@
 #include "runtime/optim/optimizer_factory.h"
 #include "runtime/timers.h"
 #include "runtime/zero/zero_optimizer.h"
+#include "runtime/precision/cpu_bf16_matmul.h"
 #include "runtime/precision/loss_scaler.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/tensor_parallel/engine_autotp.h"
@@ -191,6 +192,10 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
   // Matches DeepSpeed: the engine moves the module to its accelerator device (cuda:LOCAL_RANK);
   // ZeRO's partitions, flat buffers and buckets then follow the parameters' device.
   device_ = runtime::training_device(comm::get_local_rank());
+  if (model_dtype_ == at::kBFloat16 && device_.is_cpu()) {
+    const std::string note = runtime::use_fp32_accumulating_bf16_matmul_where_needed();
+    if (!note.empty()) log::info_rank0(note);
+  }
   if (!device_.is_cpu()) {
     runtime::set_current_device(device_);
     // ZeRO-3 partitions the parameters where they are, in host memory, before the move, as

@@ -2,7 +2,10 @@
 // the torch 2.x wheel's on GPU machines. Every version #if lives here.
 #pragma once
 
+#include <string>
+
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/util/Exception.h>
 #include <torch/version.h>
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -31,6 +34,33 @@ using CollectiveBackend = c10d::ProcessGroup;
 #define DS_ALLOCATOR_ALLOCATE_CONST const
 #define DS_ALLOCATOR_HAS_COPY_DATA 0
 #endif
+
+// ATen 1.x's CPU GEMM falls back to accumulating bf16 products in bf16 where oneDNN does not
+// take them (runtime/precision/cpu_bf16_matmul.h); 2.x accumulates in fp32 on every path.
+#if TORCH_VERSION_MAJOR >= 2
+#define DS_CPU_BF16_GEMM_MAY_ACCUMULATE_IN_BF16 0
+#else
+#define DS_CPU_BF16_GEMM_MAY_ACCUMULATE_IN_BF16 1
+#endif
+
+// A c10::WarningHandler that drops what it is given (process() changed its arguments in 2.0),
+// and the guard that installs one (moved from c10::Warning to c10::WarningUtils).
+namespace deepspeed::compat {
+#if TORCH_VERSION_MAJOR >= 2
+using WarningHandlerGuard = c10::WarningUtils::WarningHandlerGuard;
+#else
+using WarningHandlerGuard = c10::Warning::WarningHandlerGuard;
+#endif
+
+class DroppingWarningHandler : public c10::WarningHandler {
+ public:
+#if TORCH_VERSION_MAJOR >= 2
+  void process(const c10::Warning&) override {}
+#else
+  void process(const c10::SourceLocation&, const std::string&, const bool) override {}
+#endif
+};
+}  // namespace deepspeed::compat
 
 // at::scaled_dot_product_attention (fused flash / memory-efficient attention) exists since 2.0.
 #if TORCH_VERSION_MAJOR >= 2

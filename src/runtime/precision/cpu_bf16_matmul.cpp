@@ -1,0 +1,194 @@
+#include "runtime/precision/cpu_bf16_matmul.h"
+
+#include <initializer_list>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/baddbmm_cpu_dispatch.h>
+#include <ATen/ops/bmm_cpu_dispatch.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
+#include <torch/library.h>
+
+#include "deepspeed/errors.h"
+#include "util/check.h"
+#include "util/env.h"
+#include "util/torch_compat.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+bool all_bf16(std::initializer_list<const at::Tensor*> tensors) {
+  for (const at::Tensor* t : tensors) {
+    if (t->scalar_type() != at::kBFloat16) return false;
+  }
+  return true;
+}
+
+at::Tensor up(const at::Tensor& t) { return t.to(at::kFloat); }
+
+// `out` given the value `r` (out= semantics: resized when its shape differs).
+at::Tensor& assign(at::Tensor& out, const at::Tensor& r) {
+  if (out.sizes() != r.sizes()) out.resize_(r.sizes());
+  return out.copy_(r);
+}
+
+// Each kernel: bf16 operands as fp32 products of the upcast operands, rounded once; anything
+// else to ATen's CPU kernel itself (at::cpu:: calls it without going through the dispatcher,
+// so these never call themselves).
+
+at::Tensor kernel_mm(const at::Tensor& self, const at::Tensor& mat2) {
+  if (!all_bf16({&self, &mat2})) return at::cpu::mm(self, mat2);
+  return at::cpu::mm(up(self), up(mat2)).to(at::kBFloat16);
+}
+
+at::Tensor& kernel_mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  if (!all_bf16({&self, &mat2, &out})) return at::cpu::mm_outf(self, mat2, out);
+  return assign(out, kernel_mm(self, mat2));
+}
+
+at::Tensor kernel_bmm(const at::Tensor& self, const at::Tensor& mat2) {
+  if (!all_bf16({&self, &mat2})) return at::cpu::bmm(self, mat2);
+  return at::cpu::bmm(up(self), up(mat2)).to(at::kBFloat16);
+}
+
+at::Tensor& kernel_bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
+  if (!all_bf16({&self, &mat2, &out})) return at::cpu::bmm_outf(self, mat2, out);
+  return assign(out, kernel_bmm(self, mat2));
+}
+
+at::Tensor kernel_addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                        const at::Scalar& beta, const at::Scalar& alpha) {
+  if (!all_bf16({&self, &mat1, &mat2})) return at::cpu::addmm(self, mat1, mat2, beta, alpha);
+  return at::cpu::addmm(up(self), up(mat1), up(mat2), beta, alpha).to(at::kBFloat16);
+}
+
+at::Tensor& kernel_addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                             const at::Scalar& beta, const at::Scalar& alpha, at::Tensor& out) {
+  if (!all_bf16({&self, &mat1, &mat2, &out})) {
+    return at::cpu::addmm_outf(self, mat1, mat2, beta, alpha, out);
+  }
+  return assign(out, kernel_addmm(self, mat1, mat2, beta, alpha));
+}
+
+at::Tensor& kernel_addmm_(at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
+                          const at::Scalar& beta, const at::Scalar& alpha) {
+  if (!all_bf16({&self, &mat1, &mat2})) return at::cpu::addmm_(self, mat1, mat2, beta, alpha);
+  return self.copy_(kernel_addmm(self, mat1, mat2, beta, alpha));
+}
+
+at::Tensor kernel_baddbmm(const at::Tensor& self, const at::Tensor& batch1,
+                          const at::Tensor& batch2, const at::Scalar& beta,
+                          const at::Scalar& alpha) {
+  if (!all_bf16({&self, &batch1, &batch2})) {
+    return at::cpu::baddbmm(self, batch1, batch2, beta, alpha);
+  }
+  return at::cpu::baddbmm(up(self), up(batch1), up(batch2), beta, alpha).to(at::kBFloat16);
+}
+
+at::Tensor& kernel_baddbmm_out(const at::Tensor& self, const at::Tensor& batch1,
+                               const at::Tensor& batch2, const at::Scalar& beta,
+                               const at::Scalar& alpha, at::Tensor& out) {
+  if (!all_bf16({&self, &batch1, &batch2, &out})) {
+    return at::cpu::baddbmm_outf(self, batch1, batch2, beta, alpha, out);
+  }
+  return assign(out, kernel_baddbmm(self, batch1, batch2, beta, alpha));
+}
+
+at::Tensor& kernel_baddbmm_(at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
+                            const at::Scalar& beta, const at::Scalar& alpha) {
+  if (!all_bf16({&self, &batch1, &batch2})) {
+    return at::cpu::baddbmm_(self, batch1, batch2, beta, alpha);
+  }
+  return self.copy_(kernel_baddbmm(self, batch1, batch2, beta, alpha));
+}
+
+std::mutex& registration_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// The registration every live Fp32AccumulatingBf16Matmul shares.
+std::weak_ptr<void>& current_registration() {
+  static std::weak_ptr<void> r;
+  return r;
+}
+
+}  // namespace
+
+struct Fp32AccumulatingBf16Matmul::Registration {
+  Registration() {
+    // The dispatcher warns that each kernel overrides ATen's, as intended here.
+    compat::DroppingWarningHandler quiet;
+    compat::WarningHandlerGuard guard(&quiet);
+    library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::CPU,
+                                               __FILE__, __LINE__);
+    library->impl("mm", TORCH_FN(kernel_mm));
+    library->impl("mm.out", TORCH_FN(kernel_mm_out));
+    library->impl("bmm", TORCH_FN(kernel_bmm));
+    library->impl("bmm.out", TORCH_FN(kernel_bmm_out));
+    library->impl("addmm", TORCH_FN(kernel_addmm));
+    library->impl("addmm.out", TORCH_FN(kernel_addmm_out));
+    library->impl("addmm_", TORCH_FN(kernel_addmm_));
+    library->impl("baddbmm", TORCH_FN(kernel_baddbmm));
+    library->impl("baddbmm.out", TORCH_FN(kernel_baddbmm_out));
+    library->impl("baddbmm_", TORCH_FN(kernel_baddbmm_));
+  }
+  std::unique_ptr<torch::Library> library;  // its destruction restores ATen's kernels
+};
+
+Fp32AccumulatingBf16Matmul::Fp32AccumulatingBf16Matmul() {
+  std::lock_guard<std::mutex> lock(registration_mutex());
+  auto shared = std::static_pointer_cast<Registration>(current_registration().lock());
+  if (!shared) {
+    shared = std::make_shared<Registration>();
+    current_registration() = shared;
+  }
+  registration_ = std::move(shared);
+}
+
+Fp32AccumulatingBf16Matmul::~Fp32AccumulatingBf16Matmul() {
+  std::lock_guard<std::mutex> lock(registration_mutex());
+  registration_.reset();
+}
+
+bool Fp32AccumulatingBf16Matmul::active() {
+  std::lock_guard<std::mutex> lock(registration_mutex());
+  return !current_registration().expired();
+}
+
+bool cpu_bf16_gemm_accumulates_in_bf16() {
+#if DS_CPU_BF16_GEMM_MAY_ACCUMULATE_IN_BF16
+  // ATen 1.13's use_mkldnn_bf16_matmul: oneDNN built in and enabled, and AVX-512 BW/VL/DQ.
+  const bool onednn = at::hasMKLDNN() && at::globalContext().userEnabledMkldnn() &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq");
+  return !onednn;
+#else
+  return false;
+#endif
+}
+
+std::string use_fp32_accumulating_bf16_matmul_where_needed() {
+  const std::string mode = env::get("DS_CPU_BF16_MATMUL").value_or("auto");
+  DS_CHECK(mode == "auto" || mode == "fp32" || mode == "native", ConfigError,
+           "DS_CPU_BF16_MATMUL=", mode, ": expected auto, fp32 or native");
+  // Tests take LibTorch's bf16-accumulating GEMM path on any CPU this way, as an AVX2-only one
+  // would.
+  if (env::get("DS_TEST_CPU_BF16_GEMM_WITHOUT_ONEDNN").value_or("0") == "1") {
+    at::globalContext().setUserEnabledMkldnn(false);
+  }
+  if (mode == "native") return "";
+  const bool needed = cpu_bf16_gemm_accumulates_in_bf16();
+  if (mode == "auto" && !needed) return "";
+  // For the rest of the process: the engine's module may outlive the engine.
+  static const auto* kept = new Fp32AccumulatingBf16Matmul();
+  (void)kept;
+  return needed ? "bf16 matmuls on this CPU are computed as fp32 products rounded to bf16: "
+                  "LibTorch's own bf16 GEMM here accumulates in bf16 (no oneDNN path), which "
+                  "loses small updates (DS_CPU_BF16_MATMUL=native keeps it)"
+                : "bf16 matmuls are computed as fp32 products rounded to bf16 "
+                  "(DS_CPU_BF16_MATMUL=fp32)";
+}
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,145 @@
+// The fp32-accumulating bf16 matmul kernels: while registered, every bf16 product (mm, addmm,
+// bmm, baddbmm in their functional, out= and in-place forms, and linear/matmul and autograd's
+// backward through them) equals the fp32 product of the upcast operands rounded once to bf16, bit
+// for bit; other dtypes keep ATen's result bit for bit; unregistering restores ATen's kernels.
+// With oneDNN disabled, LibTorch 1.13 takes the GEMM that accumulates in bf16, as it does on
+// AVX2-only CPUs, so these tests cover that machine's path here too.
+#include "runtime/precision/cpu_bf16_matmul.h"
+
+#include <cstdlib>
+
+#include <ATen/ops/mm_cpu_dispatch.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "deepspeed/errors.h"
+#include "util/torch_compat.h"
+
+namespace deepspeed::runtime {
+namespace {
+
+// oneDNN off for the test's span: LibTorch 1.13 then takes its bf16-accumulating GEMM.
+struct WithoutOneDnn {
+  WithoutOneDnn() : was(at::globalContext().userEnabledMkldnn()) {
+    at::globalContext().setUserEnabledMkldnn(false);
+  }
+  ~WithoutOneDnn() { at::globalContext().setUserEnabledMkldnn(was); }
+  bool was;
+};
+
+at::Tensor bf16(at::IntArrayRef sizes, int seed) {
+  torch::manual_seed(seed);
+  return torch::randn(sizes).to(at::kBFloat16);
+}
+
+at::Tensor rounded(const at::Tensor& fp32) { return fp32.to(at::kBFloat16); }
+at::Tensor f(const at::Tensor& t) { return t.to(at::kFloat); }
+
+double relative_error(const at::Tensor& got, const at::Tensor& exact) {
+  return (f(got) - exact).norm().item<double>() / exact.norm().item<double>();
+}
+
+TEST(CpuBf16Matmul, EveryFormIsTheFp32ProductRoundedOnce) {
+  WithoutOneDnn no_onednn;
+  Fp32AccumulatingBf16Matmul fp32_products;
+  ASSERT_TRUE(Fp32AccumulatingBf16Matmul::active());
+  const at::Tensor a = bf16({64, 256}, 1), b = bf16({256, 48}, 2), c = bf16({64, 48}, 3);
+  const at::Tensor a3 = bf16({3, 16, 256}, 4), b3 = bf16({3, 256, 24}, 5),
+                   c3 = bf16({3, 16, 24}, 6);
+  const at::Tensor mm = rounded(f(a).mm(f(b)));
+  EXPECT_TRUE(at::mm(a, b).equal(mm));
+  EXPECT_TRUE(at::matmul(a, b).equal(mm));
+  at::Tensor out = at::empty({0}, a.options());
+  at::mm_out(out, a, b);
+  EXPECT_TRUE(out.equal(mm));
+  const at::Tensor addmm = rounded(at::addmm(f(c), f(a), f(b), 0.5, 2.0));
+  EXPECT_TRUE(at::addmm(c, a, b, 0.5, 2.0).equal(addmm));
+  at::addmm_out(out, c, a, b, 0.5, 2.0);
+  EXPECT_TRUE(out.equal(addmm));
+  EXPECT_TRUE(c.clone().addmm_(a, b, 0.5, 2.0).equal(addmm));
+  // linear: x W^T + bias, through addmm.
+  const at::Tensor w = b.t().contiguous(), bias = bf16({48}, 7);
+  EXPECT_TRUE(at::linear(a, w, bias).equal(rounded(at::linear(f(a), f(w), f(bias)))));
+  const at::Tensor bmm = rounded(f(a3).bmm(f(b3)));
+  EXPECT_TRUE(at::bmm(a3, b3).equal(bmm));
+  EXPECT_TRUE(at::matmul(a3, b3).equal(bmm));
+  at::bmm_out(out, a3, b3);
+  EXPECT_TRUE(out.equal(bmm));
+  const at::Tensor baddbmm = rounded(at::baddbmm(f(c3), f(a3), f(b3), 0.25, 3.0));
+  EXPECT_TRUE(at::baddbmm(c3, a3, b3, 0.25, 3.0).equal(baddbmm));
+  at::baddbmm_out(out, c3, a3, b3, 0.25, 3.0);
+  EXPECT_TRUE(out.equal(baddbmm));
+  EXPECT_TRUE(c3.clone().baddbmm_(a3, b3, 0.25, 3.0).equal(baddbmm));
+}
+
+// Autograd's backward of a bf16 linear goes through the same kernels: each gradient is the
+// fp32 product rounded once.
+TEST(CpuBf16Matmul, BackwardTakesTheSameKernels) {
+  WithoutOneDnn no_onednn;
+  Fp32AccumulatingBf16Matmul fp32_products;
+  const at::Tensor x = bf16({32, 512}, 8).requires_grad_(true);
+  const at::Tensor w = bf16({40, 512}, 9).requires_grad_(true);
+  const at::Tensor g = bf16({32, 40}, 10);
+  at::linear(x, w).backward(g);
+  EXPECT_TRUE(w.grad().equal(rounded(f(g).t().mm(f(x)))));
+  EXPECT_TRUE(x.grad().equal(rounded(f(g).mm(f(w)))));
+}
+
+// The problem the kernels solve, measured where LibTorch 1.x would take its own GEMM: its bf16
+// sums lose about 4% of a 1024-long product (the fp32-product route 0.3%, the rounding of the
+// output); and the kernels leave other dtypes and, once unregistered, bf16 as ATen has them.
+TEST(CpuBf16Matmul, OnlyBf16ChangesAndOnlyWhileRegistered) {
+  WithoutOneDnn no_onednn;
+  const at::Tensor a = bf16({256, 1024}, 11), b = bf16({1024, 192}, 12);
+  const at::Tensor exact = f(a).mm(f(b));
+  const at::Tensor fa = torch::randn({33, 65}), fb = torch::randn({65, 17});
+  const at::Tensor fp32_before = fa.mm(fb), native = a.mm(b);
+  {
+    Fp32AccumulatingBf16Matmul fp32_products;
+    EXPECT_TRUE(fa.mm(fb).equal(fp32_before));
+    EXPECT_TRUE(fa.to(at::kDouble).mm(fb.to(at::kDouble)).equal(
+        at::cpu::mm(fa.to(at::kDouble), fb.to(at::kDouble))));
+    EXPECT_LT(relative_error(a.mm(b), exact), 0.005);
+  }
+  EXPECT_FALSE(Fp32AccumulatingBf16Matmul::active());
+  EXPECT_TRUE(a.mm(b).equal(native));
+#if DS_CPU_BF16_GEMM_MAY_ACCUMULATE_IN_BF16
+  EXPECT_TRUE(cpu_bf16_gemm_accumulates_in_bf16());
+  EXPECT_GT(relative_error(native, exact), 0.02) << "LibTorch 1.x's bf16 GEMM without oneDNN";
+#else
+  EXPECT_FALSE(cpu_bf16_gemm_accumulates_in_bf16());
+#endif
+}
+
+TEST(CpuBf16Matmul, RegistrationsNestAndTheLastOneRestores) {
+  {
+    Fp32AccumulatingBf16Matmul outer;
+    {
+      Fp32AccumulatingBf16Matmul inner;
+      EXPECT_TRUE(Fp32AccumulatingBf16Matmul::active());
+    }
+    EXPECT_TRUE(Fp32AccumulatingBf16Matmul::active());
+  }
+  EXPECT_FALSE(Fp32AccumulatingBf16Matmul::active());
+}
+
+TEST(CpuBf16Matmul, TheEnvironmentVariableIsChecked) {
+  ::setenv("DS_CPU_BF16_MATMUL", "fast", 1);
+  try {
+    use_fp32_accumulating_bf16_matmul_where_needed();
+    ADD_FAILURE() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("DS_CPU_BF16_MATMUL=fast"), std::string::npos)
+        << e.what();
+  }
+  ::setenv("DS_CPU_BF16_MATMUL", "native", 1);
+  {
+    WithoutOneDnn no_onednn;  // where auto would register them
+    EXPECT_EQ(use_fp32_accumulating_bf16_matmul_where_needed(), "");
+  }
+  EXPECT_FALSE(Fp32AccumulatingBf16Matmul::active());
+  ::unsetenv("DS_CPU_BF16_MATMUL");
+}
+
+}  // namespace
+}  // namespace deepspeed::runtime
