@@ -1,5 +1,6 @@
 #include "runtime/precision/cpu_bf16_matmul.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <mutex>
 
@@ -37,9 +38,47 @@ at::Tensor& assign(at::Tensor& out, const at::Tensor& r) {
 // else to ATen's CPU kernel itself (at::cpu:: calls it without going through the dispatcher,
 // so these never call themselves).
 
+// The fp32 copies a 2-D product needs at a time, in elements (16 MiB). A vocabulary head's
+// logits and their gradients ([tokens, vocab]) would otherwise each take a whole fp32 copy.
+constexpr int64_t kBlockElements = int64_t{4} << 20;
+
+// bf16 `mat1 @ mat2` (with `bias`: beta * bias + alpha * mat1 @ mat2) computed in fp32 and
+// rounded once, in blocks of output rows or columns: whichever cuts the larger operand, which is
+// then upcast a block at a time (the other one once).
+at::Tensor blocked_product(const at::Tensor& mat1, const at::Tensor& mat2, const at::Tensor* bias,
+                           const at::Scalar& beta, const at::Scalar& alpha) {
+  auto product = [&](const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
+    return bias ? at::cpu::addmm(up(c), a, b, beta, alpha) : at::cpu::mm(a, b);
+  };
+  const bool plain = mat1.dim() != 2 || mat2.dim() != 2;  // ATen's errors for the rest
+  const int64_t m = plain ? 0 : mat1.size(0), k = plain ? 0 : mat1.size(1);
+  const int64_t n = plain ? 0 : mat2.size(1);
+  const bool by_rows = m * k >= k * n;
+  const int64_t len = by_rows ? m : n;
+  // A block of output rows takes [block, k] of mat1 and [block, n] of output in fp32; a block of
+  // columns [k, block] of mat2 and [m, block] of output.
+  const int64_t per_line = k + (by_rows ? n : m);
+  const int64_t block = std::max<int64_t>(1, kBlockElements / std::max<int64_t>(1, per_line));
+  if (plain || block >= len || (bias && bias->dim() > 2)) {
+    return product(up(mat1), up(mat2), bias ? *bias : at::Tensor()).to(at::kBFloat16);
+  }
+  const at::Tensor c = bias ? bias->expand({m, n}) : at::Tensor();
+  const int dim = by_rows ? 0 : 1;
+  const at::Tensor whole = by_rows ? up(mat2) : up(mat1);
+  at::Tensor out = at::empty({m, n}, mat1.options());
+  for (int64_t i = 0; i < len; i += block) {
+    const int64_t l = std::min(block, len - i);
+    const at::Tensor part = by_rows ? up(mat1.narrow(0, i, l)) : up(mat2.narrow(1, i, l));
+    const at::Tensor c_part = bias ? c.narrow(dim, i, l) : at::Tensor();
+    out.narrow(dim, i, l).copy_(by_rows ? product(part, whole, c_part)
+                                        : product(whole, part, c_part));
+  }
+  return out;
+}
+
 at::Tensor kernel_mm(const at::Tensor& self, const at::Tensor& mat2) {
   if (!all_bf16({&self, &mat2})) return at::cpu::mm(self, mat2);
-  return at::cpu::mm(up(self), up(mat2)).to(at::kBFloat16);
+  return blocked_product(self, mat2, nullptr, 1, 1);
 }
 
 at::Tensor& kernel_mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
@@ -60,7 +99,7 @@ at::Tensor& kernel_bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::T
 at::Tensor kernel_addmm(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,
                         const at::Scalar& beta, const at::Scalar& alpha) {
   if (!all_bf16({&self, &mat1, &mat2})) return at::cpu::addmm(self, mat1, mat2, beta, alpha);
-  return at::cpu::addmm(up(self), up(mat1), up(mat2), beta, alpha).to(at::kBFloat16);
+  return blocked_product(mat1, mat2, &self, beta, alpha);
 }
 
 at::Tensor& kernel_addmm_out(const at::Tensor& self, const at::Tensor& mat1, const at::Tensor& mat2,

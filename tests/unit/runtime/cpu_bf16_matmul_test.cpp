@@ -72,6 +72,28 @@ TEST(CpuBf16Matmul, EveryFormIsTheFp32ProductRoundedOnce) {
   EXPECT_TRUE(c3.clone().baddbmm_(a3, b3, 0.25, 3.0).equal(baddbmm));
 }
 
+// A product whose fp32 copies would exceed 16 MiB is computed in blocks of output rows (the
+// larger operand the left one) or columns (the right one), a block of that operand upcast at a
+// time: the same values, bias included (K = 64 is one pass of the GEMM's inner loop).
+TEST(CpuBf16Matmul, LargeProductsAreComputedInBlocks) {
+  WithoutOneDnn no_onednn;
+  Fp32AccumulatingBf16Matmul fp32_products;
+  const at::Tensor tall = bf16({4096, 64}, 13), wide = bf16({64, 2048}, 14);
+  const at::Tensor bias = bf16({2048}, 15), rows_bias = bf16({4096, 1}, 16);
+  EXPECT_TRUE(at::mm(tall, wide).equal(rounded(f(tall).mm(f(wide)))));
+  EXPECT_TRUE(at::addmm(bias, tall, wide, 0.5, 2.0)
+                  .equal(rounded(at::addmm(f(bias), f(tall), f(wide), 0.5, 2.0))));
+  const at::Tensor left = bf16({2048, 64}, 17), right = bf16({64, 4096}, 18);
+  EXPECT_TRUE(at::mm(left, right).equal(rounded(f(left).mm(f(right)))));
+  const at::Tensor left_bias = bf16({2048, 1}, 19);
+  EXPECT_TRUE(at::addmm(left_bias, left, right)
+                  .equal(rounded(at::addmm(f(left_bias), f(left), f(right)))));
+  // Transposed operands, as autograd passes them.
+  EXPECT_TRUE(at::mm(right.t(), left.t()).equal(rounded(f(right).t().mm(f(left).t()))));
+  EXPECT_TRUE(at::addmm(rows_bias, tall, wide).equal(
+      rounded(at::addmm(f(rows_bias), f(tall), f(wide)))));
+}
+
 // Autograd's backward of a bf16 linear goes through the same kernels: each gradient is the
 // fp32 product rounded once.
 TEST(CpuBf16Matmul, BackwardTakesTheSameKernels) {
