@@ -197,12 +197,14 @@ bool Fp32AccumulatingBf16Matmul::active() {
 }
 
 bool cpu_bf16_gemm_accumulates_in_bf16() {
-#if DS_CPU_BF16_GEMM_MAY_ACCUMULATE_IN_BF16
+#if DS_CPU_BF16_GEMM_MAY_ACCUMULATE_IN_BF16 && (defined(__x86_64__) || defined(__i386__))
   // ATen 1.13's use_mkldnn_bf16_matmul: oneDNN built in and enabled, and AVX-512 BW/VL/DQ.
   const bool onednn = at::hasMKLDNN() && at::globalContext().userEnabledMkldnn() &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq");
   return !onednn;
+#elif DS_CPU_BF16_GEMM_MAY_ACCUMULATE_IN_BF16
+  return true;  // oneDNN's bf16 GEMM path in ATen 1.13 is x86's AVX-512 only
 #else
   return false;
 #endif
