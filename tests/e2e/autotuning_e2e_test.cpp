@@ -3,13 +3,16 @@
 // what ran out of memory instead of crashing, writes the summary and the optimal config; what it
 // pruned really does not fit and what it kept really does (checked by running them); the optimal
 // config measured again is at least as fast as the user's starting one; `--autotuning run`
-// trains with the chosen config; bad autotuning keys are errors naming the key.
+// trains with the chosen config, and an experiment whose port another process holds runs again
+// on another port; bad autotuning keys are errors naming the key.
 //
 // The model: 3 layers of width 384 on the fixture's compact vocabulary, Ψ ≈ 6M parameters, with
 // the user's reduce_bucket_size fixed small, so that ZeRO-0's model states (16Ψ bytes by the
 // formula) exceed ZeRO-2's (10Ψ) by ~36 MB, more than the run-to-run noise of the rest of the
 // process. The budget is set between the two as measured on this machine (the rest of a
 // process, thread stacks and allocator arenas, differs between machines).
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,7 +38,31 @@ using testing::run_command;
 constexpr const char* kModel = " --n_layer 3 --n_head 4 --n_embd 384 --seq_len 32 --compact_vocab --eval_batches 1";
 int64_t g_budget = 0;  // bytes per rank; 0 = no budget
 
-int port_base() { return 31000 + (::getpid() % 500) * 4; }
+// Below Linux's ephemeral range (32768-60999), where a client's connection may take any port,
+// and below the other e2e tests' ranges (28600 and up); offsets reach +1303 (experiment retries).
+int port_base() { return 20000 + (::getpid() % 16) * 400; }
+
+// A socket listening on `port` on every IPv4 address, as an unrelated server would.
+class HeldPort {
+ public:
+  explicit HeldPort(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    ok_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && ::listen(fd_, 1) == 0;
+  }
+  ~HeldPort() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  bool ok() const { return ok_; }
+
+ private:
+  int fd_;
+  bool ok_ = false;
+};
 
 std::string train_gpt(const testing::TempDir& dir, const std::string& config_path, int steps) {
   return std::string(DS_TRAIN_GPT_BIN) + " --deepspeed_config " + config_path + " --data " + dir.file("corpus.txt") +
@@ -226,10 +253,27 @@ TEST(AutotuningE2E, RunTrainsWithTheChosenConfig) {
   json config = user_config(dir);
   config["zero_optimization"]["stage"] = 2;
   setup(dir, config);
-  auto r = run_command(launcher(port_base() + 200, "--autotuning run") + train_gpt(dir, dir.file("ds_config.json"), 6));
+  // Another process holds the first tuning experiment's port (the model-information run uses
+  // the user's port + 0, tuning experiment 1 the port + 1).
+  const int port = port_base() + 200;
+  HeldPort held(port + 1);
+  ASSERT_TRUE(held.ok()) << "port " << port + 1 << " is in use";
+  auto r = run_command(launcher(port, "--autotuning run") + train_gpt(dir, dir.file("ds_config.json"), 6));
   const std::string all = r.out + r.err;
   ASSERT_EQ(r.exit_code, 0) << all;
   EXPECT_NE(all.find("running with the optimal configuration"), std::string::npos) << all;
+  const int retry_port = port + 1 + 1000;
+  EXPECT_NE(all.find("master port " + std::to_string(port + 1) + " is in use; running it again on port " +
+                     std::to_string(retry_port)),
+            std::string::npos)
+      << all;
+  const json results = read_json(dir.file("results/autotuning_results.json"));
+  ASSERT_GE(results["experiments"].size(), 2u) << results.dump(2);
+  const json& first = results["experiments"][1];
+  EXPECT_EQ(first["status"], "ok") << first.dump(2);
+  EXPECT_EQ(first["master_port"], retry_port) << first.dump(2);
+  const json exp = read_json(dir.file("exps/" + first["name"].get<std::string>() + "/exp.json"));
+  EXPECT_EQ(exp["master_ports_tried"], json({port + 1, retry_port})) << exp.dump(2);
   const json optimal = read_json(dir.file("results/ds_config_optimal.json"));
   // The last job trained every step with the optimal batch (experiments stop at step 4).
   std::ifstream metrics(dir.file("metrics.jsonl"));

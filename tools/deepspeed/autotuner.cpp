@@ -555,6 +555,7 @@ class Autotuner {
                      {"metrics", r.result.metrics},
                      {"predicted_peak_bytes", r.exp.predicted_bytes},
                      {"wall_s", r.result.wall_s},
+                     {"master_port", r.result.master_port > 0 ? json(r.result.master_port) : json()},
                      {"finished_at_s", r.finished_at_s},
                      {"error", r.result.error},
                      {"ds_config", r.exp.ds_config}});

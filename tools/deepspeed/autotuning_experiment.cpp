@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "log.h"
 #include "shell_words.h"
 #include "usage_error.h"
 
@@ -206,6 +207,17 @@ bool is_out_of_memory_text(const std::string& text) {
   return false;
 }
 
+bool is_port_in_use_text(const std::string& text) {
+  return text.find("Address already in use") != std::string::npos ||
+         text.find("EADDRINUSE") != std::string::npos;
+}
+
+int experiment_port(int master_port, int index, int attempt) {
+  constexpr int kFirst = 1024, kLast = 65535;
+  const int port = master_port + index + attempt * kExperimentPortRetryStride;
+  return kFirst + (port - kFirst) % (kLast - kFirst + 1);
+}
+
 ExperimentResult run_experiment(const Experiment& exp, const ExperimentLaunch& launch,
                                 const std::string& exps_dir, int index, const std::string& metric_file,
                                 const std::string& metric) {
@@ -213,27 +225,44 @@ ExperimentResult run_experiment(const Experiment& exp, const ExperimentLaunch& l
   r.dir = (fs::absolute(exps_dir) / exp.name).string();
   fs::create_directories(r.dir);
   const std::string config_path = r.dir + "/ds_config.json";
-  const int port = launch.master_port + index;
   write_file(config_path, exp.ds_config.dump(2) + "\n");
-  const std::string cmd = experiment_command(launch, config_path, exp.ds_config, port);
-  write_file(r.dir + "/cmd.txt", cmd + "\n");
-  write_file(r.dir + "/exp.json", nlohmann::json{{"name", exp.name},
-                                                 {"exp_id", index},
-                                                 {"tuning_space", exp.space},
-                                                 {"ds_config", exp.ds_config},
-                                                 {"master_port", port},
-                                                 {"predicted_peak_bytes", exp.predicted_bytes},
-                                                 {"result_dir", r.dir}}
-                                          .dump(2) + "\n");
-  std::remove(metric_file.c_str());
-  const std::vector<std::string> argv = experiment_argv(launch, config_path, exp.ds_config, port);
-  const auto start = std::chrono::steady_clock::now();
-  auto [code, timed_out] = run_to_files(argv, launch.env, r.dir + "/stdout.log", r.dir + "/stderr.log", launch.timeout_s);
-  r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  r.exit_code = code;
-  const std::string err = read_file(r.dir + "/stderr.log") + read_file(r.dir + "/stdout.log");
+  // Another process may hold the experiment's port (an unrelated server, or a client's
+  // ephemeral port): rank 0's store cannot listen there and the job fails before it starts.
+  // That says nothing about the config, so the experiment runs again on another port.
+  nlohmann::json ports_tried = nlohmann::json::array();
+  std::string err;
+  bool timed_out = false;
+  for (int attempt = 0;; ++attempt) {
+    const int port = experiment_port(launch.master_port, index, attempt);
+    ports_tried.push_back(port);
+    const std::string cmd = experiment_command(launch, config_path, exp.ds_config, port);
+    write_file(r.dir + "/cmd.txt", cmd + "\n");
+    write_file(r.dir + "/exp.json", nlohmann::json{{"name", exp.name},
+                                                   {"exp_id", index},
+                                                   {"tuning_space", exp.space},
+                                                   {"ds_config", exp.ds_config},
+                                                   {"master_port", port},
+                                                   {"master_ports_tried", ports_tried},
+                                                   {"predicted_peak_bytes", exp.predicted_bytes},
+                                                   {"result_dir", r.dir}}
+                                            .dump(2) + "\n");
+    std::remove(metric_file.c_str());
+    const std::vector<std::string> argv = experiment_argv(launch, config_path, exp.ds_config, port);
+    const auto start = std::chrono::steady_clock::now();
+    auto [code, stopped] = run_to_files(argv, launch.env, r.dir + "/stdout.log", r.dir + "/stderr.log",
+                                        launch.timeout_s);
+    r.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.exit_code = code;
+    r.master_port = port;
+    timed_out = stopped;
+    err = read_file(r.dir + "/stderr.log") + read_file(r.dir + "/stdout.log");
+    if (code == 0 || timed_out || !is_port_in_use_text(err) || attempt == kExperimentPortAttempts - 1) break;
+    log_warning("autotuning: " + exp.name + ": master port " + std::to_string(port) +
+                " is in use; running it again on port " +
+                std::to_string(experiment_port(launch.master_port, index, attempt + 1)));
+  }
   std::ifstream metric_in(metric_file);
-  if (code == 0 && metric_in) {
+  if (r.exit_code == 0 && metric_in) {
     try {
       metric_in >> r.metrics;
       r.status = ExperimentStatus::kOk;
@@ -250,11 +279,11 @@ ExperimentResult run_experiment(const Experiment& exp, const ExperimentLaunch& l
   if (timed_out) {
     r.status = ExperimentStatus::kTimedOut;
     r.error = "stopped after " + std::to_string(static_cast<int>(launch.timeout_s)) + " s";
-  } else if (is_out_of_memory_text(err) || code == 128 + SIGKILL) {
+  } else if (is_out_of_memory_text(err) || r.exit_code == 128 + SIGKILL) {
     r.status = ExperimentStatus::kOutOfMemory;
   } else {
     r.status = ExperimentStatus::kFailed;
-    if (code == 0) r.error = "the job ended without writing " + metric_file + " (did it run end_profile_step steps?)";
+    if (r.exit_code == 0) r.error = "the job ended without writing " + metric_file + " (did it run end_profile_step steps?)";
   }
   return r;
 }

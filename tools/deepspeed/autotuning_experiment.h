@@ -31,12 +31,13 @@ struct ExperimentResult {
   int exit_code = -1;
   std::string error;              // the first error line of stderr.log
   std::string dir;                // exps_dir/<name>
+  int master_port = 0;            // the port the last run used
 };
 
 struct ExperimentLaunch {
   std::string launcher_path;               // this launcher (/proc/self/exe)
   std::vector<std::string> launcher_flags; // the user's launcher flags, --autotuning removed
-  int master_port = 29500;                 // + the experiment's index
+  int master_port = 29500;                 // + the experiment's index (see experiment_port)
   std::string program;
   std::vector<std::string> program_args;   // with the config flag; arg_mappings applied per run
   std::map<std::string, std::string> arg_mappings;
@@ -56,8 +57,22 @@ std::vector<std::string> experiment_program_args(const std::vector<std::string>&
 /// The config file the program's arguments name ("" when none).
 std::string config_path_in_args(const std::vector<std::string>& args);
 
+/// Runs of one experiment whose port was taken, and the distance between their ports.
+constexpr int kExperimentPortAttempts = 4;
+constexpr int kExperimentPortRetryStride = 1000;
+
+/// The master port of experiment `index`'s run `attempt` (0 first): master_port + index, moved
+/// by kExperimentPortRetryStride per retry, kept within 1024..65535.
+int experiment_port(int master_port, int index, int attempt);
+
+/// True when a job's output says a socket could not bind its port (errno EADDRINUSE).
+bool is_port_in_use_text(const std::string& text);
+
 /// Writes exps_dir/<name>/{exp.json, ds_config.json, cmd.txt}, runs the job with stdout.log and
-/// stderr.log there, and reads `metric_file` (metric value `metric`). `index` offsets the port.
+/// stderr.log there, and reads `metric_file` (metric value `metric`). The job's master port is
+/// experiment_port(launch.master_port, index, 0); when rank 0 cannot bind it because another
+/// process holds it, the job runs again on the next attempt's port (kExperimentPortAttempts runs
+/// at most), and exp.json records every port tried.
 ExperimentResult run_experiment(const Experiment& exp, const ExperimentLaunch& launch,
                                 const std::string& exps_dir, int index, const std::string& metric_file,
                                 const std::string& metric);

@@ -131,6 +131,19 @@ TEST(AutotuningExperiment, ProgramArgsGetTheConfigAndMappedValues) {
   EXPECT_FALSE(is_out_of_memory_text("error: bad config"));
 }
 
+TEST(AutotuningExperiment, PortsStepByTheIndexThenByTheRetryStrideWithinTheValidRange) {
+  EXPECT_EQ(experiment_port(29500, 0, 0), 29500);
+  EXPECT_EQ(experiment_port(29500, 3, 0), 29503);
+  EXPECT_EQ(experiment_port(29500, 3, 2), 29503 + 2 * kExperimentPortRetryStride);
+  EXPECT_EQ(experiment_port(65535, 1, 0), 1024);  // wraps past 65535, never below 1024
+  EXPECT_EQ(experiment_port(65000, 0, 1), 1024 + 65000 + kExperimentPortRetryStride - 65536);
+  // c10d's bind failure, as torch 1.13 and 2.x word it.
+  EXPECT_TRUE(is_port_in_use_text("The server socket has failed to bind to [::]:32890 (errno: 98 - Address "
+                                  "already in use)."));
+  EXPECT_TRUE(is_port_in_use_text("SocketError: EADDRINUSE"));
+  EXPECT_FALSE(is_port_in_use_text("rendezvous failed: Connection refused"));
+}
+
 TEST(Autotuner, ExperimentsRunWithTheUsersFlagsButNotAutotuningOrThePort) {
   EXPECT_EQ(launcher_flags_without_autotuning({"--num_gpus", "2", "--autotuning", "tune", "--master_port", "1234",
                                                "prog", "--deepspeed_config", "c.json"},
