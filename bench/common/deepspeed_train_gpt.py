@@ -45,6 +45,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "gpt_ddp"))
 sys.path.insert(0, os.path.join(here, "..", "gpu"))
 
+import deepspeed_shm  # noqa: E402  (this folder's) removes DeepSpeed's /dev/shm buffer
 import gpt_ddp  # noqa: E402  token cache, sampler, memory readings
 
 
@@ -168,6 +169,7 @@ def main():
     import deepspeed
 
     deepspeed.init_distributed(dist_backend="gloo")
+    deepspeed_shm.unlink_own_buffer_at_exit()
     fit_old_gloo(torch)
     rank, world = dist.get_rank(), dist.get_world_size()
     with open(a.deepspeed_config) as f:
@@ -263,6 +265,7 @@ def main():
     sys.stdout.flush()
     sys.stderr.flush()
     dist.barrier()  # Gloo teardown can hang (cpu-baselines.md): meet, then leave
+    deepspeed_shm.unlink_own_buffer()
     os._exit(0)
 
 
