@@ -1,7 +1,8 @@
 // The fp32-accumulating bf16 matmul kernels: while registered, every bf16 product (mm, addmm,
-// bmm, baddbmm in their functional, out= and in-place forms, and linear/matmul and autograd's
-// backward through them) equals the fp32 product of the upcast operands rounded once to bf16, bit
-// for bit; other dtypes keep ATen's result bit for bit; unregistering restores ATen's kernels.
+// bmm, baddbmm, addmv in their functional, out= and in-place forms, dot, vdot, and linear/matmul/
+// mv and autograd's backward through them) equals the fp32 product of the upcast operands rounded
+// once to bf16, bit for bit; other dtypes keep ATen's result bit for bit; unregistering restores
+// ATen's kernels; the dots-only scope leaves the GEMMs to ATen.
 // With oneDNN disabled, LibTorch 1.13 takes the GEMM that accumulates in bf16, as it does on
 // AVX2-only CPUs, so these tests cover that machine's path here too.
 #include "runtime/precision/cpu_bf16_matmul.h"
@@ -70,6 +71,27 @@ TEST(CpuBf16Matmul, EveryFormIsTheFp32ProductRoundedOnce) {
   at::baddbmm_out(out, c3, a3, b3, 0.25, 3.0);
   EXPECT_TRUE(out.equal(baddbmm));
   EXPECT_TRUE(c3.clone().baddbmm_(a3, b3, 0.25, 3.0).equal(baddbmm));
+  // Matrix-vector: mv and mv.out are addmv_ and addmv.out on ATen's side.
+  const at::Tensor v = bf16({256}, 20), u = bf16({64}, 21);
+  const at::Tensor mv = rounded(f(a).mv(f(v)));
+  EXPECT_TRUE(at::mv(a, v).equal(mv));
+  EXPECT_TRUE(at::matmul(a, v).equal(mv));
+  at::mv_out(out, a, v);
+  EXPECT_TRUE(out.equal(mv));
+  const at::Tensor addmv = rounded(at::addmv(f(u), f(a), f(v), 0.5, 2.0));
+  EXPECT_TRUE(at::addmv(u, a, v, 0.5, 2.0).equal(addmv));
+  at::addmv_out(out, u, a, v, 0.5, 2.0);
+  EXPECT_TRUE(out.equal(addmv));
+  EXPECT_TRUE(u.clone().addmv_(a, v, 0.5, 2.0).equal(addmv));
+  // Dots: dot.out and matmul of two vectors call dot.
+  const at::Tensor w2 = bf16({256}, 22);
+  const at::Tensor dot = rounded(f(v).dot(f(w2)));
+  EXPECT_TRUE(at::dot(v, w2).equal(dot));
+  EXPECT_TRUE(at::vdot(v, w2).equal(dot));
+  EXPECT_TRUE(at::matmul(v, w2).equal(dot));
+  at::Tensor scalar_out = at::empty({}, v.options());
+  at::dot_out(scalar_out, v, w2);
+  EXPECT_TRUE(scalar_out.equal(dot));
 }
 
 // A product whose fp32 copies would exceed 16 MiB is computed in blocks of output rows (the
@@ -105,6 +127,11 @@ TEST(CpuBf16Matmul, BackwardTakesTheSameKernels) {
   at::linear(x, w).backward(g);
   EXPECT_TRUE(w.grad().equal(rounded(f(g).t().mm(f(x)))));
   EXPECT_TRUE(x.grad().equal(rounded(f(g).mm(f(w)))));
+  // mv's backward: the vector's gradient is the transposed matrix times the output's.
+  const at::Tensor m = bf16({48, 300}, 23), v = bf16({300}, 24).requires_grad_(true);
+  const at::Tensor gv = bf16({48}, 25);
+  at::mv(m, v).backward(gv);
+  EXPECT_TRUE(v.grad().equal(rounded(f(m).t().mv(f(gv)))));
 }
 
 // The problem the kernels solve, measured where LibTorch 1.x would take its own GEMM: its bf16
@@ -130,6 +157,33 @@ TEST(CpuBf16Matmul, OnlyBf16ChangesAndOnlyWhileRegistered) {
   EXPECT_GT(relative_error(native, exact), 0.02) << "LibTorch 1.x's bf16 GEMM without oneDNN";
 #else
   EXPECT_FALSE(cpu_bf16_gemm_accumulates_in_bf16());
+#endif
+}
+
+// Where the GEMM accumulates in fp32 (oneDNN on AVX-512, or torch 2.x), LibTorch 1.x's dot still
+// sums in bf16: the dots-only scope takes dot and vdot and leaves every other product to ATen.
+TEST(CpuBf16Matmul, TheDotsScopeTakesDotsOnly) {
+  const at::Tensor x = bf16({4096}, 26), y = bf16({4096}, 27);
+  const at::Tensor exact = f(x).dot(f(y));
+  const at::Tensor a = bf16({64, 128}, 28), b = bf16({128, 32}, 29), v = bf16({128}, 30);
+  const at::Tensor native_dot = at::dot(x, y), native_mm = at::mm(a, b), native_mv = at::mv(a, v);
+  {
+    Fp32AccumulatingBf16Matmul dots(Bf16Products::kDots);
+    EXPECT_TRUE(Fp32AccumulatingBf16Matmul::active(Bf16Products::kDots));
+    EXPECT_FALSE(Fp32AccumulatingBf16Matmul::active(Bf16Products::kEvery));
+    EXPECT_TRUE(at::dot(x, y).equal(rounded(exact)));
+    EXPECT_TRUE(at::vdot(x, y).equal(rounded(exact)));
+    EXPECT_TRUE(at::mm(a, b).equal(native_mm));
+    EXPECT_TRUE(at::mv(a, v).equal(native_mv));
+    EXPECT_TRUE(at::dot(f(x), f(y)).equal(exact));  // fp32 to ATen's own
+  }
+  EXPECT_FALSE(Fp32AccumulatingBf16Matmul::active(Bf16Products::kDots));
+  EXPECT_TRUE(at::dot(x, y).equal(native_dot));
+#if DS_CPU_BF16_GEMM_MAY_ACCUMULATE_IN_BF16
+  EXPECT_TRUE(cpu_bf16_dot_accumulates_in_bf16());
+  EXPECT_GT(relative_error(native_dot, exact), 0.01) << "LibTorch 1.x's bf16 dot";
+#else
+  EXPECT_FALSE(cpu_bf16_dot_accumulates_in_bf16());
 #endif
 }
 
@@ -159,7 +213,9 @@ TEST(CpuBf16Matmul, TheEnvironmentVariableIsChecked) {
     WithoutOneDnn no_onednn;  // where auto would register them
     EXPECT_EQ(use_fp32_accumulating_bf16_matmul_where_needed(), "");
   }
+  EXPECT_EQ(use_fp32_accumulating_bf16_matmul_where_needed(), "");
   EXPECT_FALSE(Fp32AccumulatingBf16Matmul::active());
+  EXPECT_FALSE(Fp32AccumulatingBf16Matmul::active(Bf16Products::kDots));
   ::unsetenv("DS_CPU_BF16_MATMUL");
 }
 
