@@ -89,9 +89,37 @@ at::Tensor& kernel_mm_out(const at::Tensor& self, const at::Tensor& mat2, at::Te
   return assign(out, kernel_mm(self, mat2));
 }
 
+// bf16 `batch1 @ batch2` (with `bias`: beta * bias + alpha * batch1 @ batch2) computed in fp32
+// and rounded once, a block of batch entries at a time: attention's [heads * batch, T, T] scores
+// would otherwise take whole fp32 copies. Each entry's product is computed alone either way.
+at::Tensor blocked_batch_product(const at::Tensor& batch1, const at::Tensor& batch2,
+                                 const at::Tensor* bias, const at::Scalar& beta,
+                                 const at::Scalar& alpha) {
+  auto product = [&](const at::Tensor& a, const at::Tensor& b, const at::Tensor& c) {
+    return bias ? at::cpu::baddbmm(up(c), up(a), up(b), beta, alpha) : at::cpu::bmm(up(a), up(b));
+  };
+  const bool plain = batch1.dim() != 3 || batch2.dim() != 3;  // ATen's errors for the rest
+  const int64_t batches = plain ? 0 : batch1.size(0);
+  const int64_t n = plain ? 0 : batch1.size(1), k = plain ? 0 : batch1.size(2);
+  const int64_t m = plain ? 0 : batch2.size(2);
+  const int64_t per_entry = n * k + k * m + n * m;
+  const int64_t block = std::max<int64_t>(1, kBlockElements / std::max<int64_t>(1, per_entry));
+  if (plain || block >= batches || batch2.size(0) != batches || (bias && bias->dim() > 3)) {
+    return product(batch1, batch2, bias ? *bias : at::Tensor()).to(at::kBFloat16);
+  }
+  const at::Tensor c = bias ? bias->expand({batches, n, m}) : at::Tensor();
+  at::Tensor out = at::empty({batches, n, m}, batch1.options());
+  for (int64_t i = 0; i < batches; i += block) {
+    const int64_t l = std::min(block, batches - i);
+    out.narrow(0, i, l).copy_(product(batch1.narrow(0, i, l), batch2.narrow(0, i, l),
+                                      bias ? c.narrow(0, i, l) : at::Tensor()));
+  }
+  return out;
+}
+
 at::Tensor kernel_bmm(const at::Tensor& self, const at::Tensor& mat2) {
   if (!all_bf16({&self, &mat2})) return at::cpu::bmm(self, mat2);
-  return at::cpu::bmm(up(self), up(mat2)).to(at::kBFloat16);
+  return blocked_batch_product(self, mat2, nullptr, 1, 1);
 }
 
 at::Tensor& kernel_bmm_out(const at::Tensor& self, const at::Tensor& mat2, at::Tensor& out) {
@@ -125,7 +153,7 @@ at::Tensor kernel_baddbmm(const at::Tensor& self, const at::Tensor& batch1,
   if (!all_bf16({&self, &batch1, &batch2})) {
     return at::cpu::baddbmm(self, batch1, batch2, beta, alpha);
   }
-  return at::cpu::baddbmm(up(self), up(batch1), up(batch2), beta, alpha).to(at::kBFloat16);
+  return blocked_batch_product(batch1, batch2, &self, beta, alpha);
 }
 
 at::Tensor& kernel_baddbmm_out(const at::Tensor& self, const at::Tensor& batch1,

@@ -96,7 +96,8 @@ TEST(CpuBf16Matmul, EveryFormIsTheFp32ProductRoundedOnce) {
 
 // A product whose fp32 copies would exceed 16 MiB is computed in blocks of output rows (the
 // larger operand the left one) or columns (the right one), a block of that operand upcast at a
-// time: the same values, bias included (K = 64 is one pass of the GEMM's inner loop).
+// time, and a batched one in blocks of batch entries: the same values, bias included (K = 64 is
+// one pass of the GEMM's inner loop).
 TEST(CpuBf16Matmul, LargeProductsAreComputedInBlocks) {
   WithoutOneDnn no_onednn;
   Fp32AccumulatingBf16Matmul fp32_products;
@@ -114,6 +115,16 @@ TEST(CpuBf16Matmul, LargeProductsAreComputedInBlocks) {
   EXPECT_TRUE(at::mm(right.t(), left.t()).equal(rounded(f(right).t().mm(f(left).t()))));
   EXPECT_TRUE(at::addmm(rows_bias, tall, wide).equal(
       rounded(at::addmm(f(rows_bias), f(tall), f(wide)))));
+  // Batched products in blocks of batch entries (21 of these at a time: 21, 21, 6), biases
+  // broadcast over the batch or per entry.
+  const at::Tensor b1 = bf16({48, 256, 256}, 31), b2 = bf16({48, 256, 256}, 32);
+  EXPECT_TRUE(at::bmm(b1, b2).equal(rounded(f(b1).bmm(f(b2)))));
+  EXPECT_TRUE(at::matmul(b1, b2.transpose(1, 2)).equal(rounded(f(b1).bmm(f(b2).transpose(1, 2)))));
+  const at::Tensor shared_bias = bf16({256, 256}, 33), entry_bias = bf16({48, 1, 256}, 34);
+  EXPECT_TRUE(at::baddbmm(shared_bias, b1, b2, 0.5, 2.0)
+                  .equal(rounded(at::baddbmm(f(shared_bias), f(b1), f(b2), 0.5, 2.0))));
+  EXPECT_TRUE(at::baddbmm(entry_bias, b1, b2).equal(
+      rounded(at::baddbmm(f(entry_bias), f(b1), f(b2)))));
 }
 
 // Autograd's backward of a bf16 linear goes through the same kernels: each gradient is the
