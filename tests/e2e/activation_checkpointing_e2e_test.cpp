@@ -11,6 +11,7 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/test_port.h"
 
 namespace deepspeed {
 namespace {
@@ -21,7 +22,6 @@ constexpr int kSteps = 3;
 
 std::vector<nlohmann::json> train(const testing::TempDir& dir, int stage, bool checkpointed,
                                   std::string* out) {
-  static int runs = 0;  // a fresh port per run: the last run's may still be in TIME_WAIT
   const std::string name = "s" + std::to_string(stage) + (checkpointed ? "_ckpt" : "");
   testing::write_text_file(dir.file(name + ".json"),
                            R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
@@ -33,7 +33,7 @@ std::vector<nlohmann::json> train(const testing::TempDir& dir, int stage, bool c
       "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})");
   const std::string cmd =
       std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " +
-      std::to_string(28600 + (::getpid() % 300) + 300 * (runs++ % 8)) + " " + DS_TRAIN_GPT_BIN +
+      std::to_string(testing::reserve_port()) + " " + DS_TRAIN_GPT_BIN +
       " --deepspeed_config " + dir.file(name + ".json") + " --data " + DS_FIXTURE_TEXT +
       " --steps " + std::to_string(kSteps) +
       " --n_layer 2 --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 1 --dropout 0.1"

@@ -21,13 +21,14 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/test_port.h"
 
 namespace deepspeed::interop {
 
 inline constexpr const char* kModel =
     " --n_layer 2 --n_head 2 --n_embd 32 --seq_len 32 --compact_vocab --val_fraction 0.2";
 
-inline std::string port() { return std::to_string(29300 + (::getpid() % 200)); }
+inline std::string port() { return std::to_string(testing::reserve_port()); }
 
 /// One step of a metrics file (train_gpt's or the peer's: the same keys). grad_norm is NaN where
 /// the writer had none.

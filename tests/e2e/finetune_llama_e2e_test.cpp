@@ -18,6 +18,7 @@
 #include "llama_weights.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/test_port.h"
 
 namespace deepspeed::examples {
 namespace {
@@ -63,13 +64,11 @@ std::string config(int stage, int micro, const nlohmann::json& extra = nlohmann:
 std::string finetune(const TempDir& dir, int ranks, const std::string& name, const std::string& cfg,
                      const std::string& extra, const std::string& model = "tiny",
                      const std::string& env = "") {
-  static int runs = 0;
   testing::write_text_file(dir.file(name + ".json"), cfg);
   std::string launcher;
   if (ranks > 1) {
-    // Ports stay below Linux's ephemeral range (32768 and up), which clients' sockets take.
     launcher = std::string(DS_LAUNCHER_BIN) + " --num_gpus " + std::to_string(ranks) +
-               " --master_port " + std::to_string(31200 + (::getpid() % 300) + 300 * (runs++ % 4)) + " ";
+               " --master_port " + std::to_string(testing::reserve_port()) + " ";
   }
   auto r = run_command(env + "OMP_NUM_THREADS=1 " + launcher + DS_FINETUNE_LLAMA_BIN + " --model " +
                        dir.file(model) + " --deepspeed_config " + dir.file(name + ".json") +

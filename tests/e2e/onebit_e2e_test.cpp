@@ -17,6 +17,7 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/test_port.h"
 
 namespace deepspeed {
 namespace {
@@ -36,7 +37,6 @@ constexpr double kWarmupLossTolerance = 1e-3;
 
 std::vector<nlohmann::json> run(const testing::TempDir& dir, int ranks, const std::string& name,
                                 const std::string& optimizer_json) {
-  static int runs = 0;  // a fresh port per run: the last run's may still be in TIME_WAIT
   // A global batch of 4 sequences whatever the rank count (the fixture's validation split holds
   // one eval batch of 4).
   const std::string cfg = R"({"train_micro_batch_size_per_gpu": )" + std::to_string(4 / ranks) +
@@ -47,7 +47,7 @@ std::vector<nlohmann::json> run(const testing::TempDir& dir, int ranks, const st
   std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
   const std::string cmd =
       std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus " + std::to_string(ranks) +
-      " --master_port " + std::to_string(30200 + (::getpid() % 300) + 300 * (runs++ % 8)) + " " +
+      " --master_port " + std::to_string(testing::reserve_port()) + " " +
       DS_TRAIN_GPT_BIN + " --deepspeed_config " + dir.file(name + ".json") + " --data " +
       dir.file("corpus.txt") + " --steps " + std::to_string(kSteps) +
       " --n_layer 1 --n_head 2 --n_embd 32 --seq_len 32 --compact_vocab --eval_batches 1" +

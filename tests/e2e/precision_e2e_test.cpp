@@ -17,6 +17,7 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/test_port.h"
 
 namespace deepspeed {
 namespace {
@@ -50,7 +51,7 @@ std::vector<double> train(const testing::TempDir& dir, const std::string& name,
   testing::write_text_file(dir.file(name + ".json"), config.dump());
   const std::string cmd =
       std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " +
-      std::to_string(31000 + (::getpid() % 500)) + " " + DS_TRAIN_GPT_BIN +
+      std::to_string(testing::reserve_port()) + " " + DS_TRAIN_GPT_BIN +
       " --deepspeed_config " + dir.file(name + ".json") + " --data " + dir.file("corpus.txt") +
       " --steps " + std::to_string(kSteps) +
       " --n_layer 2 --n_head 2 --n_embd 32 --seq_len 32 --compact_vocab --eval_batches 1" +

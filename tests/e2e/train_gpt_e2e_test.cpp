@@ -13,6 +13,7 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/test_port.h"
 
 namespace deepspeed {
 namespace {
@@ -21,12 +22,11 @@ using testing::run_command;
 
 std::string launch(const testing::TempDir& dir, const std::string& config_json, int steps,
                    const std::string& metrics = "metrics.jsonl", const std::string& extra = "") {
-  static int runs = 0;  // a fresh port per run: the last run's may still be in TIME_WAIT
   testing::write_text_file(dir.file("ds_config.json"), config_json);
   std::ifstream src(DS_FIXTURE_TEXT);
   std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
   return std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " +
-         std::to_string(29600 + (::getpid() % 300) + 300 * (runs++ % 8)) + " " + DS_TRAIN_GPT_BIN +
+         std::to_string(testing::reserve_port()) + " " + DS_TRAIN_GPT_BIN +
          " --deepspeed_config " + dir.file("ds_config.json") + " --data " +
          dir.file("corpus.txt") + " --steps " + std::to_string(steps) +
          " --n_layer 1 --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 2 --metrics_file " +

@@ -13,6 +13,7 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/test_port.h"
 
 namespace deepspeed {
 namespace {
@@ -31,13 +32,12 @@ constexpr const char* kZero2Bf16Config = R"({"train_micro_batch_size_per_gpu": 2
 
 std::string launch(const testing::TempDir& dir, int steps, const std::string& metrics,
                    const std::string& extra, const char* config = kConfig, int ranks = 2) {
-  static int runs = 0;
   testing::write_text_file(dir.file("ds_config.json"), config);
   std::ifstream src(DS_FIXTURE_TEXT);
   std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
   return std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus " + std::to_string(ranks) +
          " --master_port " +
-         std::to_string(28600 + (::getpid() % 300) + 300 * (runs++ % 3)) + " " + DS_TRAIN_GPT_BIN +
+         std::to_string(testing::reserve_port()) + " " + DS_TRAIN_GPT_BIN +
          " --deepspeed_config " + dir.file("ds_config.json") + " --data " +
          dir.file("corpus.txt") + " --steps " + std::to_string(steps) +
          (extra.find("--n_layer") == std::string::npos ? " --n_layer 2" : "") +

@@ -12,6 +12,7 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/test_port.h"
 
 namespace deepspeed {
 namespace {
@@ -26,7 +27,7 @@ TEST(TrainGptPipeE2E, TwoStagesTrainAndKeepTheProgressLineAndMetrics) {
   std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
   const std::string cmd =
       std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " +
-      std::to_string(29600 + (::getpid() % 300)) + " " + DS_TRAIN_GPT_BIN +
+      std::to_string(testing::reserve_port()) + " " + DS_TRAIN_GPT_BIN +
       " --deepspeed_config " + dir.file("ds_config.json") + " --data " + dir.file("corpus.txt") +
       " --steps 6 --n_layer 2 --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 2 "
       "--compact_vocab --pipeline_parallel_size 2 --metrics_file " + dir.file("metrics.jsonl");
@@ -68,7 +69,7 @@ TEST(TrainGptPipeE2E, PartitionMethodFlagReachesThePipeline) {
   std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
   const std::string cmd =
       std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " +
-      std::to_string(29900 + (::getpid() % 90)) + " " + DS_TRAIN_GPT_BIN +
+      std::to_string(testing::reserve_port()) + " " + DS_TRAIN_GPT_BIN +
       " --deepspeed_config " + dir.file("ds_config.json") + " --data " + dir.file("corpus.txt") +
       " --steps 1 --n_layer 2 --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 1 "
       "--compact_vocab --pipeline_parallel_size 2 --pipe_partition_method uniform";

@@ -11,6 +11,7 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/test_port.h"
 
 namespace deepspeed {
 namespace {
@@ -25,7 +26,7 @@ GptRun train_gpt(testing::TempDir& dir, int ranks, const std::string& flags, con
                  const std::string& model = "--n_head 2 --n_embd 32") {
   const std::string cmd =
       std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus " +
-      std::to_string(ranks) + " --master_port " + std::to_string(29600 + (::getpid() % 300)) +
+      std::to_string(ranks) + " --master_port " + std::to_string(testing::reserve_port()) +
       " " + DS_TRAIN_GPT_BIN + " --deepspeed_config " + dir.file("ds_config.json") + " --data " +
       dir.file("corpus.txt") +
       " --steps 4 --n_layer 2 --seq_len 32 --eval_batches 1 --compact_vocab --metrics_file " +

@@ -2,13 +2,10 @@
 // collect each rank's exit status and output.
 #include "support/multi_rank.h"
 
-#include <arpa/inet.h>
 #include <execinfo.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,25 +20,12 @@
 
 #include "deepspeed/comm.h"
 #include "support/temp_dir.h"
+#include "support/test_port.h"
 
 extern char** environ;
 
 namespace deepspeed::testing {
 namespace {
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
@@ -118,7 +102,8 @@ std::vector<RankResult> run_ranks(int world, const std::function<void(int, int)>
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string filter =
       std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name();
-  int port = free_port();
+  const ReservedPort reserved;  // held until the ranks are done
+  const int port = reserved.port();
 
   std::vector<pid_t> pids(world, -1);
   for (int r = 0; r < world; ++r) {

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/test_port.h"
 #include "test_process.h"
 
 namespace deepspeed::launcher {
@@ -27,6 +28,9 @@ using testing::ProcessResult;
 using testing::TempDir;
 using testing::TestProcess;
 using Env = std::vector<std::pair<std::string, std::string>>;
+
+// Reserved across the test processes that run at once (support/test_port.h).
+int master_port() { return deepspeed::testing::reserve_port(); }
 
 const Env kTestEnv = {{"DS_LAUNCHER_KILL_GRACE_S", "3"}, {"OMP_NUM_THREADS", "1"}};
 constexpr double kStopWithinSeconds = 5.0;
@@ -38,9 +42,6 @@ std::string collective_probe() { return testing::required_env("DS_TEST_COLLECTIV
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
-
-// Below Linux's ephemeral range (32768 and up), which clients' sockets take; offset < 8.
-int test_port(int offset) { return 30000 + static_cast<int>(::getpid() % 340) * 8 + offset; }
 
 std::string ip_binary() {
   for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
@@ -162,7 +163,7 @@ std::string line_starting(const std::vector<std::string>& lines, const std::stri
 std::map<int, std::vector<std::string>> single_host_reference() {
   static std::map<int, std::vector<std::string>> reference = [] {
     ProcessResult r = testing::run_process({launcher(), "-q", "--num_gpus", "4", "--master_port",
-                                            std::to_string(test_port(0)), collective_probe()},
+                                            std::to_string(master_port()), collective_probe()},
                                            kTestEnv, 120);
     EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
     return probe_lines(r.out);
@@ -185,7 +186,7 @@ TEST_F(MultiHost, SshFanOut_TwoHostsGiveTheSingleHostResult) {
   Env env = kTestEnv;
   env.emplace_back("NCCL_MH_TEST", "from-env");
   ProcessResult r = testing::run_process(
-      on_host_a({"--hostfile", "hosts", "--launcher_args", ssh_args(), "--master_port", std::to_string(test_port(1)),
+      on_host_a({"--hostfile", "hosts", "--launcher_args", ssh_args(), "--master_port", std::to_string(master_port()),
                  collective_probe(), "--steps=5"}),
       env, 120, dir_.path());
   const std::string text = r.out + r.err;
@@ -226,7 +227,7 @@ TEST_F(MultiHost, OpenMpi_TwoHostsGiveTheSingleHostResult) {
   const std::string subnet = hosts_->host_a.substr(0, hosts_->host_a.rfind('.')) + ".0/24";
   ProcessResult r = testing::run_process(
       on_host_a({"--hostfile", "hosts", "--launcher", "openmpi", "--master_addr", hosts_->host_a, "--master_port",
-                 std::to_string(test_port(2)), "--no_ssh_check", "--launcher_args",
+                 std::to_string(master_port()), "--no_ssh_check", "--launcher_args",
                  "--allow-run-as-root --mca plm_rsh_args '" + ssh_args() + "' --mca btl_tcp_if_include " + subnet +
                      " --mca oob_tcp_if_include " + subnet,
                  collective_probe(), "--steps=5"}),
@@ -286,7 +287,7 @@ void expect_all_gone(const std::vector<pid_t>& pids) {
 TEST_F(MultiHost, RemoteRankKilled_EndsTheJobOnBothHostsNamingIt) {
   TempDir pids;
   auto p = start_sleepers(on_host_a({"--hostfile", "hosts", "--launcher_args", ssh_args(), "--master_port",
-                                     std::to_string(test_port(3)), probe(), "--pid_dir=*:" + pids.path(), "--sleep_s=*:120"}),
+                                     std::to_string(master_port()), probe(), "--pid_dir=*:" + pids.path(), "--sleep_s=*:120"}),
                           dir_.path(), pids.path());
   std::vector<pid_t> ranks = read_pids(pids.path());
   ASSERT_GT(ranks[3], 0) << p->stderr_text();
@@ -304,7 +305,7 @@ TEST_F(MultiHost, RemoteRankKilled_EndsTheJobOnBothHostsNamingIt) {
 TEST_F(MultiHost, RemoteHostLost_EndsTheJobOnBothHosts) {
   TempDir pids;
   auto p = start_sleepers(on_host_a({"--hostfile", "hosts", "--launcher_args", ssh_args(), "--master_port",
-                                     std::to_string(test_port(4)), probe(), "--pid_dir=*:" + pids.path(), "--sleep_s=*:120"}),
+                                     std::to_string(master_port()), probe(), "--pid_dir=*:" + pids.path(), "--sleep_s=*:120"}),
                           dir_.path(), pids.path());
   std::vector<pid_t> ranks = read_pids(pids.path());
   ASSERT_GT(ranks[2], 0) << p->stderr_text();
@@ -325,7 +326,7 @@ TEST_F(MultiHost, RemoteHostLost_EndsTheJobOnBothHosts) {
 TEST_F(MultiHost, Sigint_StopsEveryRankOnEveryHost) {
   TempDir pids;
   auto p = start_sleepers(on_host_a({"--hostfile", "hosts", "--launcher_args", ssh_args(), "--master_port",
-                                     std::to_string(test_port(5)), probe(), "--pid_dir=*:" + pids.path(), "--sleep_s=*:120"}),
+                                     std::to_string(master_port()), probe(), "--pid_dir=*:" + pids.path(), "--sleep_s=*:120"}),
                           dir_.path(), pids.path());
   std::vector<pid_t> ranks = read_pids(pids.path());
   ASSERT_GT(ranks[3], 0) << p->stderr_text();
@@ -358,7 +359,7 @@ std::vector<ProcessResult> run_two_ranks(const std::vector<Env>& per_rank) {
 }
 
 TEST(LauncherVariables, OpenMpiRanksComeFromOmpiCommWorld) {
-  const std::string port = std::to_string(test_port(6));
+  const std::string port = std::to_string(master_port());
   std::vector<Env> env;
   for (int r = 0; r < 2; ++r) {
     env.push_back({{"OMPI_COMM_WORLD_RANK", std::to_string(r)}, {"OMPI_COMM_WORLD_LOCAL_RANK", std::to_string(r)},
@@ -375,7 +376,7 @@ TEST(LauncherVariables, OpenMpiRanksComeFromOmpiCommWorld) {
 }
 
 TEST(LauncherVariables, SlurmRanksComeFromTheSrunStep) {
-  const std::string port = std::to_string(test_port(7));
+  const std::string port = std::to_string(master_port());
   std::vector<Env> env;
   for (int r = 0; r < 2; ++r) {
     env.push_back({{"SLURM_PROCID", std::to_string(r)}, {"SLURM_LOCALID", std::to_string(r)},
