@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include <ATen/ATen.h>
+#include <ATen/ops/addbmm_cpu_dispatch.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
 #include <ATen/ops/addmv_cpu_dispatch.h>
 #include <ATen/ops/baddbmm_cpu_dispatch.h>
@@ -173,6 +174,56 @@ at::Tensor& kernel_baddbmm_(at::Tensor& self, const at::Tensor& batch1, const at
   return self.copy_(kernel_baddbmm(self, batch1, batch2, beta, alpha));
 }
 
+// bf16 `beta * self + alpha * sum_b batch1[b] @ batch2[b]`, summed in fp32 and rounded once.
+// ATen's addbmm adds one entry's product at a time to its bf16 result with addmm_, which rounds
+// once per batch entry. Here the fp32 sum takes the same order (entry by entry), a block of
+// entries upcast at a time.
+at::Tensor blocked_batch_sum(const at::Tensor& self, const at::Tensor& batch1,
+                             const at::Tensor& batch2, const at::Scalar& beta,
+                             const at::Scalar& alpha) {
+  const bool plain = batch1.dim() != 3 || batch2.dim() != 3 || batch1.size(0) != batch2.size(0);
+  const int64_t batches = plain ? 0 : batch1.size(0);
+  const int64_t per_entry =
+      plain ? 0 : batch1.size(1) * batch1.size(2) + batch2.size(1) * batch2.size(2);
+  const int64_t block = std::max<int64_t>(1, kBlockElements / std::max<int64_t>(1, per_entry));
+  if (plain || block >= batches) {  // ATen's errors and empty batches, too
+    return at::cpu::addbmm(up(self), up(batch1), up(batch2), beta, alpha).to(at::kBFloat16);
+  }
+  at::Tensor sum = at::cpu::addbmm(up(self), up(batch1.narrow(0, 0, block)),
+                                   up(batch2.narrow(0, 0, block)), beta, alpha);
+  for (int64_t i = block; i < batches; i += block) {
+    const int64_t l = std::min(block, batches - i);
+    at::cpu::addbmm_(sum, up(batch1.narrow(0, i, l)), up(batch2.narrow(0, i, l)), 1, alpha);
+  }
+  return sum.to(at::kBFloat16);
+}
+
+at::Tensor kernel_addbmm(const at::Tensor& self, const at::Tensor& batch1,
+                         const at::Tensor& batch2, const at::Scalar& beta,
+                         const at::Scalar& alpha) {
+  if (!all_bf16({&self, &batch1, &batch2})) {
+    return at::cpu::addbmm(self, batch1, batch2, beta, alpha);
+  }
+  return blocked_batch_sum(self, batch1, batch2, beta, alpha);
+}
+
+at::Tensor& kernel_addbmm_out(const at::Tensor& self, const at::Tensor& batch1,
+                              const at::Tensor& batch2, const at::Scalar& beta,
+                              const at::Scalar& alpha, at::Tensor& out) {
+  if (!all_bf16({&self, &batch1, &batch2, &out})) {
+    return at::cpu::addbmm_outf(self, batch1, batch2, beta, alpha, out);
+  }
+  return assign(out, kernel_addbmm(self, batch1, batch2, beta, alpha));
+}
+
+at::Tensor& kernel_addbmm_(at::Tensor& self, const at::Tensor& batch1, const at::Tensor& batch2,
+                           const at::Scalar& beta, const at::Scalar& alpha) {
+  if (!all_bf16({&self, &batch1, &batch2})) {
+    return at::cpu::addbmm_(self, batch1, batch2, beta, alpha);
+  }
+  return self.copy_(kernel_addbmm(self, batch1, batch2, beta, alpha));
+}
+
 // mv is addmv_ on an empty output with beta 0 (which ignores the output's values).
 at::Tensor kernel_addmv(const at::Tensor& self, const at::Tensor& mat, const at::Tensor& vec,
                         const at::Scalar& beta, const at::Scalar& alpha) {
@@ -237,6 +288,9 @@ struct Fp32AccumulatingBf16Matmul::Registration {
     library->impl("baddbmm", TORCH_FN(kernel_baddbmm));
     library->impl("baddbmm.out", TORCH_FN(kernel_baddbmm_out));
     library->impl("baddbmm_", TORCH_FN(kernel_baddbmm_));
+    library->impl("addbmm", TORCH_FN(kernel_addbmm));
+    library->impl("addbmm.out", TORCH_FN(kernel_addbmm_out));
+    library->impl("addbmm_", TORCH_FN(kernel_addbmm_));
     library->impl("addmv", TORCH_FN(kernel_addmv));  // mv and mv.out call addmv_ and addmv.out
     library->impl("addmv.out", TORCH_FN(kernel_addmv_out));
     library->impl("addmv_", TORCH_FN(kernel_addmv_));

@@ -10,9 +10,9 @@
 // Its matrix-vector product (mv, addmv) does the same where the GEMM does; its dot products (dot,
 // vdot) sum in bf16 on every CPU, oneDNN or not (a 4096-long dot is off by ~19%).
 //
-// The remedy: CPU kernels for mm, addmm, bmm, baddbmm and addmv (functional, out= and in-place
-// forms), dot and vdot that compute a bf16 product as fp32 products of the upcast operands,
-// rounded once to bf16, and hand every other dtype to ATen's own CPU kernels. Registered over
+// The remedy: CPU kernels for mm, addmm, bmm, baddbmm, addbmm and addmv (functional, out= and
+// in-place forms), dot and vdot that compute a bf16 product as fp32 products of the upcast
+// operands, rounded once to bf16, and hand every other dtype to ATen's own CPU kernels. Registered over
 // ATen's at runtime, they serve the module's forward and autograd's backward alike (linear,
 // matmul, mv and einsum decompose into them), for any model, with no change to it.
 #pragma once

@@ -1,8 +1,8 @@
-// The fp32-accumulating bf16 matmul kernels: while registered, every bf16 product (mm, addmm,
-// bmm, baddbmm, addmv in their functional, out= and in-place forms, dot, vdot, and linear/matmul/
-// mv and autograd's backward through them) equals the fp32 product of the upcast operands rounded
-// once to bf16, bit for bit; other dtypes keep ATen's result bit for bit; unregistering restores
-// ATen's kernels; the dots-only scope leaves the GEMMs to ATen.
+// The fp32-accumulating bf16 matmul kernels: while registered, every bf16 product (mm, addmm, bmm,
+// baddbmm, addbmm, addmv in their functional, out= and in-place forms, dot, vdot, and
+// linear/matmul/mv and autograd's backward through them) equals the fp32 product of the upcast
+// operands rounded once to bf16, bit for bit; other dtypes keep ATen's result bit for bit;
+// unregistering restores ATen's kernels; the dots-only scope leaves the GEMMs to ATen.
 // With oneDNN disabled, LibTorch 1.13 takes the GEMM that accumulates in bf16, as it does on
 // AVX2-only CPUs, so these tests cover that machine's path here too.
 #include "runtime/precision/cpu_bf16_matmul.h"
@@ -71,6 +71,12 @@ TEST(CpuBf16Matmul, EveryFormIsTheFp32ProductRoundedOnce) {
   at::baddbmm_out(out, c3, a3, b3, 0.25, 3.0);
   EXPECT_TRUE(out.equal(baddbmm));
   EXPECT_TRUE(c3.clone().baddbmm_(a3, b3, 0.25, 3.0).equal(baddbmm));
+  // addbmm: the entries' products summed in fp32, rounded once (not once per entry).
+  const at::Tensor addbmm = rounded(at::addbmm(f(c3[0]), f(a3), f(b3), 0.25, 3.0));
+  EXPECT_TRUE(at::addbmm(c3[0], a3, b3, 0.25, 3.0).equal(addbmm));
+  at::addbmm_out(out, c3[0], a3, b3, 0.25, 3.0);
+  EXPECT_TRUE(out.equal(addbmm));
+  EXPECT_TRUE(c3[0].clone().addbmm_(a3, b3, 0.25, 3.0).equal(addbmm));
   // Matrix-vector: mv and mv.out are addmv_ and addmv.out on ATen's side.
   const at::Tensor v = bf16({256}, 20), u = bf16({64}, 21);
   const at::Tensor mv = rounded(f(a).mv(f(v)));
@@ -125,6 +131,9 @@ TEST(CpuBf16Matmul, LargeProductsAreComputedInBlocks) {
                   .equal(rounded(at::baddbmm(f(shared_bias), f(b1), f(b2), 0.5, 2.0))));
   EXPECT_TRUE(at::baddbmm(entry_bias, b1, b2).equal(
       rounded(at::baddbmm(f(entry_bias), f(b1), f(b2)))));
+  // addbmm's sum over the entries, a block at a time, in ATen's fp32 order: bit for bit.
+  EXPECT_TRUE(at::addbmm(shared_bias, b1, b2, 0.5, 2.0)
+                  .equal(rounded(at::addbmm(f(shared_bias), f(b1), f(b2), 0.5, 2.0))));
 }
 
 // Autograd's backward of a bf16 linear goes through the same kernels: each gradient is the
