@@ -358,6 +358,16 @@ TEST(UniversalCheckpointDist, Zero0Bf16ToUniversalResumes) {
     auto opt = ckpt::load(zero + "optimizer_state.pt").toGenericDict();
     EXPECT_TRUE(opt.contains("loss_scaler"));
     EXPECT_FALSE(opt.contains("fp32_groups_flat"));
+    // zero_to_fp32: trainable parameters from the fp32 masters, the frozen one in the dtype it
+    // was saved in (bf16), as ZeRO 1-3's frozen_param_fragments give it.
+    const ckpt::TensorDict full = ckpt::consolidate_zero_checkpoint(ckpt_dir, "step2");
+    const std::string ms_path = ckpt_dir + "/step2/mp_rank_00_model_states.pt";
+    const auto ms = ckpt::ModelStates::from_ivalue(ckpt::load(ms_path), ms_path);
+    const at::Tensor* frozen = full.find("wpe.weight");
+    ASSERT_NE(frozen, nullptr);
+    EXPECT_EQ(frozen->scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(torch::equal(*frozen, *ms.module.find("wpe.weight")));
+    EXPECT_EQ(full.find("h.0.attn.c_attn.weight")->scalar_type(), at::kFloat);
   }
   resume_universal(ckpt_dir, first, 2, 1, 0, true, /*freeze=*/true, bf16_groups);
   resume_universal(ckpt_dir, first, 2, 1, 2, true, true, bf16_groups, 1e-2);

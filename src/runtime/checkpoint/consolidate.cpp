@@ -290,13 +290,19 @@ TensorDict consolidate_model_parallel(const std::string& tag_dir,
       aliases.insert(aliases.end(), states.shared_params->begin(), states.shared_params->end());
     }
   }
-  auto is_frozen = [&](const std::string& name) {
-    return ckpt.ranks[static_cast<size_t>(ckpt.stage_of(name) * ckpt.tp)].frozen.count(name) > 0;
+  auto saved_frozen = [&](const std::string& name) {
+    return ckpt.ranks[static_cast<size_t>(ckpt.stage_of(name) * ckpt.tp)].frozen;
   };
   for (bool frozen : {true, false}) {  // DeepSpeed's order: frozen, then trainable
     if (frozen && options.exclude_frozen_parameters) continue;
     for (const auto& name : ckpt.names) {
-      if (is_frozen(name) == frozen) put(out, name, *ckpt.full(name, "fp32"));
+      const auto& frozen_dtypes = saved_frozen(name);
+      const auto dtype = frozen_dtypes.find(name);
+      if ((dtype != frozen_dtypes.end()) != frozen) continue;
+      // A frozen parameter in the dtype it was saved in, as ZeRO 1-3's frozen_param_fragments
+      // give it (its fp32 here is that value upcast, so this is exact).
+      const at::Tensor weight = *ckpt.full(name, "fp32");
+      put(out, name, frozen ? weight.to(dtype->second) : weight);
     }
   }
   for (const auto& [alias, source] : aliases) {

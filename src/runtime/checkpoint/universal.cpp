@@ -233,7 +233,7 @@ void add_frozen_from_module(const ModelStates& states, UniversalSource* out) {
     const at::Tensor t = item.value().to(at::kFloat);
     fp32[item.key()] = runtime::SavedParam{t.reshape(-1), t.sizes().vec()};
     out->order.push_back(item.key());
-    out->frozen.insert(item.key());
+    out->frozen.emplace(item.key(), item.value().scalar_type());
   }
 }
 

@@ -167,7 +167,7 @@ void MoeExperts::add_frozen(UniversalSource* out) const {
     const at::Tensor t = item.value().to(at::kFloat);
     fp32[item.key()] = runtime::SavedParam{t.reshape(-1), t.sizes().vec()};
     out->order.push_back(item.key());
-    out->frozen.insert(item.key());
+    out->frozen.emplace(item.key(), item.value().scalar_type());
   }
 }
 

@@ -26,7 +26,8 @@ struct UniversalSource {
   std::map<std::string, at::Tensor> step;  // parameter -> its step count (a 0-d tensor)
   std::vector<std::string> order;          // parameter names: trainable in param_shapes order,
                                            // then frozen ones
-  std::set<std::string> frozen;            // those the optimizer does not hold (fp32 only)
+  /// Those the optimizer does not hold (fp32 only), with the dtype they were saved in.
+  std::map<std::string, at::ScalarType> frozen;
   /// zero/optimizer_state.pt as DeepSpeed writes it: rank 0's optimizer_state_dict (loss
   /// scaler, ds_version, clip_grad, ...) without its partitioned parts, plus `param_groups`.
   c10::IValue optimizer_state;

@@ -153,6 +153,7 @@ UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank) {
     }
     for (const auto& item : *states0.frozen_param_shapes) {
       std::vector<at::Tensor> pieces;
+      at::ScalarType saved_dtype = at::kFloat;
       for (int64_t r = 0; r < world; ++r) {
         const auto& m = models[static_cast<size_t>(r)];
         const at::Tensor* t = m.frozen_param_fragments ? m.frozen_param_fragments->find(item.key())
@@ -162,6 +163,7 @@ UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank) {
                  ": no fragment of frozen parameter '", item.key(),
                  "' (part 'frozen_param_fragments')");
         pieces.push_back(t->reshape(-1).to(at::kFloat));
+        saved_dtype = t->scalar_type();
       }
       const at::Tensor full = at::cat(pieces);
       const int64_t n = c10::multiply_integers(item.value());
@@ -169,7 +171,7 @@ UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank) {
                item.key(), "' has ", full.numel(), " elements over ", world, " ranks, needs ", n);
       out.states["fp32"][item.key()] = runtime::SavedParam{full.narrow(0, 0, n), item.value()};
       out.order.push_back(item.key());
-      out.frozen.insert(item.key());
+      out.frozen.emplace(item.key(), saved_dtype);
     }
   }
 

@@ -149,8 +149,9 @@ TEST(EngineCheckpoint, WritesDeepSpeedFilesAndKeys) {
 // zero_to_fp32 of a stage-0 checkpoint (beyond DeepSpeed's script, which reads ZeRO 1-3): in
 // bf16 the fp32 masters that the optimizer holds, in either of DeepSpeed's stage-0 layouts
 // (FP16_Optimizer's flat masters for Adam, FP16_UnfusedOptimizer's per parameter for Lamb);
-// in fp32 the module. Frozen parameters first, as DeepSpeed orders them; the tied alias is
-// its source's tensor.
+// in fp32 the module. Frozen parameters first, as DeepSpeed orders them, and in the dtype they
+// were saved in (as ZeRO 1-3's frozen_param_fragments give them); the tied alias is its
+// source's tensor.
 TEST(EngineCheckpoint, ZeroToFp32ReadsStage0Masters) {
   for (const char* optimizer : {"Adam", "Lamb", ""}) {
     SCOPED_TRACE(*optimizer ? optimizer : "fp32 Adam");
@@ -178,9 +179,10 @@ TEST(EngineCheckpoint, ZeroToFp32ReadsStage0Masters) {
     bool beyond_bf16 = false;  // a master that bf16 cannot hold: not the module's copy
     for (const auto& item : e->module().named_parameters()) {
       const at::Tensor& got = full[item.key()];
-      EXPECT_EQ(got.scalar_type(), at::kFloat) << item.key();
+      const bool frozen = !item.value().requires_grad();
+      EXPECT_EQ(got.scalar_type(), frozen ? dtype : at::kFloat) << item.key();
       EXPECT_TRUE(got.to(item.value().scalar_type()).equal(item.value())) << item.key();
-      beyond_bf16 |= bf16 && !got.equal(got.to(at::kBFloat16).to(at::kFloat));
+      beyond_bf16 |= bf16 && !frozen && !got.equal(got.to(at::kBFloat16).to(at::kFloat));
     }
     EXPECT_EQ(beyond_bf16, bf16);
     EXPECT_TRUE(full["head.weight"].is_same(full["mid.weight"]));
