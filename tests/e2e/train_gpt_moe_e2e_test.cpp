@@ -1,7 +1,8 @@
 // train_gpt with MoE blocks under the deepspeed launcher on 2 ranks: --moe_* flags, the
 // moe_aux_loss metric, DeepSpeed's MoE checkpoint files and an exact resume; with
 // --tensor_parallel_size 2 on 4 ranks and with --activation_checkpointing, the same training as
-// without them; in 2 pipeline stages x 2 replicas, and in 2 stages x 2 tensor-parallel ranks.
+// without them; in 2 pipeline stages x 2 replicas, and in 2 stages x 2 tensor-parallel ranks;
+// a tensor-parallel checkpoint through ds_to_universal onto ranks without tensor parallelism.
 #include <unistd.h>
 
 #include <cmath>
@@ -11,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/universal_checkpoint.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 #include "support/test_port.h"
@@ -30,6 +33,16 @@ constexpr const char* kZero2Bf16Config = R"({"train_micro_batch_size_per_gpu": 2
     "bf16": {"enabled": true}, "zero_optimization": {"stage": 2},
     "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.0}}})";
 
+// ZeRO-2 in fp32, and the same loading universal checkpoints.
+constexpr const char* kZero2Config = R"({"train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 2, "steps_per_print": 5, "gradient_clipping": 1.0,
+    "zero_optimization": {"stage": 2},
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.0}}})";
+constexpr const char* kZero2UniversalConfig = R"({"train_micro_batch_size_per_gpu": 2,
+    "gradient_accumulation_steps": 2, "steps_per_print": 5, "gradient_clipping": 1.0,
+    "zero_optimization": {"stage": 2}, "checkpoint": {"load_universal": true},
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.0}}})";
+
 std::string launch(const testing::TempDir& dir, int steps, const std::string& metrics,
                    const std::string& extra, const char* config = kConfig, int ranks = 2) {
   testing::write_text_file(dir.file("ds_config.json"), config);
@@ -44,7 +57,8 @@ std::string launch(const testing::TempDir& dir, int steps, const std::string& me
          " --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 2 --metrics_file " +
          dir.file(metrics) +
          (extra.find("--moe_ep_size") == std::string::npos ? " --moe_ep_size 2" : "") +
-         " --moe_num_experts 4 --moe_top_k 2 --moe_every 2"
+         (extra.find("--moe_top_k") == std::string::npos ? " --moe_top_k 2" : "") +
+         " --moe_num_experts 4 --moe_every 2"
          " --moe_capacity_factor 1.25 --moe_aux_loss_coef 0.01 " + extra;
 }
 
@@ -94,6 +108,27 @@ TEST(TrainGptMoEE2E, TrainsWithExpertParallelismAndReportsTheAuxLoss) {
   EXPECT_TRUE(std::filesystem::exists(tag + "mp_rank_00_model_states.pt"));
 }
 
+// A resumed run's 3 rows are steps 4-6 of an uninterrupted run of 6: each of `keys` within a
+// relative `rtol` (0: equal, to 4 ulps).
+void expect_steps_4_to_6(const std::string& want_file, const std::string& got_file,
+                         const std::vector<const char*>& keys, double rtol) {
+  auto want = read_rows(want_file);
+  auto got = read_rows(got_file);
+  ASSERT_EQ(want.size(), 6u);
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i]["step"], want[3 + i]["step"]);
+    for (const char* key : keys) {
+      const double w = want[3 + i][key].get<double>(), g = got[i][key].get<double>();
+      if (rtol == 0.0) {
+        EXPECT_DOUBLE_EQ(g, w) << key << " step " << 4 + i;
+      } else {
+        EXPECT_NEAR(g, w, rtol * std::abs(w)) << key << " step " << 4 + i;
+      }
+    }
+  }
+}
+
 // 3 steps, save, resume to 6: the same losses as 6 steps straight (token dropping with random
 // token selection and the Gumbel second expert included: the RNG states come back too).
 void expect_exact_resume(const char* config, const std::string& extra = "", int ranks = 2) {
@@ -106,15 +141,8 @@ void expect_exact_resume(const char* config, const std::string& extra = "", int 
   auto second = run_command(
       launch(dir, 6, "second.jsonl", extra + " --load_dir " + dir.file("ckpt"), config, ranks));
   ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
-  auto a = read_rows(dir.file("full.jsonl"));
-  auto b = read_rows(dir.file("second.jsonl"));
-  ASSERT_EQ(a.size(), 6u);
-  ASSERT_EQ(b.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) {
-    EXPECT_EQ(b[i]["step"], a[3 + i]["step"]);
-    EXPECT_DOUBLE_EQ(b[i]["loss"].get<double>(), a[3 + i]["loss"].get<double>()) << i;
-    EXPECT_DOUBLE_EQ(b[i]["moe_aux_loss"].get<double>(), a[3 + i]["moe_aux_loss"].get<double>());
-  }
+  expect_steps_4_to_6(dir.file("full.jsonl"), dir.file("second.jsonl"), {"loss", "moe_aux_loss"},
+                      0.0);
 }
 
 TEST(TrainGptMoEE2E, ResumeContinuesExactly) { expect_exact_resume(kConfig); }
@@ -200,6 +228,57 @@ TEST(TrainGptMoEE2E, PipelineWithTensorParallelTrainsAsThePipelineAlone) {
       run_command(launch(dir, 4, "p2t2.jsonl", pipe + " --tensor_parallel_size 2", kConfig, 4));
   ASSERT_EQ(p2t2.exit_code, 0) << p2t2.out << p2t2.err;
   expect_same_training(dir.file("p2.jsonl"), dir.file("p2t2.jsonl"));
+}
+
+// A TP=2 x DP=2 checkpoint of experts sharded by AutoTP (ZeRO-2: expert partitions over the
+// expert-data-parallel group) converts to a universal checkpoint whose experts are whole (each
+// the join of its shards in the expert files), which zero_to_fp32 agrees with, and which
+// resumes on 2 ranks without TP as the run that never had TP. Deterministic gating (top-1, no
+// dropping): the RNG states do not carry over to another world size.
+TEST(TrainGptMoEE2E, TensorParallelCheckpointConvertsAndResumesWithoutTensorParallelism) {
+  testing::TempDir dir;
+  const std::string gating = " --moe_top_k 1 --moe_drop_tokens false";
+  auto dp = run_command(launch(dir, 6, "dp.jsonl", gating, kZero2Config));
+  ASSERT_EQ(dp.exit_code, 0) << dp.out << dp.err;
+  auto tp = run_command(launch(dir, 3, "tp.jsonl",
+                               gating + " --tensor_parallel_size 2 --save_dir " + dir.file("ckpt"),
+                               kZero2Config, 4));
+  ASSERT_EQ(tp.exit_code, 0) << tp.out << tp.err;
+  const std::string tag = dir.file("ckpt") + "/global_step3";
+  const std::string universal = dir.file("ckpt") + "/global_step3_universal";
+  const auto converted = checkpoint::ds_to_universal(tag, universal);
+  EXPECT_EQ(converted.tp_degree, 2);
+  const checkpoint::TensorDict full = checkpoint::consolidate_zero_checkpoint(
+      dir.file("ckpt"), std::string("global_step3"));
+  int experts = 0;
+  for (int e = 0; e < 4; ++e) {
+    const std::string prefix =
+        "h.1.mlp.deepspeed_moe.experts.deepspeed_experts." + std::to_string(e) + ".";
+    for (const auto& [name, dim] : std::vector<std::pair<std::string, int>>{
+             {"c_fc.weight", 0}, {"c_fc.bias", 0}, {"c_proj.weight", 1}}) {
+      const at::Tensor whole = checkpoint::load_universal_state(universal, prefix + name, "fp32");
+      std::vector<at::Tensor> shards;
+      for (int t = 0; t < 2; ++t) {
+        const std::string file = tag + "/layer_0_expert_" + std::to_string(e) + "_mp_rank_0" +
+                                 std::to_string(t) + "_model_states.pt";
+        shards.push_back(
+            checkpoint::load(file).toGenericDict().at(prefix + name).toTensor().to(at::kFloat));
+      }
+      EXPECT_TRUE(whole.equal(at::cat(shards, dim))) << prefix + name;
+      EXPECT_EQ(whole.size(dim), 4 * 32) << prefix + name;  // whole: 4 * n_embd
+      const at::Tensor* consolidated = full.find(prefix + name);
+      ASSERT_NE(consolidated, nullptr) << prefix + name;
+      EXPECT_TRUE(consolidated->equal(whole)) << prefix + name;
+      ++experts;
+    }
+  }
+  EXPECT_EQ(experts, 12);
+  auto resumed = run_command(launch(dir, 6, "resumed.jsonl",
+                                    gating + " --load_dir " + dir.file("ckpt"),
+                                    kZero2UniversalConfig));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  expect_steps_4_to_6(dir.file("dp.jsonl"), dir.file("resumed.jsonl"),
+                      {"loss", "grad_norm", "moe_aux_loss"}, 1e-6);
 }
 
 TEST(TrainGptMoEE2E, RefusesAnEpSizeThatDoesNotDivideTheWorld) {

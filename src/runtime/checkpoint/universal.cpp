@@ -367,6 +367,24 @@ int count_model_parallel_files(const std::string& tag_dir) {
 }
 
 namespace detail {
+namespace {
+
+// The recorded splits name experts by the module's local ids; the parameters here have global
+// ones. Every expert of a layer is split alike, so each takes its layer's split.
+void add_expert_splits(ModelParallelCheckpoint* ckpt) {
+  std::map<std::string, TensorParallelSplit> by_layer;
+  for (const auto& [name, split] : ckpt->splits) {
+    if (const auto key = MoeExperts::without_expert_id(name)) by_layer.emplace(*key, split);
+  }
+  if (by_layer.empty()) return;
+  for (const auto& name : ckpt->names) {
+    const auto key = MoeExperts::without_expert_id(name);
+    const auto split = key ? by_layer.find(*key) : by_layer.end();
+    if (split != by_layer.end()) ckpt->splits.emplace(name, split->second);
+  }
+}
+
+}  // namespace
 
 ModelParallelCheckpoint read_model_parallel_checkpoint(const std::string& tag_dir) {
   struct stat st {};
@@ -411,18 +429,16 @@ ModelParallelCheckpoint read_model_parallel_checkpoint(const std::string& tag_di
     DS_CHECK(file_exists(path), CheckpointError, path, " is missing (mp_world_size is ", mp,
              ")");
     // MoE: expert parameters get their global ids. Each model-parallel rank has its own expert
-    // files: a pipeline stage its own MoE layers (or none). ZeRO-3 refuses MoE; the
-    // tensor-parallel shards of experts are not joined.
+    // files: a pipeline stage its own MoE layers (or none), a tensor-parallel rank its shards
+    // of the experts. ZeRO-3 refuses MoE.
     const IValue loaded = m == 0 ? raw0 : load(path);
     const IValue raw =
         with_layer_module(loaded, m == 0 ? states0 : ModelStates::from_ivalue(loaded, path),
                           tag_dir, path, out.tp > 1 ? static_cast<int>(m % out.tp) : -1);
     const ModelStates states = ModelStates::from_ivalue(raw, path);
     const auto moe = MoeExperts::read(tag_dir, m, states, path);
-    DS_CHECK(!moe || (out.tp == 1 && !out.zero3), NotSupportedError, path,
-             ": an MoE checkpoint with ", out.zero3 ? "ZeRO stage 3" : "tensor parallelism",
-             ": the experts of data-parallel and pipelined ZeRO 0-2 models are read, not those "
-             "split over tensor-parallel ranks");
+    DS_CHECK(!moe || !out.zero3, NotSupportedError, path, ": an MoE checkpoint with ZeRO "
+             "stage 3: the experts of ZeRO 0-2 models are read (MoE training refuses ZeRO-3)");
     out.ranks.push_back(out.zero3 ? read_zero3_source(tag_dir, m)
                                   : read_zero012_source(tag_dir, m, raw, states,
                                                         moe ? &*moe : nullptr));
@@ -441,6 +457,7 @@ ModelParallelCheckpoint read_model_parallel_checkpoint(const std::string& tag_di
       if (seen.insert(n).second) out.names.push_back(n);
     }
   }
+  add_expert_splits(&out);
   return out;
 }
 

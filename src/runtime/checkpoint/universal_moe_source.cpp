@@ -109,6 +109,12 @@ bool MoeExperts::is_expert(const std::string& name) const {
   return parse_expert_name(name).has_value();
 }
 
+std::optional<std::string> MoeExperts::without_expert_id(const std::string& name) {
+  const auto e = parse_expert_name(name);
+  if (!e) return std::nullopt;
+  return e->layer + runtime::kExpertKeyPrefix + "*." + e->rest;
+}
+
 int64_t MoeExperts::ep_rank_of(int rank, int64_t ep_size) const {
   const auto lists =
       moe::expert_group_ranks(world_, ep_size, data_before_expert_).expert_data_parallel;

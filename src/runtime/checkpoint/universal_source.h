@@ -62,7 +62,7 @@ struct ModelParallelCheckpoint {
 };
 
 /// Reads `tag_dir` (ds_to_universal's input). Throws CheckpointError naming the missing or
-/// inconsistent folder or file, NotSupportedError for MoE with tensor parallelism or ZeRO-3.
+/// inconsistent folder or file, NotSupportedError for MoE under ZeRO-3.
 ModelParallelCheckpoint read_model_parallel_checkpoint(const std::string& tag_dir);
 
 /// A ZeRO-3 tag folder's model-parallel rank `mp_rank`: zero_pp_rank_<r>_mp_rank_XX files of
@@ -89,6 +89,10 @@ class MoeExperts {
                                         const ModelStates& states, const std::string& path);
 
   bool is_expert(const std::string& name) const;
+  /// An expert entry's name with its expert id left out ("<layer>...deepspeed_experts.*.<rest>"):
+  /// every expert of a layer has the same shape and tensor-parallel split. nullopt for a name
+  /// that is not an expert's.
+  static std::optional<std::string> without_expert_id(const std::string& name);
   /// `name` as data-parallel rank `rank` holds it (a local expert id), named by its global id;
   /// a name that is not an expert's as it is.
   std::string global_name(const std::string& name, int rank) const;
