@@ -11,8 +11,6 @@
 // formula) exceed ZeRO-2's (10Ψ) by ~36 MB, more than the run-to-run noise of the rest of the
 // process. The budget is set between the two as measured on this machine (the rest of a
 // process, thread stacks and allocator arenas, differs between machines).
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +26,7 @@
 
 #include "support/run_command.h"
 #include "support/temp_dir.h"
+#include "support/test_port.h"
 
 namespace deepspeed {
 namespace {
@@ -39,30 +38,9 @@ constexpr const char* kModel = " --n_layer 3 --n_head 4 --n_embd 384 --seq_len 3
 int64_t g_budget = 0;  // bytes per rank; 0 = no budget
 
 // Below Linux's ephemeral range (32768-60999), where a client's connection may take any port,
-// and below the other e2e tests' ranges (28600 and up); offsets reach +1303 (experiment retries).
+// and below the ports other tests reserve (support/test_port.h: 27400 and up); offsets reach
+// +1303, and +3303 with the tuner's retries on a busy port.
 int port_base() { return 20000 + (::getpid() % 16) * 400; }
-
-// A socket listening on `port` on every IPv4 address, as an unrelated server would.
-class HeldPort {
- public:
-  explicit HeldPort(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    ok_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && ::listen(fd_, 1) == 0;
-  }
-  ~HeldPort() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  HeldPort(const HeldPort&) = delete;
-  HeldPort& operator=(const HeldPort&) = delete;
-  bool ok() const { return ok_; }
-
- private:
-  int fd_;
-  bool ok_ = false;
-};
 
 std::string train_gpt(const testing::TempDir& dir, const std::string& config_path, int steps) {
   return std::string(DS_TRAIN_GPT_BIN) + " --deepspeed_config " + config_path + " --data " + dir.file("corpus.txt") +
@@ -256,7 +234,7 @@ TEST(AutotuningE2E, RunTrainsWithTheChosenConfig) {
   // Another process holds the first tuning experiment's port (the model-information run uses
   // the user's port + 0, tuning experiment 1 the port + 1).
   const int port = port_base() + 200;
-  HeldPort held(port + 1);
+  testing::ListeningSocket held(port + 1);
   ASSERT_TRUE(held.ok()) << "port " << port + 1 << " is in use";
   auto r = run_command(launcher(port, "--autotuning run") + train_gpt(dir, dir.file("ds_config.json"), 6));
   const std::string all = r.out + r.err;

@@ -19,8 +19,10 @@
 namespace deepspeed::testing {
 namespace {
 
+// Per user: another user's lock files (root's, from CI) could not be opened for writing.
 std::string lock_directory() {
-  const auto dir = std::filesystem::temp_directory_path() / "deepspeed-cpp-test-ports";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("deepspeed-cpp-test-ports-" + std::to_string(::getuid()));
   std::error_code ignored;
   std::filesystem::create_directories(dir, ignored);
   return dir.string();
@@ -95,6 +97,20 @@ ReservedPort::~ReservedPort() {
 ReservedPort::ReservedPort(ReservedPort&& other) noexcept
     : port_(other.port_), lock_fd_(other.lock_fd_) {
   other.lock_fd_ = -1;
+}
+
+ListeningSocket::ListeningSocket(int port)
+    : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ok_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::listen(fd_, 1) == 0;
+}
+
+ListeningSocket::~ListeningSocket() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 int reserve_port() {

@@ -30,12 +30,29 @@ class ReservedPort {
   int lock_fd_ = -1;
 };
 
+/// A socket listening on `port` on every IPv4 address, as an unrelated server would hold it
+/// (no reservation): tests of code that must cope with a port in use.
+class ListeningSocket {
+ public:
+  explicit ListeningSocket(int port);
+  ~ListeningSocket();
+  ListeningSocket(const ListeningSocket&) = delete;
+  ListeningSocket& operator=(const ListeningSocket&) = delete;
+
+  /// Whether it is bound and listening.
+  bool ok() const { return ok_; }
+
+ private:
+  int fd_;
+  bool ok_ = false;
+};
+
 /// A port reserved until this process exits: for tests that start a job and read its output.
 int reserve_port();
 
 /// Where reservations are drawn from: [first, last). Below Linux's default ephemeral range
 /// (32768-60999) and above the autotuning test's experiment ports.
-inline constexpr int kFirstTestPort = 26800;
+inline constexpr int kFirstTestPort = 27400;
 inline constexpr int kLastTestPort = 32700;
 
 }  // namespace deepspeed::testing

@@ -2,9 +2,6 @@
 // port that something else has bound is skipped, and a released port can be reserved again.
 #include "support/test_port.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,25 +9,6 @@
 
 namespace deepspeed::testing {
 namespace {
-
-// A listening socket on `port` that holds no reservation: another program's server.
-class Listener {
- public:
-  explicit Listener(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    bound_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-             ::listen(fd_, 1) == 0;
-  }
-  ~Listener() { ::close(fd_); }
-  bool bound() const { return bound_; }
-
- private:
-  int fd_;
-  bool bound_ = false;
-};
 
 TEST(ReservedPort, IsInTheRangeAndNotHandedOutTwiceWhileHeld) {
   const ReservedPort first;
@@ -69,8 +47,8 @@ TEST(ReservedPort, SkipsAPortThatIsBoundElsewhere) {
     const ReservedPort probe;  // a port that binds now, released again below
     busy = probe.port();
   }
-  const Listener server(busy);
-  ASSERT_TRUE(server.bound()) << busy;
+  const ListeningSocket server(busy);
+  ASSERT_TRUE(server.ok()) << busy;
   const ReservedPort port(busy);
   EXPECT_NE(port.port(), busy);
 }
