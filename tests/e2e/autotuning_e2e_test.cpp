@@ -38,9 +38,11 @@ constexpr const char* kModel = " --n_layer 3 --n_head 4 --n_embd 384 --seq_len 3
 int64_t g_budget = 0;  // bytes per rank; 0 = no budget
 
 // Below Linux's ephemeral range (32768-60999), where a client's connection may take any port,
-// and below the ports other tests reserve (support/test_port.h: 27400 and up); offsets reach
-// +1303, and +3303 with the tuner's retries on a busy port.
-int port_base() { return 20000 + (::getpid() % 16) * 400; }
+// and below the ports other tests reserve (support/test_port.h: 27400 and up), the tuner's
+// retries on a busy port included: offsets reach +1303, and +3303 with those retries, so the
+// highest port is 20000 + 9 * 400 + 3303 = 26903.
+int port_base() { return 20000 + (::getpid() % 10) * 400; }
+static_assert(20000 + 9 * 400 + 3303 < testing::kFirstTestPort);
 
 std::string train_gpt(const testing::TempDir& dir, const std::string& config_path, int steps) {
   return std::string(DS_TRAIN_GPT_BIN) + " --deepspeed_config " + config_path + " --data " + dir.file("corpus.txt") +
