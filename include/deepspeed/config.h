@@ -256,6 +256,25 @@ struct ProgressiveLayerDropConfig {
   double gamma = 0.001;
 };
 
+/// `curriculum_learning`: DeepSpeed's legacy curriculum learning (the data_efficiency section
+/// supersedes it). The difficulty rises from min_difficulty to max_difficulty over the global
+/// steps; with curriculum_type "seqlen" the engine hands it to the model's forward as
+/// curriculum_seqlen (ForwardKwargs). Read only when enabled, as DeepSpeed does.
+struct CurriculumLearningConfig {
+  bool enabled = false;
+  std::string curriculum_type;  // "seqlen" is passed to forward; any other is the user's to read
+  int64_t min_difficulty = 0;
+  int64_t max_difficulty = 0;
+  std::string schedule_type;    // fixed_linear | fixed_root | fixed_discrete | custom
+  // schedule_config, fixed_linear / fixed_root:
+  int64_t total_curriculum_step = 0;  // steps from min_difficulty to max_difficulty
+  int64_t difficulty_step = 1;        // every difficulty is a multiple of it
+  double root_degree = 1;             // fixed_root only (1: linear)
+  // schedule_config, fixed_discrete: difficulty[i] up to step max_step[i], then the last one.
+  std::vector<int64_t> difficulty;
+  std::vector<int64_t> max_step;
+};
+
 /// `torch_autocast`.
 struct TorchAutocastConfig {
   bool enabled = false;
@@ -306,6 +325,7 @@ struct DeepSpeedConfig {
   DataTypesConfig data_types;
   ElasticityConfig elasticity;
   ProgressiveLayerDropConfig progressive_layer_drop;
+  CurriculumLearningConfig curriculum_learning;
   TorchAutocastConfig torch_autocast;
 
   bool comet_enabled = false;  // comet.enabled (refused by check_supported())

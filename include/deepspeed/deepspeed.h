@@ -14,11 +14,13 @@
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
+#include "deepspeed/curriculum_scheduler.h"
 #include "deepspeed/engine.h"
 #include "deepspeed/errors.h"
 #include "deepspeed/lr_schedules.h"
 #include "deepspeed/mpu.h"
 #include "deepspeed/param_group.h"
+#include "deepspeed/progressive_layer_drop.h"
 #include "deepspeed/version.h"
 
 namespace deepspeed {

@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include <c10/util/Exception.h>
@@ -23,11 +25,15 @@
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
+#include "deepspeed/forward_kwargs.h"
 #include "deepspeed/lr_schedules.h"
 #include "deepspeed/mpu.h"
 #include "deepspeed/param_group.h"
 
 namespace deepspeed {
+
+class CurriculumScheduler;
+class ProgressiveLayerDrop;
 
 namespace monitor {
 class MonitorMaster;
@@ -231,6 +237,17 @@ class Engine {
     return shared_params_;
   }
 
+  /// What the engine adds to this forward's keyword arguments (DeepSpeed's kwargs): set by
+  /// each training forward (curriculum_learning's sequence length, progressive layer drop's
+  /// theta), empty in evaluation. ModuleEngine passes it to a forward whose last parameter is
+  /// `const ForwardKwargs&`; forward_with() callers read it here.
+  const ForwardKwargs& forward_kwargs() const { return forward_kwargs_; }
+  /// curriculum_learning's scheduler (DeepSpeed's curriculum_scheduler_legacy); nullptr when the
+  /// section is off. Set a "custom" schedule's function on it before training.
+  CurriculumScheduler* curriculum_scheduler_legacy() { return curriculum_.get(); }
+  /// progressive_layer_drop's current theta (DeepSpeed's get_pld_theta); nullopt when off.
+  std::optional<double> get_pld_theta() const;
+
   /// Elapsed milliseconds of the named wall-clock timers over the last optimizer step
   /// (fwd, bwd, bwd_inner, bwd_allreduce, step), as logged with wall_clock_breakdown.
   std::vector<std::pair<std::string, double>> get_wall_clock_timers() const;
@@ -243,6 +260,12 @@ class Engine {
  protected:
   void forward_begin();
   void forward_end();
+  /// Throws UsageError naming the feature when this forward has kwargs to pass but the model's
+  /// forward (of `module_type`) takes no ForwardKwargs (DeepSpeed: an unexpected keyword
+  /// argument).
+  void check_forward_kwargs_taken(const char* module_type) const;
+  /// Advances curriculum_learning to global step `global_steps` (DeepSpeed's update_difficulty).
+  int64_t update_curriculum(int64_t global_steps);
   /// The squared gradient norm over the model-parallel group from the data-parallel one
   /// (the pipeline engine sums the stages' norms instead: pipe.h).
   virtual double model_parallel_norm_squared(double dp_norm_squared) const;
@@ -326,7 +349,10 @@ class Engine {
   at::ScalarType model_dtype_ = at::kFloat;
   at::Device device_ = at::kCPU;
   std::unique_ptr<runtime::Timers> timers_;
-  std::unique_ptr<runtime::AutotuningProbe> autotuning_;  // autotuning.enabled (docs/autotuning.md)
+  std::unique_ptr<runtime::AutotuningProbe> autotuning_;
+  std::unique_ptr<CurriculumScheduler> curriculum_;  // curriculum_learning.enabled
+  std::unique_ptr<ProgressiveLayerDrop> pld_;        // progressive_layer_drop.enabled
+  ForwardKwargs forward_kwargs_;  // autotuning.enabled (docs/autotuning.md)
 
   int64_t global_steps_ = 0;
   int64_t global_samples_ = 0;
@@ -339,6 +365,21 @@ class Engine {
   std::chrono::steady_clock::time_point progress_start_;
   int64_t progress_samples_ = 0;
 };
+
+namespace detail {
+template <typename M, typename... Args>
+auto forward_takes_kwargs(int)
+    -> decltype(std::declval<M&>().forward(std::declval<Args>()...,
+                                           std::declval<const ForwardKwargs&>()),
+                std::true_type{});
+template <typename M, typename... Args>
+std::false_type forward_takes_kwargs(...);
+}  // namespace detail
+
+/// Whether Module::forward(args..., const ForwardKwargs&) is callable.
+template <typename Module, typename... Args>
+inline constexpr bool kForwardTakesKwargs =
+    decltype(detail::forward_takes_kwargs<Module, Args...>(0))::value;
 
 /// Engine for a concrete module type: forward(args...) calls the module's own forward.
 template <typename Module>
@@ -353,10 +394,18 @@ class ModuleEngine : public Engine {
 
   /// Tensor arguments on another device are moved to device() (a CPU batch reaches the GPU);
   /// with fp16.auto_cast, floating-point ones are cast to the model's dtype.
+  /// A forward whose last parameter is `const ForwardKwargs&` gets forward_kwargs() there.
   template <typename... Args>
   auto forward(Args&&... args) {
-    return forward_with(
-        [&] { return typed_module_->forward(auto_cast_input(std::forward<Args>(args))...); });
+    return forward_with([&] {
+      if constexpr (kForwardTakesKwargs<Module, Args...>) {
+        return typed_module_->forward(auto_cast_input(std::forward<Args>(args))...,
+                                      forward_kwargs());
+      } else {
+        check_forward_kwargs_taken(typeid(Module).name());
+        return typed_module_->forward(auto_cast_input(std::forward<Args>(args))...);
+      }
+    });
   }
   template <typename T>
   decltype(auto) auto_cast_input(T&& arg) {

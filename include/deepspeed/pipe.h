@@ -346,6 +346,9 @@ class PipelineEngine : public Engine {
     comm::Handle handle;
     at::Tensor tensor;  // kept alive until the send completed
   };
+  /// curriculum_learning: the difficulty of the coming batch, and a new shape negotiation when
+  /// it changed (DeepSpeed's reset_activation_shape).
+  void advance_curriculum();
   void execute(const Instruction& ins, const DataIterator& data_iter, bool training);
   void load_micro_batch(Buffer& b, const DataIterator& data_iter);
   void forward_pass(Buffer& b, bool training);

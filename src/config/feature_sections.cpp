@@ -220,6 +220,7 @@ void resolve_feature_sections(const DeepSpeedConfig& c, json& j) {
   j["progressive_layer_drop"] = {{"enabled", c.progressive_layer_drop.enabled},
                                  {"theta", c.progressive_layer_drop.theta},
                                  {"gamma", c.progressive_layer_drop.gamma}};
+  resolve_curriculum_learning(c, j);
   j["torch_autocast"] = {{"enabled", c.torch_autocast.enabled},
                          {"dtype", opt(c.torch_autocast.dtype)},
                          {"lower_precision_safe_modules", c.torch_autocast.lower_precision_safe_modules}};

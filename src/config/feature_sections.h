@@ -13,6 +13,10 @@ namespace deepspeed::config_detail {
 /// Reads those sections from `top` into `c` (warnings go to c.warnings).
 void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c);
 
+/// Reads the legacy curriculum_learning section (curriculum_learning_section.cpp).
+void parse_curriculum_learning(ConfigReader& top, DeepSpeedConfig& c);
+void resolve_curriculum_learning(const DeepSpeedConfig& c, json& out);
+
 /// Reads the sections of features this build does not implement (amp, compression_training,
 /// compile, tensor_parallel, ...) far enough to fill c.unimplemented_requests.
 void parse_unimplemented_sections(ConfigReader& top, DeepSpeedConfig& c);

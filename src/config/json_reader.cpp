@@ -186,6 +186,16 @@ std::vector<std::string> ConfigReader::get_string_list(const std::string& key) {
   return out;
 }
 
+std::vector<int64_t> ConfigReader::get_int_list(const std::string& key,
+                                                std::optional<int64_t> min) {
+  const json* v = lookup(key, "a list of integers");
+  std::vector<int64_t> out;
+  if (v == nullptr) return out;
+  if (!v->is_array()) fail(key, "is " + show(*v) + "; expected a list of integers");
+  for (const auto& e : *v) out.push_back(to_int(key, e, min));
+  return out;
+}
+
 ConfigReader ConfigReader::section(const std::string& key, Strictness strictness) {
   const json* v = lookup(key, "an object");
   if (v != nullptr && !v->is_object()) fail(key, "is " + show(*v) + "; expected an object");

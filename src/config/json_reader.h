@@ -48,6 +48,7 @@ class ConfigReader {
   std::string get_string(const std::string& key, const std::string& def);
   std::optional<std::string> get_opt_string(const std::string& key);
   std::vector<std::string> get_string_list(const std::string& key);
+  std::vector<int64_t> get_int_list(const std::string& key, std::optional<int64_t> min = {});
   /// Marks `key` as known and returns the raw value (nullptr if absent or null; "auto" refused).
   const json* get_raw(const std::string& key, const char* expected = "a value");
   /// Marks `key` as known and returns whether its value is "auto"; for the keys whose "auto"

@@ -71,7 +71,6 @@ void check_features_supported(const DeepSpeedConfig& c) {
   if (c.comet_enabled) refuse(c, "comet.enabled");
 
   if (c.elasticity.enabled) refuse(c, "elasticity.enabled");
-  if (c.progressive_layer_drop.enabled) refuse(c, "progressive_layer_drop.enabled");
   if (c.torch_autocast.enabled) refuse(c, "torch_autocast.enabled");
   if (!c.unimplemented_requests.empty()) refuse(c, c.unimplemented_requests.front());
   // Matches DeepSpeed: without ZeRO a 16-bit gradient accumulation needs a 16-bit model.

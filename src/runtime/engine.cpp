@@ -21,8 +21,10 @@
 
 #include "config/auto_sizes.h"
 #include "deepspeed/comms_logging.h"
+#include "deepspeed/curriculum_scheduler.h"
 #include "deepspeed/monitor.h"
 #include "deepspeed/optimizers.h"
+#include "deepspeed/progressive_layer_drop.h"
 #include "deepspeed/profiler.h"
 #include "deepspeed/zero3.h"
 #include "runtime/accelerator/accelerator.h"
@@ -254,6 +256,17 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     flops_profiler_ = std::make_unique<profiling::FlopsProfiler>(module_, config_.flops_profiler);
   }
   if (config_.dump_state) log::info_rank0("config: " + config_.resolved().dump(2));
+  if (config_.progressive_layer_drop.enabled) {
+    pld_ = std::make_unique<ProgressiveLayerDrop>(config_.progressive_layer_drop.theta,
+                                                  config_.progressive_layer_drop.gamma);
+    std::ostringstream pld;
+    pld << "Enabled progressive layer dropping (theta = " << config_.progressive_layer_drop.theta
+        << ")";
+    log::info_rank0(pld.str());
+  }
+  if (config_.curriculum_learning.enabled) {
+    curriculum_ = std::make_unique<CurriculumScheduler>(config_.curriculum_learning);
+  }
   std::ostringstream os;
   os << "engine ready: world_size=" << world << " zero_stage=" << config_.zero_optimization.stage
      << " train_batch_size=" << config_.batch.train_batch_size
@@ -375,6 +388,21 @@ void Engine::build_lr_scheduler(LRSchedulerFactory lr_scheduler) {
 
 void Engine::forward_begin() {
   comm::set_phase(comm::Phase::kForward);
+  // Matches DeepSpeed's forward: training forwards get progressive layer drop's state and, for
+  // a "seqlen" curriculum, the sequence length of global step global_steps + 1.
+  forward_kwargs_ = ForwardKwargs{};
+  if (module_->is_training()) {
+    if (pld_) {
+      forward_kwargs_.progressive_layer_drop = true;
+      forward_kwargs_.pld_theta = pld_->get_theta();
+    }
+    if (curriculum_) {
+      const int64_t difficulty = update_curriculum(global_steps_ + 1);
+      if (curriculum_->config().curriculum_type == "seqlen") {
+        forward_kwargs_.curriculum_seqlen = difficulty;
+      }
+    }
+  }
   if (autotuning_) autotuning_->forward_begin();
   // Matches DeepSpeed: the profiler records the forward of global step profile_step on rank 0.
   if (flops_profiler_ && comm::get_rank() == 0 &&
@@ -386,6 +414,27 @@ void Engine::forward_begin() {
   tput_timer_->start();
   timers_->start("fwd_microstep");
   timers_->start("fwd");
+}
+
+int64_t Engine::update_curriculum(int64_t global_steps) {
+  return curriculum_->update_difficulty(global_steps);
+}
+
+std::optional<double> Engine::get_pld_theta() const {
+  if (!pld_) return std::nullopt;
+  return pld_->get_theta();
+}
+
+void Engine::check_forward_kwargs_taken(const char* module_type) const {
+  if (forward_kwargs_.empty()) return;
+  const std::string feature =
+      forward_kwargs_.curriculum_seqlen
+          ? "curriculum_learning (curriculum_type \"seqlen\") passes curriculum_seqlen"
+          : "progressive_layer_drop passes progressive_layer_drop and pld_theta";
+  DS_CHECK(false, UsageError, feature, " to the model's training forward, but ",
+           c10::demangle(module_type),
+           "::forward takes no `const deepspeed::ForwardKwargs&` as its last parameter; add one "
+           "(or read engine.forward_kwargs() through forward_with)");
 }
 
 void Engine::forward_end() {
@@ -458,6 +507,8 @@ void Engine::step() {
   bool progress = false;  // a steps_per_print boundary
   if (boundary) {
     timers_->start("step");
+    // Matches DeepSpeed: theta follows the global step before this optimizer step.
+    if (pld_) pld_->update_state(global_steps_);
     torch::NoGradGuard no_grad;
     bool applied = false;
     with_memory_report("optimizer step", [&] { applied = take_model_step(); });

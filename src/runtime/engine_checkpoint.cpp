@@ -29,6 +29,7 @@
 #include "deepspeed/engine.h"
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
+#include "deepspeed/progressive_layer_drop.h"
 #include "deepspeed/universal_checkpoint.h"
 #include "deepspeed/version.h"
 #include "deepspeed/zero3.h"
@@ -636,6 +637,10 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     progress_start_ = std::chrono::steady_clock::now();
     restored.push_back("counters (global_steps " + std::to_string(global_steps_) +
                        ", skipped_steps " + std::to_string(skipped_steps_) + ")");
+    // Ours, not DeepSpeed's (whose theta restarts at 1 until the next boundary): theta as the
+    // last boundary before the save set it, so that a resumed run trains as an uninterrupted
+    // one. The curriculum needs nothing: each forward recomputes it from global_steps.
+    if (pld_ && global_steps_ > 0) pld_->update_state(global_steps_ - 1);
   }
   if (plan.cuda_rng_state && device_.is_cuda()) {
     at::Generator gen = compat::default_cuda_generator(device_.index());

@@ -5,6 +5,7 @@
 // messages naming the problem.
 #include "deepspeed/pipe.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -43,6 +44,24 @@ json pipe_config(int gas, int dp, int stage, const std::string& dtype = "fp32") 
   return c;
 }
 
+// DS_PIPE_CURRICULUM=1: a "seqlen" curriculum over the kPipeSeq tokens; global steps 1, 2, 3
+// train on 2, 3 and 4 of them, every later step on 4.
+bool curriculum_run() {
+  const char* v = std::getenv("DS_PIPE_CURRICULUM");
+  return v != nullptr && std::string(v) == "1";
+}
+const json kCurriculum = {{"enabled", true},
+                          {"curriculum_type", "seqlen"},
+                          {"min_difficulty", 2},
+                          {"max_difficulty", testing::kPipeSeq},
+                          {"schedule_type", "fixed_linear"},
+                          {"schedule_config",
+                           {{"total_curriculum_step", 3}, {"difficulty_step", 1}}}};
+std::pair<at::Tensor, at::Tensor> first_tokens(std::pair<at::Tensor, at::Tensor> batch,
+                                               int64_t n) {
+  return {batch.first.narrow(1, 0, n).contiguous(), batch.second.narrow(1, 0, n).contiguous()};
+}
+
 using NamedParams = std::map<std::string, at::Tensor>;
 
 void save_named(const std::string& name, const NamedParams& ps, double loss, double norm,
@@ -79,8 +98,11 @@ void train_reference(int gas, int dp, const std::string& dtype) {
   auto model = std::make_shared<testing::TinyPipeReferenceImpl>();
   auto [engine, opt, sched] = initialize(model, pipe_config(gas * dp, 1, 0, dtype));
   for (int s = 0; s < kSteps; ++s) {
+    const int64_t length = curriculum_run() ? std::min<int64_t>(s + 2, testing::kPipeSeq)
+                                            : testing::kPipeSeq;
     for (int j = 0; j < gas * dp; ++j) {
-      auto [x, y] = testing::tiny_pipe_batch(int64_t{s} * gas * dp + j, kMicro);
+      auto [x, y] =
+          first_tokens(testing::tiny_pipe_batch(int64_t{s} * gas * dp + j, kMicro), length);
       engine->backward(engine->forward(x, y));
       engine->step();
     }
@@ -113,16 +135,24 @@ void train_pipeline(int stages, int gas, int zero_stage, const std::string& dtyp
   auto module = std::make_shared<pipe::PipelineModule>(testing::tiny_pipe_specs(), o);
   const int dp = module->groups().data().size();
   const int dp_rank = module->groups().coord("data");
-  auto engine = pipe::initialize(module, pipe_config(gas, dp, zero_stage, dtype));
+  json config = pipe_config(gas, dp, zero_stage, dtype);
+  if (curriculum_run()) config["curriculum_learning"] = kCurriculum;
+  auto engine = pipe::initialize(module, config);
   ASSERT_EQ(engine->micro_batches(), gas);
+  // A curriculum's data iterator cuts its sequences to the difficulty train_batch set.
+  auto length = [&]() -> int64_t {
+    const CurriculumScheduler* c = engine->curriculum_scheduler_legacy();
+    return c == nullptr ? testing::kPipeSeq : c->get_current_difficulty();
+  };
   int64_t loaded = 0;
   double loss = 0.0;
   for (int s = 0; s < kSteps; ++s) {
     int j = 0;
     auto iter = [&]() {
       ++loaded;
-      return testing::tiny_pipe_batch(int64_t{s} * gas * dp + int64_t{dp_rank} * gas + j++,
-                                      kMicro);
+      return first_tokens(
+          testing::tiny_pipe_batch(int64_t{s} * gas * dp + int64_t{dp_rank} * gas + j++, kMicro),
+          length());
     };
     loss = engine->train_batch(iter).item<double>();
   }
@@ -170,10 +200,12 @@ void compare(const std::string& dir, int stages, double rtol) {
 }
 
 void check_against_reference(int world, int stages, int gas, int zero_stage,
-                             const std::string& dtype, double rtol, int ckpt_interval = 0) {
+                             const std::string& dtype, double rtol, int ckpt_interval = 0,
+                             bool curriculum = false) {
   new_shared_dir();
   testing::RunOptions o;
-  o.env = {{"DS_PIPE_CKPT_INTERVAL", std::to_string(ckpt_interval)},
+  o.env = {{"DS_PIPE_CURRICULUM", curriculum ? "1" : "0"},
+           {"DS_PIPE_CKPT_INTERVAL", std::to_string(ckpt_interval)},
            {"DS_PIPE_STAGES", std::to_string(stages)},
            {"DS_PIPE_GAS", std::to_string(gas)},
            {"DS_PIPE_ZERO", std::to_string(zero_stage)},
@@ -210,6 +242,12 @@ TEST(PipeDist, P2xDP2MatchesSingleProcessAfter4Steps_Zero1) {
 
 TEST(PipeDist, P2WithActivationCheckpointsMatchesSingleProcess) {
   check_against_reference(2, 2, 4, 0, "fp32", 1e-5, /*ckpt_interval=*/1);
+}
+
+// The sequence length changes between batches: the stages negotiate the activation shapes again
+// (DeepSpeed's reset_activation_shape) and train as the single process on the cut batches.
+TEST(PipeDist, P2WithSeqlenCurriculumMatchesSingleProcess) {
+  check_against_reference(2, 2, 2, 0, "fp32", 1e-5, 0, /*curriculum=*/true);
 }
 
 TEST(PipeDist, P2Bf16TracksFp32) { check_against_reference(2, 2, 4, 0, "bf16", 3e-2); }

@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "deepspeed/comm_p2p.h"
+#include "deepspeed/curriculum_scheduler.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/pipe.h"
 #include "runtime/tensor_parallel/engine_autotp.h"
@@ -85,6 +86,29 @@ PipelineEngine::PipelineEngine(std::shared_ptr<PipelineModule> module, DeepSpeed
   at::Tensor any = at::full({1}, pipe_module_->has_aux_loss() ? 1 : 0, at::kLong);
   if (pipe_group_.size() > 1) comm::all_reduce(any, comm::ReduceOp::kMax, false, pipe_group_);
   pipeline_has_aux_loss_ = any.item<int64_t>() != 0;
+  if (this->config().progressive_layer_drop.enabled) {
+    log::warn_rank0(
+        "progressive_layer_drop.enabled: the pipeline engine passes no forward kwargs to its "
+        "layers (as DeepSpeed's PipelineEngine), so theta is tracked (get_pld_theta()) but no "
+        "layer is dropped unless a layer reads it");
+  }
+}
+
+void PipelineEngine::advance_curriculum() {
+  CurriculumScheduler* curriculum = curriculum_scheduler_legacy();
+  if (curriculum == nullptr) return;
+  // Matches DeepSpeed's PipelineEngine: the difficulty (a sequence length) changes the
+  // activations' shape, so the stages negotiate it again on the first batch and whenever the
+  // difficulty changes (every stage computes the same schedule). The data iterator reads the
+  // difficulty from curriculum_scheduler_legacy() to truncate its batches.
+  const int64_t next = update_curriculum(global_steps() + 1);
+  if (global_steps() == 0 || curriculum->first_step) {
+    curriculum->first_step = false;
+  } else if (next == curriculum->get_difficulty(global_steps())) {
+    return;
+  }
+  sent_shape_.reset();
+  recv_shape_.reset();
 }
 
 int PipelineEngine::prev_rank() const { return pipe_group_.global_rank(stage_id() - 1); }
@@ -97,6 +121,7 @@ at::Tensor PipelineEngine::train_batch(const DataIterator& data_iter) {
   const auto t0 = Clock::now();
   times_ = PipeStageTimes{};
   module().train();
+  advance_curriculum();
   const int m = static_cast<int>(micro_batches());
   buffers_.assign(static_cast<size_t>(train_schedule_num_buffers(m, num_stages(), stage_id())),
                   Buffer{});
@@ -128,6 +153,7 @@ at::Tensor PipelineEngine::train_batch(const DataIterator& data_iter) {
 
 at::Tensor PipelineEngine::eval_batch(const DataIterator& data_iter) {
   torch::NoGradGuard no_grad;
+  advance_curriculum();
   module().eval();
   // Matches DeepSpeed: evaluation negotiates its own activation shapes, and the next
   // train_batch negotiates again (both sides reset together).

@@ -1,5 +1,6 @@
 // Feature sections (activation checkpointing, flops profiler, aio, pipeline, data types,
-// elasticity, progressive layer drop, torch autocast): defaults, errors and refusals.
+// elasticity, progressive layer drop, curriculum learning, torch autocast): defaults, errors and
+// refusals.
 #include "deepspeed/config.h"
 
 #include <gtest/gtest.h>
@@ -120,6 +121,92 @@ TEST(FeatureSections, EnabledFeaturesAreRefused) {
   }
   auto c = parse(R"({"train_batch_size": 4, "data_types": {"grad_accum_dtype": "bf16"}})");
   EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, "data_types.grad_accum_dtype bf16");
+}
+
+TEST(FeatureSections, ProgressiveLayerDropIsSupported) {
+  auto c = parse(R"({"train_batch_size": 4,
+                     "progressive_layer_drop": {"enabled": true, "theta": 0.5, "gamma": 0.001}})");
+  EXPECT_NO_THROW(c.check_supported());
+  EXPECT_TRUE(c.progressive_layer_drop.enabled);
+  EXPECT_DOUBLE_EQ(c.progressive_layer_drop.theta, 0.5);
+}
+
+TEST(FeatureSections, CurriculumLearningReadsEachScheduleType) {
+  auto linear = parse(R"({"train_batch_size": 4, "curriculum_learning": {"enabled": true,
+      "curriculum_type": "seqlen", "min_difficulty": 8, "max_difficulty": 1024,
+      "schedule_type": "fixed_linear",
+      "schedule_config": {"total_curriculum_step": 15000, "difficulty_step": 8}}})");
+  EXPECT_NO_THROW(linear.check_supported());
+  const auto& cl = linear.curriculum_learning;
+  EXPECT_TRUE(cl.enabled);
+  EXPECT_EQ(cl.curriculum_type, "seqlen");
+  EXPECT_EQ(cl.min_difficulty, 8);
+  EXPECT_EQ(cl.max_difficulty, 1024);
+  EXPECT_EQ(cl.total_curriculum_step, 15000);
+  EXPECT_EQ(cl.difficulty_step, 8);
+  EXPECT_TRUE(linear.warnings.empty());
+  EXPECT_EQ(linear.resolved()["curriculum_learning"]["schedule_config"]["total_curriculum_step"],
+            15000);
+
+  auto root = parse(R"({"train_batch_size": 4, "curriculum_learning": {"enabled": true,
+      "curriculum_type": "seqlen", "min_difficulty": 8, "max_difficulty": 64,
+      "schedule_type": "fixed_root", "schedule_config":
+        {"total_curriculum_step": 100, "difficulty_step": 4, "root_degree": 2}}})");
+  EXPECT_DOUBLE_EQ(root.curriculum_learning.root_degree, 2.0);
+  // DeepSpeed's Tensor Core warning for a step that is not a multiple of 8.
+  ASSERT_EQ(root.warnings.size(), 1u);
+  EXPECT_NE(root.warnings[0].find("curriculum_learning.schedule_config.difficulty_step is 4"),
+            std::string::npos) << root.warnings[0];
+
+  auto discrete = parse(R"({"train_batch_size": 4, "curriculum_learning": {"enabled": true,
+      "curriculum_type": "vocab", "min_difficulty": 1, "max_difficulty": 3,
+      "schedule_type": "fixed_discrete",
+      "schedule_config": {"difficulty": [1, 2, 3], "max_step": [5, 10]}}})");
+  EXPECT_EQ(discrete.curriculum_learning.difficulty, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(discrete.curriculum_learning.max_step, (std::vector<int64_t>{5, 10}));
+
+  auto custom = parse(R"({"train_batch_size": 4, "curriculum_learning": {"enabled": true,
+      "curriculum_type": "seqlen", "min_difficulty": 8, "max_difficulty": 64,
+      "schedule_type": "custom"}})");
+  EXPECT_EQ(custom.curriculum_learning.schedule_type, "custom");
+
+  // Matches DeepSpeed: a disabled section is not read further.
+  auto off = parse(R"({"train_batch_size": 4, "curriculum_learning": {"enabled": false,
+      "schedule_type": "nonsense"}})");
+  EXPECT_FALSE(off.curriculum_learning.enabled);
+  EXPECT_TRUE(off.warnings.empty());
+}
+
+TEST(FeatureSections, CurriculumLearningErrorsNameTheKey) {
+  auto section = [](const std::string& body) {
+    return parse(R"({"train_batch_size": 4, "curriculum_learning": {"enabled": true, )" + body +
+                 "}}");
+  };
+  const std::string head =
+      R"("curriculum_type": "seqlen", "min_difficulty": 8, "max_difficulty": 64, )";
+  EXPECT_THROW_WITH(section(R"("curriculum_type": "seqlen", "max_difficulty": 64,
+                               "schedule_type": "custom")"),
+                    ConfigError, "curriculum_learning.min_difficulty is required");
+  EXPECT_THROW_WITH(section(head + R"("schedule_type": "fixed_cubic", "schedule_config": {})"),
+                    ConfigError, "curriculum_learning.schedule_type is \"fixed_cubic\"");
+  EXPECT_THROW_WITH(section(head + R"("schedule_type": "fixed_linear")"), ConfigError,
+                    "curriculum_learning.schedule_config is required");
+  EXPECT_THROW_WITH(section(head + R"("schedule_type": "fixed_root", "schedule_config":
+                               {"total_curriculum_step": 10, "difficulty_step": 8})"),
+                    ConfigError,
+                    "curriculum_learning.schedule_config.root_degree is required with "
+                    "schedule_type \"fixed_root\"");
+  EXPECT_THROW_WITH(section(head + R"("schedule_type": "fixed_linear", "schedule_config":
+                               {"total_curriculum_step": 0, "difficulty_step": 8})"),
+                    ConfigError, "curriculum_learning.schedule_config.total_curriculum_step is 0");
+  EXPECT_THROW_WITH(section(head + R"("schedule_type": "fixed_discrete", "schedule_config":
+                               {"difficulty": [8, 16], "max_step": [5, 10]})"),
+                    ConfigError,
+                    "curriculum_learning.schedule_config.difficulty has 2 entries; expected one "
+                    "more than max_step's 2");
+  EXPECT_THROW_WITH(section(head + R"("schedule_type": "fixed_discrete", "schedule_config":
+                               {"difficulty": [8, "16"], "max_step": [5]})"),
+                    ConfigError, "curriculum_learning.schedule_config.difficulty is \"16\"");
 }
 
 TEST(FeatureSections, UnknownKeysInLegacySectionsWarn) {
