@@ -142,13 +142,26 @@ GptImpl::GptImpl(const GptConfig& cfg) : cfg_(cfg) {
   ln_f->bias.detach().zero_();
 }
 
-torch::Tensor GptImpl::logits(const torch::Tensor& idx) {
+torch::Tensor GptImpl::logits(const torch::Tensor& idx, std::optional<double> pld_theta) {
   const int64_t T = idx.size(1);
   TORCH_CHECK(T <= cfg_.block_size, "sequence length ", T, " exceeds block_size ",
               cfg_.block_size);
   auto pos = torch::arange(T, idx.options().dtype(torch::kLong));
   auto x = maybe_dropout(wte(idx) + wpe(pos), cfg_.dropout, is_training());
-  for (const auto& block : blocks) {
+  const auto n_layer = static_cast<double>(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const auto& block = blocks[i];
+    if (pld_theta && is_training()) {
+      // Drawn from torch's generator, which every rank seeds alike and advances alike, so the
+      // data-parallel ranks skip the same blocks (under ZeRO-3 a block's gather is a collective
+      // they must all issue), and a resumed run draws as the uninterrupted one (RNG states are
+      // in the checkpoint).
+      const double keep = 1.0 - static_cast<double>(i + 1) / n_layer * (1.0 - *pld_theta);
+      if (torch::rand({1}, torch::kDouble).item<double>() >= keep) {
+        if (block->moe_mlp) block->l_aux = torch::zeros({}, x.options());
+        continue;
+      }
+    }
     if (!cfg_.activation_checkpointing) {
       x = block->forward(x);
     } else if (!block->moe_mlp) {
@@ -173,7 +186,18 @@ torch::Tensor GptImpl::logits(const torch::Tensor& idx) {
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx, const torch::Tensor& targets) {
-  auto lg = logits(idx);
+  return forward(idx, targets, ForwardKwargs{});
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& idx_in, const torch::Tensor& targets_in,
+                               const ForwardKwargs& kwargs) {
+  torch::Tensor idx = idx_in, targets = targets_in;
+  if (kwargs.curriculum_seqlen && *kwargs.curriculum_seqlen < idx.size(1)) {
+    idx = idx.slice(1, 0, *kwargs.curriculum_seqlen);
+    targets = targets.slice(1, 0, *kwargs.curriculum_seqlen);
+  }
+  auto lg = logits(idx, kwargs.progressive_layer_drop ? std::optional<double>(kwargs.pld_theta)
+                                                      : std::nullopt);
   auto loss =
       torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
   // The load-balancing loss trains the gates; a held-out (eval) loss is the LM loss alone.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -14,6 +15,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "deepspeed/forward_kwargs.h"
 #include "deepspeed/zero3.h"
 #include "gpt_moe.h"
 
@@ -82,10 +84,17 @@ class GptImpl : public torch::nn::Module {
   /// as it is built, then the embeddings and the final LayerNorm).
   explicit GptImpl(const GptConfig& cfg);
 
-  /// idx: [B, T] int64 token ids -> logits [B, T, vocab].
-  torch::Tensor logits(const torch::Tensor& idx);
+  /// idx: [B, T] int64 token ids -> logits [B, T, vocab]. `pld_theta` (progressive layer
+  /// drop, training only): block i of L is kept with probability 1 - (i+1)/L * (1 - theta) and
+  /// otherwise skipped (the residual stream passes through), as in the PLD paper.
+  torch::Tensor logits(const torch::Tensor& idx, std::optional<double> pld_theta = std::nullopt);
   /// Mean cross-entropy of predicting `targets` ([B, T]) from `idx`.
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets);
+  /// The engine's training forward: with a "seqlen" curriculum the step trains on the first
+  /// curriculum_seqlen tokens of each sequence (Megatron-DeepSpeed's truncation); with
+  /// progressive layer drop, blocks are skipped as logits() describes.
+  torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets,
+                        const ForwardKwargs& kwargs);
 
   const GptConfig& config() const { return cfg_; }
   /// The MoE layers' load-balancing losses of the last forward, summed (0 without MoE); the

@@ -208,6 +208,30 @@ struct Batch {
   torch::Tensor inputs, targets;
 };
 
+// The sequence length this step trains on: a "seqlen" curriculum's current difficulty (the
+// engine updates it at each training forward / train_batch), at most --seq_len.
+int64_t curriculum_seq_len(ds::Engine& engine, int64_t seq_len) {
+  const ds::CurriculumScheduler* c = engine.curriculum_scheduler_legacy();
+  if (c == nullptr || c->config().curriculum_type != "seqlen") return seq_len;
+  return std::min(seq_len, c->get_current_difficulty());
+}
+
+// Tokens trained on in global steps 1..steps, replaying the engine's curriculum (a resumed run
+// counts its earlier steps at the lengths they had).
+int64_t tokens_before(const ds::DeepSpeedConfig& config, int64_t steps, int64_t seq_len) {
+  const auto& cl = config.curriculum_learning;
+  const int64_t batch = config.batch.train_batch_size;
+  if (!cl.enabled || cl.curriculum_type != "seqlen" || cl.schedule_type == "custom") {
+    return batch * seq_len * steps;
+  }
+  ds::CurriculumScheduler replay(cl);
+  int64_t tokens = 0;
+  for (int64_t t = 1; t <= steps; ++t) {
+    tokens += batch * std::min(seq_len, replay.update_difficulty(t));
+  }
+  return tokens;
+}
+
 Batch make_batch(const std::vector<uint16_t>& tokens, const std::vector<int64_t>& windows,
                  int64_t seq_len) {
   const int64_t b = static_cast<int64_t>(windows.size());
@@ -492,7 +516,6 @@ int run(const Args& a) {
     metrics.open(a.metrics_file, std::ios::trunc);
     if (!metrics) throw ds::UsageError("cannot write --metrics_file " + a.metrics_file);
   }
-  const int64_t tokens_per_step = config.batch.train_batch_size * a.seq_len;
   const double flops_per_token = model_flops_per_token(num_parameters, gcfg, a.seq_len);
   if (rank == 0 && a.peak_tflops > 0) {
     std::printf("train_gpt: MFU against %.1f TFLOP/s per device; model FLOPs per token "
@@ -520,6 +543,7 @@ int run(const Args& a) {
     }
     save();
   }
+  int64_t tokens_seen = tokens_before(config, first_step - 1, a.seq_len);
   for (int64_t step = first_step; step <= a.steps; ++step) {
     // With --deepspeed_log the engine prints its lines in step() at steps_per_print.
     if (bar && step % print_every == 0) bar->clear();
@@ -528,12 +552,17 @@ int run(const Args& a) {
     double loss_sum = 0.0;
     double aux_sum = 0.0;  // the MoE layers' load-balancing losses over the micro-steps
     const int64_t skipped_before = engine->skipped_steps();
+    int64_t step_seq_len = a.seq_len;
     if (pp_engine) {
       // The first and last stages read the micro-batches; the loss (the last stage's, averaged
       // over the micro-batches and replicas) comes back on every stage.
       const double loss = pp_engine->train_batch([&]() {
         auto batch = make_batch(split.train, sampler.next_micro_batch(), a.seq_len);
-        return ds::pipe::MicroBatch{batch.inputs, batch.targets};
+        // A "seqlen" curriculum: the pipeline engine passes no kwargs, so the batch is cut to
+        // this step's length here (Megatron-DeepSpeed's way); train_batch set it.
+        step_seq_len = curriculum_seq_len(*pp_engine, a.seq_len);
+        return ds::pipe::MicroBatch{batch.inputs.slice(1, 0, step_seq_len),
+                                    batch.targets.slice(1, 0, step_seq_len)};
       }).item<double>();
       loss_sum = loss * static_cast<double>(gas);
       aux_sum = pp_engine->agg_aux_loss() * static_cast<double>(gas);
@@ -541,6 +570,7 @@ int run(const Args& a) {
       for (int64_t m = 0; m < gas; ++m) {
         auto batch = make_batch(split.train, sampler.next_micro_batch(), a.seq_len);
         auto loss = dp_engine->forward(batch.inputs, batch.targets);
+        step_seq_len = curriculum_seq_len(*dp_engine, a.seq_len);  // what the model trained on
         dp_engine->backward(loss);
         dp_engine->step();
         loss_sum += loss.item<double>();
@@ -568,6 +598,8 @@ int run(const Args& a) {
     }
     if (first_loss < 0) first_loss = loss;
     const double lr = engine->get_lr().at(0);
+    const int64_t tokens_per_step = config.batch.train_batch_size * step_seq_len;
+    tokens_seen += tokens_per_step;
     const double tps = static_cast<double>(tokens_per_step) / secs;
     // Achieved model FLOP/s per device over its peak.
     const double mfu =
@@ -602,7 +634,8 @@ int run(const Args& a) {
                       {"loss", loss},
                       {"lr", lr},
                       {"samples", engine->global_samples()},
-                      {"tokens", engine->global_samples() * a.seq_len},
+                      {"tokens", tokens_seen},
+                      {"seq_len", step_seq_len},
                       {"tokens_per_s", tps},
                       {"step_time_s", secs},
                       {"comm_bytes", comm_bytes},

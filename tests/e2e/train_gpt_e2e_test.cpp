@@ -21,7 +21,8 @@ namespace {
 using testing::run_command;
 
 std::string launch(const testing::TempDir& dir, const std::string& config_json, int steps,
-                   const std::string& metrics = "metrics.jsonl", const std::string& extra = "") {
+                   const std::string& metrics = "metrics.jsonl", const std::string& extra = "",
+                   int n_layer = 1) {
   testing::write_text_file(dir.file("ds_config.json"), config_json);
   std::ifstream src(DS_FIXTURE_TEXT);
   std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
@@ -29,7 +30,8 @@ std::string launch(const testing::TempDir& dir, const std::string& config_json, 
          std::to_string(testing::reserve_port()) + " " + DS_TRAIN_GPT_BIN +
          " --deepspeed_config " + dir.file("ds_config.json") + " --data " +
          dir.file("corpus.txt") + " --steps " + std::to_string(steps) +
-         " --n_layer 1 --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 2 --metrics_file " +
+         " --n_layer " + std::to_string(n_layer) +
+         " --n_head 2 --n_embd 32 --seq_len 32 --eval_batches 2 --metrics_file " +
          dir.file(metrics) + " " + extra;
 }
 
@@ -149,6 +151,48 @@ TEST(TrainGptE2E, ResumeFromSaveDirContinuesExactly) {
     EXPECT_EQ(got[i]["samples"], want[i + 3]["samples"]);
     EXPECT_EQ(got[i]["loss"].get<double>(), want[i + 3]["loss"].get<double>()) << "step " << i + 4;
     EXPECT_EQ(got[i]["lr"].get<double>(), want[i + 3]["lr"].get<double>()) << "step " << i + 4;
+  }
+}
+
+// A "seqlen" curriculum and progressive layer drop under ZeRO-3: each step trains on the
+// scheduled length (DeepSpeed's fixed_linear: 8, 12, 16, 20, 20, 24 of 32 tokens), the metrics
+// count the tokens trained on, blocks are skipped with PLD's probability, and a resumed run
+// continues both exactly (the schedule follows the global step, the draws the restored RNG).
+TEST(TrainGptE2E, SeqlenCurriculumAndLayerDropResumeExactlyUnderZero3) {
+  testing::TempDir dir;
+  const std::string cfg = R"({"train_micro_batch_size_per_gpu": 2, "steps_per_print": 100,
+      "zero_optimization": {"stage": 3},
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "progressive_layer_drop": {"enabled": true, "theta": 0.5, "gamma": 0.5},
+      "curriculum_learning": {"enabled": true, "curriculum_type": "seqlen",
+        "min_difficulty": 8, "max_difficulty": 32, "schedule_type": "fixed_linear",
+        "schedule_config": {"total_curriculum_step": 8, "difficulty_step": 4}}})";
+  auto full = run_command(launch(dir, cfg, 6, "full.jsonl", "", /*n_layer=*/3));
+  ASSERT_EQ(full.exit_code, 0) << full.out << full.err;
+  EXPECT_NE(full.out.find("Enabled progressive layer dropping (theta = 0.5)"), std::string::npos)
+      << full.out;
+  auto want = read_rows(dir.file("full.jsonl"));
+  ASSERT_EQ(want.size(), 6u);
+  const int64_t lengths[] = {8, 12, 16, 20, 20, 24};
+  int64_t tokens = 0;
+  for (size_t i = 0; i < 6; ++i) {
+    tokens += 4 * lengths[i];  // 2 samples x 2 ranks
+    EXPECT_EQ(want[i]["seq_len"], lengths[i]) << "step " << i + 1;
+    EXPECT_EQ(want[i]["tokens"], tokens) << "step " << i + 1;
+    EXPECT_TRUE(std::isfinite(want[i]["loss"].get<double>())) << want[i];
+  }
+  auto first =
+      run_command(launch(dir, cfg, 3, "first.jsonl", "--save_dir " + dir.file("ckpt"), 3));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  auto second =
+      run_command(launch(dir, cfg, 6, "second.jsonl", "--load_dir " + dir.file("ckpt"), 3));
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  auto got = read_rows(dir.file("second.jsonl"));
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i]["seq_len"], want[i + 3]["seq_len"]) << "step " << i + 4;
+    EXPECT_EQ(got[i]["tokens"], want[i + 3]["tokens"]) << "step " << i + 4;
+    EXPECT_EQ(got[i]["loss"].get<double>(), want[i + 3]["loss"].get<double>()) << "step " << i + 4;
   }
 }
 
