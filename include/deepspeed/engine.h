@@ -367,19 +367,22 @@ class Engine {
 };
 
 namespace detail {
-template <typename M, typename... Args>
-auto forward_takes_kwargs(int)
-    -> decltype(std::declval<M&>().forward(std::declval<Args>()...,
-                                           std::declval<const ForwardKwargs&>()),
+template <typename M, typename Last, typename... Args>
+auto forward_accepts(int)
+    -> decltype(std::declval<M&>().forward(std::declval<Args>()..., std::declval<Last>()),
                 std::true_type{});
-template <typename M, typename... Args>
-std::false_type forward_takes_kwargs(...);
+template <typename M, typename Last, typename... Args>
+std::false_type forward_accepts(...);
+struct NotForwardKwargs {};
 }  // namespace detail
 
-/// Whether Module::forward(args..., const ForwardKwargs&) is callable.
+/// Whether Module::forward(args..., const ForwardKwargs&) is callable and the parameter is
+/// really ForwardKwargs: a forward that accepts any arguments (torch::nn::Sequential's variadic
+/// template, which hands them to its first module) does not count.
 template <typename Module, typename... Args>
 inline constexpr bool kForwardTakesKwargs =
-    decltype(detail::forward_takes_kwargs<Module, Args...>(0))::value;
+    decltype(detail::forward_accepts<Module, const ForwardKwargs&, Args...>(0))::value &&
+    !decltype(detail::forward_accepts<Module, detail::NotForwardKwargs, Args...>(0))::value;
 
 /// Engine for a concrete module type: forward(args...) calls the module's own forward.
 template <typename Module>

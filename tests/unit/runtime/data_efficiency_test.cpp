@@ -117,6 +117,12 @@ struct KwargsNetImpl : testing::TinyNetImpl {
   std::vector<ForwardKwargs> seen;
 };
 
+// ModuleEngine passes kwargs only to a forward that names them: not to TinyNet's, nor to
+// Sequential's, whose variadic template accepts anything and hands it to its first module.
+static_assert(kForwardTakesKwargs<KwargsNetImpl, at::Tensor, at::Tensor>);
+static_assert(!kForwardTakesKwargs<testing::TinyNetImpl, at::Tensor, at::Tensor>);
+static_assert(!kForwardTakesKwargs<torch::nn::SequentialImpl, at::Tensor>);
+
 json engine_config(const json& extra) {
   json c = {{"train_micro_batch_size_per_gpu", 8},
             {"gradient_accumulation_steps", 2},
