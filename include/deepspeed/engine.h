@@ -264,8 +264,6 @@ class Engine {
   /// forward (of `module_type`) takes no ForwardKwargs (DeepSpeed: an unexpected keyword
   /// argument).
   void check_forward_kwargs_taken(const char* module_type) const;
-  /// Advances curriculum_learning to global step `global_steps` (DeepSpeed's update_difficulty).
-  int64_t update_curriculum(int64_t global_steps);
   /// The squared gradient norm over the model-parallel group from the data-parallel one
   /// (the pipeline engine sums the stages' norms instead: pipe.h).
   virtual double model_parallel_norm_squared(double dp_norm_squared) const;

@@ -397,7 +397,7 @@ void Engine::forward_begin() {
       forward_kwargs_.pld_theta = pld_->get_theta();
     }
     if (curriculum_) {
-      const int64_t difficulty = update_curriculum(global_steps_ + 1);
+      const int64_t difficulty = curriculum_->update_difficulty(global_steps_ + 1);
       if (curriculum_->config().curriculum_type == "seqlen") {
         forward_kwargs_.curriculum_seqlen = difficulty;
       }
@@ -414,10 +414,6 @@ void Engine::forward_begin() {
   tput_timer_->start();
   timers_->start("fwd_microstep");
   timers_->start("fwd");
-}
-
-int64_t Engine::update_curriculum(int64_t global_steps) {
-  return curriculum_->update_difficulty(global_steps);
 }
 
 std::optional<double> Engine::get_pld_theta() const {

@@ -101,7 +101,7 @@ void PipelineEngine::advance_curriculum() {
   // activations' shape, so the stages negotiate it again on the first batch and whenever the
   // difficulty changes (every stage computes the same schedule). The data iterator reads the
   // difficulty from curriculum_scheduler_legacy() to truncate its batches.
-  const int64_t next = update_curriculum(global_steps() + 1);
+  const int64_t next = curriculum->update_difficulty(global_steps() + 1);
   if (global_steps() == 0 || curriculum->first_step) {
     curriculum->first_step = false;
   } else if (next == curriculum->get_difficulty(global_steps())) {
