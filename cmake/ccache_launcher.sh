@@ -47,7 +47,7 @@ for arg in "$@"; do
   esac
 done
 {
-  "$1" --version | head -n 1
+  "$1" --version | sed -n 1p
   printf '%s\n' "${pre[@]:1}" | sed "s#$CCACHE_BASEDIR#<root>#g"
   "${pre[@]}" -E -P -o - | sha256sum
 } | sha256sum | cut -d' ' -f1 > "$gch.sum.tmp"
