@@ -21,7 +21,7 @@ install(TARGETS ${ds_installed_libraries}
         EXPORT deepspeedTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(TARGETS deepspeed_launcher ds_config ds_report zero_to_fp32 ds_to_universal
+install(TARGETS deepspeed_launcher ds_config ds_elastic ds_report zero_to_fp32 ds_to_universal
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 set(DS_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/deepspeed)

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "config/batch_config.h"
+#include "config/elasticity_section.h"
 #include "config/config_source.h"
 #include "config/feature_sections.h"
 #include "config/json_reader.h"
@@ -340,7 +341,12 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   c.source = source;
   ConfigReader top(&c.raw, "", source, Strictness::kWarnUnknown, &c.warnings);
 
-  c.batch = config_detail::read_batch_triad(top, dp_world_size, source, &c.notes);
+  // Elasticity sets the batch triad itself, so it is read first (as in DeepSpeed).
+  ConfigReader elastic = top.section("elasticity", Strictness::kWarnUnknown);
+  c.elasticity = config_detail::parse_elasticity(elastic);
+  c.batch = c.elasticity.enabled
+                ? config_detail::elastic_batch_triad(top, c, dp_world_size)
+                : config_detail::read_batch_triad(top, dp_world_size, source, &c.notes);
 
   ConfigReader opt = top.section("optimizer", Strictness::kWarnUnknown);
   if (opt.present()) {

@@ -22,20 +22,6 @@ std::string normalize_dtype(ConfigReader& r, const std::string& key) {
   r.fail(key, "is \"" + *v + "\"; expected fp16, bf16 or fp32");
 }
 
-std::vector<int64_t> int_list(ConfigReader& r, const std::string& key, std::vector<int64_t> def) {
-  const json* v = r.get_raw(key, "a list of integers");
-  if (v == nullptr) return def;
-  if (!v->is_array()) r.fail(key, "is " + show(*v) + "; expected a list of integers");
-  std::vector<int64_t> out;
-  for (const auto& e : *v) {
-    if (!e.is_number_integer() || e.get<int64_t>() <= 0) {
-      r.fail(key, "contains " + show(e) + "; expected positive integers");
-    }
-    out.push_back(e.get<int64_t>());
-  }
-  return out;
-}
-
 }  // namespace
 
 void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c) {
@@ -120,29 +106,6 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c) {
                                 mode + " (set by fp16/bf16.enabled)");
     }
     r.finish();
-  }
-  {
-    ConfigReader r = top.section("elasticity", Strictness::kWarnUnknown);
-    auto& e = c.elasticity;
-    e.enabled = r.get_bool("enabled", false);
-    e.max_train_batch_size = r.get_int("max_train_batch_size", e.max_train_batch_size, 1);
-    e.micro_batch_sizes = int_list(r, "micro_batch_sizes", e.micro_batch_sizes);
-    e.min_gpus = r.get_int("min_gpus", e.min_gpus, 1);
-    e.max_gpus = r.get_int("max_gpus", e.max_gpus, 1);
-    e.min_time = r.get_double("min_time", 0);
-    e.prefer_larger_batch = r.get_bool("prefer_larger_batch", true);
-    e.num_gpus_per_node = r.get_int("num_gpus_per_node", 1, 1);
-    e.model_parallel_size = r.get_int("model_parallel_size", 1, 1);
-    e.ignore_non_elastic_batch_info = r.get_bool("ignore_non_elastic_batch_info", false);
-    e.version = r.get_double("version", 0.2);
-    if (e.min_gpus > e.max_gpus) r.fail("min_gpus", "is greater than max_gpus");
-    r.finish();
-    if (e.enabled && !e.ignore_non_elastic_batch_info &&
-        (top.has("train_batch_size") || top.has("train_micro_batch_size_per_gpu") ||
-         top.has("gradient_accumulation_steps"))) {
-      r.fail("enabled", "is true but the batch triad is also set; elasticity computes it (set "
-                        "elasticity.ignore_non_elastic_batch_info to keep both)");
-    }
   }
   {
     ConfigReader r = top.section("progressive_layer_drop", Strictness::kWarnUnknown);

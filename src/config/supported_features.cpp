@@ -70,7 +70,6 @@ void check_features_supported(const DeepSpeedConfig& c) {
   if (c.wandb.enabled) refuse(c, "wandb.enabled");
   if (c.comet_enabled) refuse(c, "comet.enabled");
 
-  if (c.elasticity.enabled) refuse(c, "elasticity.enabled");
   if (c.torch_autocast.enabled) refuse(c, "torch_autocast.enabled");
   if (!c.unimplemented_requests.empty()) refuse(c, c.unimplemented_requests.front());
   // Matches DeepSpeed: without ZeRO a 16-bit gradient accumulation needs a 16-bit model.

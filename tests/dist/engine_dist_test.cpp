@@ -1,5 +1,6 @@
 // The ZeRO-0 engine on N Gloo ranks against a single-process reference: same parameters after K
-// steps; DeepSpeed's gradient-averaging formulas (mean, sum, prescale, predivide).
+// steps; DeepSpeed's gradient-averaging formulas (mean, sum, prescale, predivide); an elastic
+// batch on 1, 2 and 4 ranks.
 #include "deepspeed/deepspeed.h"
 
 #include <gtest/gtest.h>
@@ -81,6 +82,51 @@ TEST(EngineDist, FourRanksWithAccumulationAndClippingMatchOneRank) {
   auto reference = train(0, 1, /*micro=*/8, 1, kSteps, 0.05, 99);
   for (int r = 0; r < 4; ++r) expect_match(load_params(r), reference, "rank " + std::to_string(r));
 }
+
+// An elastic config (DeepSpeed's `elasticity`): batch 8 for 1, 2 and 4 ranks, each size with its
+// own micro-batch and accumulation. Each rank reads them from its engine and trains on its slice.
+std::vector<at::Tensor> train_elastic(int rank, int world, int steps) {
+  json cfg = {{"elasticity",
+               {{"enabled", true},
+                {"max_train_batch_size", 8},
+                {"micro_batch_sizes", {1, 2}},
+                {"min_gpus", 1},
+                {"max_gpus", 4},
+                {"version", 0.1}}},
+              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}}}};
+  auto model = std::make_shared<TinyNetImpl>(7 + rank);
+  auto [engine, optimizer, sched] = initialize(model, cfg);
+  const int64_t micro = engine->train_micro_batch_size_per_gpu();
+  const int64_t gas = engine->gradient_accumulation_steps();
+  EXPECT_EQ(engine->train_batch_size(), 8);
+  EXPECT_EQ(micro * gas * world, 8);
+  for (int s = 0; s < steps; ++s) {
+    for (int64_t m = 0; m < gas; ++m) {
+      auto [x, y] = tiny_batch(s * 8 + (rank * gas + m) * micro, micro);
+      engine->backward(engine->forward(x, y));
+      engine->step();
+    }
+  }
+  std::vector<at::Tensor> out;
+  for (auto& p : model->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// The reference runs after run_ranks(): rank processes never return from it.
+void expect_elastic_ranks_match_one_rank(int world) {
+  constexpr int kSteps = 4;
+  run_ranks(world, [](int rank, int world) {
+    save_params(rank, train_elastic(rank, world, kSteps));
+  });
+  auto reference = train_elastic(0, 1, kSteps);
+  for (int r = 0; r < world; ++r) {
+    expect_match(load_params(r), reference,
+                 std::to_string(world) + " ranks, rank " + std::to_string(r));
+  }
+}
+
+TEST(EngineDist, ElasticBatchOnTwoRanksMatchesOneRank) { expect_elastic_ranks_match_one_rank(2); }
+TEST(EngineDist, ElasticBatchOnFourRanksMatchesOneRank) { expect_elastic_ranks_match_one_rank(4); }
 
 // loss = sum(w * x_r) with x_r = (r+1) * [1, 2]: the gradient each rank sees is x_r.
 struct LinearSum : torch::nn::Module {

@@ -56,7 +56,10 @@ TEST(FeatureSections, ErrorsNameTheKey) {
   EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "progressive_layer_drop": {"enabled": true, "theta": 0.5}})"),
                     ConfigError, "progressive_layer_drop.gamma is required");
   EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "elasticity": {"enabled": true}})"),
-                    ConfigError, "elasticity.enabled is true but the batch triad is also set");
+                    ConfigError, "elasticity.max_train_batch_size is missing");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "elasticity": {"enabled": true,
+                             "max_train_batch_size": 8, "micro_batch_sizes": [2]}})"),
+                    ConfigError, "train_batch_size is set, and so is elasticity.enabled");
   EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "pipeline": {"stages": 0}})"), ConfigError,
                     "pipeline.stages is 0");
 }
