@@ -5,21 +5,12 @@ tests/unit/runtime/curriculum_scheduler_test.cpp embeds. Needs DeepSpeed's sourc
 with DeepSpeed's logger stubbed). The committed values came from deepspeedai/DeepSpeed 5674e63,
 which has PR #8334 (the schedule never starts below min_difficulty; before it, FixedLinearFloorRaised
 began at 0)."""
-import importlib.util
 import logging
 import os
 import sys
 import types
 
-
-def load(path, name, package=None):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    if package:
-        module.__package__ = package
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from ds_source import load
 
 
 def modules():

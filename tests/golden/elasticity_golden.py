@@ -5,20 +5,12 @@ either `deepspeed` installed, or DS_SRC=<checkout>/deepspeed (elasticity.py, con
 constants.py are loaded on their own, with DeepSpeed's logger and version stubbed; numpy is
 needed, `packaging` is stubbed when missing). The committed values came from deepspeedai/DeepSpeed
 edaa722."""
-import importlib.util
 import logging
 import os
 import sys
 import types
 
-
-def load(path, name, package):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    module.__package__ = package
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+from ds_source import load
 
 
 def ds_elasticity():
