@@ -22,11 +22,12 @@ using testing::run_command;
 
 std::string launch(const testing::TempDir& dir, const std::string& config_json, int steps,
                    const std::string& metrics = "metrics.jsonl", const std::string& extra = "",
-                   int n_layer = 1) {
+                   int n_layer = 1, int ranks = 2) {
   testing::write_text_file(dir.file("ds_config.json"), config_json);
   std::ifstream src(DS_FIXTURE_TEXT);
   std::ofstream(dir.file("corpus.txt")) << src.rdbuf();
-  return std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus 2 --master_port " +
+  return std::string("OMP_NUM_THREADS=1 ") + DS_LAUNCHER_BIN + " --num_gpus " +
+         std::to_string(ranks) + " --master_port " +
          std::to_string(testing::reserve_port()) + " " + DS_TRAIN_GPT_BIN +
          " --deepspeed_config " + dir.file("ds_config.json") + " --data " +
          dir.file("corpus.txt") + " --steps " + std::to_string(steps) +
@@ -262,6 +263,30 @@ TEST(TrainGptE2E, Zero3WithNvmeOffloadTracksZero0) {
   for (size_t i = 0; i < 5; ++i) {
     const double w = want[i]["loss"].get<double>();
     EXPECT_NEAR(got[i]["loss"].get<double>(), w, 1e-5 * w) << "step " << i + 1;
+  }
+}
+
+// DeepSpeed's elasticity: one config, batch 8 on 1 rank (micro-batch 2, 4 accumulation steps) and
+// on 2 (2 steps each). The sampler hands the two ranks together the windows one rank takes, so
+// the losses agree step by step: the job can move between the sizes without changing training.
+TEST(TrainGptE2E, ElasticConfigTrainsAlikeOnOneAndTwoRanks) {
+  testing::TempDir dir;
+  const std::string config = R"({"steps_per_print": 100,
+    "elasticity": {"enabled": true, "max_train_batch_size": 8, "micro_batch_sizes": [1, 2],
+                   "min_gpus": 1, "max_gpus": 4, "version": 0.1},
+    "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})";
+  for (int ranks : {1, 2}) {
+    auto r = run_command(launch(dir, config, 4, "ranks" + std::to_string(ranks) + ".jsonl", "", 1,
+                                ranks));
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  }
+  auto one = read_rows(dir.file("ranks1.jsonl"));
+  auto two = read_rows(dir.file("ranks2.jsonl"));
+  ASSERT_EQ(one.size(), 4u);
+  ASSERT_EQ(two.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const double want = one[i]["loss"].get<double>();
+    EXPECT_NEAR(two[i]["loss"].get<double>(), want, 1e-5 * want) << "step " << i + 1;
   }
 }
 
