@@ -485,7 +485,21 @@ int run(const Args& a) {
           "or saved");
     }
     const auto& cs = loaded.client_state;
-    if (cs.contains("sampler_epoch") && cs.contains("sampler_micro_batch")) {
+    if (cs.contains("sampler_epoch") && cs.contains("sampler_windows")) {
+      // Windows of the epoch already trained on, all ranks together: a job resumed on another
+      // data-parallel size (an elastic config keeps the global batch) goes on where it stopped.
+      const int64_t windows = cs.at("sampler_windows").toInt();
+      const int64_t per_micro_batch = micro * replicas;
+      if (windows % per_micro_batch != 0) {
+        throw ds::UsageError(
+            "--load_dir " + a.load_dir + ": the checkpoint stopped " + std::to_string(windows) +
+            " windows into its epoch, which is not a whole number of micro-batches of " +
+            std::to_string(micro) + " x " + std::to_string(replicas) +
+            " data-parallel replicas; resume with a batch that divides it (elasticity keeps "
+            "the global batch across data-parallel sizes)");
+      }
+      sampler.set_position(cs.at("sampler_epoch").toInt(), windows / per_micro_batch);
+    } else if (cs.contains("sampler_epoch") && cs.contains("sampler_micro_batch")) {
       sampler.set_position(cs.at("sampler_epoch").toInt(), cs.at("sampler_micro_batch").toInt());
     } else {  // another trainer's (Python DeepSpeed's): past the batches its steps consumed
       const int64_t consumed = engine->global_steps() * gas;
@@ -501,7 +515,8 @@ int run(const Args& a) {
   const auto save = [&] {
     const ds::ClientState state{
         {"sampler_epoch", c10::IValue(sampler.epoch())},
-        {"sampler_micro_batch", c10::IValue(sampler.micro_batch_in_epoch())}};
+        {"sampler_micro_batch", c10::IValue(sampler.micro_batch_in_epoch())},
+        {"sampler_windows", c10::IValue(sampler.micro_batch_in_epoch() * micro * replicas)}};
     if (pp_engine) {
       pp_engine->save_checkpoint(a.save_dir, std::nullopt, state);
     } else {

@@ -268,10 +268,12 @@ TEST(TrainGptE2E, Zero3WithNvmeOffloadTracksZero0) {
 
 // DeepSpeed's elasticity: one config, batch 8 on 1 rank (micro-batch 2, 4 accumulation steps) and
 // on 2 (2 steps each). The sampler hands the two ranks together the windows one rank takes, so
-// the losses agree step by step: the job can move between the sizes without changing training.
-TEST(TrainGptE2E, ElasticConfigTrainsAlikeOnOneAndTwoRanks) {
+// the losses agree step by step, and a job saved on 2 ranks resumes on 1 where it stopped: the
+// ZeRO-1 optimizer partitions are laid out again and the data position counts windows, not
+// micro-batches. The job can move between the sizes without changing training.
+TEST(TrainGptE2E, ElasticConfigTrainsAlikeOnOneAndTwoRanksAndResumesAcrossThem) {
   testing::TempDir dir;
-  const std::string config = R"({"steps_per_print": 100,
+  const std::string config = R"({"steps_per_print": 100, "zero_optimization": {"stage": 1},
     "elasticity": {"enabled": true, "max_train_batch_size": 8, "micro_batch_sizes": [1, 2],
                    "min_gpus": 1, "max_gpus": 4, "version": 0.1},
     "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})";
@@ -280,13 +282,28 @@ TEST(TrainGptE2E, ElasticConfigTrainsAlikeOnOneAndTwoRanks) {
                                 ranks));
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   }
+  auto first = run_command(launch(dir, config, 2, "first.jsonl",
+                                  "--save_dir " + dir.file("ckpt") + " --save_interval 2"));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  auto resumed = run_command(launch(dir, config, 4, "resumed.jsonl",
+                                    "--load_dir " + dir.file("ckpt"), 1, /*ranks=*/1));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.out.find("resumed from"), std::string::npos) << resumed.out;
   auto one = read_rows(dir.file("ranks1.jsonl"));
   auto two = read_rows(dir.file("ranks2.jsonl"));
+  auto after = read_rows(dir.file("resumed.jsonl"));
   ASSERT_EQ(one.size(), 4u);
   ASSERT_EQ(two.size(), 4u);
+  ASSERT_EQ(after.size(), 2u);
   for (size_t i = 0; i < 4; ++i) {
-    const double want = one[i]["loss"].get<double>();
-    EXPECT_NEAR(two[i]["loss"].get<double>(), want, 1e-5 * want) << "step " << i + 1;
+    const double want = two[i]["loss"].get<double>();
+    EXPECT_NEAR(one[i]["loss"].get<double>(), want, 1e-5 * want) << "step " << i + 1;
+    EXPECT_EQ(one[i]["samples"], two[i]["samples"]) << "step " << i + 1;
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(after[i]["step"], two[i + 2]["step"]);
+    const double want = two[i + 2]["loss"].get<double>();
+    EXPECT_NEAR(after[i]["loss"].get<double>(), want, 1e-5 * want) << "step " << i + 3;
   }
 }
 
