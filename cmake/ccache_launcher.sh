@@ -17,7 +17,8 @@
 set -euo pipefail
 ccache=$1 root=$2
 shift 2
-export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+sloppiness=pch_defines,time_macros,include_file_mtime,include_file_ctime
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-$sloppiness}
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$root}
 export CCACHE_PCH_EXTSUM=${CCACHE_PCH_EXTSUM:-true}
 

@@ -47,6 +47,10 @@ struct ElasticBatch {
   std::optional<int64_t> micro_batch_size;
 };
 
+/// `values` as Python prints a list ("[1, 2, 3]"): how DeepSpeed's messages and ds_elastic show
+/// micro-batch sizes and GPU counts.
+std::string python_list(const std::vector<int64_t>& values);
+
 /// DeepSpeed's compute_elastic_config. `world_size` is the data-parallel size, 0 for none: then
 /// version 0.1 lists the valid sizes only, and version 0.2 reads WORLD_SIZE from the environment
 /// (an error without it, as in DeepSpeed). Throws ElasticityError for a disabled section, a version

@@ -21,12 +21,6 @@ constexpr int64_t kHighlyComposite[] = {
     10080,  15120,  20160,  25200,  27720,  45360,  50400,  55440,  83160,  110880,
     166320, 221760, 277200, 332640, 498960, 554400, 665280, 720720};
 
-std::string list_text(const std::vector<int64_t>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out + "]";
-}
-
 // Each base scaled by the largest highly composite number that keeps it within the maximum.
 std::set<int64_t> candidate_batch_sizes(const std::vector<int64_t>& bases, int64_t max_batch) {
   std::set<int64_t> out;
@@ -101,7 +95,7 @@ Candidate compatible_gpus_v01(const std::vector<int64_t>& micro_batches, int64_t
   if (max_gpus == 0) max_gpus = max_batch / smallest;
   for (int64_t micro : micro_batches) {
     DS_CHECK(micro <= max_batch, ElasticityError, source, ": elasticity.micro_batch_sizes ",
-             list_text(micro_batches), " must all be at most the maximum batch size ", max_batch,
+             python_list(micro_batches), " must all be at most the maximum batch size ", max_batch,
              " (max_train_batch_size, per node with version 0.2)");
   }
   int64_t lcm = 1;
@@ -203,6 +197,14 @@ int64_t world_size_from_env(const std::string& source) {
 
 }  // namespace
 
+std::string python_list(const std::vector<int64_t>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(values[i]);
+  }
+  return out + "]";
+}
+
 ElasticBatch compute_elastic_config(const ElasticityConfig& e, int64_t world_size,
                                     const std::string& source) {
   DS_CHECK(e.enabled, ElasticityError, source,
@@ -238,7 +240,7 @@ ElasticBatch compute_elastic_config(const ElasticityConfig& e, int64_t world_siz
   DS_CHECK(std::find(out.valid_gpus.begin(), out.valid_gpus.end(), world_size) !=
                out.valid_gpus.end(),
            ElasticityIncompatibleWorldSize, source, ": elasticity: data-parallel size ",
-           world_size, " is not one of the valid GPU counts ", list_text(out.valid_gpus),
+           world_size, " is not one of the valid GPU counts ", python_list(out.valid_gpus),
            " for batch size ", out.final_batch_size);
   std::vector<int64_t> sizes = e.micro_batch_sizes;
   std::sort(sizes.rbegin(), sizes.rend());
@@ -250,7 +252,7 @@ ElasticBatch compute_elastic_config(const ElasticityConfig& e, int64_t world_siz
     }
   }
   DS_CHECK(out.micro_batch_size.has_value(), ElasticityError, source,
-           ": elasticity: no micro-batch size in ", list_text(e.micro_batch_sizes),
+           ": elasticity: no micro-batch size in ", python_list(e.micro_batch_sizes),
            " divides batch size ", out.final_batch_size, " / data-parallel size ", world_size);
   return out;
 }

@@ -14,12 +14,6 @@ namespace {
 constexpr const char* kBatchKeys[] = {"train_batch_size", "train_micro_batch_size_per_gpu",
                                       "gradient_accumulation_steps"};
 
-std::string list_text(const std::vector<int64_t>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out + "]";
-}
-
 }  // namespace
 
 ElasticityConfig parse_elasticity(ConfigReader& r) {
@@ -76,7 +70,7 @@ BatchConfig elastic_batch_triad(ConfigReader& top, DeepSpeedConfig& c, int64_t d
                     std::to_string(batch.final_batch_size) + " = micro " +
                     std::to_string(micro) + " x accum " + std::to_string(accumulation) +
                     " x data-parallel size " + std::to_string(dp_world_size) +
-                    "; valid data-parallel sizes " + list_text(batch.valid_gpus));
+                    "; valid data-parallel sizes " + elasticity::python_list(batch.valid_gpus));
   return resolve_batch_triad(batch.final_batch_size, micro, accumulation, dp_world_size,
                              c.source);
 }
@@ -93,7 +87,8 @@ ElasticityConfig read_elasticity_config(const json& section, const std::string& 
   std::vector<std::string> warnings;
   config_detail::ConfigReader top(&doc, "", source, config_detail::Strictness::kWarnUnknown,
                                   &warnings);
-  config_detail::ConfigReader r = top.section("elasticity", config_detail::Strictness::kWarnUnknown);
+  config_detail::ConfigReader r =
+      top.section("elasticity", config_detail::Strictness::kWarnUnknown);
   try {
     return config_detail::parse_elasticity(r);
   } catch (const ConfigError& error) {
@@ -126,8 +121,8 @@ void ensure_immutable_elastic_config(const ElasticityConfig& runtime, const std:
              std::to_string(runtime.max_train_batch_size));
   }
   if (runtime.micro_batch_sizes != scheduler.micro_batch_sizes) {
-    mismatch("micro_batch_sizes", config_detail::list_text(scheduler.micro_batch_sizes),
-             config_detail::list_text(runtime.micro_batch_sizes));
+    mismatch("micro_batch_sizes", python_list(scheduler.micro_batch_sizes),
+             python_list(runtime.micro_batch_sizes));
   }
   if (runtime.version != scheduler.version) {
     mismatch("version", json(scheduler.version).dump(), json(runtime.version).dump());

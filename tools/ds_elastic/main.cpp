@@ -16,12 +16,6 @@ namespace {
 
 const std::string kRule(42, '-');
 
-std::string list_text(const std::vector<int64_t>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-  return out + "]";
-}
-
 void heading(const std::string& title) {
   std::cout << kRule << "\n" << title << "\n" << kRule << "\n";
 }
@@ -52,7 +46,7 @@ int main(int argc, char** argv) {
     heading(world_size > 0 ? "Calculated results for world size " + std::to_string(world_size) + ":"
                            : std::string("Calculated results:"));
     std::cout << "final_batch_size .... " << result.final_batch_size << "\n"
-              << "valid_gpus .......... " << list_text(result.valid_gpus) << "\n";
+              << "valid_gpus .......... " << el::python_list(result.valid_gpus) << "\n";
     if (world_size > 0) std::cout << "micro_batch_size .... " << *result.micro_batch_size << "\n";
   } catch (const deepspeed::Error& e) {
     std::cerr << "ds_elastic: error: " << e.what() << "\n";
