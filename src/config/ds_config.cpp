@@ -5,8 +5,8 @@
 #include <cctype>
 
 #include "config/batch_config.h"
-#include "config/elasticity_section.h"
 #include "config/config_source.h"
+#include "config/elasticity_section.h"
 #include "config/feature_sections.h"
 #include "config/json_reader.h"
 #include "deepspeed/autotuning_config.h"

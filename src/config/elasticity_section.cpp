@@ -3,9 +3,9 @@
 #include "config/elasticity_section.h"
 
 #include <cstdlib>
+#include <iterator>
 
 #include "config/batch_config.h"
-#include "config/config_source.h"
 #include "deepspeed/elasticity.h"
 
 namespace deepspeed::config_detail {
