@@ -22,6 +22,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "deepspeed/autocast.h"
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
@@ -118,11 +119,16 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  /// Runs `fn` (the model's forward) with the engine's forward timers and phase.
+  /// Runs `fn` (the model's forward) with the engine's forward timers and phase, under
+  /// torch_autocast when the config enables it.
   template <typename Fn>
   auto forward_with(Fn&& fn) -> decltype(fn()) {
     forward_begin();
-    auto out = with_memory_report("forward", std::forward<Fn>(fn));
+    auto out = [&] {
+      std::optional<AutocastScope> autocast;
+      enter_autocast(autocast);
+      return with_memory_report("forward", std::forward<Fn>(fn));
+    }();
     forward_end();
     return out;
   }
@@ -167,6 +173,9 @@ class Engine {
   double loss_scale() const;
   /// The dtype the model trains in: fp32, or fp16/bf16 from the config.
   at::ScalarType model_dtype() const { return model_dtype_; }
+  /// torch_autocast: the dtype each forward runs under autocast in (nullopt when the section
+  /// is off). Its lower_precision_safe_modules' gradients are reduced in it too.
+  std::optional<at::ScalarType> torch_autocast_dtype() const { return autocast_dtype_; }
   /// The device this rank trains on (DeepSpeed's engine.device): cuda:LOCAL_RANK in a CUDA build
   /// with a GPU visible (DS_ACCELERATOR=cpu keeps the CPU), else the CPU. The engine moves the
   /// model there; move each batch with `.to(engine.device())` as with DeepSpeed.
@@ -260,6 +269,10 @@ class Engine {
  protected:
   void forward_begin();
   void forward_end();
+  /// Matches DeepSpeed's autocast_if_enabled: with torch_autocast enabled, `scope` enters
+  /// autocast in its dtype (replacing one the caller entered); when it is off but the caller
+  /// entered autocast, `scope` turns it off, as the model then trains in the config's precision.
+  void enter_autocast(std::optional<AutocastScope>& scope) const;
   /// Throws UsageError naming the feature when this forward has kwargs to pass but the model's
   /// forward (of `module_type`) takes no ForwardKwargs (DeepSpeed: an unexpected keyword
   /// argument).
@@ -333,6 +346,9 @@ class Engine {
   std::unique_ptr<optim::LRScheduler> lr_scheduler_;
   std::unique_ptr<runtime::ZeroOptimizer> zero_;
   std::unique_ptr<runtime::LossScaler> loss_scaler_;  // fp16 only
+  // torch_autocast with fp16: torch's GradScaler (DeepSpeed keeps it out of checkpoints).
+  std::unique_ptr<runtime::LossScaler> grad_scaler_;
+  std::optional<at::ScalarType> autocast_dtype_;  // torch_autocast.enabled
   std::unique_ptr<monitor::MonitorMaster> monitor_;
   std::unique_ptr<profiling::FlopsProfiler> flops_profiler_;
   bool profiling_step_ = false;

@@ -123,6 +123,9 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c) {
     auto& t = c.torch_autocast;
     t.enabled = r.get_bool("enabled", false);
     t.dtype = normalize_dtype(r, "dtype");
+    if (t.dtype == "fp32") {
+      r.fail("dtype", "is fp32; autocast casts to a lower precision, fp16 or bf16");
+    }
     t.lower_precision_safe_modules = r.get_string_list("lower_precision_safe_modules");
     r.finish();
   }

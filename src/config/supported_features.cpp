@@ -70,7 +70,12 @@ void check_features_supported(const DeepSpeedConfig& c) {
   if (c.wandb.enabled) refuse(c, "wandb.enabled");
   if (c.comet_enabled) refuse(c, "comet.enabled");
 
-  if (c.torch_autocast.enabled) refuse(c, "torch_autocast.enabled");
+  // torch_autocast trains fp32 weights under autocast: a model already cast to 16 bits by
+  // fp16/bf16 has nothing left for it to do but a second loss scaler to disagree with.
+  if (c.torch_autocast.enabled && (fp16.enabled || bf16.enabled)) {
+    refuse(c, std::string("torch_autocast.enabled together with ") +
+                  (fp16.enabled ? "fp16" : "bf16") + ".enabled");
+  }
   if (!c.unimplemented_requests.empty()) refuse(c, c.unimplemented_requests.front());
   // Matches DeepSpeed: without ZeRO a 16-bit gradient accumulation needs a 16-bit model.
   const auto& data_types = c.data_types;

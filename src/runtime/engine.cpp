@@ -3,6 +3,7 @@
 #include "deepspeed/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -38,7 +39,9 @@
 #include "runtime/optim/optimizer_factory.h"
 #include "runtime/timers.h"
 #include "runtime/zero/zero_optimizer.h"
+#include "runtime/precision/autocast_params.h"
 #include "runtime/precision/cpu_bf16_matmul.h"
+#include "runtime/precision/grad_scaler.h"
 #include "runtime/precision/loss_scaler.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/tensor_parallel/engine_autotp.h"
@@ -194,7 +197,27 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
   // Matches DeepSpeed: the engine moves the module to its accelerator device (cuda:LOCAL_RANK);
   // ZeRO's partitions, flat buffers and buckets then follow the parameters' device.
   device_ = runtime::training_device(comm::get_local_rank());
-  if (model_dtype_ == at::kBFloat16 && device_.is_cpu()) {
+  runtime::CommDtypes comm_dtypes;  // torch_autocast's lower-precision parameters
+  if (config_.torch_autocast.enabled) {
+    autocast_dtype_ = runtime::torch_autocast_dtype(config_, device_.type());
+    std::vector<std::string> unmatched;
+    comm_dtypes = runtime::autocast_comm_dtypes(*module_, config_, *autocast_dtype_, &unmatched);
+    for (const auto& name : unmatched) {
+      log::warn_rank0(config_.source + ": torch_autocast.lower_precision_safe_modules: \"" +
+                      name + "\" names no module of the model");
+    }
+    if (config_.communication_data_type) {
+      log::warn_rank0(config_.source + ": communication_data_type is not used with "
+                      "torch_autocast: as in DeepSpeed, each gradient is reduced in its own "
+                      "dtype, those of the lower_precision_safe_modules in torch_autocast.dtype");
+    }
+    std::ostringstream note;
+    note << "torch_autocast: forward under " << *autocast_dtype_ << " autocast; "
+         << comm_dtypes.size() << " parameters communicated in " << *autocast_dtype_;
+    log::info_rank0(note.str());
+  }
+  // bf16 training, or bf16 autocast, on a CPU where LibTorch 1.x sums bf16 products in bf16.
+  if ((model_dtype_ == at::kBFloat16 || autocast_dtype_ == at::kBFloat16) && device_.is_cpu()) {
     const std::string note = runtime::use_fp32_accumulating_bf16_matmul_where_needed();
     if (!note.empty()) log::info_rank0(note);
   }
@@ -236,6 +259,7 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     ctx.module = module_;
     ctx.dp_group = dp_group_;
     ctx.expert_params = runtime::moe_expert_params(*module_);
+    ctx.comm_dtypes = std::move(comm_dtypes);
     zero_ = config_.zero_optimization.stage == 0 ? runtime::make_stage0(ctx)
             : stage3                             ? runtime::make_stage3(ctx)
                                                  : runtime::make_stage1_2(ctx);
@@ -247,6 +271,8 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
           config_.fp16, config_.zero_optimization.stage == 0 ? runtime::LossScalerFlavor::kFp16Optimizer
                                                              : runtime::LossScalerFlavor::kZero);
     }
+    // Matches DeepSpeed: fp16 autocast scales the loss with torch's GradScaler.
+    if (autocast_dtype_ == at::kHalf) grad_scaler_ = std::make_unique<runtime::TorchGradScaler>();
   }
   // Matches DeepSpeed: the flops profiler turns the wall-clock breakdown on.
   if (config_.flops_profiler.enabled) config_.wall_clock_breakdown = true;
@@ -471,7 +497,7 @@ at::Tensor Engine::backward(const at::Tensor& loss) {
                           : 1;
   at::Tensor scaled = gas > 1 ? loss / static_cast<double>(gas) : loss;
   // fp16: the loss is scaled so that small gradients survive in half precision.
-  if (loss_scaler_) scaled = scaled * loss_scale();
+  if (loss_scaler_ || grad_scaler_) scaled = scaled * loss_scale();
   timers_->start("bwd_inner_microstep");
   timers_->start("bwd_inner");
   with_memory_report("backward", [&] { scaled.backward(); });
@@ -485,7 +511,8 @@ at::Tensor Engine::backward(const at::Tensor& loss) {
   timers_->stop("bwd_allreduce_microstep");
   timers_->stop("bwd");
   timers_->stop("bwd_microstep");
-  at::Tensor result = loss_scaler_ ? (scaled / loss_scale()).detach() : scaled.detach();
+  at::Tensor result =
+      loss_scaler_ || grad_scaler_ ? (scaled / loss_scale()).detach() : scaled.detach();
   const at::Tensor micro_loss = result.to(at::kDouble).reshape({});
   interval_loss_ = interval_loss_.defined() ? interval_loss_ + micro_loss : micro_loss;
   return result;
@@ -551,7 +578,7 @@ void Engine::step() {
 bool Engine::take_model_step() {
   // Overflow: fp16 always, bf16 with check_grad_overflow (reference §2.4); one vote over the
   // data-parallel group, then (as DeepSpeed's ZeRO optimizers) over the model-parallel group.
-  const bool check = model_dtype_ == at::kHalf ||
+  const bool check = model_dtype_ == at::kHalf || grad_scaler_ ||
                      (model_dtype_ == at::kBFloat16 && config_.bf16.check_grad_overflow);
   if (check) {
     bool overflow = runtime::any_rank_overflow(zero_->local_overflow(), dp_group_);
@@ -565,6 +592,10 @@ bool Engine::take_model_step() {
       // The dynamic scaler logs DeepSpeed's "OVERFLOW! ..." line itself.
       if (loss_scaler_) {
         loss_scaler_->update_scale(true);
+      } else if (grad_scaler_) {
+        log::info_rank0("OVERFLOW! inf/nan in the gradients (torch_autocast fp16); skipping "
+                        "step, GradScaler scale " + std::to_string(grad_scaler_->loss_scale()));
+        grad_scaler_->update_scale(true);
       } else {
         log::info_rank0("OVERFLOW! inf/nan in the bf16 gradients (bf16.check_grad_overflow); "
                         "skipping step");
@@ -581,10 +612,12 @@ bool Engine::take_model_step() {
   // Matches DeepSpeed (reference §2.5): the scale is updated before unscaling, and unscaling
   // and clipping are one multiply by 1/combined.
   if (loss_scaler_) loss_scaler_->update_scale(false);
-  const double combined =
-      runtime::combined_scale(norm * used_scale, loss_scale(), config_.gradient_clipping);
+  // GradScaler unscales by the scale the loss was multiplied with, and updates after the step.
+  const double combined = runtime::combined_scale(
+      norm * used_scale, grad_scaler_ ? used_scale : loss_scale(), config_.gradient_clipping);
   if (combined != 1.0) zero_->scale_gradients(1.0 / combined);
   zero_->optimizer_step();
+  if (grad_scaler_) grad_scaler_->update_scale(false);
   return true;
 }
 
@@ -608,9 +641,38 @@ double Engine::interval_loss() const {
 
 double Engine::last_loss() const { return last_loss_.defined() ? last_loss_.item<double>() : 0.0; }
 
-double Engine::loss_scale() const { return loss_scaler_ ? loss_scaler_->loss_scale() : 1.0; }
+double Engine::loss_scale() const {
+  if (loss_scaler_) return loss_scaler_->loss_scale();
+  return grad_scaler_ ? grad_scaler_->loss_scale() : 1.0;
+}
+
+void Engine::enter_autocast(std::optional<AutocastScope>& scope) const {
+  // Matches DeepSpeed's autocast_if_enabled, including its one-time messages.
+  static std::atomic<bool> warned{false};
+  const c10::DeviceType type = device_.type();
+  const bool outside = autocast_enabled(type);
+  if (autocast_dtype_) {
+    if (outside && !warned.exchange(true)) {
+      log::info_rank0("torch.autocast is already enabled outside DeepSpeed. Switching to the "
+                      "configuration defined in `torch_autocast` section of DeepSpeed config.");
+    }
+    scope.emplace(type, *autocast_dtype_, /*enabled=*/true);
+  } else if (outside) {
+    if (!warned.exchange(true)) {
+      log::warn_rank0(
+          "torch.autocast is enabled outside DeepSpeed but disabled within the DeepSpeed engine. "
+          "If you are using DeepSpeed's built-in mixed precision, the engine will follow the "
+          "settings in bf16/fp16 section. To use torch's native autocast instead, configure the "
+          "`torch_autocast` section in the DeepSpeed config.");
+    }
+    scope.emplace(type, autocast_dtype(type), /*enabled=*/false);
+  }
+}
 
 at::ScalarType Engine::communication_dtype() const {
+  // Matches DeepSpeed's ZeRO under torch_autocast: each parameter in its own dtype (fp32), the
+  // lower-precision modules' in the autocast dtype (ZeroContext::comm_dtypes).
+  if (config_.torch_autocast.enabled) return model_dtype_;
   // Matches DeepSpeed's engine: the configured type, else the model's training dtype.
   if (config_.communication_data_type) {
     const auto& t = *config_.communication_data_type;

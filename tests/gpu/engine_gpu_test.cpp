@@ -1,6 +1,7 @@
 // The engine on one GPU: ZeRO 0-3 in fp32 and bf16 end where the CPU engine ends for the same
 // seed and data; the model, ZeRO's buffers and the batch live on cuda:0; ZeRO-Offload equals no
-// offload and trains a model that does not fit the capped GPU without it; fp16 overflow skips.
+// offload and trains a model that does not fit the capped GPU without it; fp16 overflow skips;
+// torch_autocast fp16 tracks fp32 and its GradScaler backs off on an overflow.
 #include "deepspeed/deepspeed.h"
 
 #include <cmath>
@@ -121,6 +122,18 @@ TEST_P(EngineOnGpu, Bf16TracksTheFp32CpuEngine) {
   EXPECT_LT(max_relative_gap(gpu, cpu), 3e-2) << "ZeRO-" << stage;
   const Trained moved = train(config(stage, "fp32", kAdamW), "cpu", 0);
   EXPECT_GT(max_relative_gap(cpu, moved), 3e-3) << "the steps must move the parameters";
+}
+
+TEST_P(EngineOnGpu, TorchAutocastFp16TracksTheFp32CpuEngine) {
+  DS_REQUIRE_GPU();
+  const int stage = GetParam();
+  // torch_autocast on CUDA (its default dtype, fp16): fp32 weights stepped with gradients of
+  // fp16 products, loss scaled by the GradScaler schedule; near the fp32 run, as bf16 is.
+  json amp = config(stage, "fp32", kAdamW);
+  amp["torch_autocast"] = {{"enabled", true}};
+  const Trained gpu = train(amp, "cuda", 4);
+  const Trained cpu = train(config(stage, "fp32", kAdamW), "cpu", 4);
+  EXPECT_LT(max_relative_gap(gpu, cpu), 3e-2) << "ZeRO-" << stage;
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, EngineOnGpu, ::testing::Values(0, 1, 2, 3),
@@ -335,6 +348,33 @@ TEST(EngineOnGpuFp16, OverflowSkipsTheStepAndLeavesTheParameters) {
   engine->step();
   EXPECT_EQ(engine->skipped_steps(), 1);
   EXPECT_LT(engine->loss_scale(), scale);
+  auto params = model->parameters();
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(params[i].equal(before[i])) << i;
+}
+
+TEST(EngineOnGpuAutocast, Fp16ForwardAndGradScalerOverflow) {
+  DS_REQUIRE_GPU();
+  AcceleratorScope scope("cuda");
+  auto model = std::make_shared<GpuNetImpl>();
+  json cfg = config(2, "fp32", kAdamW);
+  cfg["gradient_accumulation_steps"] = 1;
+  cfg["torch_autocast"] = {{"enabled", true}, {"dtype", "float16"}};
+  auto engine = initialize(model, cfg).engine;
+  EXPECT_EQ(engine->torch_autocast_dtype(), at::kHalf);
+  EXPECT_EQ(engine->loss_scale(), 65536.0);  // GradScaler's initial scale
+  auto [x, y] = gpu_net_batch(0, 8);
+  engine->backward(engine->forward(x, y));
+  engine->step();
+  EXPECT_EQ(engine->skipped_steps(), 0);
+  std::vector<at::Tensor> before;
+  for (const auto& p : model->parameters()) {
+    EXPECT_EQ(p.scalar_type(), at::kFloat);
+    before.push_back(p.detach().clone());
+  }
+  engine->backward(engine->forward(x, y) * std::numeric_limits<float>::infinity());
+  engine->step();
+  EXPECT_EQ(engine->skipped_steps(), 1);
+  EXPECT_EQ(engine->loss_scale(), 32768.0);  // backoff 0.5
   auto params = model->parameters();
   for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(params[i].equal(before[i])) << i;
 }

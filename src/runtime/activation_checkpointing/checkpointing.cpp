@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 
+#include "deepspeed/autocast.h"
 #include "deepspeed/config.h"
 #include "deepspeed/mpu.h"
 #include "runtime/activation_checkpointing/rng_state.h"
@@ -63,6 +64,12 @@ struct Call : torch::CustomClassHolder {
   Function function;
   Options options;
   RngState rng;
+  // The forward's autocast state: backward runs outside autocast, so the recomputation
+  // re-enters it (as torch.utils.checkpoint does), or it would recompute in fp32.
+  bool cpu_autocast = false;
+  c10::ScalarType cpu_autocast_dtype = c10::kBFloat16;
+  bool cuda_autocast = false;
+  c10::ScalarType cuda_autocast_dtype = c10::kHalf;
   std::unique_ptr<SavedInputs> saved;
   size_t num_inputs = 0;  // the caller's inputs
   bool anchored = false;  // a trailing extra input, the grad anchor, follows them
@@ -75,6 +82,10 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
                                                 at::TensorList inputs) {
     const std::vector<at::Tensor> args(inputs.begin(), inputs.begin() + call->num_inputs);
     call->rng = RngState::capture();
+    call->cpu_autocast = autocast_enabled(c10::DeviceType::CPU);
+    call->cpu_autocast_dtype = autocast_dtype(c10::DeviceType::CPU);
+    call->cuda_autocast = autocast_enabled(c10::DeviceType::CUDA);
+    call->cuda_autocast_dtype = autocast_dtype(c10::DeviceType::CUDA);
     std::vector<at::Tensor> outputs = call->function(args);  // apply() disabled grad mode
     std::vector<at::Tensor> non_differentiable;
     for (const auto& out : outputs) {
@@ -105,6 +116,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     {
       RngStateSwap rng(call->rng);
       torch::AutoGradMode grad_mode(true);
+      AutocastScope cpu(c10::DeviceType::CPU, call->cpu_autocast_dtype, call->cpu_autocast);
+      AutocastScope cuda(c10::DeviceType::CUDA, call->cuda_autocast_dtype, call->cuda_autocast);
       outputs = call->function(inputs);
     }
     DS_CHECK(outputs.size() == grads.size(), UsageError,

@@ -248,7 +248,13 @@ void PipelineEngine::load_micro_batch(Buffer& b, const DataIterator& data_iter) 
 
 void PipelineEngine::forward_pass(Buffer& b, bool training) {
   DS_INTERNAL_ASSERT(b.inputs.defined(), "ForwardPass on stage ", stage_id(), " without inputs");
-  at::Tensor out = pipe_module_->forward(b.inputs);
+  at::Tensor out;
+  {
+    // Matches DeepSpeed: the stage's forward runs under torch_autocast, its loss_fn after.
+    std::optional<AutocastScope> autocast;
+    enter_autocast(autocast);
+    out = pipe_module_->forward(b.inputs);
+  }
   // The auxiliary losses train (evaluation reports loss_fn's loss alone, as the model's eval
   // forward without them).
   if (training && pipe_module_->aux_loss().defined()) {

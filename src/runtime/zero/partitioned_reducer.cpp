@@ -44,13 +44,12 @@ PartitionedGradReducer::PartitionedGradReducer(std::vector<FlatGroup>* groups,
   ops.complete = [this](size_t b, size_t buffer) { complete(buckets_[b], buffer); };
   bucketer_ = std::make_unique<Bucketer>(std::move(plan), bucketing, std::move(ops));
 
-  int64_t largest = 0;
-  for (const auto& b : buckets_) largest = std::max(largest, b.numel);
-  if (bucketer_->num_buffers() > 0) {
-    at::TensorOptions o =
-        (*groups_)[param_at_.front().first].flat().options().dtype(options_.bucket_dtype);
+  std::map<at::ScalarType, int64_t> largest;
+  for (const auto& b : buckets_) largest[b.dtype] = std::max(largest[b.dtype], b.numel);
+  const at::TensorOptions o = (*groups_)[param_at_.front().first].flat().options();
+  for (const auto& [dtype, numel] : largest) {
     for (size_t i = 0; i < bucketer_->num_buffers(); ++i) {
-      buffers_.push_back(at::empty({largest}, o));
+      buffers_[dtype].push_back(at::empty({numel}, o.dtype(dtype)));
     }
   }
 
@@ -64,10 +63,17 @@ PartitionedGradReducer::~PartitionedGradReducer() = default;
 BucketPlan PartitionedGradReducer::build_buckets() {
   // Matches DeepSpeed: a gradient that would overflow the bucket closes it first.
   std::vector<int64_t> sizes;
-  for (const auto& [g, s] : param_at_) sizes.push_back((*groups_)[g].slots()[s].numel);
-  BucketPlan plan = plan_buckets(sizes, options_.bucket_numel);
+  std::vector<int> dtypes;  // each parameter's reduction dtype: buckets never mix them
+  for (const auto& [g, s] : param_at_) {
+    const FlatSlot& slot = (*groups_)[g].slots()[s];
+    sizes.push_back(slot.numel);
+    dtypes.push_back(static_cast<int>(
+        comm_dtype_of(options_.comm_dtypes, slot.param, options_.bucket_dtype)));
+  }
+  BucketPlan plan = plan_buckets(sizes, options_.bucket_numel, dtypes);
   for (const auto& items : plan.items) {
     Bucket b;
+    b.dtype = static_cast<at::ScalarType>(dtypes[items.front()]);
     for (size_t k : items) {
       b.entries.push_back(Entry{param_at_[k].first, param_at_[k].second, b.numel});
       b.numel += sizes[k];
@@ -118,7 +124,7 @@ ReductionStats PartitionedGradReducer::stats() const {
 }
 
 at::Tensor PartitionedGradReducer::bucket_view(const Bucket& b, size_t buffer) const {
-  return buffers_[buffer].narrow(0, 0, b.numel);
+  return buffers_.at(b.dtype)[buffer].narrow(0, 0, b.numel);
 }
 
 void PartitionedGradReducer::on_grad_ready(size_t i) {
@@ -202,7 +208,9 @@ void PartitionedGradReducer::finish() {
 
 int64_t PartitionedGradReducer::buffer_bytes() const {
   int64_t total = 0;
-  for (const auto& b : buffers_) total += b.numel() * static_cast<int64_t>(b.element_size());
+  for (const auto& [dtype, pool] : buffers_) {
+    for (const auto& b : pool) total += b.numel() * static_cast<int64_t>(b.element_size());
+  }
   return total;
 }
 

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -22,6 +23,7 @@
 
 #include "deepspeed/comm.h"
 #include "runtime/zero/bucketer.h"
+#include "runtime/zero/comm_dtypes.h"
 #include "runtime/zero/flat_group.h"
 #include "runtime/zero/zero_optimizer.h"
 
@@ -38,6 +40,8 @@ struct PartitionedReducerOptions {
   double predivide_factor = 1.0;   // gradient_predivide_factor
   bool ignore_unused_parameters = true;
   at::ScalarType bucket_dtype = at::kFloat;  // communication_data_type
+  /// Parameters reduced in another dtype (torch_autocast): buckets never mix dtypes.
+  CommDtypes comm_dtypes;
   comm::Group group;  // the data-parallel group; partition r belongs to its group rank r
   /// The flat groups this reducer serves (indices into the groups vector); empty: all. MoE
   /// expert groups get a reducer of their own over their expert-data-parallel group.
@@ -92,6 +96,7 @@ class PartitionedGradReducer {
     std::vector<Run> runs;
     std::vector<Copy> copies;
     int64_t numel = 0;
+    at::ScalarType dtype = at::kFloat;  // the reduction's
   };
   BucketPlan build_buckets();
   void on_grad_ready(size_t index);
@@ -107,7 +112,8 @@ class PartitionedGradReducer {
 
   std::vector<std::pair<size_t, size_t>> param_at_;  // global index -> (group, slot)
   std::vector<Bucket> buckets_;
-  std::vector<at::Tensor> buffers_;  // the Bucketer's pool, each as large as the largest bucket
+  // The Bucketer's pool, one per bucket dtype, each buffer as large as that dtype's largest bucket.
+  std::map<at::ScalarType, std::vector<at::Tensor>> buffers_;
   std::unique_ptr<Bucketer> bucketer_;
   std::unique_ptr<GradReadyHooks> hooks_;  // last: removed first
 };

@@ -188,6 +188,7 @@ class Stage12 final : public FlatZeroOptimizer {
       ro.predivide_factor = config_.gradient_predivide_factor;
       ro.ignore_unused_parameters = z.ignore_unused_parameters;
       ro.bucket_dtype = ctx.communication_dtype;
+      ro.comm_dtypes = ctx.comm_dtypes;
       // One reducer per communication group: the dense flats', then each expert group's.
       for (int e = -1; e < static_cast<int>(experts_.size()); ++e) {
         PartitionedReducerOptions gro = ro;

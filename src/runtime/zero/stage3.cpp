@@ -60,7 +60,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
       : config_(*ctx.config), optimizer_(ctx.optimizer), module_(ctx.module),
         dp_group_(ctx.dp_group), world_(dp_group_.size()), rank_(dp_group_.rank()),
         model_dtype_(ctx.model_dtype),
-        grad_accum_dtype_(ctx.grad_accum_dtype), communication_dtype_(ctx.communication_dtype) {
+        grad_accum_dtype_(ctx.grad_accum_dtype), communication_dtype_(ctx.communication_dtype),
+        comm_dtypes_(ctx.comm_dtypes) {
     DS_INTERNAL_ASSERT(module_ != nullptr, "ZeRO-3 needs the model");
     check_config(config_);
     // offload_optimizer "cpu": the fp32 shards and optimizer state in host memory, stepped by
@@ -294,6 +295,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
       p.name = item.key();
       p.numel = item.value().numel();
       p.shard_numel = shard_numel_for(p.numel, world_);
+      // torch_autocast: a lower-precision module's shards are gathered in its dtype.
+      p.gather_dtype = comm_dtype_of(comm_dtypes_, p.param, at::ScalarType::Undefined);
       params_.push_back(std::move(p));
     }
   }
@@ -544,6 +547,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     ro.average = config_.gradient_allreduce_op == "mean";
     ro.ignore_unused_parameters = z.ignore_unused_parameters;
     ro.bucket_dtype = communication_dtype_;
+    ro.comm_dtypes = comm_dtypes_;
     ro.group = dp_group_;
     const bool offloads = optimizer_states_->offloads() || param_device_ != OffloadDevice::kNone;
     ro.host_shards = grad_shards[0].device() != params_[trainable[0]].param.device() ||
@@ -553,8 +557,10 @@ class Stage3 final : public Stage3ZeroOptimizer {
     // the same bytes in the bucket itself: no copy, no receive buffers (the memory formula
     // counts none either). comm's emulation cannot sum bf16 at all (all_reduce widens it).
     // DS_TEST_STAGE3_REDUCE_SCATTER_ON_CPU=1 keeps the reduce-scatter path of a GPU, to test it.
+    bool bf16_buckets = ro.bucket_dtype == at::kBFloat16;
+    for (const auto& [param, dtype] : ro.comm_dtypes) bf16_buckets |= dtype == at::kBFloat16;
     if (params_[trainable[0]].param.is_cpu() &&
-        (ro.bucket_dtype == at::kBFloat16 || !reduce_scatter_on_cpu_for_tests())) {
+        (bf16_buckets || !reduce_scatter_on_cpu_for_tests())) {
       ro.reduce_scatter = false;
     }
     reducer_ = std::make_unique<Stage3GradReducer>(&params_, std::move(trainable),
@@ -578,6 +584,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;
   at::ScalarType communication_dtype_;
+  CommDtypes comm_dtypes_;  // torch_autocast's lower-precision parameters
   std::vector<PartitionedParam> params_;
   std::unordered_map<const c10::TensorImpl*, size_t> index_of_;
   std::vector<Stage3SubGroup> sub_groups_;

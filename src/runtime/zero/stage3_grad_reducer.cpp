@@ -21,10 +21,17 @@ Stage3GradReducer::Stage3GradReducer(std::vector<PartitionedParam>* params,
            "zero_optimization.reduce_bucket_size must be positive");
   // A bucket holds W chunks of each member's shard size: its padded size counts.
   std::vector<int64_t> sizes;
-  for (size_t k : trainable_) sizes.push_back((*params_)[k].padded_numel(world_));
-  BucketPlan plan = plan_buckets(sizes, options_.bucket_numel);
+  std::vector<int> dtypes;  // each parameter's reduction dtype: buckets never mix them
+  for (size_t k : trainable_) {
+    const PartitionedParam& p = (*params_)[k];
+    sizes.push_back(p.padded_numel(world_));
+    dtypes.push_back(
+        static_cast<int>(comm_dtype_of(options_.comm_dtypes, p.param, options_.bucket_dtype)));
+  }
+  BucketPlan plan = plan_buckets(sizes, options_.bucket_numel, dtypes);
   for (const auto& items : plan.items) {
     Bucket b;
+    b.dtype = static_cast<at::ScalarType>(dtypes[items.front()]);
     for (size_t k : items) {
       b.offsets.push_back(b.region);
       b.region += (*params_)[trainable_[k]].shard_numel;
@@ -42,18 +49,19 @@ Stage3GradReducer::Stage3GradReducer(std::vector<PartitionedParam>* params,
   ops.complete = [this](size_t b, size_t buffer) { complete(buckets_[b], buffer); };
   bucketer_ = std::make_unique<Bucketer>(std::move(plan), bucketing, std::move(ops));
 
-  int64_t largest = 0;
-  for (const auto& b : buckets_) largest = std::max(largest, b.region);
-  if (bucketer_->num_buffers() > 0) {
-    const at::Tensor& any = (*params_)[trainable_[0]].param;
-    const auto o = at::TensorOptions().dtype(options_.bucket_dtype).device(any.device());
+  std::map<at::ScalarType, int64_t> largest;
+  for (const auto& b : buckets_) largest[b.dtype] = std::max(largest[b.dtype], b.region);
+  const at::Device device = (*params_)[trainable_[0]].param.device();
+  for (const auto& [dtype, region] : largest) {
+    const auto o = at::TensorOptions().dtype(dtype).device(device);
     for (size_t i = 0; i < bucketer_->num_buffers(); ++i) {
-      send_buffers_.push_back(at::empty({largest * world_}, o));
-      receive_buffers_.push_back(options_.reduce_scatter ? at::empty({largest}, o) : at::Tensor());
+      send_buffers_[dtype].push_back(at::empty({region * world_}, o));
+      receive_buffers_[dtype].push_back(options_.reduce_scatter ? at::empty({region}, o)
+                                                                : at::Tensor());
     }
   }
   if (options_.host_shards && bucketer_->num_buffers() > 0) {
-    d2h_ = std::make_unique<SideStream>(send_buffers_.front().device());
+    d2h_ = std::make_unique<SideStream>(device);
     copies_read_.assign(bucketer_->num_buffers(), false);
   }
   std::vector<at::Tensor> hooked;
@@ -78,11 +86,11 @@ ReductionStats Stage3GradReducer::stats() const {
 }
 
 at::Tensor Stage3GradReducer::send_view(const Bucket& b, size_t buffer) const {
-  return send_buffers_[buffer].narrow(0, 0, b.region * world_);
+  return send_buffers_.at(b.dtype)[buffer].narrow(0, 0, b.region * world_);
 }
 
 at::Tensor Stage3GradReducer::receive_view(const Bucket& b, size_t buffer) const {
-  if (options_.reduce_scatter) return receive_buffers_[buffer].narrow(0, 0, b.region);
+  if (options_.reduce_scatter) return receive_buffers_.at(b.dtype)[buffer].narrow(0, 0, b.region);
   return send_view(b, buffer).narrow(0, static_cast<int64_t>(rank_) * b.region, b.region);
 }
 
@@ -193,9 +201,12 @@ void Stage3GradReducer::finish() {
 
 int64_t Stage3GradReducer::buffer_bytes() const {
   int64_t total = 0;
-  for (const auto& t : send_buffers_) total += t.numel() * static_cast<int64_t>(t.element_size());
-  for (const auto& t : receive_buffers_) {
-    if (t.defined()) total += t.numel() * static_cast<int64_t>(t.element_size());
+  for (const auto* pools : {&send_buffers_, &receive_buffers_}) {
+    for (const auto& [dtype, pool] : *pools) {
+      for (const auto& t : pool) {
+        if (t.defined()) total += t.numel() * static_cast<int64_t>(t.element_size());
+      }
+    }
   }
   return total;
 }

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -40,6 +41,7 @@
 #include "deepspeed/comm.h"
 #include "runtime/accelerator/side_stream.h"
 #include "runtime/zero/bucketer.h"
+#include "runtime/zero/comm_dtypes.h"
 #include "runtime/zero/stage3_param.h"
 #include "runtime/zero/zero_optimizer.h"
 
@@ -53,6 +55,8 @@ struct Stage3ReducerOptions {
   bool average = true;  // gradient_allreduce_op "mean"
   bool ignore_unused_parameters = true;
   at::ScalarType bucket_dtype = at::kFloat;  // communication_data_type
+  /// Parameters reduced in another dtype (torch_autocast): buckets never mix dtypes.
+  CommDtypes comm_dtypes;
   comm::Group group;  // the data-parallel group; shard r belongs to its group rank r
   /// The shards are host memory and the buckets device memory (Note [Stage-3 gradients to the
   /// host]); set on CPU too by DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU, to test that logic.
@@ -81,6 +85,7 @@ class Stage3GradReducer {
     std::vector<size_t> members;   // positions in trainable_
     std::vector<int64_t> offsets;  // each member's chunk offset inside a rank's region
     int64_t region = 0;            // elements per rank (sum of the members' shard sizes)
+    at::ScalarType dtype = at::kFloat;  // the reduction's
   };
   void on_grad_ready(size_t k);
   void fill(const Bucket& b, size_t m, size_t buffer);
@@ -96,10 +101,10 @@ class Stage3GradReducer {
   int world_ = 1;
   int rank_ = 0;
   std::vector<Bucket> buckets_;
-  // The Bucketer's pool: buffer i is send_buffers_[i] (W * region elements) with
-  // receive_buffers_[i] (region elements, the reduce_scatter output).
-  std::vector<at::Tensor> send_buffers_;
-  std::vector<at::Tensor> receive_buffers_;
+  // The Bucketer's pool, per bucket dtype: buffer i is send_buffers_[dtype][i] (W * region
+  // elements) with receive_buffers_[dtype][i] (region elements, the reduce_scatter output).
+  std::map<at::ScalarType, std::vector<at::Tensor>> send_buffers_;
+  std::map<at::ScalarType, std::vector<at::Tensor>> receive_buffers_;
   // Note [Stage-3 gradients to the host]
   void copy_to_host_shards(const Bucket& b, size_t buffer);
   void wait_for_copies_from(size_t buffer);

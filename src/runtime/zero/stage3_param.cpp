@@ -57,6 +57,10 @@ SideStream& shard_copy_stream(const c10::Device& device) {
   return *stream;
 }
 
+bool converts(const PartitionedParam& p) {
+  return p.gather_dtype != at::ScalarType::Undefined && p.gather_dtype != p.shard.scalar_type();
+}
+
 }  // namespace
 
 void wait_for_shard_copies() {
@@ -102,7 +106,9 @@ void start_gather(PartitionedParam& p, const comm::Group& group, bool async, boo
   at::Tensor full = storage_as_flat(p.param, p.padded_numel(world));
   // offload_param with the model on a GPU (Note [Offloaded shards to the device]).
   const bool from_host = p.shard.is_cpu() && !full.is_cpu();
-  if (world == 1 && from_host) {
+  if (world == 1 && converts(p)) {
+    full.copy_(p.shard.to(full.device(), p.gather_dtype));  // Note [Gather dtype]
+  } else if (world == 1 && from_host) {
     p.copied = shard_copy_stream(full.device()).enqueue_marked([&] {
       full.copy_(p.shard, /*non_blocking=*/true);
     });
@@ -161,6 +167,7 @@ struct CoalescedGather {
 namespace {
 
 bool coalescable(const PartitionedParam& p, int world) {
+  if (world > 1 && !p.available && p.numel > 0 && converts(p)) return true;  // Note [Gather dtype]
   const bool from_host = p.shard.is_cpu() && !p.param.is_cpu();  // a side-stream copy first
   return world > 1 && !p.available && p.numel > 0 && !from_host &&
          p.shard_numel * static_cast<int64_t>(p.shard.element_size()) <= kCoalesceShardBytes;
@@ -179,7 +186,13 @@ void start_coalesced(const std::vector<PartitionedParam*>& batch, const comm::Gr
     shards.push_back(p->shard.view({-1}));
     total += p->shard_numel;
   }
-  gather->input = at::cat(shards);
+  // Note [Gather dtype]: torch_autocast gathers a lower-precision module's shards in its dtype
+  // (DeepSpeed's get_allgather_dtype), every rank's own shard included; the parameter then
+  // holds the rounded values in its own dtype. Such shards always take this path, which
+  // converts (and brings offloaded shards to the parameter's device) before the collective.
+  const PartitionedParam& first = *batch.front();
+  const at::ScalarType dtype = converts(first) ? first.gather_dtype : first.shard.scalar_type();
+  gather->input = at::cat(shards).to(first.param.device(), dtype);
   if (use_all_reduce) {  // stage3_use_all_reduce_for_fetch_params: a zero-filled sum
     gather->output = at::zeros({world, total}, gather->input.options());
     gather->output.select(0, group.rank()).copy_(gather->input);
@@ -203,10 +216,12 @@ int64_t start_gathers(const std::vector<PartitionedParam*>& params, const comm::
                       bool async, bool use_all_reduce) {
   const int world = group.size();
   int64_t collectives = 0;
-  std::map<at::ScalarType, std::vector<PartitionedParam*>> batches;  // one collective per dtype
+  // One collective per (shard dtype, gather dtype).
+  std::map<std::pair<at::ScalarType, at::ScalarType>, std::vector<PartitionedParam*>> batches;
   for (PartitionedParam* p : params) {
     if (coalescable(*p, world)) {
-      batches[p->shard.scalar_type()].push_back(p);
+      batches[{p->shard.scalar_type(), converts(*p) ? p->gather_dtype : p->shard.scalar_type()}]
+          .push_back(p);
       continue;
     }
     if (world > 1 && !p->available && p->numel > 0) ++collectives;
@@ -214,7 +229,7 @@ int64_t start_gathers(const std::vector<PartitionedParam*>& params, const comm::
   }
   for (auto& [dtype, batch] : batches) {
     ++collectives;
-    if (batch.size() == 1) {
+    if (batch.size() == 1 && !converts(*batch[0])) {
       start_gather(*batch[0], group, async, use_all_reduce);
     } else {
       start_coalesced(batch, group, async, use_all_reduce);

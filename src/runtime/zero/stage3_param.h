@@ -62,6 +62,9 @@ struct PartitionedParam {
   int64_t numel = 0;
   int64_t shard_numel = 0;  // ceil(numel / W)
   at::Tensor shard;         // this rank's shard in the model dtype (DeepSpeed's ds_tensor)
+  /// The dtype the shards travel in when gathered: torch_autocast's dtype for its
+  /// lower-precision modules, else kUndefined (the shard's own).
+  at::ScalarType gather_dtype = at::ScalarType::Undefined;
   bool trainable = false;   // stepped by the optimizer (requires grad and in a param group)
   bool persistent = false;  // stays gathered: small, or used outside any unit
   bool available = false;   // the full data is in the storage (or arriving: see `inflight`)

@@ -28,6 +28,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
 #include "deepspeed/errors.h"
+#include "runtime/zero/comm_dtypes.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -170,6 +171,8 @@ struct ZeroContext {
   comm::Group dp_group;
   /// MoE expert parameters (also listed in trainable_params); empty without MoE layers.
   std::vector<ExpertParams> expert_params;
+  /// Parameters communicated in another dtype than communication_dtype (comm_dtypes.h).
+  CommDtypes comm_dtypes;
 };
 
 /// Stage 0: replicated. fp32 models all-reduce param.grad (GradReducer); fp16/bf16 models use the

@@ -116,12 +116,28 @@ TEST(FeatureSections, UnknownActivationCheckpointingKeyWarnsByName) {
       << c.warnings[0];
 }
 
-TEST(FeatureSections, EnabledFeaturesAreRefused) {
-  for (const char* section : {"torch_autocast"}) {
-    auto c = parse(std::string(R"({"train_batch_size": 4, ")") + section + R"(": {"enabled": true}})");
-    EXPECT_THROW_WITH(c.check_supported(), NotSupportedError,
-                      std::string(section) + ".enabled is not supported yet");
+TEST(FeatureSections, TorchAutocastIsSupportedAlone) {
+  auto c = parse(R"({"train_batch_size": 4, "torch_autocast": {"enabled": true,
+                     "dtype": "torch.bfloat16",
+                     "lower_precision_safe_modules": ["torch.nn.Linear"]}})");
+  EXPECT_NO_THROW(c.check_supported());
+  EXPECT_EQ(c.torch_autocast.dtype, "bf16");
+  EXPECT_EQ(c.torch_autocast.lower_precision_safe_modules,
+            std::vector<std::string>{"torch.nn.Linear"});
+  for (const char* mode : {"fp16", "bf16"}) {
+    auto both = parse(
+        std::string(R"({"train_batch_size": 4, "torch_autocast": {"enabled": true}, ")") + mode +
+        R"(": {"enabled": true}})");
+    EXPECT_THROW_WITH(both.check_supported(), NotSupportedError,
+                      std::string("torch_autocast.enabled together with ") + mode + ".enabled");
   }
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "torch_autocast": {"dtype": "float32"}})"),
+                    ConfigError, "torch_autocast.dtype");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 4, "torch_autocast": {"dtype": "int8"}})"),
+                    ConfigError, "torch_autocast.dtype");
+}
+
+TEST(FeatureSections, SixteenBitAccumulationOfAnFp32ModelIsRefused) {
   auto c = parse(R"({"train_batch_size": 4, "data_types": {"grad_accum_dtype": "bf16"}})");
   EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, "data_types.grad_accum_dtype bf16");
 }
