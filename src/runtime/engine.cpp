@@ -44,6 +44,7 @@
 #include "runtime/precision/grad_scaler.h"
 #include "runtime/precision/loss_scaler.h"
 #include "runtime/precision/overflow_check.h"
+#include "runtime/sparse_grad.h"
 #include "runtime/tensor_parallel/engine_autotp.h"
 #include "util/check.h"
 #include "util/env.h"
@@ -260,6 +261,25 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     ctx.dp_group = dp_group_;
     ctx.expert_params = runtime::moe_expert_params(*module_);
     ctx.comm_dtypes = std::move(comm_dtypes);
+    if (config_.sparse_gradients) {
+      // Matches DeepSpeed: embedding gradients go as rows without ZeRO; its ZeRO optimizers
+      // reduce every gradient densely, whatever the key says.
+      const auto names = runtime::sparse_gradient_names(*module_);
+      if (config_.zero_optimization.stage == 0) {
+        for (const auto& p : module_->named_parameters()) {
+          if (std::find(names.begin(), names.end(), p.key()) != names.end()) {
+            ctx.sparse_gradients.insert(p.value().unsafeGetTensorImpl());
+          }
+        }
+      } else {
+        log::warn_rank0(config_.source + ": sparse_gradients has no effect under "
+                        "zero_optimization.stage " +
+                        std::to_string(config_.zero_optimization.stage) +
+                        ": as in DeepSpeed, the ZeRO optimizers reduce every gradient densely");
+      }
+      log::info_rank0("sparse_gradients: " + std::to_string(ctx.sparse_gradients.size()) +
+                      " embedding weight(s) reduced as rows");
+    }
     zero_ = config_.zero_optimization.stage == 0 ? runtime::make_stage0(ctx)
             : stage3                             ? runtime::make_stage3(ctx)
                                                  : runtime::make_stage1_2(ctx);

@@ -34,6 +34,7 @@
 #include "deepspeed/version.h"
 #include "deepspeed/zero3.h"
 #include "runtime/precision/loss_scaler.h"
+#include "runtime/sparse_grad.h"
 #include "runtime/tensor_parallel/engine_autotp.h"
 #include "runtime/zero/flat_zero_optimizer.h"
 #include "runtime/zero/universal_load.h"
@@ -293,6 +294,10 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
     m.module = std::move(kept);
   }
   m.buffer_names = ckpt::module_buffer_names(*module_);
+  // Matches DeepSpeed: the embedding weights under sparse_gradients (an empty set without).
+  if (config_.sparse_gradients) {
+    m.sparse_tensor_module_names = runtime::sparse_gradient_names(*module_);
+  }
   if (zero_) {  // the stage's part: stage 0's optimizer, ZeRO's param_shapes, ...
     runtime::ZeroCheckpointContext ctx = checkpoint_context("");
     ctx.exclude_frozen_parameters = exclude_frozen_parameters;

@@ -5,13 +5,17 @@
 
 #include <ATen/ATen.h>
 
+#include "runtime/sparse_grad.h"
 #include "util/check.h"
 
 namespace deepspeed::runtime {
 
 GradReducer::GradReducer(std::vector<at::Tensor> params, GradReducerOptions options)
-    : params_(std::move(params)), options_(options),
+    : options_(std::move(options)),
       world_size_(options_.average_divisor > 0 ? options_.average_divisor : options_.group.size()) {
+  for (auto& p : params) {
+    (options_.sparse.count(p.unsafeGetTensorImpl()) ? sparse_params_ : params_).push_back(p);
+  }
   DS_INTERNAL_ASSERT(options_.group.is_member(), "GradReducer needs this rank's data-parallel group");
   DS_CHECK(options_.bucket_numel > 0, ConfigError,
            "zero_optimization.reduce_bucket_size must be positive");
@@ -103,6 +107,17 @@ void GradReducer::finish() {
   if (!bucketer_->armed()) return;
   auto t0 = std::chrono::steady_clock::now();
   bucketer_->flush();
+  // Matches DeepSpeed's sparse_allreduce scaling: 1/W, times the predivide factor unless
+  // prescale_gradients. After the buckets, in parameter order: the same collectives on every rank.
+  const double scale = !options_.average ? 1.0
+                       : options_.prescale ? 1.0 / world_size_
+                                           : options_.predivide_factor / world_size_;
+  last_sparse_rows_ = 0;
+  for (auto& p : sparse_params_) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    if (!p.grad().is_contiguous()) p.mutable_grad() = p.grad().contiguous();
+    last_sparse_rows_ += all_reduce_rows(p.mutable_grad(), options_.group, scale);
+  }
   last_wait_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -27,6 +28,9 @@ struct GradReducerOptions {
   /// expert-data-parallel group but divided by the whole data-parallel size (DeepSpeed's
   /// _reduce_expert_gradients), since all-to-all already summed the expert-parallel ranks' tokens.
   int average_divisor = 0;
+  /// sparse_gradients: these parameters (embedding weights) stay out of the buckets; finish()
+  /// reduces their gradients as rows (sparse_grad.h), after the buckets.
+  std::unordered_set<const c10::TensorImpl*> sparse;
 };
 
 class GradReducer {
@@ -37,7 +41,8 @@ class GradReducer {
   /// Arms the hooks for the coming backward (the accumulation boundary's).
   void prepare();
   /// After backward: launches what the hooks did not (parameters without gradients count as
-  /// zeros), waits for every bucket, and writes the averaged gradients back into .grad.
+  /// zeros), waits for every bucket, and writes the averaged gradients back into .grad; then
+  /// reduces the sparse ones.
   void finish();
   bool armed() const { return bucketer_->armed(); }
 
@@ -50,6 +55,8 @@ class GradReducer {
     return bucketer_->buckets_launched_from_hooks();
   }
   int64_t bucket_bytes() const;
+  /// Rows of the sparse gradients this rank sent in the last finish().
+  int64_t last_sparse_rows() const { return last_sparse_rows_; }
 
  private:
   struct Bucket {
@@ -62,7 +69,9 @@ class GradReducer {
   std::vector<comm::Handle> launch(Bucket& bucket);
   void complete(Bucket& bucket);
 
-  std::vector<at::Tensor> params_;
+  std::vector<at::Tensor> params_;         // bucketed
+  std::vector<at::Tensor> sparse_params_;  // options_.sparse's, reduced as rows
+  int64_t last_sparse_rows_ = 0;
   GradReducerOptions options_;
   std::vector<Bucket> buckets_;
   double last_wait_ms_ = 0.0;

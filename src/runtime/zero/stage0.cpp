@@ -36,6 +36,7 @@ class Stage0 final : public FlatZeroOptimizer {
     ro.predivide_factor = cfg.gradient_predivide_factor;
     ro.average = cfg.gradient_allreduce_op == "mean";
     ro.group = ctx.dp_group;
+    ro.sparse = ctx.sparse_gradients;
     // MoE: expert parameters are averaged over their expert-data-parallel group, everything
     // else over the data-parallel group (DeepSpeed's buffered_allreduce_fallback).
     std::set<const void*> expert_keys;
@@ -170,6 +171,7 @@ class Stage0 final : public FlatZeroOptimizer {
       for (const auto& r : reducers_) {
         s.buckets_launched += r->last_buckets_launched();
         s.buckets_launched_from_hooks += r->last_buckets_launched_from_hooks();
+        s.sparse_rows_sent += r->last_sparse_rows();
       }
       s.reductions_issued = s.buckets_launched;
     }

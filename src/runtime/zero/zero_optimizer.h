@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -89,6 +90,8 @@ struct ReductionStats {
   /// buckets (stage 3) whose copy to the host started during the last backward, without a host
   /// wait (Note [Overlapped offload copies], Note [Stage-3 gradients to the host]).
   int64_t host_copies_in_backward = 0;
+  /// sparse_gradients (stage 0): embedding rows this rank all-gathered in the last reduction.
+  int64_t sparse_rows_sent = 0;
 };
 
 class ZeroOptimizer {
@@ -173,6 +176,8 @@ struct ZeroContext {
   std::vector<ExpertParams> expert_params;
   /// Parameters communicated in another dtype than communication_dtype (comm_dtypes.h).
   CommDtypes comm_dtypes;
+  /// sparse_gradients: the embedding weights stage 0 reduces as rows (sparse_grad.h).
+  std::unordered_set<const c10::TensorImpl*> sparse_gradients;
 };
 
 /// Stage 0: replicated. fp32 models all-reduce param.grad (GradReducer); fp16/bf16 models use the

@@ -137,6 +137,16 @@ TEST(FeatureSections, TorchAutocastIsSupportedAlone) {
                     ConfigError, "torch_autocast.dtype");
 }
 
+TEST(FeatureSections, SparseGradientsWithA16BitStage0AreRefused) {
+  EXPECT_NO_THROW(parse(R"({"train_batch_size": 4, "sparse_gradients": true})").check_supported());
+  EXPECT_NO_THROW(parse(R"({"train_batch_size": 4, "sparse_gradients": true,
+                           "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}})")
+                      .check_supported());
+  auto c = parse(R"({"train_batch_size": 4, "sparse_gradients": true, "fp16": {"enabled": true}})");
+  EXPECT_THROW_WITH(c.check_supported(), NotSupportedError,
+                    "sparse_gradients with fp16 and zero_optimization.stage 0");
+}
+
 TEST(FeatureSections, SixteenBitAccumulationOfAnFp32ModelIsRefused) {
   auto c = parse(R"({"train_batch_size": 4, "data_types": {"grad_accum_dtype": "bf16"}})");
   EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, "data_types.grad_accum_dtype bf16");
