@@ -268,6 +268,12 @@ def read_ds_config(path, world, zero_redundancy=False):
     if sched and sched.get("type") != "WarmupLR":
         raise ValueError(f"{path}: scheduler {sched.get('type')!r}; this peer mirrors WarmupLR only")
     betas = op.get("betas", [0.9, 0.999])
+    # torch_autocast: forwards under torch.autocast, as DeepSpeed's engine runs them (its
+    # default dtype on the CPU, as torch.autocast's, is bfloat16).
+    amp = cfg.get("torch_autocast", {})
+    if amp.get("enabled") and str(amp.get("dtype", "bfloat16")).replace("torch.", "") not in (
+            "bfloat16", "bf16"):
+        raise ValueError(f"{path}: torch_autocast.dtype {amp.get('dtype')!r}; this peer runs bf16")
     return {
         "micro": micro, "gas": gas,
         "lr": float(op.get("lr", 1e-3)), "betas": (float(betas[0]), float(betas[1])),
@@ -275,6 +281,7 @@ def read_ds_config(path, world, zero_redundancy=False):
         "clip": float(cfg.get("gradient_clipping", 0.0)),
         "print_every": int(cfg.get("steps_per_print", 10)),
         "sched": (sched or {}).get("params") if sched else None,
+        "autocast": bool(amp.get("enabled", False)),
     }
 
 
@@ -382,7 +389,12 @@ def main():
               f"{micro * gas * world} sequences of {a.seq_len} tokens per step")
         print(f"INFO gpt_ddp torch={torch.__version__} python={sys.version.split()[0]} "
               f"threads={torch.get_num_threads()} blas={mapped_blas()} "
-              f"optimizer={'ZeroRedundancyOptimizer(AdamW)' if a.zero_redundancy else 'AdamW'}")
+              f"optimizer={'ZeroRedundancyOptimizer(AdamW)' if a.zero_redundancy else 'AdamW'}"
+              f"{' autocast=bf16' if c['autocast'] else ''}")
+
+    # torch_autocast in the config: every forward (training and held-out) under bf16 autocast.
+    def forward_context():
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=c["autocast"])
 
     def held_out_loss():
         batches = min(a.eval_batches, ((val.numel() - 1) // a.seq_len) // (micro * world))
@@ -392,7 +404,8 @@ def main():
             for b in range(batches):
                 windows = [(b * micro + j) * world + rank for j in range(micro)]
                 x, y = make_batch(torch, val, windows, a.seq_len)
-                total += module(x, y).item()
+                with forward_context():
+                    total += module(x, y).item()
         module.train()
         t = torch.tensor([total / batches], dtype=torch.float64)
         dist.all_reduce(t)
@@ -411,11 +424,13 @@ def main():
             x, y = make_batch(torch, train, sampler.next_micro_batch(), a.seq_len)
             boundary = m == gas - 1
             if boundary:
-                loss = model(x, y)
+                with forward_context():
+                    loss = model(x, y)
                 (loss / gas if gas > 1 else loss).backward()
             else:
                 with model.no_sync():
-                    loss = model(x, y)
+                    with forward_context():
+                        loss = model(x, y)
                     (loss / gas if gas > 1 else loss).backward()
             loss_sum += loss.item()
         # Engine::step(): global norm, clip, optimizer, zero_grad (to None), scheduler.

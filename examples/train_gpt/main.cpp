@@ -256,6 +256,10 @@ double held_out_loss(ds::ModuleEngine<deepspeed::examples::GptImpl>& engine,
   at::Generator gen = at::detail::getDefaultCPUGenerator();
   const at::Tensor rng_state = gen.get_state();
   engine.eval();
+  // The module is called directly (no training timers); torch_autocast still applies, as to
+  // every forward through DeepSpeed's engine.
+  std::optional<ds::AutocastScope> autocast;
+  if (auto dtype = engine.torch_autocast_dtype()) autocast.emplace(engine.device().type(), *dtype);
   double sum = 0.0;
   for (int64_t b = 0; b < batches; ++b) {
     std::vector<int64_t> windows;
