@@ -57,9 +57,12 @@ SideStream& shard_copy_stream(const c10::Device& device) {
   return *stream;
 }
 
-bool converts(const PartitionedParam& p) {
-  return p.gather_dtype != at::ScalarType::Undefined && p.gather_dtype != p.shard.scalar_type();
+// The dtype `p`'s shards travel in when gathered (Note [Gather dtype]).
+at::ScalarType wire_dtype(const PartitionedParam& p) {
+  return p.gather_dtype != at::ScalarType::Undefined ? p.gather_dtype : p.shard.scalar_type();
 }
+
+bool converts(const PartitionedParam& p) { return wire_dtype(p) != p.shard.scalar_type(); }
 
 }  // namespace
 
@@ -107,7 +110,7 @@ void start_gather(PartitionedParam& p, const comm::Group& group, bool async, boo
   // offload_param with the model on a GPU (Note [Offloaded shards to the device]).
   const bool from_host = p.shard.is_cpu() && !full.is_cpu();
   if (world == 1 && converts(p)) {
-    full.copy_(p.shard.to(full.device(), p.gather_dtype));  // Note [Gather dtype]
+    full.copy_(p.shard.to(full.device(), wire_dtype(p)));  // Note [Gather dtype]
   } else if (world == 1 && from_host) {
     p.copied = shard_copy_stream(full.device()).enqueue_marked([&] {
       full.copy_(p.shard, /*non_blocking=*/true);
@@ -191,8 +194,7 @@ void start_coalesced(const std::vector<PartitionedParam*>& batch, const comm::Gr
   // holds the rounded values in its own dtype. Such shards always take this path, which
   // converts (and brings offloaded shards to the parameter's device) before the collective.
   const PartitionedParam& first = *batch.front();
-  const at::ScalarType dtype = converts(first) ? first.gather_dtype : first.shard.scalar_type();
-  gather->input = at::cat(shards).to(first.param.device(), dtype);
+  gather->input = at::cat(shards).to(first.param.device(), wire_dtype(first));
   if (use_all_reduce) {  // stage3_use_all_reduce_for_fetch_params: a zero-filled sum
     gather->output = at::zeros({world, total}, gather->input.options());
     gather->output.select(0, group.rank()).copy_(gather->input);
@@ -220,8 +222,7 @@ int64_t start_gathers(const std::vector<PartitionedParam*>& params, const comm::
   std::map<std::pair<at::ScalarType, at::ScalarType>, std::vector<PartitionedParam*>> batches;
   for (PartitionedParam* p : params) {
     if (coalescable(*p, world)) {
-      batches[{p->shard.scalar_type(), converts(*p) ? p->gather_dtype : p->shard.scalar_type()}]
-          .push_back(p);
+      batches[{p->shard.scalar_type(), wire_dtype(*p)}].push_back(p);
       continue;
     }
     if (world > 1 && !p->available && p->numel > 0) ++collectives;
