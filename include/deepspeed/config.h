@@ -302,6 +302,15 @@ struct DeepSpeedConfig {
   double gradient_predivide_factor = 1.0;
   std::string gradient_allreduce_op = "mean";  // mean | sum (lower-cased)
   std::optional<std::string> communication_data_type;  // fp32 | fp16 | bf16
+  /// DeepSpeed-Ulysses: ranks per sequence-parallel group (consecutive ranks); the batch triad
+  /// counts world / sequence_parallel_size data-parallel ranks. See docs/sequence_parallel.md.
+  int64_t sequence_parallel_size = 1;
+  /// What gradients travel in when sequence_parallel_size > 1 (replaces
+  /// communication_data_type there, as in DeepSpeed): fp32 | fp16 | bf16.
+  std::string seq_parallel_communication_data_type = "fp32";
+  /// The data-parallel size of DeepSpeed's (data, sequence) device mesh; when given with
+  /// sequence_parallel_size their product must be the world size.
+  std::optional<int64_t> data_parallel_size;
   bool managed_gradient_accumulation = true;
   bool zero_allow_untested_optimizer = false;
   bool zero_force_ds_cpu_optimizer = true;

@@ -184,11 +184,21 @@ class Engine {
   int local_rank() const { return comm::get_local_rank(); }
   int world_size() const { return comm::get_world_size(); }
   int64_t dp_world_size() const { return config_.batch.dp_world_size; }
-  /// The group gradients are averaged over and ZeRO partitions across (the world without an
-  /// mpu), and the model-parallel group (this rank alone without an mpu).
-  const comm::Group& data_parallel_group() const { return dp_group_; }
+  /// The data-parallel group (the world without an mpu; with sequence_parallel_size > 1 the
+  /// ranks that hold the same sequence chunk of different samples: feed them different
+  /// samples), and the model-parallel group (this rank alone without an mpu).
+  const comm::Group& data_parallel_group() const { return data_group_; }
   const comm::Group& model_parallel_group() const { return mp_group_; }
-  int dp_rank() const { return dp_group_.rank(); }
+  int dp_rank() const { return data_group_.rank(); }
+  /// The group gradients are reduced over and ZeRO partitions across: the data-parallel
+  /// group, or with sequence parallelism data x sequence (DeepSpeed's seq_data_parallel_group).
+  const comm::Group& seq_data_parallel_group() const { return dp_group_; }
+  /// DeepSpeed-Ulysses (sequence_parallel_size > 1): this rank's group of consecutive ranks
+  /// that share each sample, each holding 1/P of its tokens (deepspeed/sequence.h); this rank
+  /// alone otherwise. DeepSpeed's engine.get_sequence_parallel_group().
+  const comm::Group& sequence_parallel_group() const { return sp_group_; }
+  int sequence_parallel_size() const { return sp_group_.size(); }
+  int sequence_parallel_rank() const { return sp_group_.rank(); }
   int mp_rank() const { return mp_rank_; }
   /// The mpu given to initialize(), or nullptr.
   const std::shared_ptr<Mpu>& mpu() const { return mpu_; }
@@ -290,6 +300,8 @@ class Engine {
 
  private:
   void set_parallel_groups();
+  void set_sequence_parallel_groups();
+  void check_sequence_parallel_combinations() const;
   void broadcast_parameters();
   void build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
                        std::vector<ParamGroup> model_parameters);
@@ -336,7 +348,9 @@ class Engine {
   std::shared_ptr<torch::nn::Module> module_;
   DeepSpeedConfig config_;
   std::shared_ptr<Mpu> mpu_;
-  comm::Group dp_group_;
+  comm::Group dp_group_;    // gradients and ZeRO partitions (seq_data_parallel_group)
+  comm::Group data_group_;  // data_parallel_group(): dp_group_ less the sequence ranks
+  comm::Group sp_group_;    // sequence_parallel_group()
   comm::Group mp_group_;
   int mp_rank_ = 0;
   std::vector<at::Tensor> trainable_params_;  // each tensor once, in named_parameters order

@@ -390,6 +390,16 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
     }
     c.communication_data_type = v;
   }
+  c.sequence_parallel_size = top.get_int("sequence_parallel_size", 1, 1);
+  c.data_parallel_size = top.get_opt_int("data_parallel_size", 1);
+  if (auto sdt = top.get_opt_string("seq_parallel_communication_data_type")) {
+    std::string v = lower(*sdt);
+    if (v != "fp32" && v != "fp16" && v != "bf16") {
+      top.fail("seq_parallel_communication_data_type",
+               "is \"" + *sdt + "\"; supported data types: fp16, bf16, fp32");
+    }
+    c.seq_parallel_communication_data_type = v;
+  }
   c.managed_gradient_accumulation = top.get_bool("managed_gradient_accumulation", true);
   c.zero_allow_untested_optimizer = top.get_bool("zero_allow_untested_optimizer", false);
   c.zero_force_ds_cpu_optimizer = top.get_bool("zero_force_ds_cpu_optimizer", true);

@@ -96,6 +96,9 @@ json DeepSpeedConfig::resolved() const {
   j["gradient_allreduce_op"] = gradient_allreduce_op;
   j["communication_data_type"] =
       communication_data_type ? json(*communication_data_type) : json();
+  j["sequence_parallel_size"] = sequence_parallel_size;
+  j["seq_parallel_communication_data_type"] = seq_parallel_communication_data_type;
+  j["data_parallel_size"] = data_parallel_size ? json(*data_parallel_size) : json();
   j["managed_gradient_accumulation"] = managed_gradient_accumulation;
   j["zero_allow_untested_optimizer"] = zero_allow_untested_optimizer;
   j["zero_force_ds_cpu_optimizer"] = zero_force_ds_cpu_optimizer;

@@ -52,13 +52,10 @@ void parse_unimplemented_sections(ConfigReader& top, DeepSpeedConfig& c) {
   }
   read_tensor_parallel_section(top, &on);  // AutoTP is implemented; the section is strict
   if (top.get_bool("graph_harvesting", false)) on.emplace_back("graph_harvesting");
-  if (top.get_int("sequence_parallel_size", 1, 1) > 1) on.emplace_back("sequence_parallel_size > 1");
   // Keys read elsewhere in DeepSpeed (model setup, inference); type-checked here so that a wrong
   // type is reported rather than carried along.
   top.get_opt_int("vocabulary_size", 1);
   top.get_bool("use_data_before_expert_parallelism", false);
-  top.get_opt_int("data_parallel_size", 1);
-  top.get_opt_string("seq_parallel_communication_data_type");
   top.get_bool("disable_allgather", false);
   top.get_opt_int("allgather_size", 1);
   top.section("weight_quantization", Strictness::kWarnUnknown);

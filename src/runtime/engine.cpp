@@ -24,6 +24,7 @@
 #include "deepspeed/comms_logging.h"
 #include "deepspeed/curriculum_scheduler.h"
 #include "deepspeed/monitor.h"
+#include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/progressive_layer_drop.h"
 #include "deepspeed/profiler.h"
@@ -147,6 +148,7 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
   comm::init_distributed();
   comm::PhaseScope phase(comm::Phase::kInit);
   set_parallel_groups();
+  if (sp_group_.size() > 1) check_sequence_parallel_combinations();
   // tensor_parallel.autotp_size without an mpu: DeepSpeed's groups of consecutive ranks.
   if (auto tp_mpu = runtime::autotp_mpu(config_, mpu_); tp_mpu != mpu_) {
     mpu_ = std::move(tp_mpu);
@@ -157,11 +159,12 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     runtime::install_host_caching_allocator();
   }
   const int world = comm::get_world_size();
-  DS_CHECK(config_.batch.dp_world_size == dp_group_.size(), ConfigError, config_.source,
+  DS_CHECK(config_.batch.dp_world_size == data_group_.size(), ConfigError, config_.source,
            ": the batch triad was resolved for ", config_.batch.dp_world_size,
-           " data-parallel ranks but this job has ", dp_group_.size(),
-           mpu_ ? " (the mpu's data-parallel size)" : std::string(" (WORLD_SIZE=") +
-                                                          std::to_string(world) + ")",
+           " data-parallel ranks but this job has ", data_group_.size(),
+           mpu_ ? " (the mpu's data-parallel size)"
+                : std::string(" (WORLD_SIZE=") + std::to_string(world) +
+                      (sp_group_.size() > 1 ? " / sequence_parallel_size" : "") + ")",
            "; load the config after init_distributed() with the job's data-parallel size "
            "(deepspeed::load_config(config, mpu) with an mpu)");
   config_.check_supported();
@@ -243,6 +246,11 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
   // The ZeRO stage re-points the optimizer's param groups, so the optimizer is built over the
   // model's parameters first and the scheduler after the stage exists.
   build_optimizer(std::move(optimizer), std::move(model_parameters));
+  DS_CHECK(sp_group_.size() == 1 ||
+               dynamic_cast<onebit::CompressedCommunication*>(optimizer_.get()) == nullptr,
+           NotSupportedError, config_.source, ": sequence_parallel_size (", sp_group_.size(),
+           ") with a 1-bit optimizer is not supported yet (its compressed all-reduce averages "
+           "over every rank)");
   if (stage3 && !optimizer_) broadcast_parameters();
   if (optimizer_) {
     check_zero_optimizer();
@@ -259,6 +267,9 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     ctx.grad_accum_dtype = gad == "fp16" ? at::kHalf : gad == "bf16" ? at::kBFloat16 : at::kFloat;
     ctx.module = module_;
     ctx.dp_group = dp_group_;
+    // Matches DeepSpeed under sequence parallelism: summed over each sequence's ranks,
+    // averaged over the data-parallel ones.
+    if (sp_group_.size() > 1) ctx.average_divisor = data_group_.size();
     ctx.expert_params = runtime::moe_expert_params(*module_);
     ctx.comm_dtypes = std::move(comm_dtypes);
     if (config_.sparse_gradients) {
@@ -354,12 +365,20 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
 Engine::~Engine() = default;
 
 void Engine::set_parallel_groups() {
+  const int64_t sp = config_.sequence_parallel_size;
+  sp_group_ = comm::self_group("sequence");
   if (!mpu_) {
     dp_group_ = comm::world();
+    data_group_ = dp_group_;
     mp_group_ = comm::self_group("model");
+    if (sp > 1) set_sequence_parallel_groups();
     return;
   }
+  DS_CHECK(sp == 1, UsageError, config_.source, ": sequence_parallel_size (", sp,
+           ") with an mpu is not supported: the engine builds the sequence-parallel groups "
+           "itself from the config (leave the mpu out)");
   dp_group_ = mpu_->get_data_parallel_group();
+  data_group_ = dp_group_;
   mp_group_ = mpu_->get_model_parallel_group();
   for (const comm::Group* g : {&dp_group_, &mp_group_}) {
     DS_CHECK(g->is_member(), UsageError, "deepspeed::initialize: the mpu's ",
@@ -372,6 +391,32 @@ void Engine::set_parallel_groups() {
            ") times its model-parallel size (", mp_group_.size(), ") exceeds the world size (",
            comm::get_world_size(), ")");
   mp_rank_ = mp_group_.rank();
+}
+
+void Engine::set_sequence_parallel_groups() {
+  // Matches DeepSpeed-Ulysses' groups (parallel_state_sp.py): consecutive ranks share a
+  // sequence; gradients are reduced and ZeRO partitions over every rank.
+  const int world = comm::get_world_size();
+  const int64_t sp = config_.sequence_parallel_size;
+  DS_CHECK(world % sp == 0, ConfigError, config_.source, ": sequence_parallel_size (", sp,
+           ") does not divide the world size (", world, ")");
+  DS_CHECK(!config_.data_parallel_size || *config_.data_parallel_size * sp == world,
+           ConfigError, config_.source, ": data_parallel_size (",
+           config_.data_parallel_size.value_or(0), ") times sequence_parallel_size (", sp,
+           ") must equal the world size (", world, ")");
+  comm::ParallelGroups groups(
+      ProcessTopology({"data", "sequence"}, {static_cast<int>(world / sp), static_cast<int>(sp)}));
+  data_group_ = groups.data();
+  sp_group_ = groups.group("sequence");
+}
+
+void Engine::check_sequence_parallel_combinations() const {
+  const int64_t sp = config_.sequence_parallel_size;
+  DS_CHECK(runtime::autotp_size(config_) <= 1, NotSupportedError, config_.source,
+           ": sequence_parallel_size (", sp, ") with tensor_parallel.autotp_size is not "
+           "supported yet");
+  DS_CHECK(runtime::moe_expert_params(*module_).empty(), NotSupportedError, config_.source,
+           ": sequence_parallel_size (", sp, ") with MoE layers is not supported yet");
 }
 
 void Engine::broadcast_parameters() {
@@ -693,6 +738,12 @@ at::ScalarType Engine::communication_dtype() const {
   // Matches DeepSpeed's ZeRO under torch_autocast: each parameter in its own dtype (fp32), the
   // lower-precision modules' in the autocast dtype (ZeroContext::comm_dtypes).
   if (config_.torch_autocast.enabled) return model_dtype_;
+  // Matches DeepSpeed: sequence parallelism replaces communication_data_type with
+  // seq_parallel_communication_data_type (fp32 unless set).
+  if (sp_group_.size() > 1) {
+    const auto& t = config_.seq_parallel_communication_data_type;
+    return t == "fp16" ? at::kHalf : t == "bf16" ? at::kBFloat16 : at::kFloat;
+  }
   // Matches DeepSpeed's engine: the configured type, else the model's training dtype.
   if (config_.communication_data_type) {
     const auto& t = *config_.communication_data_type;

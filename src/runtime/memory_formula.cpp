@@ -57,7 +57,8 @@ ModelStateInputs model_state_inputs(const DeepSpeedConfig& c, int64_t num_params
                                     int64_t largest_param_numel, bool on_cpu) {
   ModelStateInputs in;
   in.num_params = num_params;
-  in.dp_world_size = c.batch.dp_world_size;
+  // ZeRO partitions over data x sequence ranks (sequence parallelism's reduction group).
+  in.dp_world_size = c.batch.dp_world_size * c.sequence_parallel_size;
   in.stage = c.zero_optimization.stage;
   in.param_bytes = c.fp16.enabled || c.bf16.enabled ? 2 : 4;
   std::string type;

@@ -42,6 +42,9 @@ std::string shape_str(at::IntArrayRef shape) {
 const PipelineModule& checked(const std::shared_ptr<PipelineModule>& module,
                               const DeepSpeedConfig& config) {
   DS_CHECK(module != nullptr, UsageError, "PipelineEngine requires a PipelineModule");
+  DS_CHECK(config.sequence_parallel_size == 1, NotSupportedError, config.source,
+           ": sequence_parallel_size (", config.sequence_parallel_size,
+           ") with pipeline parallelism is not supported yet");
   // Matches DeepSpeed's PipelineEngine assertion.
   DS_CHECK(config.zero_optimization.stage < 2, NotSupportedError,
            "ds_config.json: zero_optimization.stage is ",

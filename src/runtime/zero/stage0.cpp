@@ -36,6 +36,7 @@ class Stage0 final : public FlatZeroOptimizer {
     ro.predivide_factor = cfg.gradient_predivide_factor;
     ro.average = cfg.gradient_allreduce_op == "mean";
     ro.group = ctx.dp_group;
+    ro.average_divisor = ctx.average_divisor;
     ro.sparse = ctx.sparse_gradients;
     // MoE: expert parameters are averaged over their expert-data-parallel group, everything
     // else over the data-parallel group (DeepSpeed's buffered_allreduce_fallback).

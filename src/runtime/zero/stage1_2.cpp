@@ -176,7 +176,7 @@ class Stage12 final : public FlatZeroOptimizer {
     }
     if (!groups_.empty()) {
       PartitionedReducerOptions ro;
-      ro.average_divisor = world_;
+      ro.average_divisor = ctx.average_divisor > 0 ? ctx.average_divisor : world_;
       ro.bucket_numel = z.reduce_bucket_numel();
       ro.overlap_comm = z.overlap_comm_enabled();
       // Matches DeepSpeed: CPU offload forces contiguous_gradients on.

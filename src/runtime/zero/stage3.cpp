@@ -59,6 +59,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   explicit Stage3(const ZeroContext& ctx)
       : config_(*ctx.config), optimizer_(ctx.optimizer), module_(ctx.module),
         dp_group_(ctx.dp_group), world_(dp_group_.size()), rank_(dp_group_.rank()),
+        average_divisor_(ctx.average_divisor > 0 ? ctx.average_divisor : world_),
         model_dtype_(ctx.model_dtype),
         grad_accum_dtype_(ctx.grad_accum_dtype), communication_dtype_(ctx.communication_dtype),
         comm_dtypes_(ctx.comm_dtypes) {
@@ -549,6 +550,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     ro.bucket_dtype = communication_dtype_;
     ro.comm_dtypes = comm_dtypes_;
     ro.group = dp_group_;
+    ro.average_divisor = average_divisor_;
     const bool offloads = optimizer_states_->offloads() || param_device_ != OffloadDevice::kNone;
     ro.host_shards = grad_shards[0].device() != params_[trainable[0]].param.device() ||
                      (offloads && offload_host_path_on_cpu());
@@ -576,6 +578,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   comm::Group dp_group_;
   int world_;  // data-parallel size and rank
   int rank_;
+  int average_divisor_;  // what a "mean" reduction divides by (ZeroContext::average_divisor)
   // offload_param: the shards in host memory ("cpu": where a CPU-only build keeps them
   // anyway) or in swap files read in for each all-gather ("nvme": shard_store_, Note [NVMe
   // shards]).

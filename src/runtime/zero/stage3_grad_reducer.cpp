@@ -132,7 +132,8 @@ std::vector<comm::Handle> Stage3GradReducer::launch(const Bucket& b, size_t buff
   wait_for_copies_from(buffer);
   at::Tensor send = send_view(b, buffer);
   // Matches DeepSpeed's stage 3: divide by W, then sum (reference §7.1).
-  if (options_.average && world_ > 1) send.mul_(1.0 / world_);
+  const int divisor = options_.average_divisor > 0 ? options_.average_divisor : world_;
+  if (options_.average && divisor > 1) send.mul_(1.0 / divisor);
   if (options_.reduce_scatter) {
     at::Tensor receive = receive_view(b, buffer);
     return {comm::reduce_scatter(receive, send, comm::ReduceOp::kSum, /*async_op=*/true,

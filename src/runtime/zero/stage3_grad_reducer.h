@@ -53,6 +53,7 @@ struct Stage3ReducerOptions {
   bool contiguous_gradients = true;
   bool reduce_scatter = true;
   bool average = true;  // gradient_allreduce_op "mean"
+  int average_divisor = 0;  // what "mean" divides by; 0: the group's size
   bool ignore_unused_parameters = true;
   at::ScalarType bucket_dtype = at::kFloat;  // communication_data_type
   /// Parameters reduced in another dtype (torch_autocast): buckets never mix dtypes.

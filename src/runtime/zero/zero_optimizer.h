@@ -172,6 +172,9 @@ struct ZeroContext {
   /// The data-parallel group: gradients are averaged over it, partitions are its ranks (the
   /// world without an mpu). ZeRO code asks it, never the world, for sizes and ranks.
   comm::Group dp_group;
+  /// What a "mean" reduction divides by; 0: dp_group's size. Sequence parallelism sums over
+  /// each sequence's ranks: the data-parallel size (DeepSpeed's dp_world_size / sp_size).
+  int average_divisor = 0;
   /// MoE expert parameters (also listed in trainable_params); empty without MoE layers.
   std::vector<ExpertParams> expert_params;
   /// Parameters communicated in another dtype than communication_dtype (comm_dtypes.h).
