@@ -137,10 +137,135 @@ def fit_old_gloo(torch):
         return Done() if async_op else None
     backend.reduce_scatter = reduce_scatter
 
+    # Without all_gather_function DeepSpeed's all_gather_into_tensor does nothing at all (and
+    # returns None): deepspeed.sequence's cross-entropy would read uninitialized memory. A list
+    # all-gather does the same job.
+    def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+        parts = [torch.empty_like(input_tensor) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, input_tensor.contiguous(), group=group)
+        output_tensor.copy_(torch.cat([t.reshape(-1) for t in parts]).view_as(output_tensor))
+        return Done() if async_op else None
+    backend.all_gather_into_tensor = all_gather_into_tensor
+
+
+class SequenceParallelMpu:
+    """DeepSpeed-Ulysses' groups as Megatron-DeepSpeed's mpu gives them to DeepSpeed (and as
+    train_gpt's engine builds them from sequence_parallel_size): consecutive ranks share each
+    sample; the data-parallel replicas are the ranks at the same position of their group; ZeRO
+    and the gradient reduction span every rank (sequence-data-parallel group)."""
+
+    def __init__(self, dist, sp):
+        world, rank = dist.get_world_size(), dist.get_rank()
+        self.sp_group = self.dp_group = None
+        for first in range(0, world, sp):  # every rank makes every group, in the same order
+            g = dist.new_group(list(range(first, first + sp)))
+            if first <= rank < first + sp:
+                self.sp_group = g
+        for pos in range(sp):
+            g = dist.new_group(list(range(pos, world, sp)))
+            if rank % sp == pos:
+                self.dp_group = g
+        self.seq_dp_group = dist.new_group(list(range(world)))
+        for r in range(world):  # no model parallelism: a group of each rank alone
+            g = dist.new_group([r])
+            if r == rank:
+                self.mp_group = g
+        self.dist = dist
+
+    def get_sequence_parallel_group(self):
+        return self.sp_group
+
+    def get_sequence_parallel_world_size(self):
+        return self.dist.get_world_size(self.sp_group)
+
+    def get_sequence_parallel_rank(self):
+        return self.dist.get_rank(self.sp_group)
+
+    def get_sequence_data_parallel_group(self):
+        return self.seq_dp_group
+
+    def get_sequence_data_parallel_world_size(self):
+        return self.dist.get_world_size(self.seq_dp_group)
+
+    def get_sequence_data_parallel_rank(self):
+        return self.dist.get_rank(self.seq_dp_group)
+
+    def get_data_parallel_group(self):
+        return self.dp_group
+
+    def get_data_parallel_world_size(self):
+        return self.dist.get_world_size(self.dp_group)
+
+    def get_data_parallel_rank(self):
+        return self.dist.get_rank(self.dp_group)
+
+    def get_model_parallel_group(self):
+        return self.mp_group
+
+    def get_model_parallel_world_size(self):
+        return 1
+
+    def get_model_parallel_rank(self):
+        return 0
+
+
+def use_ulysses(torch, module, sp_group, n_head):
+    """Makes gpt_ddp's GPT train with DeepSpeed-Ulysses, as train_gpt's GptImpl does: each rank
+    keeps its chunk of the tokens, attention runs through deepspeed.sequence's
+    DistributedAttention (heads scattered, the sequence gathered, [b, s, h, d]) and the loss is
+    vocab_sequence_parallel_cross_entropy's mean over the whole sequence."""
+    import math
+    import deepspeed.comm as ds_dist
+    from deepspeed.sequence.cross_entropy import vocab_sequence_parallel_cross_entropy
+    from deepspeed.sequence.layer import DistributedAttention
+    sp, sp_rank = ds_dist.get_world_size(sp_group), ds_dist.get_rank(sp_group)
+
+    def local_attention(q, k, v, *args, **kwargs):  # [b, S, h/P, d], the explicit formula
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        T, hd = q.size(2), q.size(3)
+        att = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        att = torch.softmax(att.masked_fill(mask, float("-inf")), -1)
+        return torch.matmul(att, v).transpose(1, 2)
+
+    dist_attn = DistributedAttention(local_attention, sp_group, scatter_idx=2, gather_idx=1)
+
+    def attn_forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        shape = (B, T, n_head, C // n_head)
+        y = dist_attn(q.view(shape), k.view(shape), v.view(shape), 0)
+        return self.c_proj(y.contiguous().view(B, T, C))
+
+    for block in module.h:
+        block.attn.forward = attn_forward.__get__(block.attn)
+
+    def gpt_forward(self, idx, targets):
+        T = idx.size(1) // sp
+        idx, targets = (t[:, sp_rank * T:(sp_rank + 1) * T] for t in (idx, targets))
+        x = self.wte(idx) + self.wpe(torch.arange(sp_rank * T, (sp_rank + 1) * T,
+                                                  dtype=torch.long))
+        for block in self.h:
+            x = block(x)
+        logits = torch.matmul(self.ln_f(x), self.wte.weight.t())
+        return vocab_sequence_parallel_cross_entropy(
+            logits.transpose(0, 1).contiguous(), targets.transpose(0, 1).contiguous(),
+            sp_group).mean()
+    module.forward = gpt_forward.__get__(module)
+
 
 def build_engine(deepspeed, torch, vocab, a, config):
     """(engine, data-parallel size, data-parallel rank)."""
     import torch.distributed as dist
+    sp = int(config.get("sequence_parallel_size", 1))
+    if sp > 1:
+        mpu = SequenceParallelMpu(dist, sp)
+        module = gpt_ddp.build_model(torch, vocab, a.seq_len, a.n_layer, a.n_head, a.n_embd)
+        use_ulysses(torch, module, mpu.sp_group, a.n_head)
+        engine, _, _, _ = deepspeed.initialize(
+            model=module, model_parameters=[p for p in module.parameters() if p.requires_grad],
+            config=config, mpu=mpu)
+        return engine, mpu.get_data_parallel_world_size(), mpu.get_data_parallel_rank()
     if a.pipeline_parallel_size > 1:
         from deepspeed.pipe import PipelineModule
         layers, loss_fn = build_layers(vocab, a)

@@ -3,6 +3,7 @@
 
 #include "deepspeed/causal_attention.h"
 #include "deepspeed/checkpointing.h"
+#include "deepspeed/sequence.h"
 #include "deepspeed/tensor_parallel.h"
 
 #include <cmath>
@@ -38,13 +39,23 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto qkv_all = tensor_parallel::linear(c_attn, x);
   const int64_t C = qkv_all.size(2) / 3, nh = C / hd;
   auto qkv = qkv_all.split(C, /*dim=*/2);
-  auto q = qkv[0].view({B, T, nh, hd}).transpose(1, 2);  // [B, nh, T, hd]
-  auto k = qkv[1].view({B, T, nh, hd}).transpose(1, 2);
-  auto v = qkv[2].view({B, T, nh, hd}).transpose(1, 2);
-  auto y = deepspeed::nn::causal_attention(q, k, v, dropout_, is_training())
-               .transpose(1, 2)
-               .contiguous()
-               .view({B, T, C});
+  // [B, T, nh, hd] in, [B, T, nh, hd] out; the attention itself works on [B, nh, T, hd].
+  auto attend = [this](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return deepspeed::nn::causal_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                           v.transpose(1, 2), dropout_, is_training())
+        .transpose(1, 2);
+  };
+  auto q = qkv[0].view({B, T, nh, hd});
+  auto k = qkv[1].view({B, T, nh, hd});
+  auto v = qkv[2].view({B, T, nh, hd});
+  torch::Tensor y;
+  if (sequence_group && sequence_group->size() > 1) {
+    // DeepSpeed-Ulysses: heads scattered (dim 2), the sequence gathered (dim 1).
+    y = sequence::DistributedAttention(attend, *sequence_group, 2, 1)(q, k, v);
+  } else {
+    y = attend(q, k, v);
+  }
+  y = y.contiguous().view({B, T, C});
   return maybe_dropout(tensor_parallel::linear(c_proj, y), dropout_, is_training());
 }
 
@@ -142,11 +153,18 @@ GptImpl::GptImpl(const GptConfig& cfg) : cfg_(cfg) {
   ln_f->bias.detach().zero_();
 }
 
+void GptImpl::set_sequence_parallel_group(const comm::Group& group) {
+  sequence_group_ = group;
+  for (auto& block : blocks) block->attn->sequence_group = group;
+}
+
 torch::Tensor GptImpl::logits(const torch::Tensor& idx, std::optional<double> pld_theta) {
-  const int64_t T = idx.size(1);
-  TORCH_CHECK(T <= cfg_.block_size, "sequence length ", T, " exceeds block_size ",
-              cfg_.block_size);
-  auto pos = torch::arange(T, idx.options().dtype(torch::kLong));
+  // Under sequence parallelism `idx` is this rank's chunk of each sequence, at this offset.
+  const int64_t parts = sequence_group_ ? sequence_group_->size() : 1;
+  const int64_t T = idx.size(1), first = sequence_group_ ? sequence_group_->rank() * T : 0;
+  TORCH_CHECK(T * parts <= cfg_.block_size, "sequence length ", T * parts,
+              " exceeds block_size ", cfg_.block_size);
+  auto pos = torch::arange(first, first + T, idx.options().dtype(torch::kLong));
   auto x = maybe_dropout(wte(idx) + wpe(pos), cfg_.dropout, is_training());
   const auto n_layer = static_cast<double>(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -196,10 +214,22 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx_in, const torch::Tensor&
     idx = idx.slice(1, 0, *kwargs.curriculum_seqlen);
     targets = targets.slice(1, 0, *kwargs.curriculum_seqlen);
   }
+  const bool sequence_parallel = sequence_group_ && sequence_group_->size() > 1;
+  if (sequence_parallel) {  // this rank's tokens of the whole sequences
+    idx = sequence::shard_sequence(idx, *sequence_group_, 1);
+    targets = sequence::shard_sequence(targets, *sequence_group_, 1);
+  }
   auto lg = logits(idx, kwargs.progressive_layer_drop ? std::optional<double>(kwargs.pld_theta)
                                                       : std::nullopt);
-  auto loss =
-      torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+  torch::Tensor loss;
+  if (sequence_parallel) {  // the whole sequence's mean; backward reaches this rank's logits
+    loss = sequence::vocab_sequence_parallel_cross_entropy(lg.transpose(0, 1),
+                                                           targets.transpose(0, 1),
+                                                           *sequence_group_)
+               .mean();
+  } else {
+    loss = torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+  }
   // The load-balancing loss trains the gates; a held-out (eval) loss is the LM loss alone.
   if (!cfg_.moe.enabled() || !is_training()) return loss;
   torch::Tensor aux = torch::zeros({}, loss.options());

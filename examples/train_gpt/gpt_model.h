@@ -15,6 +15,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include "deepspeed/comm.h"
 #include "deepspeed/forward_kwargs.h"
 #include "deepspeed/zero3.h"
 #include "gpt_moe.h"
@@ -39,9 +40,13 @@ struct GptConfig {
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const GptConfig& cfg);
+  /// x: [B, T, C] -> [B, T, C]; under sequence parallelism T is this rank's chunk and the
+  /// attention itself sees the whole sequence with n_head / P heads (DistributedAttention).
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  /// DeepSpeed-Ulysses' group (GptImpl::set_sequence_parallel_group); nullopt: none.
+  std::optional<comm::Group> sequence_group;
 
  private:
   int64_t n_head_;
@@ -96,6 +101,12 @@ class GptImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets,
                         const ForwardKwargs& kwargs);
 
+  /// DeepSpeed-Ulysses (the engine's sequence_parallel_group(), of P ranks): forward() then
+  /// takes the whole sequences, as before, keeps this rank's 1/P of the tokens (DeepSpeed's
+  /// UlyssesSPDataLoaderAdapter split), attends across the group and returns the whole
+  /// sequence's loss (vocab_sequence_parallel_cross_entropy) on every rank of it.
+  void set_sequence_parallel_group(const comm::Group& group);
+
   const GptConfig& config() const { return cfg_; }
   /// The MoE layers' load-balancing losses of the last forward, summed (0 without MoE); the
   /// loss forward() returns includes cfg.moe.aux_loss_coef times it.
@@ -111,6 +122,7 @@ class GptImpl : public torch::nn::Module {
 
  private:
   GptConfig cfg_;
+  std::optional<comm::Group> sequence_group_;
   double last_moe_aux_loss_ = 0.0;
 };
 TORCH_MODULE(Gpt);

@@ -442,6 +442,13 @@ int run(const Args& a) {
       dp_engine = ds::initialize(model, config, nullptr, nullptr, mpu).engine;
     }
     if (tp <= 1) num_parameters = model->num_parameters();
+    // sequence_parallel_size P: each sample's tokens split over P consecutive ranks, which read
+    // the same windows (the model keeps its chunk of them).
+    if (dp_engine->sequence_parallel_size() > 1) {
+      model->set_sequence_parallel_group(dp_engine->sequence_parallel_group());
+      replicas = dp_engine->data_parallel_group().size();
+      replica = dp_engine->dp_rank();
+    }
   }
   ds::Engine* engine = pp_engine ? static_cast<ds::Engine*>(pp_engine.get()) : dp_engine.get();
   const int64_t micro = config.batch.train_micro_batch_size_per_gpu;
