@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Sequence parallelism (DeepSpeed-Ulysses) on 2 ranks: one long sequence per step, its tokens
+# split over the 2 ranks (train_gpt with "sequence_parallel_size": 2), against DeepSpeed's own
+# Ulysses (0.15.4 on the same python3-torch: the same GPT, windows and ds_config, attention
+# through deepspeed.sequence's DistributedAttention; bench/common/deepspeed_train_gpt.py) and
+# against one rank training the whole sequence alone; plus 2 data-parallel ranks on one
+# sequence each (twice the tokens per step) for scale. tokens/s, peak RSS per rank and bytes
+# sent per rank per step (ours), medians over the timed steps and rounds. Builds nothing; makes
+# .venv-deepspeed (scripts/setup_deepspeed_peer.sh) when it is missing.
+# Usage: bench/sequence_parallel/run.sh [MODEL FLAGS...]   default --seq_len 1024
+# Env: ROUNDS (3), STEPS (12), SKIP (3 warm-up steps not timed), CORPUS (data/austen.txt),
+#      DS_VENV (.venv-deepspeed; none skips DeepSpeed), OUT_DIR (default a new /tmp directory).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-12}
+SKIP=${SKIP:-3}
+PY=/usr/bin/python3
+launcher=build/bin/deepspeed
+ours=build/bin/train_gpt
+peer=bench/common/deepspeed_train_gpt.py
+corpus=${CORPUS:-data/austen.txt}
+model_flags=("$@")
+((${#model_flags[@]})) || model_flags=(--seq_len 1024)
+DS_VENV=${DS_VENV:-$root/.venv-deepspeed}
+die() { echo "sequence parallel bench: $*" >&2; exit 1; }
+for bin in "$launcher" "$ours"; do [ -x "$bin" ] || die "$bin not found; build it first"; done
+[ -f "$corpus" ] || die "$corpus not found; fetch it with scripts/fetch_corpus.sh"
+((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
+if [ "$DS_VENV" != none ]; then
+  bash scripts/setup_deepspeed_peer.sh "$DS_VENV" >/dev/null ||
+    die "scripts/setup_deepspeed_peer.sh failed"
+fi
+# Pinned environment (bench/README.md).
+unset OPENBLAS_CORETYPE
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo DS_ACCELERATOR=cpu
+out=${OUT_DIR:-$(mktemp -d /tmp/sp_bench.XXXXXX)}
+mkdir -p "$out"
+echo "INFO sequence parallel bench: rounds=$ROUNDS steps=$STEPS skip=$SKIP model_flags='${model_flags[*]}' out=$out load=$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# config(sp) -> path: the example config, one sequence per micro-batch, no accumulation.
+config() {
+  local path="$out/ds_config_sp$1.json"
+  "$PY" - examples/train_gpt/ds_config.json "$path" "$1" <<'PYEOF'
+import json, sys
+src, dst, sp = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cfg = json.load(open(src))
+cfg.pop("train_batch_size", None)
+cfg["train_micro_batch_size_per_gpu"] = 1
+cfg["gradient_accumulation_steps"] = 1
+cfg["steps_per_print"] = 1000
+if sp > 1:
+    cfg["sequence_parallel_size"] = sp
+json.dump(cfg, open(dst, "w"), indent=2)
+PYEOF
+  echo "$path"
+}
+
+run() {  # run NAME RANKS CONFIG PROGRAM...
+  local name=$1 ranks=$2 cfg=$3
+  shift 3
+  "$launcher" --num_gpus "$ranks" --master_port $((29600 + RANDOM % 300)) "$@" \
+    --deepspeed_config "$cfg" --data "$corpus" --steps "$STEPS" --compact_vocab \
+    --metrics_file "$out/$name.jsonl" "${model_flags[@]}" > "$out/$name.log" 2>&1 ||
+    die "$name failed; see $out/$name.log"
+}
+
+sp_cfg=$(config 2)
+plain_cfg=$(config 1)
+# train_gpt writes the token cache the peer reads.
+run warmup 1 "$plain_cfg" "$ours" --eval_batches 1
+kinds=(sp one dp)
+[ "$DS_VENV" != none ] && kinds+=(ds_sp)
+n=${#kinds[@]}
+for r in $(seq 1 "$ROUNDS"); do
+  # Rotate the order so that no kind always runs first on a warming machine.
+  for i in $(seq 0 $((n - 1))); do
+    k=${kinds[$(((i + r) % n))]}
+    case $k in
+      sp) run "sp_$r" 2 "$sp_cfg" "$ours" --eval_batches 1 ;;
+      one) run "one_$r" 1 "$plain_cfg" "$ours" --eval_batches 1 ;;
+      dp) run "dp_$r" 2 "$plain_cfg" "$ours" --eval_batches 1 ;;
+      ds_sp) run "ds_sp_$r" 2 "$sp_cfg" "$DS_VENV/bin/python" "$peer" ;;
+    esac
+  done
+done
+
+"$PY" - "$out" "$ROUNDS" "$SKIP" "${kinds[@]}" <<'PYEOF'
+import json, statistics, sys
+out, rounds, skip, kinds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+def rows(name):
+    return [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.strip()]
+res = {}
+for kind in kinds:
+    tps, peak, comm, loss = [], [], [], []
+    for r in range(1, rounds + 1):
+        rs = rows(f"{kind}_{r}")
+        tps.append(statistics.median(x["tokens_per_s"] for x in rs[skip:]))
+        peak.append(max(rs[-1]["memory_bytes"]["peak_rss"]) / 2**20)
+        if "comm_bytes" in rs[-1]:
+            comm.append(statistics.median(x["comm_bytes"] for x in rs[skip:]) / 2**20)
+        loss.append(rs[-1]["loss"])
+    res[kind] = (statistics.median(tps), statistics.median(peak))
+    print(f"RESULT {kind}_tokens_per_s median={res[kind][0]:.0f} min={min(tps):.0f} max={max(tps):.0f} n={rounds} unit=tokens/s")
+    print(f"RESULT {kind}_peak_rss_per_rank median={res[kind][1]:.0f} min={min(peak):.0f} max={max(peak):.0f} unit=MiB")
+    if comm:
+        print(f"RESULT {kind}_comm_bytes_per_rank_per_step median={statistics.median(comm):.2f} unit=MiB")
+    print(f"RESULT {kind}_last_loss median={statistics.median(loss):.4f}")
+def ratio(a, b, what):
+    if a in res and b in res:
+        print(f"RATIO {a}/{b} tokens/s {res[a][0] / res[b][0]:.2f}, peak RSS per rank "
+              f"{res[a][1] / res[b][1]:.2f}  ({what})")
+ratio("sp", "ds_sp", "ours against DeepSpeed-Ulysses")
+ratio("sp", "one", "one sequence split over 2 ranks against one rank alone")
+ratio("sp", "dp", "against 2 data-parallel ranks, each on a whole sequence")
+PYEOF
