@@ -896,7 +896,16 @@ std::string Engine::memory_report(const std::string& when) const {
                   gb(m.device_max_allocated_bytes), gb(m.device_reserved_bytes),
                   gb(m.device_max_reserved_bytes));
   }
-  const ModelStateInputs in = model_state_inputs(config_, num_params, largest, device_.is_cpu());
+  ModelStateInputs in = model_state_inputs(config_, num_params, largest, device_.is_cpu());
+  if (autocast_dtype_ && config_.zero_optimization.stage > 0) {
+    // The lower-precision modules' gradients fill their own buckets (ZeRO 1-3).
+    std::vector<std::string> unmatched;
+    const auto low = runtime::autocast_comm_dtypes(*module_, config_, *autocast_dtype_, &unmatched);
+    for (const auto& p : trainable_params_) {
+      if (low.count(p.unsafeGetTensorImpl())) in.low_precision_numel += p.numel();
+    }
+    in.low_precision_bytes = static_cast<int64_t>(c10::elementSize(*autocast_dtype_));
+  }
   std::snprintf(buf + std::strlen(buf), sizeof(buf) - std::strlen(buf),
                 "; formula: device %.2f MB at the steady state",
                 mb(estimate_model_state_bytes(in).device()));

@@ -23,7 +23,20 @@ ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in) {
   const bool mixed = b < 4;
   // fp16/bf16: the gradient partitions accumulate in fp32 (data_types.grad_accum_dtype).
   const int64_t grad_bytes = mixed ? 4 : b;
-  const int64_t bucket = std::min(std::max<int64_t>(in.reduce_bucket_size, 1), std::max<int64_t>(psi, 1));
+  // ZeRO 1-3: one buffer pool per communication dtype, each as large as its largest bucket
+  // (torch_autocast sends its low-precision modules' gradients in their own dtype); at stage 3
+  // with reduce_scatter each send buffer has a receive buffer of 1/W beside it.
+  const int64_t bucket_size = std::max<int64_t>(in.reduce_bucket_size, 1);
+  const int64_t low = std::clamp<int64_t>(in.low_precision_numel, 0, psi);
+  const auto pool = [&](int64_t numel, int64_t bytes_per, int64_t receive_divisor) -> int64_t {
+    const int64_t size = std::min(bucket_size, std::max<int64_t>(numel, 1));
+    return bytes_per * (size + (receive_divisor > 0 ? div_up(size, receive_divisor) : 0));
+  };
+  const auto pools = [&](int64_t receive_divisor) -> int64_t {
+    if (low == 0) return pool(psi, b, receive_divisor);
+    return (psi > low ? pool(psi - low, b, receive_divisor) : 0) +
+           pool(low, in.low_precision_bytes, receive_divisor);
+  };
   m.optimizer_states = k * shard;
   m.master_params = mixed ? 4 * shard : 0;
   switch (in.stage) {
@@ -37,13 +50,13 @@ ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in) {
     case 2:
       m.params = b * psi;
       m.grads = grad_bytes * shard;
-      m.reduction_buffers = w > 1 ? b * bucket * (in.overlap_comm ? 2 : 1) : 0;
+      m.reduction_buffers = w > 1 ? pools(0) * (in.overlap_comm ? 2 : 1) : 0;
       if (in.stage == 1) m.transient = b * psi;  // param.grad until the boundary
       break;
     default:
       m.params = b * shard;
       m.grads = grad_bytes * shard;
-      m.reduction_buffers = b * (bucket + (in.reduce_scatter ? div_up(bucket, w) : 0)) * (in.overlap_comm ? 2 : 1);
+      m.reduction_buffers = pools(in.reduce_scatter ? w : 0) * (in.overlap_comm ? 2 : 1);
       // A unit's parameters gathered in full, and the next one prefetched.
       m.transient = 2 * b * in.largest_param_numel;
       break;

@@ -26,6 +26,11 @@ struct ModelStateInputs {
   bool overlap_comm = false;       // two reduction buffers instead of one
   bool reduce_scatter = true;      // stage 3 on a GPU: a receive buffer beside each send buffer
   int64_t largest_param_numel = 0;  // stage 3: a gathered unit is at least this (0: unknown)
+  /// torch_autocast: elements whose gradients travel in the autocast dtype (its
+  /// lower_precision_safe_modules'), of low_precision_bytes each. ZeRO 1-3 keep a bucket pool
+  /// per dtype, each as large as its own largest bucket.
+  int64_t low_precision_numel = 0;
+  int64_t low_precision_bytes = 2;
 };
 
 /// Per-rank bytes by component, as the engine's ledger (MemoryStats) names them.
@@ -66,6 +71,8 @@ struct ModelStateBytes {
 ///   stage 2: the same without the transient;
 ///   stage 3: params bΨ/W (+ gathered units transient), grads gΨ/W, states kΨ/W, masters 4Ψ/W,
 ///            buckets b(B + B/W with reduce_scatter), twice with overlap_comm;
+/// with torch_autocast's L low-precision elements (l bytes), ZeRO 1-3's buckets are two pools:
+/// b·min(B, Ψ-L) and l·min(B, L) (each with its B/W receive part at stage 3);
 /// g = 4 (fp32 gradient partitions) with fp16/bf16, else b.
 /// Offload moves the states (and masters) or the parameter shards to host memory.
 ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in);
