@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
+#include "comm/autograd_group.h"
 #include "deepspeed/sequence.h"
 #include "util/check.h"
 
@@ -14,19 +15,8 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-struct GroupHolder : torch::CustomClassHolder {
-  explicit GroupHolder(comm::Group g) : group(std::move(g)) {}
-  comm::Group group;
-};
-
-void save_group(AutogradContext* ctx, const comm::Group& group) {
-  ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupHolder>(group));
-}
-
-const comm::Group& saved_group(AutogradContext* ctx) {
-  return c10::static_intrusive_pointer_cast<GroupHolder>(ctx->saved_data.at("group").toCapsule())
-      ->group;
-}
+using comm::save_group;
+using comm::saved_group;
 
 int64_t part_size(const at::Tensor& x, int64_t dim, const comm::Group& group, const char* what) {
   const int64_t n = x.size(dim);

@@ -2,6 +2,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
+#include "comm/autograd_group.h"
 #include "deepspeed/tensor_parallel.h"
 #include "util/check.h"
 
@@ -11,20 +12,8 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The group travels to backward in the autograd context.
-struct GroupHolder : torch::CustomClassHolder {
-  explicit GroupHolder(comm::Group g) : group(std::move(g)) {}
-  comm::Group group;
-};
-
-void save_group(AutogradContext* ctx, const comm::Group& group) {
-  ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupHolder>(group));
-}
-
-const comm::Group& saved_group(AutogradContext* ctx) {
-  return c10::static_intrusive_pointer_cast<GroupHolder>(ctx->saved_data.at("group").toCapsule())
-      ->group;
-}
+using comm::save_group;
+using comm::saved_group;
 
 at::Tensor all_reduce_sum(const at::Tensor& x, const comm::Group& group) {
   at::Tensor out = x.contiguous().clone();
