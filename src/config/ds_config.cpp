@@ -382,23 +382,21 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   if (c.gradient_predivide_factor <= 0) top.fail("gradient_predivide_factor", "must be > 0");
   c.gradient_allreduce_op = lower(top.get_string("gradient_allreduce_op", "mean"));
   check_one_of(top, "gradient_allreduce_op", c.gradient_allreduce_op, {"mean", "sum"});
-  if (auto cdt = top.get_opt_string("communication_data_type")) {
-    std::string v = lower(*cdt);
+  // DeepSpeed's get_communication_data_type: fp32, fp16 or bf16, any case.
+  const auto comm_dtype = [&](const char* key) -> std::optional<std::string> {
+    auto given = top.get_opt_string(key);
+    if (!given) return std::nullopt;
+    std::string v = lower(*given);
     if (v != "fp32" && v != "fp16" && v != "bf16") {
-      top.fail("communication_data_type",
-               "is \"" + *cdt + "\"; supported data types: fp16, bf16, fp32");
+      top.fail(key, "is \"" + *given + "\"; supported data types: fp16, bf16, fp32");
     }
-    c.communication_data_type = v;
-  }
+    return v;
+  };
+  c.communication_data_type = comm_dtype("communication_data_type");
   c.sequence_parallel_size = top.get_int("sequence_parallel_size", 1, 1);
   c.data_parallel_size = top.get_opt_int("data_parallel_size", 1);
-  if (auto sdt = top.get_opt_string("seq_parallel_communication_data_type")) {
-    std::string v = lower(*sdt);
-    if (v != "fp32" && v != "fp16" && v != "bf16") {
-      top.fail("seq_parallel_communication_data_type",
-               "is \"" + *sdt + "\"; supported data types: fp16, bf16, fp32");
-    }
-    c.seq_parallel_communication_data_type = v;
+  if (auto v = comm_dtype("seq_parallel_communication_data_type")) {
+    c.seq_parallel_communication_data_type = *v;
   }
   c.managed_gradient_accumulation = top.get_bool("managed_gradient_accumulation", true);
   c.zero_allow_untested_optimizer = top.get_bool("zero_allow_untested_optimizer", false);
