@@ -147,6 +147,14 @@ def fit_old_gloo(torch):
         return Done() if async_op else None
     backend.all_gather_into_tensor = all_gather_into_tensor
 
+    # MiCS gathers its shards with all_gather_coalesced: on torch 1.13 a flat all-gather per
+    # tensor inside a coalescing manager, which Gloo refuses. The list all-gathers above instead.
+    def all_gather_coalesced(output_tensors, input_tensors, group=None, async_op=False):
+        for output, input in zip(output_tensors, input_tensors):
+            all_gather_into_tensor(output, input, group=group)
+        return Done() if async_op else None
+    backend.all_gather_coalesced = all_gather_coalesced
+
 
 class SequenceParallelMpu:
     """DeepSpeed-Ulysses' groups as Megatron-DeepSpeed's mpu gives them to DeepSpeed (and as
@@ -207,6 +215,25 @@ class SequenceParallelMpu:
 
     def get_model_parallel_rank(self):
         return 0
+
+
+def fit_mics_load():
+    """DeepSpeed's engine passes param_shapes= to its ZeRO-3 optimizer's load_state_dict, which
+    MiCS_Optimizer's override does not take (0.15.4, and its main branch): no MiCS checkpoint
+    resumes, DeepSpeed's own included. The override only forwards to ZeRO-3's; this drops the
+    argument as that forwarding does."""
+    import inspect
+    try:
+        from deepspeed.runtime.zero.mics import MiCS_Optimizer
+    except ImportError:  # a DeepSpeed build without MiCS
+        return
+    original = MiCS_Optimizer.load_state_dict
+    if "param_shapes" in inspect.signature(original).parameters:
+        return
+
+    def load_state_dict(self, state_dict_list, *args, param_shapes=None, **kwargs):
+        return original(self, state_dict_list, *args, **kwargs)
+    MiCS_Optimizer.load_state_dict = load_state_dict
 
 
 def use_ulysses(torch, module, sp_group, n_head):
@@ -296,6 +323,7 @@ def main():
     deepspeed.init_distributed(dist_backend="gloo")
     deepspeed_shm.unlink_own_buffer_at_exit()
     fit_old_gloo(torch)
+    fit_mics_load()
     rank, world = dist.get_rank(), dist.get_world_size()
     with open(a.deepspeed_config) as f:
         config = json.load(f)

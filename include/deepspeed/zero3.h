@@ -167,9 +167,11 @@ class GatheredParameters {
 /// each parameter is cast to the training dtype (fp16/bf16 from `config`), broadcast from the
 /// data-parallel group's first rank (so every replica starts from one initialisation, as in
 /// DeepSpeed), and all but this rank's shard of ceil(numel / W) elements is freed, W being the
-/// data-parallel size (the world without `mpu`; give the engine the same mpu). Parameters of at most
-/// stage3_param_persistence_threshold elements stay whole. Modules that are not zero::Unit
-/// (e.g. Sequential children) are partitioned by calling partition() on them once built.
+/// data-parallel size (the world without `mpu`; give the engine the same mpu), or with
+/// zero_optimization.mics_shard_size the MiCS shard size (DeepSpeed's MiCS_Init). Parameters
+/// of at most stage3_param_persistence_threshold elements stay whole. Modules that are not
+/// zero::Unit (e.g. Sequential children) are partitioned by calling partition() on them once
+/// built.
 /// The engine then adopts the shards: deepspeed::initialize must get the same config (stage 3,
 /// same world size). Throws ConfigError unless zero_optimization.stage is 3.
 class Init {
@@ -195,7 +197,8 @@ class Init {
  private:
   at::ScalarType dtype_;
   int64_t persistence_threshold_;
-  comm::Group dp_group_;
+  comm::Group dp_group_;     // broadcast over
+  comm::Group shard_group_;  // partitioned over: dp_group_, or MiCS' shard group
   int64_t partitioned_numel_ = 0;
   int64_t shard_numel_ = 0;
   Init* previous_ = nullptr;

@@ -248,6 +248,19 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   rr.get_raw("zeropp_loco_param");
   c.mics_shard_size = rr.get_int("mics_shard_size", c.mics_shard_size);
   c.mics_hierarchical_params_gather = rr.get_bool("mics_hierarchical_params_gather", false);
+  // Matches DeepSpeed, which reads MiCS' keys only for stage 3; said rather than ignored.
+  if (c.mics_shard_size > 0 && c.stage < 3) {
+    warnings->push_back(rr.where("mics_shard_size") + " has no effect with ZeRO stage " +
+                        std::to_string(c.stage) + " (MiCS shards stage 3's parameters)");
+  }
+  if (c.zero_hpz_partition_size > 1 && c.stage < 3) {
+    warnings->push_back(rr.where("zero_hpz_partition_size") + " has no effect with ZeRO stage " +
+                        std::to_string(c.stage) + " (hpZ partitions stage 3's parameters)");
+  }
+  if (c.mics_hierarchical_params_gather && c.mics_shard_size <= 0) {
+    warnings->push_back(rr.where("mics_hierarchical_params_gather") +
+                        " has no effect without mics_shard_size > 0");
+  }
   c.memory_efficient_linear = rr.get_bool("memory_efficient_linear", true);
   c.override_module_apply = rr.get_bool("override_module_apply", true);
   c.pipeline_loading_checkpoint = rr.get_bool("pipeline_loading_checkpoint", false);

@@ -55,10 +55,31 @@ void check_features_supported(const DeepSpeedConfig& c) {
     }
     if (o.super_offload) refuse(c, key + ".super_offload");
   }
-  if (z.zero_quantized_weights || z.zero_quantized_gradients || z.zero_hpz_partition_size > 1) {
-    refuse(c, "ZeRO++ (zero_optimization.zero_quantized_* / zero_hpz_partition_size)");
+  if (z.zero_quantized_weights || z.zero_quantized_gradients) {
+    refuse(c, "ZeRO++'s quantized communication (zero_optimization.zero_quantized_weights / "
+              "zero_quantized_gradients)");
   }
-  if (z.mics_shard_size > 0) refuse(c, "zero_optimization.mics_shard_size (MiCS)");
+  if (z.stage == 3 && z.zero_hpz_partition_size > 1) {
+    if (z.mics_shard_size > 0) {
+      refuse(c, "zero_optimization.zero_hpz_partition_size together with mics_shard_size");
+    }
+    if (z.param_offload() != OffloadDevice::kNone) {
+      refuse(c, "zero_optimization.zero_hpz_partition_size with offload_param");
+    }
+    if (c.sequence_parallel_size > 1) {
+      refuse(c, "zero_optimization.zero_hpz_partition_size with sequence_parallel_size > 1");
+    }
+  }
+  if (z.stage == 3 && z.mics_shard_size > 0) {
+    // Matches DeepSpeed's MiCS_Optimizer ("Local sharding has no support for CPU offloading").
+    if (z.optimizer_offload() != OffloadDevice::kNone ||
+        z.param_offload() != OffloadDevice::kNone) {
+      refuse(c, "zero_optimization.mics_shard_size with offload_optimizer or offload_param");
+    }
+    if (c.sequence_parallel_size > 1) {
+      refuse(c, "zero_optimization.mics_shard_size with sequence_parallel_size > 1");
+    }
+  }
   if (fp16.enabled && fp16.fp16_master_weights_and_grads) {
     refuse(c, "fp16.fp16_master_weights_and_grads");
   }

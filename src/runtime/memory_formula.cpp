@@ -59,6 +59,8 @@ ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in) {
       m.reduction_buffers = pools(in.reduce_scatter ? w : 0) * (in.overlap_comm ? 2 : 1);
       // A unit's parameters gathered in full, and the next one prefetched.
       m.transient = 2 * b * in.largest_param_numel;
+      // hpZ's secondary partitions, from the forward to the step.
+      if (in.hpz_partition_size > 1) m.transient += b * div_up(psi, in.hpz_partition_size);
       break;
   }
   if (in.offload_optimizer) m.offloaded_optimizer = m.optimizer_states + m.master_params;
@@ -73,6 +75,13 @@ ModelStateInputs model_state_inputs(const DeepSpeedConfig& c, int64_t num_params
   // ZeRO partitions over data x sequence ranks (sequence parallelism's reduction group).
   in.dp_world_size = c.batch.dp_world_size * c.sequence_parallel_size;
   in.stage = c.zero_optimization.stage;
+  // MiCS partitions over its shard groups.
+  if (in.stage == 3 && c.zero_optimization.mics_shard_size > 0) {
+    in.dp_world_size = c.zero_optimization.mics_shard_size;
+  }
+  if (in.stage == 3) {
+    in.hpz_partition_size = std::min(c.zero_optimization.zero_hpz_partition_size, in.dp_world_size);
+  }
   in.param_bytes = c.fp16.enabled || c.bf16.enabled ? 2 : 4;
   std::string type;
   for (char ch : c.optimizer.type) {

@@ -31,6 +31,9 @@ struct ModelStateInputs {
   /// per dtype, each as large as its own largest bucket.
   int64_t low_precision_numel = 0;
   int64_t low_precision_bytes = 2;
+  /// ZeRO++ hpZ (stage 3): each parameter's secondary partition, 1/H of it, is kept from its
+  /// forward to the step.
+  int64_t hpz_partition_size = 1;
 };
 
 /// Per-rank bytes by component, as the engine's ledger (MemoryStats) names them.

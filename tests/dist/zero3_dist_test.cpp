@@ -2,6 +2,8 @@
 // (gradient accumulation, clipping, a parameter tied across two units, a unit called twice in
 // one forward, a parameter outside units, a frozen one, sizes W does not divide), for the
 // variants the zero_optimization keys select and for partitioned construction (zero::Init);
+// MiCS (shard groups, their replicas, the hierarchical gather) and ZeRO++'s hpZ (secondary
+// partitions; its backward gathers over the secondary group) match one process too;
 // bf16 with fp32 masters agrees with stage 2; the parameters gathered at any moment stay
 // within the stated bound; each unit fetch and the refresh after the step gather their small
 // shards in one collective; zero::Init never allocates the whole model on a rank.
@@ -223,6 +225,63 @@ TEST(Zero3Dist, PersistentSmallParametersMatch) {
   check_against_single_process(2, z);
 }
 
+// MiCS: partitioned over shard groups of 2, the gradients all-reduced across the 2 replicas.
+json mics(int64_t shard_size) {
+  json z = stage3();
+  z["mics_shard_size"] = shard_size;
+  return z;
+}
+
+TEST(Zero3Dist, MicsShardGroupsOf2On4RanksMatch) { check_against_single_process(4, mics(2)); }
+
+TEST(Zero3Dist, MicsPartitionedConstructionMatches) {
+  check_against_single_process(4, mics(2), /*use_init=*/true);
+}
+
+// A shard group of one rank (every rank holds everything; the world is the replica group),
+// and one of the whole world (plain ZeRO-3).
+TEST(Zero3Dist, MicsShardGroupsOfOneRankMatch) { check_against_single_process(2, mics(1)); }
+TEST(Zero3Dist, MicsOneShardGroupMatches) { check_against_single_process(2, mics(2)); }
+
+// The hierarchical gather over 2 "nodes" of 2 ranks (NDEV_PER_NODE, DeepSpeed's variable).
+TEST(Zero3Dist, MicsHierarchicalGatherMatches) {
+  json z = mics(4);
+  z["mics_hierarchical_params_gather"] = true;
+  check_against_single_process(4, z, false, {{"NDEV_PER_NODE", "2"}});
+}
+
+// Persistent parameters (gathered over the shard group after each step) and the all-reduce
+// reduction path of a GPU's reduce_scatter false.
+TEST(Zero3Dist, MicsWithPersistentParametersAndAllReduceMatches) {
+  json z = mics(2);
+  z["stage3_param_persistence_threshold"] = 13;
+  z["reduce_scatter"] = false;
+  z["overlap_comm"] = false;
+  check_against_single_process(4, z);
+}
+
+// ZeRO++ hpZ: secondary partitions over groups of 2 (and, as DeepSpeed, groups of min(H, W)).
+json hpz(int64_t size) {
+  json z = stage3();
+  z["zero_hpz_partition_size"] = size;
+  return z;
+}
+
+TEST(Zero3Dist, HpzSecondaryGroupsOf2On4RanksMatch) { check_against_single_process(4, hpz(2)); }
+TEST(Zero3Dist, HpzPartitionedConstructionMatches) {
+  check_against_single_process(4, hpz(2), /*use_init=*/true);
+}
+TEST(Zero3Dist, HpzLargerThanTheWorldMatches) { check_against_single_process(2, hpz(8)); }
+
+// Secondary partitions with default prefetch and reuse (parameters stay gathered from forward
+// to backward from the second iteration on) and persistent small parameters.
+TEST(Zero3Dist, HpzWithDeepSpeedDefaultsMatches) {
+  check_against_single_process(
+      4, json{{"stage", 3},
+              {"stage3_param_persistence_threshold", 13},
+              {"zero_hpz_partition_size", 2}});
+}
+
 TEST(Zero3Dist, Bf16WithFp32MastersAgreesWithStage2) {
   run_ranks(2, [](int rank, int world) {
     auto p3 = train(rank, world, kMicro, stage3(), 4321, false, /*bf16=*/true);
@@ -350,8 +409,10 @@ TEST(Zero3Dist, GatheredParametersStayWithinLiveUnits) {
 // ---- Collectives ---------------------------------------------------------------------------
 
 // This rank's all-gather collectives in one training iteration of the Tower, as the comms
-// logger records them: message size (one rank's share, bytes) -> count.
-std::map<int64_t, int64_t> all_gathers_of_one_iteration(json zero) {
+// logger records them under `record` (the world's by default): message size (one rank's share,
+// bytes) -> count.
+std::map<int64_t, int64_t> all_gathers_of_one_iteration(json zero,
+                                                        const std::string& record = "all_gather") {
   auto model = std::make_shared<Tower>();
   json cfg = {{"train_batch_size", 4 * comm::get_world_size()},
               {"optimizer", {{"type", "AdamW"}}},
@@ -363,7 +424,7 @@ std::map<int64_t, int64_t> all_gathers_of_one_iteration(json zero) {
   engine->step();
   std::map<int64_t, int64_t> out;
   for (const auto& e : comm::comms_log_entries()) {
-    if (e.record_name == "all_gather") out[e.msg_size_bytes] += e.count;
+    if (e.record_name == record) out[e.msg_size_bytes] += e.count;
   }
   comm::configure_comms_logger({});
   return out;
@@ -387,6 +448,26 @@ TEST(Zero3Dist, EachFetchGathersItsSmallShardsInOneCollective) {
     const std::map<int64_t, int64_t> split{{4 * weight_shard, 2 * kLayers},
                                            {4 * bias_shard * kLayers, 1}};
     EXPECT_EQ(all_gathers_of_one_iteration(z), split);
+  });
+}
+
+// ZeRO++ hpZ (Note [Secondary partition]): on 4 ranks with zero_hpz_partition_size 2 the
+// forward gathers each unit's quarter-shards from all 4 ranks; the backward gathers the halves
+// the 2 ranks of a secondary group kept. Without it both gather quarters.
+TEST(Zero3Dist, HpzGathersTheBackwardFromTheSecondaryGroup) {
+  run_ranks(4, [](int, int) {
+    json z = {{"stage", 3},
+              {"stage3_param_persistence_threshold", 0},
+              {"stage3_max_reuse_distance", 0},
+              {"stage3_prefetch_bucket_size", 0}};
+    const int64_t unit = kWidth * kWidth + kWidth;  // weight and bias, both divisible by 4
+    const std::map<int64_t, int64_t> plain{{4 * unit / 4, 2 * kLayers}};
+    EXPECT_EQ(all_gathers_of_one_iteration(z), plain);
+    z["zero_hpz_partition_size"] = 2;
+    const std::map<int64_t, int64_t> forward{{4 * unit / 4, kLayers}};
+    EXPECT_EQ(all_gathers_of_one_iteration(z), forward);
+    const std::map<int64_t, int64_t> backward{{4 * unit / 2, kLayers}};
+    EXPECT_EQ(all_gathers_of_one_iteration(z, "all_gather (group zero_hpz)"), backward);
   });
 }
 

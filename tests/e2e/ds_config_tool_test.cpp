@@ -43,10 +43,12 @@ TEST(DsConfigTool, InvalidConfigExitsNonZeroWithErrorOnStderr) {
   EXPECT_NE(r.err.find("zero_optimization.stgae is not a known key; did you mean 'stage'?"),
             std::string::npos) << r.err;
 
-  testing::write_text_file(cfg, R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "mics_shard_size": 2}})");
+  testing::write_text_file(cfg, R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 3, "zero_quantized_weights": true}})");
   r = run_command(std::string(DS_CONFIG_BIN) + " " + cfg);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("zero_optimization.mics_shard_size (MiCS) is not supported yet"),
+  EXPECT_NE(r.err.find("(zero_optimization.zero_quantized_weights / zero_quantized_gradients) is "
+                       "not supported yet"),
             std::string::npos) << r.err;
 
   testing::write_text_file(cfg, R"({"train_batch_size": 9, "train_micro_batch_size_per_gpu": 2})");

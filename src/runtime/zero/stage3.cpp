@@ -58,13 +58,20 @@ class Stage3 final : public Stage3ZeroOptimizer {
  public:
   explicit Stage3(const ZeroContext& ctx)
       : config_(*ctx.config), optimizer_(ctx.optimizer), module_(ctx.module),
-        dp_group_(ctx.dp_group), world_(dp_group_.size()), rank_(dp_group_.rank()),
-        average_divisor_(ctx.average_divisor > 0 ? ctx.average_divisor : world_),
+        broadcast_group_(ctx.dp_group), dp_group_(ctx.mics ? ctx.mics->shard : ctx.dp_group),
+        replica_group_(ctx.mics ? ctx.mics->replica : comm::self_group("mics_replica")),
+        gather_group_(dp_group_), world_(dp_group_.size()), rank_(dp_group_.rank()),
+        average_divisor_(ctx.average_divisor > 0 ? ctx.average_divisor : ctx.dp_group.size()),
         model_dtype_(ctx.model_dtype),
         grad_accum_dtype_(ctx.grad_accum_dtype), communication_dtype_(ctx.communication_dtype),
         comm_dtypes_(ctx.comm_dtypes) {
     DS_INTERNAL_ASSERT(module_ != nullptr, "ZeRO-3 needs the model");
     check_config(config_);
+    if (ctx.mics && ctx.mics->hierarchical()) {
+      gather_group_.inter_node = ctx.mics->inter_node;
+      gather_group_.intra_node = ctx.mics->intra_node;
+    }
+    if (ctx.hpz_group) gather_group_.secondary = *ctx.hpz_group;
     // offload_optimizer "cpu": the fp32 shards and optimizer state in host memory, stepped by
     // the CPU optimizer (the config's optimizer is built as DeepSpeed's CPU variant). A
     // CPU-only build keeps them there already. "nvme": in swap files between steps as well
@@ -152,9 +159,10 @@ class Stage3 final : public Stage3ZeroOptimizer {
     if (reducer_) reducer_->prepare();
   }
 
-  void end_backward(bool /*boundary*/) override {
+  void end_backward(bool boundary) override {
     if (reducer_ && reducer_->armed()) reducer_->finish();
     coordinator_->end_iteration();
+    if (boundary) all_reduce_across_replicas();
   }
 
   double grad_norm_squared() override {
@@ -223,6 +231,9 @@ class Stage3 final : public Stage3ZeroOptimizer {
     for (const auto& p : params_) {
       // Gathered parameters: their storage is allocated right now.
       if (p.available) m.param_bytes += p.param.storage().nbytes();
+      if (p.secondary.defined()) {  // Note [Secondary partition]
+        m.param_bytes += p.secondary.numel() * static_cast<int64_t>(p.secondary.element_size());
+      }
       if (p.param.grad().defined()) {
         m.grad_bytes += p.param.grad().numel() * static_cast<int64_t>(p.param.element_size());
       }
@@ -284,8 +295,21 @@ class Stage3 final : public Stage3ZeroOptimizer {
   CoordinatorStats coordinator_stats() const override { return coordinator_->stats(); }
   int world_size() const override { return world_; }
   int rank() const override { return rank_; }
+  bool writes_checkpoint() const override { return replica_group_.rank() == 0; }
 
  private:
+  // MiCS: each shard group reduce-scattered its own samples' gradients (divided by the whole
+  // data-parallel size); the replicas of a shard sum them once per accumulation boundary, as
+  // DeepSpeed's MiCS_Optimizer.allreduce_mics_shard_grads does, so every shard group steps on
+  // the gradients of all samples.
+  void all_reduce_across_replicas() {
+    if (replica_group_.size() <= 1) return;
+    for (auto& sg : sub_groups_) {
+      if (sg.grad.numel() == 0) continue;
+      comm::all_reduce(sg.grad, comm::ReduceOp::kSum, /*async_op=*/false, replica_group_);
+    }
+  }
+
   // Every distinct parameter of the model (a tied one once, under its first name).
   void collect_params() {
     for (auto& item : module_->named_parameters(/*recurse=*/true)) {
@@ -408,8 +432,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
       if (p.numel == 0) continue;
       ensure_own_storage(p.param);
       at::Tensor full = storage_as_flat(p.param, p.numel);
-      // Every data-parallel rank starts from its group's first rank's values.
-      if (world_ > 1) comm::broadcast(full, dp_group_.global_rank(0), false, dp_group_);
+      // Every data-parallel rank starts from its group's first rank's values (under MiCS the
+      // replicas too, so the whole data-parallel group).
+      if (broadcast_group_.size() > 1) {
+        comm::broadcast(full, broadcast_group_.global_rank(0), false, broadcast_group_);
+      }
       const int64_t begin = std::min<int64_t>(p.numel, static_cast<int64_t>(rank_) * p.shard_numel);
       const int64_t len = std::min<int64_t>(p.shard_numel, p.numel - begin);
       if (len > 0) p.shard.narrow(0, 0, len).copy_(full.narrow(0, begin, len));
@@ -419,7 +446,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
       if (p.persistent && !p.available) persistent.push_back(&p);
       if (!p.persistent && p.available) release(p);
     }
-    start_gathers(persistent, dp_group_, /*async=*/false, /*use_all_reduce=*/false);
+    start_gathers(persistent, gather_group_, /*async=*/false, /*use_all_reduce=*/false);
   }
 
   void start_coordinator(std::vector<Stage3Unit> units, const UnitDiscovery& found) {
@@ -444,7 +471,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     o.max_live_numel = z.stage3_max_live_parameters;
     o.max_reuse_distance_numel = z.stage3_max_reuse_distance;
     o.use_all_reduce_for_fetch = z.stage3_use_all_reduce_for_fetch_params;
-    o.group = dp_group_;
+    o.group = gather_group_;
     coordinator_ = std::make_shared<ParamCoordinator>(&params_, kept, o);
     register_coordinator(coordinator_);
     for (size_t u = 0; u < kept.size(); ++u) {
@@ -575,8 +602,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
   std::shared_ptr<torch::nn::Module> module_;
   int global_rank() const { return dp_group_.global_rank(rank_); }
 
-  comm::Group dp_group_;
-  int world_;  // data-parallel size and rank
+  comm::Group broadcast_group_;  // the data-parallel group: every rank starts from its first's
+  comm::Group dp_group_;        // the partition group: data-parallel, or MiCS' shard group
+  comm::Group replica_group_;   // MiCS: the ranks holding this rank's shards; else this rank
+  ShardGroup gather_group_;     // dp_group_, MiCS' hierarchy and hpZ's secondary group
+  int world_;  // partition-group size and rank
   int rank_;
   int average_divisor_;  // what a "mean" reduction divides by (ZeroContext::average_divisor)
   // offload_param: the shards in host memory ("cpu": where a CPU-only build keeps them

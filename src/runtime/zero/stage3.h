@@ -46,11 +46,16 @@ class Stage3ZeroOptimizer : public ZeroOptimizer {
   /// them (cast to the model dtype), and the gathered ones refreshed.
   virtual void masters_to_params() = 0;
   virtual CoordinatorStats coordinator_stats() const = 0;
-  /// The data-parallel size (the partition count) and this rank's data-parallel rank.
+  /// The partition count (the data-parallel size, or MiCS' shard size) and this rank's rank
+  /// in that partition group.
   virtual int world_size() const = 0;
   virtual int rank() const = 0;
+  /// Whether this rank writes its files: all do, but under MiCS only the first replica of
+  /// each shard (DeepSpeed saves the first shard group's files; the others hold copies).
+  virtual bool writes_checkpoint() const = 0;
 
-  // Checkpoints in DeepSpeed's stage-3 layout (stage3_checkpoint.cpp): every rank writes
+  // Checkpoints in DeepSpeed's stage-3 layout (stage3_checkpoint.cpp): every rank that
+  // writes_checkpoint() writes, as partition rank <r>,
   // zero_pp_rank_<r>_mp_rank_XX_model_states.pt (parameters as 0-element placeholders, buffers,
   // param_shapes per sub-group, its frozen-parameter shards) and
   // [bf16_]zero_pp_rank_<r>_mp_rank_XX_optim_states.pt (zero_stage 3, fp32_flat_groups = its

@@ -178,9 +178,11 @@ void read_other_layout(Stage3ZeroOptimizer& zero, const ZeroCheckpointContext& c
 
 }  // namespace
 
-std::string Stage3ZeroOptimizer::model_states_file_name(int dp_rank, int mp_rank) const {
+std::string Stage3ZeroOptimizer::model_states_file_name(int /*dp_rank*/, int mp_rank) const {
   // Every rank writes its own: its frozen shards, placeholders for the partitioned parameters.
-  return ckpt::zero3_model_states_file_name(dp_rank, mp_rank);
+  // Named by partition rank: under MiCS the first shard group's ranks write zero_pp_rank_0..S-1.
+  if (!writes_checkpoint()) return {};
+  return ckpt::zero3_model_states_file_name(rank(), mp_rank);
 }
 
 void Stage3ZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
@@ -214,6 +216,7 @@ void Stage3ZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
 // partition_count, optimizer_state_dict, fp32_flat_groups}, "ds_config", "ds_version"}.
 std::optional<std::pair<std::string, IValue>> Stage3ZeroOptimizer::optimizer_states_file(
     const ZeroCheckpointContext& ctx) {
+  if (!writes_checkpoint()) return std::nullopt;
   const ckpt::LossScalerState& scaler = ctx.loss_scaler_state;
   ckpt::Dict osd = ckpt::new_dict();
   osd.insert("zero_stage", int64_t{3});

@@ -133,6 +133,7 @@ void ParamCoordinator::gather_all(const std::vector<size_t>& indices, bool async
 void ParamCoordinator::free(size_t i) {
   PartitionedParam& p = (*params_)[i];
   if (!p.available || p.persistent) return;
+  keep_secondary(p, options_.group);  // Note [Secondary partition]
   runtime::release(p);
   prefetched_[i] = false;
   stats_.releases += 1;
@@ -242,6 +243,8 @@ void ParamCoordinator::end_iteration() {
 }
 
 void ParamCoordinator::refresh_gathered() {
+  // The shards changed: secondary partitions are stale (Note [Secondary partition]).
+  for (auto& p : *params_) p.secondary = at::Tensor();
   std::vector<size_t> in_memory;  // refreshed together (Note [Coalesced gathers])
   for (size_t i = 0; i < params_->size(); ++i) {
     PartitionedParam& p = (*params_)[i];

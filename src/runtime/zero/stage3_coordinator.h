@@ -45,7 +45,7 @@ struct CoordinatorOptions {
   int64_t max_live_numel = 1000000000;
   int64_t max_reuse_distance_numel = 1000000000;
   bool use_all_reduce_for_fetch = false;
-  comm::Group group;  // the data-parallel group the shards are gathered from
+  ShardGroup group;  // the ranks the shards are gathered from (stage3_param.h)
 };
 
 struct CoordinatorStats {

@@ -12,6 +12,7 @@
 #include "deepspeed/mpu.h"
 #include "deepspeed/zero3.h"
 #include "runtime/host_caching_allocator.h"
+#include "runtime/zero/stage3_groups.h"
 #include "runtime/zero/stage3_param.h"
 #include "util/check.h"
 #include "util/env.h"
@@ -88,6 +89,12 @@ Init::Init(const DeepSpeedConfig& config, std::shared_ptr<Mpu> mpu) {
            z.stage);
   comm::init_distributed();
   dp_group_ = mpu ? mpu->get_data_parallel_group() : comm::world();
+  // MiCS (DeepSpeed's MiCS_Init): broadcast over the data-parallel group, cut for a shard group.
+  if (auto mics = runtime::make_mics_groups(config, dp_group_, mpu != nullptr)) {
+    shard_group_ = mics->shard;
+  } else {
+    shard_group_ = dp_group_;
+  }
   // The shards are made here, before the engine exists: through the engine's allocator, so that
   // memory given back later (NVMe offload swaps them out) is unmapped, not kept by glibc's heap.
   if (env::get_int("DS_HOST_CACHING_ALLOCATOR").value_or(1) != 0) {
@@ -102,8 +109,8 @@ Init::Init(const DeepSpeedConfig& config, std::shared_ptr<Mpu> mpu) {
 Init::~Init() { runtime::active_init = previous_; }
 
 void Init::partition(torch::nn::Module& module) {
-  const int world = dp_group_.size();
-  const int rank = dp_group_.rank();
+  const int world = shard_group_.size();
+  const int rank = shard_group_.rank();
   at::NoGradGuard no_grad;
   for (auto& p : module.parameters(/*recurse=*/true)) {
     if (p.numel() == 0 || runtime::is_pre_partitioned(p)) continue;
@@ -114,7 +121,7 @@ void Init::partition(torch::nn::Module& module) {
     const int64_t numel = p.numel();
     at::Tensor full = runtime::storage_as_flat(handle, numel);
     // Every data-parallel rank starts from its group's first rank's values.
-    if (world > 1) comm::broadcast(full, dp_group_.global_rank(0), false, dp_group_);
+    if (dp_group_.size() > 1) comm::broadcast(full, dp_group_.global_rank(0), false, dp_group_);
     if (numel <= persistence_threshold_) continue;  // stays whole (persistent)
     const int64_t shard = runtime::shard_numel_for(numel, world);
     at::Tensor mine = at::zeros({shard}, full.options());

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
@@ -64,6 +65,11 @@ at::ScalarType wire_dtype(const PartitionedParam& p) {
 
 bool converts(const PartitionedParam& p) { return wire_dtype(p) != p.shard.scalar_type(); }
 
+// Note [Secondary partition]: whether `p`'s next gather reads the H ranks' secondary partitions.
+bool from_secondary(const PartitionedParam& p, const ShardGroup& group) {
+  return group.secondary.valid() && p.secondary.defined();
+}
+
 }  // namespace
 
 void wait_for_shard_copies() {
@@ -98,7 +104,23 @@ at::Tensor storage_as_flat(const at::Tensor& param, int64_t numel) {
 
 void free_storage(const at::Tensor& param) { resize_storage_bytes(param, 0); }
 
-void start_gather(PartitionedParam& p, const comm::Group& group, bool async, bool use_all_reduce) {
+comm::Handle all_gather_shards(at::Tensor& output, const at::Tensor& input, bool async,
+                               const ShardGroup& group) {
+  if (!group.intra_node.valid()) return comm::all_gather(output, input, async, group.group);
+  // Note [Hierarchical gather]
+  const int64_t nodes = group.inter_node.size();
+  const int64_t per_node = group.intra_node.size();
+  const int64_t n = input.numel();
+  at::Tensor across = at::empty({nodes * n}, input.options());
+  comm::all_gather(across, input.reshape({-1}), /*async_op=*/false, group.inter_node);
+  at::Tensor within = at::empty({per_node * nodes * n}, input.options());
+  comm::all_gather(within, across, /*async_op=*/false, group.intra_node);
+  // within[l][k] is the shard of node k's local rank l: shard rank k * L + l.
+  output.view({nodes, per_node, n}).copy_(within.view({per_node, nodes, n}).transpose(0, 1));
+  return comm::Handle();
+}
+
+void start_gather(PartitionedParam& p, const ShardGroup& group, bool async, bool use_all_reduce) {
   const int world = group.size();
   const int rank = group.rank();
   if (p.available || p.numel == 0) {
@@ -107,6 +129,13 @@ void start_gather(PartitionedParam& p, const comm::Group& group, bool async, boo
   }
   at::NoGradGuard no_grad;
   at::Tensor full = storage_as_flat(p.param, p.padded_numel(world));
+  if (from_secondary(p, group)) {  // Note [Secondary partition]
+    p.inflight = comm::all_gather(full, p.secondary, async, group.secondary);
+    p.gather_target = full;
+    p.available = true;
+    if (!async) finish_gather(p);
+    return;
+  }
   // offload_param with the model on a GPU (Note [Offloaded shards to the device]).
   const bool from_host = p.shard.is_cpu() && !full.is_cpu();
   if (world == 1 && converts(p)) {
@@ -120,16 +149,16 @@ void start_gather(PartitionedParam& p, const comm::Group& group, bool async, boo
   } else if (use_all_reduce) {
     full.zero_();
     full.narrow(0, static_cast<int64_t>(rank) * p.shard_numel, p.shard_numel).copy_(p.shard);
-    p.inflight = comm::all_reduce(full, comm::ReduceOp::kSum, async, group);
+    p.inflight = comm::all_reduce(full, comm::ReduceOp::kSum, async, group.group);
   } else if (from_host) {
     // NCCL gathers device memory: the shard crosses first, and the all-gather waits for that
     // copy alone. Launched asynchronously; finish_gather makes the compute stream wait for it.
     shard_copy_stream(full.device()).enqueue_after_current([&] {
       const at::Tensor mine = p.shard.to(full.device(), /*non_blocking=*/true);
-      p.inflight = comm::all_gather(full, mine, /*async_op=*/true, group);
+      p.inflight = comm::all_gather(full, mine, /*async_op=*/true, group.group);
     });
   } else {
-    p.inflight = comm::all_gather(full, p.shard, async, group);
+    p.inflight = all_gather_shards(full, p.shard, async, group);
   }
   p.gather_target = full;
   p.available = true;
@@ -169,25 +198,47 @@ struct CoalescedGather {
 
 namespace {
 
-bool coalescable(const PartitionedParam& p, int world) {
+bool coalescable(const PartitionedParam& p, const ShardGroup& group) {
+  const int world = group.size();
+  if (from_secondary(p, group)) {
+    return !p.available && p.numel > 0 &&
+           p.secondary.numel() * static_cast<int64_t>(p.secondary.element_size()) <=
+               kCoalesceShardBytes;
+  }
   if (world > 1 && !p.available && p.numel > 0 && converts(p)) return true;  // Note [Gather dtype]
   const bool from_host = p.shard.is_cpu() && !p.param.is_cpu();  // a side-stream copy first
   return world > 1 && !p.available && p.numel > 0 && !from_host &&
          p.shard_numel * static_cast<int64_t>(p.shard.element_size()) <= kCoalesceShardBytes;
 }
 
-void start_coalesced(const std::vector<PartitionedParam*>& batch, const comm::Group& group,
-                     bool async, bool use_all_reduce) {
+// `secondary`: the batch gathers secondary partitions over group.secondary (Note [Secondary
+// partition]), in the parameters' dtype; each parameter's storage is padded for all W ranks
+// either way (H secondary partitions make the same padded size).
+void start_coalesced(const std::vector<PartitionedParam*>& batch, const ShardGroup& group,
+                     bool async, bool use_all_reduce, bool secondary) {
   at::NoGradGuard no_grad;
-  const int world = group.size();
+  const int world = secondary ? group.secondary.size() : group.size();
   auto gather = std::make_shared<CoalescedGather>();
   std::vector<at::Tensor> shards;
   int64_t total = 0;
   for (PartitionedParam* p : batch) {
-    at::Tensor full = storage_as_flat(p->param, p->padded_numel(world));
-    gather->targets.push_back({full, total, p->shard_numel});
-    shards.push_back(p->shard.view({-1}));
-    total += p->shard_numel;
+    const at::Tensor& source = secondary ? p->secondary : p->shard;
+    at::Tensor full = storage_as_flat(p->param, p->padded_numel(group.size()));
+    gather->targets.push_back({full, total, source.numel()});
+    shards.push_back(source.view({-1}));
+    total += source.numel();
+  }
+  if (secondary) {
+    gather->input = at::cat(shards);
+    gather->output = at::empty({world, total}, gather->input.options());
+    at::Tensor flat = gather->output.view({-1});
+    gather->handle = comm::all_gather(flat, gather->input, async, group.secondary);
+    for (PartitionedParam* p : batch) {
+      p->available = true;
+      p->coalesced = async ? gather : nullptr;
+    }
+    if (!async) gather->finish();
+    return;
   }
   // Note [Gather dtype]: torch_autocast gathers a lower-precision module's shards in its dtype
   // (DeepSpeed's get_allgather_dtype), every rank's own shard included; the parameter then
@@ -199,11 +250,11 @@ void start_coalesced(const std::vector<PartitionedParam*>& batch, const comm::Gr
     gather->output = at::zeros({world, total}, gather->input.options());
     gather->output.select(0, group.rank()).copy_(gather->input);
     at::Tensor flat = gather->output.view({-1});
-    gather->handle = comm::all_reduce(flat, comm::ReduceOp::kSum, async, group);
+    gather->handle = comm::all_reduce(flat, comm::ReduceOp::kSum, async, group.group);
   } else {
     gather->output = at::empty({world, total}, gather->input.options());
     at::Tensor flat = gather->output.view({-1});
-    gather->handle = comm::all_gather(flat, gather->input, async, group);
+    gather->handle = all_gather_shards(flat, gather->input, async, group);
   }
   for (PartitionedParam* p : batch) {
     p->available = true;
@@ -214,26 +265,30 @@ void start_coalesced(const std::vector<PartitionedParam*>& batch, const comm::Gr
 
 }  // namespace
 
-int64_t start_gathers(const std::vector<PartitionedParam*>& params, const comm::Group& group,
+int64_t start_gathers(const std::vector<PartitionedParam*>& params, const ShardGroup& group,
                       bool async, bool use_all_reduce) {
   const int world = group.size();
   int64_t collectives = 0;
-  // One collective per (shard dtype, gather dtype).
-  std::map<std::pair<at::ScalarType, at::ScalarType>, std::vector<PartitionedParam*>> batches;
+  // One collective per (shard dtype, gather dtype, from the secondary partitions).
+  std::map<std::tuple<at::ScalarType, at::ScalarType, bool>, std::vector<PartitionedParam*>>
+      batches;
   for (PartitionedParam* p : params) {
-    if (coalescable(*p, world)) {
-      batches[{p->shard.scalar_type(), wire_dtype(*p)}].push_back(p);
+    const bool secondary = from_secondary(*p, group);
+    if (coalescable(*p, group)) {
+      const at::ScalarType wire = secondary ? p->secondary.scalar_type() : wire_dtype(*p);
+      batches[{p->shard.scalar_type(), wire, secondary}].push_back(p);
       continue;
     }
-    if (world > 1 && !p->available && p->numel > 0) ++collectives;
+    if ((world > 1 || secondary) && !p->available && p->numel > 0) ++collectives;
     start_gather(*p, group, async, use_all_reduce);
   }
-  for (auto& [dtype, batch] : batches) {
+  for (auto& [key, batch] : batches) {
     ++collectives;
-    if (batch.size() == 1 && !converts(*batch[0])) {
+    const bool secondary = std::get<2>(key);
+    if (batch.size() == 1 && (secondary || !converts(*batch[0]))) {
       start_gather(*batch[0], group, async, use_all_reduce);
     } else {
-      start_coalesced(batch, group, async, use_all_reduce);
+      start_coalesced(batch, group, async, use_all_reduce, secondary);
     }
   }
   return collectives;
@@ -251,6 +306,16 @@ void finish_gather(PartitionedParam& p) {
     p.inflight = comm::Handle();
   }
   p.gather_target = at::Tensor();
+}
+
+void keep_secondary(PartitionedParam& p, const ShardGroup& group) {
+  if (!group.secondary.valid() || p.secondary.defined() || !p.available || p.numel == 0) return;
+  finish_gather(p);
+  at::NoGradGuard no_grad;
+  const int64_t padded = p.padded_numel(group.size());
+  const int64_t n = padded / group.secondary.size();
+  const at::Tensor full = storage_as_flat(p.param, padded);
+  p.secondary = full.narrow(0, group.secondary.rank() * n, n).clone();
 }
 
 void release(PartitionedParam& p) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -50,6 +51,44 @@ at::Tensor storage_as_flat(const at::Tensor& param, int64_t numel);
 /// Frees the parameter's storage, keeping the StorageImpl (see Note [Release by storage resize]).
 void free_storage(const at::Tensor& param);
 
+// Note [Hierarchical gather]: under MiCS with mics_hierarchical_params_gather a shard group
+// spans N nodes of L ranks, shard rank s = n * L + l. The gather goes in two steps, as
+// DeepSpeed's _hierarchical_all_gather_params: across the nodes (the N ranks with local rank l
+// gather their shards, so the slow links carry each shard once per node rather than once per
+// rank) and then inside each node (the L ranks gather those [N, shard] blocks), after which
+// the blocks are put in shard-rank order. It completes before it returns: the second step
+// waits for the first, and the reordering for the second.
+
+// Note [Secondary partition]: ZeRO++'s hpZ (zero_hpz_partition_size H). A parameter gathered
+// from all W ranks is, when released, also kept as this rank's 1/H of it within its group of H
+// consecutive ranks (one node, typically): padded / H elements, DeepSpeed's ds_secondary_tensor.
+// Until the optimizer step changes the parameter, every later gather (the backward's, the next
+// forward's when a step is skipped) all-gathers those over the H ranks instead of the W: the
+// slow links carry the forward's gather only. refresh_gathered(), after each step and after a
+// checkpoint load, drops them (DeepSpeed's invalidate_secondary_tensor). The cost is padded / H
+// more elements per parameter and rank between its forward and the step.
+
+/// The ranks a parameter's shards are spread over: the data-parallel group, or under MiCS this
+/// rank's shard group (stage3_groups.h). Shard r lives on group rank r.
+struct ShardGroup {
+  ShardGroup() = default;
+  ShardGroup(comm::Group g) : group(std::move(g)) {}  // NOLINT: a plain group converts
+  comm::Group group;
+  /// Note [Hierarchical gather]: the ranks of this shard group with this rank's local rank (one
+  /// per node), and those on this rank's node. Empty: one all-gather over `group`.
+  comm::Group inter_node;
+  comm::Group intra_node;
+  /// Note [Secondary partition]: hpZ's group of H ranks; empty without hpZ.
+  comm::Group secondary;
+  int size() const { return group.size(); }
+  int rank() const { return group.rank(); }
+};
+
+/// All-gathers every rank's `input` into `output` (rank-major, size() * input.numel()), in
+/// one collective or in the two steps of Note [Hierarchical gather] (then synchronously).
+comm::Handle all_gather_shards(at::Tensor& output, const at::Tensor& input, bool async,
+                               const ShardGroup& group);
+
 /// Shards up to this size are gathered together (Note [Coalesced gathers]).
 constexpr int64_t kCoalesceShardBytes = int64_t{1} << 20;
 
@@ -73,6 +112,8 @@ struct PartitionedParam {
   SideStream::Mark copied;  // the host-to-device copy filling it (world 1), while not waited for
   at::Tensor gather_target; // the flat padded storage the in-flight all-gather writes
   std::shared_ptr<CoalescedGather> coalesced;  // the shared collective filling it, if in flight
+  /// Note [Secondary partition]: this rank's padded / H elements, while valid; else undefined.
+  at::Tensor secondary;
 
   int64_t padded_numel(int world) const { return shard_numel * world; }
 };
@@ -80,11 +121,11 @@ struct PartitionedParam {
 /// Starts gathering `p` (asynchronously when `async`): allocates its storage at the padded size
 /// and all-gathers every rank's shard into it, or, with `use_all_reduce`, all-reduces a
 /// zero-filled buffer holding only this rank's shard (stage3_use_all_reduce_for_fetch_params).
-/// `group` is the data-parallel group: its rank r holds shard r.
-void start_gather(PartitionedParam& p, const comm::Group& group, bool async, bool use_all_reduce);
+/// `group`'s rank r holds shard r.
+void start_gather(PartitionedParam& p, const ShardGroup& group, bool async, bool use_all_reduce);
 /// start_gather for each of `params` that is not available, with one collective for the small
 /// shards of each dtype (Note [Coalesced gathers]). Returns the number of collectives issued.
-int64_t start_gathers(const std::vector<PartitionedParam*>& params, const comm::Group& group,
+int64_t start_gathers(const std::vector<PartitionedParam*>& params, const ShardGroup& group,
                       bool async, bool use_all_reduce);
 /// Waits for an in-flight gather of `p` (no-op if none): on a GPU, the current stream waits.
 void finish_gather(PartitionedParam& p);
@@ -93,5 +134,8 @@ void finish_gather(PartitionedParam& p);
 void wait_for_shard_copies();
 /// Releases `p`'s storage (waits for an in-flight gather first).
 void release(PartitionedParam& p);
+/// Note [Secondary partition]: before `p` (gathered) is released, keeps its secondary
+/// partition unless it has one or `group` has no secondary group.
+void keep_secondary(PartitionedParam& p, const ShardGroup& group);
 
 }  // namespace deepspeed::runtime

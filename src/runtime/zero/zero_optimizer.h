@@ -30,6 +30,7 @@
 #include "deepspeed/config.h"
 #include "deepspeed/errors.h"
 #include "runtime/zero/comm_dtypes.h"
+#include "runtime/zero/stage3_groups.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -181,6 +182,12 @@ struct ZeroContext {
   CommDtypes comm_dtypes;
   /// sparse_gradients: the embedding weights stage 0 reduces as rows (sparse_grad.h).
   std::unordered_set<const c10::TensorImpl*> sparse_gradients;
+  /// MiCS (stage 3): partitions over a shard group, replicated across the others; dp_group
+  /// stays the group the parameters are broadcast over and gradients averaged across.
+  std::optional<MicsGroups> mics;
+  /// ZeRO++ hpZ (stage 3): the group of zero_hpz_partition_size ranks that keeps secondary
+  /// partitions (Note [Secondary partition] in stage3_param.h).
+  std::optional<comm::Group> hpz_group;
 };
 
 /// Stage 0: replicated. fp32 models all-reduce param.grad (GradReducer); fp16/bf16 models use the

@@ -145,6 +145,28 @@ TEST(DsConfig, UnknownTopLevelKeyIsWarningWithCloseMatch) {
   EXPECT_NE(c.warnings[1].find("my_own_key"), std::string::npos);
 }
 
+// Matches DeepSpeed, which reads MiCS' and hpZ's keys at stage 3 only: said, not silently
+// ignored.
+TEST(DsConfig, MicsAndHpzKeysWithoutEffectAreWarnings) {
+  auto below = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+      "mics_shard_size": 2}})");
+  ASSERT_EQ(below.warnings.size(), 1u);
+  EXPECT_NE(below.warnings[0].find("zero_optimization.mics_shard_size has no effect with ZeRO "
+                                   "stage 2"), std::string::npos) << below.warnings[0];
+  auto alone = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "mics_hierarchical_params_gather": true}})");
+  ASSERT_EQ(alone.warnings.size(), 1u);
+  EXPECT_NE(alone.warnings[0].find("mics_hierarchical_params_gather has no effect without "
+                                   "mics_shard_size > 0"), std::string::npos) << alone.warnings[0];
+  EXPECT_TRUE(parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "mics_shard_size": 2}})").warnings.empty());
+  auto hpz = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+      "zero_hpz_partition_size": 2}})");
+  ASSERT_EQ(hpz.warnings.size(), 1u);
+  EXPECT_NE(hpz.warnings[0].find("zero_optimization.zero_hpz_partition_size has no effect with "
+                                 "ZeRO stage 1"), std::string::npos) << hpz.warnings[0];
+}
+
 TEST(DsConfig, LegacyAndDeprecatedForms) {
   auto c = parse(R"({"train_batch_size": 8, "zero_optimization": true, "allgather_size": 1000})");
   EXPECT_EQ(c.zero_optimization.stage, 1);
@@ -203,8 +225,26 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
     auto c = DeepSpeedConfig::from_string(text, 1);
     EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, what + " is not supported yet");
   };
-  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "mics_shard_size": 2}})",
-         "zero_optimization.mics_shard_size (MiCS)");
+  refuse(R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
+         "ZeRO++'s quantized communication (zero_optimization.zero_quantized_weights / "
+         "zero_quantized_gradients)");
+  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2,
+      "mics_shard_size": 2}})",
+         "zero_optimization.zero_hpz_partition_size together with mics_shard_size");
+  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2,
+      "offload_param": {"device": "cpu"}}})",
+         "zero_optimization.zero_hpz_partition_size with offload_param");
+  // MiCS: not with offload (DeepSpeed raises on offloaded gradients) or sequence parallelism.
+  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "mics_shard_size": 2,
+      "offload_optimizer": {"device": "cpu"}}})",
+         "zero_optimization.mics_shard_size with offload_optimizer or offload_param");
+  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "mics_shard_size": 2,
+      "offload_param": {"device": "cpu"}}})",
+         "zero_optimization.mics_shard_size with offload_optimizer or offload_param");
+  refuse(R"({"train_batch_size": 8, "sequence_parallel_size": 2,
+      "zero_optimization": {"stage": 3, "mics_shard_size": 2}})",
+         "zero_optimization.mics_shard_size with sequence_parallel_size > 1");
   refuse(R"({"train_batch_size": 8, "zero_optimization": {"elastic_checkpoint": true}})",
          "zero_optimization.elastic_checkpoint");
   refuse(R"({"train_batch_size": 8, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})",
@@ -221,6 +261,10 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
          "scheduler.type \"StepLR\" (torch.optim.lr_scheduler)");
   // Implemented now: ZeRO 1/2, fp16, bf16, the monitors and the flops profiler.
   for (const char* ok : {R"({"train_batch_size": 8, "zero_optimization": {"stage": 2}})",
+                         R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                             "mics_shard_size": 2, "mics_hierarchical_params_gather": true}})",
+                         R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+                             "zero_hpz_partition_size": 2}})",
                          R"({"train_batch_size": 8, "fp16": {"enabled": true}})",
                          R"({"train_batch_size": 8, "bf16": {"enabled": true}})",
                          R"({"train_batch_size": 8, "tensorboard": {"enabled": true}})",

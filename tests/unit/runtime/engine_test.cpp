@@ -130,8 +130,9 @@ TEST(Engine, UsageErrors) {
                     "requires a model");
   json mics = base_config(2, 1);
   mics["zero_optimization"] = {{"stage", 3}, {"mics_shard_size", 2}};
-  EXPECT_THROW_WITH(initialize(std::make_shared<TinyNetImpl>(), mics), NotSupportedError,
-                    "zero_optimization.mics_shard_size (MiCS) is not supported yet");
+  EXPECT_THROW_WITH(initialize(std::make_shared<TinyNetImpl>(), mics), ConfigError,
+                    "zero_optimization.mics_shard_size (2) does not divide the data-parallel "
+                    "size (1)");
 }
 
 TEST(Engine, AutoBucketSizesComeFromTheModelsHiddenSize) {
