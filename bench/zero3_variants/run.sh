@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# ZeRO-3's variants on 4 ranks: train_gpt under plain ZeRO-3, MiCS ("mics_shard_size": 2, two
+# shard groups of two ranks, replicas of each other) and ZeRO++'s hpZ
+# ("zero_hpz_partition_size": 2, secondary partitions over pairs of ranks), each against
+# DeepSpeed 0.15.4 doing the same (bench/common/deepspeed_train_gpt.py: the same GPT, windows
+# and ds_config; .venv-deepspeed). tokens/s, peak RSS per rank and bytes sent per rank per step
+# (ours), medians over the timed steps and rounds. Builds nothing; makes .venv-deepspeed
+# (scripts/setup_deepspeed_peer.sh) when it is missing.
+# Usage: bench/zero3_variants/run.sh [MODEL FLAGS...]   default: the example GPT, micro-batch 4
+# Env: ROUNDS (3), STEPS (12), SKIP (3 warm-up steps not timed), CORPUS (data/austen.txt),
+#      DS_VENV (.venv-deepspeed; none skips DeepSpeed), OUT_DIR (default a new /tmp directory).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-12}
+SKIP=${SKIP:-3}
+PY=/usr/bin/python3
+launcher=build/bin/deepspeed
+ours=build/bin/train_gpt
+peer=bench/common/deepspeed_train_gpt.py
+corpus=${CORPUS:-data/austen.txt}
+model_flags=("$@")
+DS_VENV=${DS_VENV:-$root/.venv-deepspeed}
+die() { echo "zero3 variants bench: $*" >&2; exit 1; }
+for bin in "$launcher" "$ours"; do [ -x "$bin" ] || die "$bin not found; build it first"; done
+[ -f "$corpus" ] || die "$corpus not found; fetch it with scripts/fetch_corpus.sh"
+((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
+if [ "$DS_VENV" != none ]; then
+  bash scripts/setup_deepspeed_peer.sh "$DS_VENV" >/dev/null ||
+    die "scripts/setup_deepspeed_peer.sh failed"
+fi
+# Pinned environment (bench/README.md).
+unset OPENBLAS_CORETYPE
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo DS_ACCELERATOR=cpu
+out=${OUT_DIR:-$(mktemp -d /tmp/zero3_variants_bench.XXXXXX)}
+mkdir -p "$out"
+echo "INFO zero3 variants bench: rounds=$ROUNDS steps=$STEPS skip=$SKIP model_flags='${model_flags[*]}' out=$out load=$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# config(variant) -> path: the example config under ZeRO-3, plain, mics or hpz.
+config() {
+  local path="$out/ds_config_$1.json"
+  "$PY" - examples/train_gpt/ds_config.json "$path" "$1" <<'PYEOF'
+import json, sys
+src, dst, variant = sys.argv[1], sys.argv[2], sys.argv[3]
+cfg = json.load(open(src))
+cfg.pop("train_batch_size", None)
+cfg["train_micro_batch_size_per_gpu"] = 4
+cfg["gradient_accumulation_steps"] = 1
+cfg["steps_per_print"] = 1000
+# Released after each use, as a model too large to stay gathered from its forward to its
+# backward is: the backward gathers again (hpZ's secondary partitions serve those gathers).
+cfg["zero_optimization"] = {"stage": 3, "reduce_bucket_size": 2000000,
+                            "stage3_param_persistence_threshold": 0,
+                            "stage3_max_reuse_distance": 0}
+if variant == "mics":
+    cfg["zero_optimization"]["mics_shard_size"] = 2
+if variant == "hpz":
+    cfg["zero_optimization"]["zero_hpz_partition_size"] = 2
+json.dump(cfg, open(dst, "w"), indent=2)
+PYEOF
+  echo "$path"
+}
+
+run() {  # run NAME CONFIG PROGRAM...
+  local name=$1 cfg=$2
+  shift 2
+  "$launcher" --num_gpus 4 --master_port $((29600 + RANDOM % 300)) "$@" \
+    --deepspeed_config "$cfg" --data "$corpus" --steps "$STEPS" \
+    --metrics_file "$out/$name.jsonl" "${model_flags[@]}" > "$out/$name.log" 2>&1 ||
+    die "$name failed; see $out/$name.log"
+}
+
+zero3_cfg=$(config zero3)
+mics_cfg=$(config mics)
+hpz_cfg=$(config hpz)
+# train_gpt writes the token cache the peer reads.
+"$launcher" --num_gpus 1 "$ours" --deepspeed_config "$zero3_cfg" --data "$corpus" --steps 1 \
+  --eval_batches 1 > "$out/warmup.log" 2>&1 || die "warm-up failed; see $out/warmup.log"
+kinds=(zero3 mics hpz)
+[ "$DS_VENV" != none ] && kinds+=(ds_zero3 ds_mics ds_hpz)
+n=${#kinds[@]}
+for r in $(seq 1 "$ROUNDS"); do
+  # Rotate the order so that no kind always runs first on a warming machine.
+  for i in $(seq 0 $((n - 1))); do
+    k=${kinds[$(((i + r) % n))]}
+    case $k in
+      zero3 | mics | hpz)
+        cfg_var="${k}_cfg"
+        run "${k}_$r" "${!cfg_var}" "$ours" --eval_batches 1 ;;
+      ds_*)
+        cfg_var="${k#ds_}_cfg"
+        run "${k}_$r" "${!cfg_var}" "$DS_VENV/bin/python" "$peer" ;;
+    esac
+  done
+done
+
+"$PY" - "$out" "$ROUNDS" "$SKIP" "${kinds[@]}" <<'PYEOF'
+import json, statistics, sys
+out, rounds, skip, kinds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+def rows(name):
+    return [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.strip()]
+res = {}
+for kind in kinds:
+    tps, peak, comm, loss = [], [], [], []
+    for r in range(1, rounds + 1):
+        rs = rows(f"{kind}_{r}")
+        tps.append(statistics.median(x["tokens_per_s"] for x in rs[skip:]))
+        peak.append(max(rs[-1]["memory_bytes"]["peak_rss"]) / 2**20)
+        if "comm_bytes" in rs[-1]:
+            comm.append(statistics.median(x["comm_bytes"] for x in rs[skip:]) / 2**20)
+        loss.append(rs[-1]["loss"])
+    res[kind] = (statistics.median(tps), statistics.median(peak))
+    print(f"RESULT {kind}_tokens_per_s median={res[kind][0]:.0f} min={min(tps):.0f} max={max(tps):.0f} n={rounds} unit=tokens/s")
+    print(f"RESULT {kind}_peak_rss_per_rank median={res[kind][1]:.0f} min={min(peak):.0f} max={max(peak):.0f} unit=MiB")
+    if comm:
+        print(f"RESULT {kind}_comm_bytes_per_rank_per_step median={statistics.median(comm):.2f} unit=MiB")
+    print(f"RESULT {kind}_last_loss median={statistics.median(loss):.4f}")
+def ratio(a, b, what):
+    if a in res and b in res:
+        print(f"RATIO {a}/{b} tokens/s {res[a][0] / res[b][0]:.2f}, peak RSS per rank "
+              f"{res[a][1] / res[b][1]:.2f}  ({what})")
+ratio("zero3", "ds_zero3", "plain ZeRO-3, ours against DeepSpeed's")
+ratio("mics", "ds_mics", "MiCS, ours against DeepSpeed's")
+ratio("hpz", "ds_hpz", "hpZ, ours against DeepSpeed's")
+ratio("mics", "zero3", "shard groups of 2 against ZeRO-3 over 4 ranks")
+ratio("hpz", "zero3", "secondary partitions of 2 against ZeRO-3 over 4 ranks")
+PYEOF
