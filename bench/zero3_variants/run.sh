@@ -95,34 +95,9 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 
-"$PY" - "$out" "$ROUNDS" "$SKIP" "${kinds[@]}" <<'PYEOF'
-import json, statistics, sys
-out, rounds, skip, kinds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
-def rows(name):
-    return [json.loads(l) for l in open(f"{out}/{name}.jsonl") if l.strip()]
-res = {}
-for kind in kinds:
-    tps, peak, comm, loss = [], [], [], []
-    for r in range(1, rounds + 1):
-        rs = rows(f"{kind}_{r}")
-        tps.append(statistics.median(x["tokens_per_s"] for x in rs[skip:]))
-        peak.append(max(rs[-1]["memory_bytes"]["peak_rss"]) / 2**20)
-        if "comm_bytes" in rs[-1]:
-            comm.append(statistics.median(x["comm_bytes"] for x in rs[skip:]) / 2**20)
-        loss.append(rs[-1]["loss"])
-    res[kind] = (statistics.median(tps), statistics.median(peak))
-    print(f"RESULT {kind}_tokens_per_s median={res[kind][0]:.0f} min={min(tps):.0f} max={max(tps):.0f} n={rounds} unit=tokens/s")
-    print(f"RESULT {kind}_peak_rss_per_rank median={res[kind][1]:.0f} min={min(peak):.0f} max={max(peak):.0f} unit=MiB")
-    if comm:
-        print(f"RESULT {kind}_comm_bytes_per_rank_per_step median={statistics.median(comm):.2f} unit=MiB")
-    print(f"RESULT {kind}_last_loss median={statistics.median(loss):.4f}")
-def ratio(a, b, what):
-    if a in res and b in res:
-        print(f"RATIO {a}/{b} tokens/s {res[a][0] / res[b][0]:.2f}, peak RSS per rank "
-              f"{res[a][1] / res[b][1]:.2f}  ({what})")
-ratio("zero3", "ds_zero3", "plain ZeRO-3, ours against DeepSpeed's")
-ratio("mics", "ds_mics", "MiCS, ours against DeepSpeed's")
-ratio("hpz", "ds_hpz", "hpZ, ours against DeepSpeed's")
-ratio("mics", "zero3", "shard groups of 2 against ZeRO-3 over 4 ranks")
-ratio("hpz", "zero3", "secondary partitions of 2 against ZeRO-3 over 4 ranks")
-PYEOF
+"$PY" bench/common/summarize_runs.py "$out" "$ROUNDS" "$SKIP" "${kinds[@]}" -- \
+  "zero3/ds_zero3:plain ZeRO-3, ours against DeepSpeed's" \
+  "mics/ds_mics:MiCS, ours against DeepSpeed's" \
+  "hpz/ds_hpz:hpZ, ours against DeepSpeed's" \
+  "mics/zero3:shard groups of 2 against ZeRO-3 over 4 ranks" \
+  "hpz/zero3:secondary partitions of 2 against ZeRO-3 over 4 ranks"
