@@ -3,6 +3,7 @@
 // the top level warn about them by name. Feature support is decided in supported_features.cpp.
 #include <algorithm>
 #include <cctype>
+#include <utility>
 
 #include "config/batch_config.h"
 #include "config/config_source.h"
@@ -256,6 +257,17 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   if (c.zero_hpz_partition_size > 1 && c.stage < 3) {
     warnings->push_back(rr.where("zero_hpz_partition_size") + " has no effect with ZeRO stage " +
                         std::to_string(c.stage) + " (hpZ partitions stage 3's parameters)");
+  }
+  // DeepSpeed reads ZeRO++'s quantization keys in stage 3's code only.
+  for (auto [key, on] : {std::pair<const char*, bool>{"zero_quantized_weights",
+                                                      c.zero_quantized_weights},
+                         {"zero_quantized_nontrainable_weights",
+                          c.zero_quantized_nontrainable_weights},
+                         {"zero_quantized_gradients", c.zero_quantized_gradients}}) {
+    if (on && c.stage < 3) {
+      warnings->push_back(rr.where(key) + " has no effect with ZeRO stage " +
+                          std::to_string(c.stage) + " (ZeRO++ quantizes stage 3's collectives)");
+    }
   }
   if (c.mics_hierarchical_params_gather && c.mics_shard_size <= 0) {
     warnings->push_back(rr.where("mics_hierarchical_params_gather") +

@@ -55,9 +55,14 @@ void check_features_supported(const DeepSpeedConfig& c) {
     }
     if (o.super_offload) refuse(c, key + ".super_offload");
   }
-  if (z.zero_quantized_weights || z.zero_quantized_gradients) {
-    refuse(c, "ZeRO++'s quantized communication (zero_optimization.zero_quantized_weights / "
-              "zero_quantized_gradients)");
+  // ZeRO++'s qwZ (zero_quantized_weights) is implemented; below stage 3 these warn instead.
+  if (z.stage == 3 && z.zero_quantized_gradients) {
+    refuse(c, "zero_optimization.zero_quantized_gradients (ZeRO++'s qgZ, quantized gradient "
+              "reduction)");
+  }
+  if (z.stage == 3 && z.zero_quantized_nontrainable_weights) {
+    refuse(c, "zero_optimization.zero_quantized_nontrainable_weights (frozen weights kept "
+              "quantized)");
   }
   if (z.stage == 3 && z.zero_hpz_partition_size > 1) {
     if (z.mics_shard_size > 0) {

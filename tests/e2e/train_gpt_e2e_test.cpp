@@ -313,8 +313,8 @@ TEST(TrainGptE2E, UnsupportedConfigFailsEveryRankWithTheKeyName) {
       "zero_optimization": {"stage": 3, "zero_quantized_gradients": true},
       "optimizer": {"type": "AdamW"}})", 2));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("(zero_optimization.zero_quantized_weights / zero_quantized_gradients) is "
-                       "not supported yet"),
+  EXPECT_NE(r.err.find("zero_optimization.zero_quantized_gradients (ZeRO++'s qgZ, quantized "
+                       "gradient reduction) is not supported yet"),
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("rank"), std::string::npos) << r.err;

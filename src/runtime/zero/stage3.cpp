@@ -472,6 +472,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     o.max_reuse_distance_numel = z.stage3_max_reuse_distance;
     o.use_all_reduce_for_fetch = z.stage3_use_all_reduce_for_fetch_params;
     o.group = gather_group_;
+    o.quantize_weights = z.zero_quantized_weights;
     coordinator_ = std::make_shared<ParamCoordinator>(&params_, kept, o);
     register_coordinator(coordinator_);
     for (size_t u = 0; u < kept.size(); ++u) {

@@ -109,7 +109,7 @@ void ParamCoordinator::gather_now(size_t i) {
 
 void ParamCoordinator::gather(size_t i, bool async) { gather_all({i}, async); }
 
-void ParamCoordinator::gather_all(const std::vector<size_t>& indices, bool async) {
+void ParamCoordinator::gather_all(const std::vector<size_t>& indices, bool async, bool fetch) {
   // In the given order (a prefetch lists the nearest unit first: backward runs the units in
   // reverse), each once: zero::GatheredParameters may be given a tensor twice.
   std::unordered_set<size_t> seen;
@@ -126,8 +126,10 @@ void ParamCoordinator::gather_all(const std::vector<size_t>& indices, bool async
   if (batch.empty()) return;
   stats_.peak_live_numel = std::max(stats_.peak_live_numel, stats_.live_numel);
   swap_in_for_gather(wanted);
+  ShardGroup group = options_.group;
+  group.quantize_weights = fetch && options_.quantize_weights;
   stats_.gather_collectives +=
-      start_gathers(batch, options_.group, async, options_.use_all_reduce_for_fetch);
+      start_gathers(batch, group, async, options_.use_all_reduce_for_fetch);
 }
 
 void ParamCoordinator::free(size_t i) {
@@ -165,7 +167,7 @@ void ParamCoordinator::fetch(size_t unit, bool traced) {
     (*params_)[i].active_users += 1;
     prefetched_[i] = false;
   }
-  gather_all(u.params, /*async=*/true);
+  gather_all(u.params, /*async=*/true, /*fetch=*/true);
   if (mode_ == Mode::kComplete && traced) prefetch();
   settle(u.params);
 }
@@ -194,7 +196,7 @@ void ParamCoordinator::prefetch() {
       stats_.prefetched_gathers += 1;
     }
   }
-  gather_all(ahead, /*async=*/true);
+  gather_all(ahead, /*async=*/true, /*fetch=*/true);
   if (!read_ahead.empty()) store_->prefetch(read_ahead);
 }
 

@@ -46,6 +46,8 @@ struct CoordinatorOptions {
   int64_t max_reuse_distance_numel = 1000000000;
   bool use_all_reduce_for_fetch = false;
   ShardGroup group;  // the ranks the shards are gathered from (stage3_param.h)
+  /// Note [Quantized gather]: the unit fetches and their prefetches gather blockwise int8.
+  bool quantize_weights = false;
 };
 
 struct CoordinatorStats {
@@ -91,8 +93,9 @@ class ParamCoordinator {
   enum class Mode { kRecord, kComplete, kInvalid };
 
   void gather(size_t param, bool async);
-  /// Gathers those of `params` that are not available, small shards in one collective.
-  void gather_all(const std::vector<size_t>& params, bool async);
+  /// Gathers those of `params` that are not available, small shards in one collective;
+  /// `fetch`: for a unit's forward or backward (Note [Quantized gather]).
+  void gather_all(const std::vector<size_t>& params, bool async, bool fetch = false);
   /// Waits for these parameters' gathers and lets their swapped shards go.
   void settle(const std::vector<size_t>& params);
   /// Brings in the swapped shards among `params` that are about to be gathered.

@@ -10,6 +10,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 
+#include "runtime/zero/weight_quantizer.h"
 #include "util/check.h"
 
 namespace deepspeed::runtime {
@@ -175,17 +176,25 @@ struct CoalescedGather {
   };
   comm::Handle handle;
   at::Tensor input;   // this rank's shards, concatenated (kept until the collective is done)
-  at::Tensor output;  // [world, S]
+  at::Tensor output;  // [world, S]; quantized: int8 [world, G * g], S <= G * g
+  // Note [Quantized gather]: the groups' steps travel in a second collective.
+  comm::Handle scales_handle;
+  at::Tensor input_scales;
+  at::Tensor output_scales;  // [world, G]; undefined when not quantized
   std::vector<Target> targets;
 
   // Waits once, then fills every target (the first of the parameters to be finished does it).
   void finish() {
-    if (handle.valid()) {
-      handle.wait();
-      handle = comm::Handle();
+    for (comm::Handle* h : {&handle, &scales_handle}) {
+      if (!h->valid()) continue;
+      h->wait();
+      *h = comm::Handle();
     }
     if (targets.empty()) return;
     at::NoGradGuard no_grad;
+    if (output_scales.defined()) {
+      output = dequantize_blocks(output, output_scales, targets.front().full.scalar_type());
+    }
     const int64_t world = output.size(0);
     for (auto& t : targets) {
       t.full.view({world, t.shard_numel}).copy_(output.narrow(1, t.offset, t.shard_numel));
@@ -193,6 +202,8 @@ struct CoalescedGather {
     targets.clear();
     input = at::Tensor();
     output = at::Tensor();
+    input_scales = at::Tensor();
+    output_scales = at::Tensor();
   }
 };
 
@@ -202,12 +213,15 @@ bool coalescable(const PartitionedParam& p, const ShardGroup& group) {
   const int world = group.size();
   if (from_secondary(p, group)) {
     return !p.available && p.numel > 0 &&
-           p.secondary.numel() * static_cast<int64_t>(p.secondary.element_size()) <=
-               kCoalesceShardBytes;
+           (group.quantize_weights ||
+            p.secondary.numel() * static_cast<int64_t>(p.secondary.element_size()) <=
+                kCoalesceShardBytes);
   }
-  if (world > 1 && !p.available && p.numel > 0 && converts(p)) return true;  // Note [Gather dtype]
+  if (world == 1 || p.available || p.numel == 0) return false;
+  // Note [Gather dtype] and Note [Quantized gather]: converted on the way.
+  if (converts(p) || group.quantize_weights) return true;
   const bool from_host = p.shard.is_cpu() && !p.param.is_cpu();  // a side-stream copy first
-  return world > 1 && !p.available && p.numel > 0 && !from_host &&
+  return !from_host &&
          p.shard_numel * static_cast<int64_t>(p.shard.element_size()) <= kCoalesceShardBytes;
 }
 
@@ -228,33 +242,36 @@ void start_coalesced(const std::vector<PartitionedParam*>& batch, const ShardGro
     shards.push_back(source.view({-1}));
     total += source.numel();
   }
-  if (secondary) {
-    gather->input = at::cat(shards);
-    gather->output = at::empty({world, total}, gather->input.options());
-    at::Tensor flat = gather->output.view({-1});
-    gather->handle = comm::all_gather(flat, gather->input, async, group.secondary);
-    for (PartitionedParam* p : batch) {
-      p->available = true;
-      p->coalesced = async ? gather : nullptr;
-    }
-    if (!async) gather->finish();
-    return;
-  }
+  // Every rank's rows into `out` ([world, n]), from `in` (n elements).
+  auto gather_rows = [&](at::Tensor& out, const at::Tensor& in) {
+    at::Tensor flat = out.view({-1});
+    return secondary ? comm::all_gather(flat, in, async, group.secondary)
+                     : all_gather_shards(flat, in, async, group);
+  };
+  gather->input = at::cat(shards);
   // Note [Gather dtype]: torch_autocast gathers a lower-precision module's shards in its dtype
   // (DeepSpeed's get_allgather_dtype), every rank's own shard included; the parameter then
   // holds the rounded values in its own dtype. Such shards always take this path, which
   // converts (and brings offloaded shards to the parameter's device) before the collective.
+  // Secondary partitions are already in the parameters' dtype, on their device.
   const PartitionedParam& first = *batch.front();
-  gather->input = at::cat(shards).to(first.param.device(), wire_dtype(first));
-  if (use_all_reduce) {  // stage3_use_all_reduce_for_fetch_params: a zero-filled sum
+  if (!secondary) gather->input = gather->input.to(first.param.device(), wire_dtype(first));
+  if (group.quantize_weights) {  // Note [Quantized gather]
+    QuantizedBlocks q = quantize_blocks(gather->input);
+    gather->input = q.values;
+    gather->input_scales = q.scales;
+    gather->output = at::empty({world, q.values.numel()}, q.values.options());
+    gather->output_scales = at::empty({world, q.scales.numel()}, q.scales.options());
+    gather->handle = gather_rows(gather->output, gather->input);
+    gather->scales_handle = gather_rows(gather->output_scales, gather->input_scales);
+  } else if (use_all_reduce && !secondary) {  // stage3_use_all_reduce_for_fetch_params
     gather->output = at::zeros({world, total}, gather->input.options());
     gather->output.select(0, group.rank()).copy_(gather->input);
     at::Tensor flat = gather->output.view({-1});
     gather->handle = comm::all_reduce(flat, comm::ReduceOp::kSum, async, group.group);
   } else {
     gather->output = at::empty({world, total}, gather->input.options());
-    at::Tensor flat = gather->output.view({-1});
-    gather->handle = all_gather_shards(flat, gather->input, async, group);
+    gather->handle = gather_rows(gather->output, gather->input);
   }
   for (PartitionedParam* p : batch) {
     p->available = true;
@@ -283,9 +300,9 @@ int64_t start_gathers(const std::vector<PartitionedParam*>& params, const ShardG
     start_gather(*p, group, async, use_all_reduce);
   }
   for (auto& [key, batch] : batches) {
-    ++collectives;
+    collectives += group.quantize_weights ? 2 : 1;  // values and steps (Note [Quantized gather])
     const bool secondary = std::get<2>(key);
-    if (batch.size() == 1 && (secondary || !converts(*batch[0]))) {
+    if (batch.size() == 1 && !group.quantize_weights && (secondary || !converts(*batch[0]))) {
       start_gather(*batch[0], group, async, use_all_reduce);
     } else {
       start_coalesced(batch, group, async, use_all_reduce, secondary);

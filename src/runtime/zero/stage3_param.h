@@ -68,6 +68,17 @@ void free_storage(const at::Tensor& param);
 // checkpoint load, drops them (DeepSpeed's invalidate_secondary_tensor). The cost is padded / H
 // more elements per parameter and rank between its forward and the step.
 
+// Note [Quantized gather]: ZeRO++'s qwZ (zero_quantized_weights). The unit fetches of a
+// training step (forward, backward, their prefetches) carry each shard as blockwise int8 and
+// its per-group steps (weight_quantizer.h), and every rank, its own shard included, reads the
+// parameter back from those: a quarter of fp32's bytes, half of bf16's, for weights within
+// 0.4 % of each group's largest magnitude. The optimizer steps the exact shards; only the
+// forward and backward see the rounded weights. As in DeepSpeed, gathers that leave the
+// parameter in place for other uses stay exact: the persistent parameters, their refresh
+// after each step, zero::GatheredParameters. With one rank nothing is gathered, so nothing is
+// quantized. Quantized gathers always take the coalesced path, which dequantizes once the
+// collectives are done.
+
 /// The ranks a parameter's shards are spread over: the data-parallel group, or under MiCS this
 /// rank's shard group (stage3_groups.h). Shard r lives on group rank r.
 struct ShardGroup {
@@ -80,6 +91,8 @@ struct ShardGroup {
   comm::Group intra_node;
   /// Note [Secondary partition]: hpZ's group of H ranks; empty without hpZ.
   comm::Group secondary;
+  /// Note [Quantized gather]: shards travel as blockwise int8.
+  bool quantize_weights = false;
   int size() const { return group.size(); }
   int rank() const { return group.rank(); }
 };

@@ -1,6 +1,8 @@
 // DeepSpeedConfig: sections, defaults, type errors with key paths, unknown keys, refusals.
 #include "deepspeed/config.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "support/expect_throw.h"
@@ -165,6 +167,22 @@ TEST(DsConfig, MicsAndHpzKeysWithoutEffectAreWarnings) {
   ASSERT_EQ(hpz.warnings.size(), 1u);
   EXPECT_NE(hpz.warnings[0].find("zero_optimization.zero_hpz_partition_size has no effect with "
                                  "ZeRO stage 1"), std::string::npos) << hpz.warnings[0];
+  // ZeRO++'s quantization keys likewise, each by name.
+  auto quantized = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
+      "zero_quantized_weights": true, "zero_quantized_nontrainable_weights": true,
+      "zero_quantized_gradients": true}})");
+  ASSERT_EQ(quantized.warnings.size(), 3u);
+  for (const char* key : {"zero_quantized_weights", "zero_quantized_nontrainable_weights",
+                          "zero_quantized_gradients"}) {
+    const std::string want = std::string("zero_optimization.") + key + " has no effect with ZeRO "
+                             "stage 2";
+    EXPECT_TRUE(std::any_of(quantized.warnings.begin(), quantized.warnings.end(),
+                            [&](const std::string& w) { return w.find(want) != w.npos; }))
+        << want;
+  }
+  EXPECT_NO_THROW(quantized.check_supported());
+  EXPECT_TRUE(parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "zero_quantized_weights": true}})").warnings.empty());
 }
 
 TEST(DsConfig, LegacyAndDeprecatedForms) {
@@ -226,9 +244,12 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
     EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, what + " is not supported yet");
   };
   refuse(R"({"train_batch_size": 8,
-      "zero_optimization": {"stage": 3, "zero_quantized_weights": true}})",
-         "ZeRO++'s quantized communication (zero_optimization.zero_quantized_weights / "
-         "zero_quantized_gradients)");
+      "zero_optimization": {"stage": 3, "zero_quantized_gradients": true}})",
+         "zero_optimization.zero_quantized_gradients (ZeRO++'s qgZ, quantized gradient "
+         "reduction)");
+  refuse(R"({"train_batch_size": 8,
+      "zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true}})",
+         "zero_optimization.zero_quantized_nontrainable_weights (frozen weights kept quantized)");
   refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2,
       "mics_shard_size": 2}})",
          "zero_optimization.zero_hpz_partition_size together with mics_shard_size");
