@@ -111,7 +111,9 @@ OffloadParamConfig parse_offload_param(ConfigReader r) {
   return c;
 }
 
-ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
+// `unimplemented`: keys this build refuses (DeepSpeedConfig::unimplemented_requests).
+ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings,
+                      std::vector<std::string>* unimplemented) {
   ZeroConfig c;
   const json* z = top.get_raw("zero_optimization", "an object");
   if (z == nullptr) return c;
@@ -246,7 +248,7 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   c.zero_quantized_weights = rr.get_bool("zero_quantized_weights", false);
   c.zero_quantized_nontrainable_weights = rr.get_bool("zero_quantized_nontrainable_weights", false);
   c.zero_quantized_gradients = rr.get_bool("zero_quantized_gradients", false);
-  rr.get_raw("zeropp_loco_param");
+  const json* loco = rr.get_raw("zeropp_loco_param");
   c.mics_shard_size = rr.get_int("mics_shard_size", c.mics_shard_size);
   c.mics_hierarchical_params_gather = rr.get_bool("mics_hierarchical_params_gather", false);
   // Matches DeepSpeed, which reads MiCS' keys only for stage 3; said rather than ignored.
@@ -257,6 +259,16 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   if (c.zero_hpz_partition_size > 1 && c.stage < 3) {
     warnings->push_back(rr.where("zero_hpz_partition_size") + " has no effect with ZeRO stage " +
                         std::to_string(c.stage) + " (hpZ partitions stage 3's parameters)");
+  }
+  // LoCo: qgZ's error feedback (DeepSpeed's all_to_all_loco_quant_reduce), read with qgZ only.
+  if (loco != nullptr && !loco->is_null()) {
+    if (c.stage == 3 && c.zero_quantized_gradients) {
+      unimplemented->push_back("zero_optimization.zeropp_loco_param (LoCo error feedback for "
+                               "qgZ)");
+    } else {
+      warnings->push_back(rr.where("zeropp_loco_param") + " has no effect without "
+                          "zero_quantized_gradients at ZeRO stage 3");
+    }
   }
   // DeepSpeed reads ZeRO++'s quantization keys in stage 3's code only.
   for (auto [key, on] : {std::pair<const char*, bool>{"zero_quantized_weights",
@@ -440,7 +452,7 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   if (c.fp16.enabled && c.bf16.enabled) {
     throw ConfigError(source + ": bf16 and fp16 modes cannot be simultaneously enabled");
   }
-  c.zero_optimization = parse_zero(top, &c.warnings);
+  c.zero_optimization = parse_zero(top, &c.warnings, &c.unimplemented_requests);
   if (c.gradient_allreduce_op == "sum" && c.zero_optimization.stage == 3) {
     top.fail("gradient_allreduce_op", "is \"sum\"; it is not supported with ZeRO stage 3");
   }

@@ -55,11 +55,7 @@ void check_features_supported(const DeepSpeedConfig& c) {
     }
     if (o.super_offload) refuse(c, key + ".super_offload");
   }
-  // ZeRO++'s qwZ (zero_quantized_weights) is implemented; below stage 3 these warn instead.
-  if (z.stage == 3 && z.zero_quantized_gradients) {
-    refuse(c, "zero_optimization.zero_quantized_gradients (ZeRO++'s qgZ, quantized gradient "
-              "reduction)");
-  }
+  // ZeRO++'s qwZ and qgZ are implemented; below stage 3 these keys warn instead.
   if (z.stage == 3 && z.zero_quantized_nontrainable_weights) {
     refuse(c, "zero_optimization.zero_quantized_nontrainable_weights (frozen weights kept "
               "quantized)");

@@ -274,6 +274,7 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     ctx.comm_dtypes = std::move(comm_dtypes);
     ctx.mics = runtime::make_mics_groups(config_, dp_group_, mpu_ != nullptr);
     ctx.hpz_group = runtime::make_hpz_group(config_, dp_group_, mpu_ != nullptr);
+    ctx.qgz_groups = runtime::make_qgz_groups(config_, dp_group_, mpu_ != nullptr);
     if (config_.sparse_gradients) {
       // Matches DeepSpeed: embedding gradients go as rows without ZeRO; its ZeRO optimizers
       // reduce every gradient densely, whatever the key says.

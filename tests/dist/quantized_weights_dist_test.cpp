@@ -16,7 +16,7 @@
 #include <torch/torch.h>
 
 #include "runtime/zero/stage3_param.h"
-#include "runtime/zero/weight_quantizer.h"
+#include "runtime/zero/block_quantizer.h"
 #include "support/multi_rank.h"
 #include "support/tiny_model.h"  // tiny_batch
 

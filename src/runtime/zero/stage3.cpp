@@ -72,6 +72,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
       gather_group_.intra_node = ctx.mics->intra_node;
     }
     if (ctx.hpz_group) gather_group_.secondary = *ctx.hpz_group;
+    qgz_groups_ = ctx.qgz_groups;
     // offload_optimizer "cpu": the fp32 shards and optimizer state in host memory, stepped by
     // the CPU optimizer (the config's optimizer is built as DeepSpeed's CPU variant). A
     // CPU-only build keeps them there already. "nvme": in swap files between steps as well
@@ -579,6 +580,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     ro.comm_dtypes = comm_dtypes_;
     ro.group = dp_group_;
     ro.average_divisor = average_divisor_;
+    ro.quantized_reduction = qgz_groups_;
     const bool offloads = optimizer_states_->offloads() || param_device_ != OffloadDevice::kNone;
     ro.host_shards = grad_shards[0].device() != params_[trainable[0]].param.device() ||
                      (offloads && offload_host_path_on_cpu());
@@ -607,6 +609,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   comm::Group dp_group_;        // the partition group: data-parallel, or MiCS' shard group
   comm::Group replica_group_;   // MiCS: the ranks holding this rank's shards; else this rank
   ShardGroup gather_group_;     // dp_group_, MiCS' hierarchy and hpZ's secondary group
+  std::optional<NodeGroups> qgz_groups_;  // ZeRO++ qgZ (Note [Quantized reduction])
   int world_;  // partition-group size and rank
   int rank_;
   int average_divisor_;  // what a "mean" reduction divides by (ZeroContext::average_divisor)

@@ -134,6 +134,11 @@ std::vector<comm::Handle> Stage3GradReducer::launch(const Bucket& b, size_t buff
   // Matches DeepSpeed's stage 3: divide by W, then sum (reference §7.1).
   const int divisor = options_.average_divisor > 0 ? options_.average_divisor : world_;
   if (options_.average && divisor > 1) send.mul_(1.0 / divisor);
+  if (options_.quantized_reduction) {
+    at::Tensor receive = receive_view(b, buffer);
+    quantized_reduce_scatter(receive, send.view({world_, b.region}), *options_.quantized_reduction);
+    return {};
+  }
   if (options_.reduce_scatter) {
     at::Tensor receive = receive_view(b, buffer);
     return {comm::reduce_scatter(receive, send, comm::ReduceOp::kSum, /*async_op=*/true,

@@ -12,6 +12,9 @@
 // bucket is the one being filled waits in param.grad. A parameter without a gradient in this
 // backward counts as zeros (ignore_unused_parameters) or is an error naming it.
 //
+// zero_quantized_gradients (qgZ): the reduce-scatter is Note [Quantized reduction]'s two
+// all-to-alls, complete when launch() returns.
+//
 // reduce_scatter false: the bucket is all-reduced and each rank keeps its own chunks (the same
 // result, DeepSpeed's non-reduce-scatter path). overlap_comm: two buffers; a launched bucket
 // completes while the next fills, else each completes inside the hook that launched it.
@@ -34,6 +37,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -41,6 +45,7 @@
 #include "deepspeed/comm.h"
 #include "runtime/accelerator/side_stream.h"
 #include "runtime/zero/bucketer.h"
+#include "runtime/zero/quantized_reduction.h"
 #include "runtime/zero/comm_dtypes.h"
 #include "runtime/zero/stage3_param.h"
 #include "runtime/zero/zero_optimizer.h"
@@ -59,6 +64,8 @@ struct Stage3ReducerOptions {
   /// Parameters reduced in another dtype (torch_autocast): buckets never mix dtypes.
   CommDtypes comm_dtypes;
   comm::Group group;  // the data-parallel group; shard r belongs to its group rank r
+  /// ZeRO++'s qgZ: buckets reduce as Note [Quantized reduction] over these groups.
+  std::optional<NodeGroups> quantized_reduction;
   /// The shards are host memory and the buckets device memory (Note [Stage-3 gradients to the
   /// host]); set on CPU too by DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU, to test that logic.
   bool host_shards = false;

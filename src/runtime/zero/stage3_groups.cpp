@@ -9,6 +9,7 @@
 
 #include "util/check.h"
 #include "util/env.h"
+#include "util/logging.h"
 
 namespace deepspeed::runtime {
 namespace {
@@ -40,6 +41,11 @@ std::map<std::string, MicsGroups>& registry() {
 
 std::map<std::string, comm::Group>& hpz_registry() {
   static std::map<std::string, comm::Group> groups;
+  return groups;
+}
+
+std::map<std::string, NodeGroups>& qgz_registry() {
+  static std::map<std::string, NodeGroups> groups;
   return groups;
 }
 
@@ -124,6 +130,44 @@ std::optional<comm::Group> make_hpz_group(const DeepSpeedConfig& config,
   std::vector<std::vector<int>> lists(world / size);
   for (int r = 0; r < world; ++r) lists[r / size].push_back(r);
   return hpz_registry()[key] = mine_of(lists, "zero_hpz");
+}
+
+std::optional<NodeGroups> make_qgz_groups(const DeepSpeedConfig& config,
+                                          const comm::Group& dp_group, bool has_mpu) {
+  const auto& z = config.zero_optimization;
+  if (z.stage != 3 || !z.zero_quantized_gradients) return std::nullopt;
+  const int world = comm::get_world_size();
+  DS_CHECK(!has_mpu && dp_group.size() == world, NotSupportedError, config.source,
+           ": zero_optimization.zero_quantized_gradients with an mpu is not supported yet (its "
+           "all-to-alls are laid over the whole world)");
+  DS_CHECK(z.mics_shard_size <= 0, NotSupportedError, config.source,
+           ": zero_optimization.zero_quantized_gradients together with mics_shard_size is not "
+           "supported yet");
+  // Matches DeepSpeed's assertion: the all-to-alls replace the reduce-scatter.
+  DS_CHECK(z.reduce_scatter, ConfigError, config.source,
+           ": zero_optimization.zero_quantized_gradients needs zero_optimization.reduce_scatter");
+  const int per_node = mics_ranks_per_node();
+  DS_CHECK(per_node > 0 && world % per_node == 0, ConfigError, config.source,
+           ": zero_optimization.zero_quantized_gradients needs whole nodes, but the world has ",
+           world, " ranks and a node ", per_node, " (NDEV_PER_NODE, else LOCAL_WORLD_SIZE)");
+  if (per_node == world) {
+    log::warn_rank0(config.source + ": zero_optimization.zero_quantized_gradients has no "
+                    "effect on one node (qgZ quantizes the reduction across nodes; here all " +
+                    std::to_string(world) + " ranks share one); gradients are reduced exactly");
+    return std::nullopt;
+  }
+  const std::string key = std::to_string(world) + "/" + std::to_string(per_node);
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  if (auto it = qgz_registry().find(key); it != qgz_registry().end()) return it->second;
+  std::vector<std::vector<int>> intra(world / per_node), inter(per_node);
+  for (int r = 0; r < world; ++r) {
+    intra[r / per_node].push_back(r);
+    inter[r % per_node].push_back(r);
+  }
+  NodeGroups g;
+  g.intra_node = mine_of(intra, "zero_qgz_intra_node");
+  g.inter_node = mine_of(inter, "zero_qgz_inter_node");
+  return qgz_registry()[key] = g;
 }
 
 }  // namespace deepspeed::runtime

@@ -52,4 +52,19 @@ int mics_ranks_per_node();
 std::optional<comm::Group> make_hpz_group(const DeepSpeedConfig& config,
                                           const comm::Group& dp_group, bool has_mpu);
 
+/// A data-parallel world cut into nodes of L consecutive ranks (rank = node * L + local).
+struct NodeGroups {
+  comm::Group intra_node;  // the L ranks of this rank's node, by local rank
+  comm::Group inter_node;  // the ranks with this rank's local rank, one per node, by node
+};
+
+/// ZeRO++'s qgZ (zero_quantized_gradients): the groups of Note [Quantized reduction]
+/// (quantized_reduction.h), nodes of mics_ranks_per_node() ranks. Collective over the world.
+/// nullopt unless stage 3 with the key, or when the world is one node (as in DeepSpeed, qgZ
+/// then reduces as plain ZeRO-3, with a warning here). Throws ConfigError naming the key when
+/// the node size does not divide the world or reduce_scatter is false; NotSupportedError with
+/// an mpu or MiCS.
+std::optional<NodeGroups> make_qgz_groups(const DeepSpeedConfig& config,
+                                          const comm::Group& dp_group, bool has_mpu);
+
 }  // namespace deepspeed::runtime

@@ -10,7 +10,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/StorageImpl.h>
 
-#include "runtime/zero/weight_quantizer.h"
+#include "runtime/zero/block_quantizer.h"
 #include "util/check.h"
 
 namespace deepspeed::runtime {

@@ -70,14 +70,14 @@ void free_storage(const at::Tensor& param);
 
 // Note [Quantized gather]: ZeRO++'s qwZ (zero_quantized_weights). The unit fetches of a
 // training step (forward, backward, their prefetches) carry each shard as blockwise int8 and
-// its per-group steps (weight_quantizer.h), and every rank, its own shard included, reads the
+// its per-group steps (block_quantizer.h), and every rank, its own shard included, reads the
 // parameter back from those: a quarter of fp32's bytes, half of bf16's, for weights within
-// 0.4 % of each group's largest magnitude. The optimizer steps the exact shards; only the
-// forward and backward see the rounded weights. As in DeepSpeed, gathers that leave the
-// parameter in place for other uses stay exact: the persistent parameters, their refresh
-// after each step, zero::GatheredParameters. With one rank nothing is gathered, so nothing is
-// quantized. Quantized gathers always take the coalesced path, which dequantizes once the
-// collectives are done.
+// 0.4 % of each group's largest magnitude (0.8 % for those clamped). The optimizer steps the
+// exact shards; only the forward and backward see the rounded weights. As in DeepSpeed, gathers
+// that leave the parameter in place for other uses stay exact: the persistent parameters,
+// their refresh after each step, zero::GatheredParameters. With one rank nothing is gathered,
+// so nothing is quantized. Quantized gathers always take the coalesced path, which
+// dequantizes once the collectives are done.
 
 /// The ranks a parameter's shards are spread over: the data-parallel group, or under MiCS this
 /// rank's shard group (stage3_groups.h). Shard r lives on group rank r.

@@ -188,6 +188,9 @@ struct ZeroContext {
   /// ZeRO++ hpZ (stage 3): the group of zero_hpz_partition_size ranks that keeps secondary
   /// partitions (Note [Secondary partition] in stage3_param.h).
   std::optional<comm::Group> hpz_group;
+  /// ZeRO++ qgZ (stage 3): the node groups of Note [Quantized reduction]; nullopt without qgZ
+  /// or on one node.
+  std::optional<NodeGroups> qgz_groups;
 };
 
 /// Stage 0: replicated. fp32 models all-reduce param.grad (GradReducer); fp16/bf16 models use the

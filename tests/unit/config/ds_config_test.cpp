@@ -182,7 +182,14 @@ TEST(DsConfig, MicsAndHpzKeysWithoutEffectAreWarnings) {
   }
   EXPECT_NO_THROW(quantized.check_supported());
   EXPECT_TRUE(parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
-      "zero_quantized_weights": true}})").warnings.empty());
+      "zero_quantized_weights": true, "zero_quantized_gradients": true}})").warnings.empty());
+  auto loco = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "zeropp_loco_param": {"err_beta": 0.8, "reset_T": 1024}}})");
+  ASSERT_EQ(loco.warnings.size(), 1u);
+  EXPECT_NE(loco.warnings[0].find("zero_optimization.zeropp_loco_param has no effect without "
+                                  "zero_quantized_gradients"), std::string::npos)
+      << loco.warnings[0];
+  EXPECT_NO_THROW(loco.check_supported());
 }
 
 TEST(DsConfig, LegacyAndDeprecatedForms) {
@@ -243,10 +250,9 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
     auto c = DeepSpeedConfig::from_string(text, 1);
     EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, what + " is not supported yet");
   };
-  refuse(R"({"train_batch_size": 8,
-      "zero_optimization": {"stage": 3, "zero_quantized_gradients": true}})",
-         "zero_optimization.zero_quantized_gradients (ZeRO++'s qgZ, quantized gradient "
-         "reduction)");
+  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "zero_quantized_gradients": true, "zeropp_loco_param": {"err_beta": 0.8, "reset_T": 1024}}})",
+         "zero_optimization.zeropp_loco_param (LoCo error feedback for qgZ)");
   refuse(R"({"train_batch_size": 8,
       "zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true}})",
          "zero_optimization.zero_quantized_nontrainable_weights (frozen weights kept quantized)");
