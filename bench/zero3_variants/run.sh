@@ -3,9 +3,11 @@
 # shard groups of two ranks, replicas of each other) and ZeRO++'s hpZ
 # ("zero_hpz_partition_size": 2, secondary partitions over pairs of ranks), each against
 # DeepSpeed 0.15.4 doing the same (bench/common/deepspeed_train_gpt.py: the same GPT, windows
-# and ds_config; .venv-deepspeed). tokens/s, peak RSS per rank and bytes sent per rank per step
-# (ours), medians over the timed steps and rounds. Builds nothing; makes .venv-deepspeed
-# (scripts/setup_deepspeed_peer.sh) when it is missing.
+# and ds_config; .venv-deepspeed); then ZeRO++'s qwZ ("zero_quantized_weights") and qgZ
+# ("zero_quantized_gradients", the 4 ranks as 2 nodes of 2 through NDEV_PER_NODE), ours only:
+# DeepSpeed's quantizer has no CPU kernel. tokens/s, peak RSS per rank, bytes sent per rank per
+# step (ours) and the last loss, medians over the timed steps and rounds. Builds nothing; makes
+# .venv-deepspeed (scripts/setup_deepspeed_peer.sh) when it is missing.
 # Usage: bench/zero3_variants/run.sh [MODEL FLAGS...]   default: the example GPT, micro-batch 4
 # Env: ROUNDS (3), STEPS (12), SKIP (3 warm-up steps not timed), CORPUS (data/austen.txt),
 #      DS_VENV (.venv-deepspeed; none skips DeepSpeed), OUT_DIR (default a new /tmp directory).
@@ -37,7 +39,7 @@ out=${OUT_DIR:-$(mktemp -d /tmp/zero3_variants_bench.XXXXXX)}
 mkdir -p "$out"
 echo "INFO zero3 variants bench: rounds=$ROUNDS steps=$STEPS skip=$SKIP model_flags='${model_flags[*]}' out=$out load=$(cut -d' ' -f1-3 /proc/loadavg)"
 
-# config(variant) -> path: the example config under ZeRO-3, plain, mics or hpz.
+# config(variant) -> path: the example config under ZeRO-3, plain, mics, hpz, qwz or qgz.
 config() {
   local path="$out/ds_config_$1.json"
   "$PY" - examples/train_gpt/ds_config.json "$path" "$1" <<'PYEOF'
@@ -57,6 +59,10 @@ if variant == "mics":
     cfg["zero_optimization"]["mics_shard_size"] = 2
 if variant == "hpz":
     cfg["zero_optimization"]["zero_hpz_partition_size"] = 2
+if variant == "qwz":
+    cfg["zero_optimization"]["zero_quantized_weights"] = True
+if variant == "qgz":
+    cfg["zero_optimization"]["zero_quantized_gradients"] = True
 json.dump(cfg, open(dst, "w"), indent=2)
 PYEOF
   echo "$path"
@@ -74,10 +80,12 @@ run() {  # run NAME CONFIG PROGRAM...
 zero3_cfg=$(config zero3)
 mics_cfg=$(config mics)
 hpz_cfg=$(config hpz)
+qwz_cfg=$(config qwz)
+qgz_cfg=$(config qgz)
 # train_gpt writes the token cache the peer reads.
 "$launcher" --num_gpus 1 "$ours" --deepspeed_config "$zero3_cfg" --data "$corpus" --steps 1 \
   --eval_batches 1 > "$out/warmup.log" 2>&1 || die "warm-up failed; see $out/warmup.log"
-kinds=(zero3 mics hpz)
+kinds=(zero3 mics hpz qwz qgz)
 [ "$DS_VENV" != none ] && kinds+=(ds_zero3 ds_mics ds_hpz)
 n=${#kinds[@]}
 for r in $(seq 1 "$ROUNDS"); do
@@ -85,7 +93,9 @@ for r in $(seq 1 "$ROUNDS"); do
   for i in $(seq 0 $((n - 1))); do
     k=${kinds[$(((i + r) % n))]}
     case $k in
-      zero3 | mics | hpz)
+      qgz)  # two "nodes" of two ranks: qgZ does nothing on one node
+        NDEV_PER_NODE=2 run "${k}_$r" "$qgz_cfg" "$ours" --eval_batches 1 ;;
+      zero3 | mics | hpz | qwz)
         cfg_var="${k}_cfg"
         run "${k}_$r" "${!cfg_var}" "$ours" --eval_batches 1 ;;
       ds_*)
@@ -100,4 +110,6 @@ done
   "mics/ds_mics:MiCS, ours against DeepSpeed's" \
   "hpz/ds_hpz:hpZ, ours against DeepSpeed's" \
   "mics/zero3:shard groups of 2 against ZeRO-3 over 4 ranks" \
-  "hpz/zero3:secondary partitions of 2 against ZeRO-3 over 4 ranks"
+  "hpz/zero3:secondary partitions of 2 against ZeRO-3 over 4 ranks" \
+  "qwz/zero3:int8 weight gathers against ZeRO-3's fp32" \
+  "qgz/zero3:4-bit all-to-all gradient reduction against ZeRO-3's all-reduce"

@@ -192,12 +192,21 @@ struct CoalescedGather {
     }
     if (targets.empty()) return;
     at::NoGradGuard no_grad;
-    if (output_scales.defined()) {
-      output = dequantize_blocks(output, output_scales, targets.front().full.scalar_type());
-    }
     const int64_t world = output.size(0);
-    for (auto& t : targets) {
-      t.full.view({world, t.shard_numel}).copy_(output.narrow(1, t.offset, t.shard_numel));
+    if (output_scales.defined()) {
+      // One rank's row at a time: the temporary is 1/world of the gathered parameters.
+      for (int64_t r = 0; r < world; ++r) {
+        const at::Tensor row = dequantize_blocks(output.narrow(0, r, 1),
+                                                 output_scales.narrow(0, r, 1),
+                                                 targets.front().full.scalar_type())[0];
+        for (auto& t : targets) {
+          t.full.view({world, t.shard_numel})[r].copy_(row.narrow(0, t.offset, t.shard_numel));
+        }
+      }
+    } else {
+      for (auto& t : targets) {
+        t.full.view({world, t.shard_numel}).copy_(output.narrow(1, t.offset, t.shard_numel));
+      }
     }
     targets.clear();
     input = at::Tensor();
