@@ -17,6 +17,7 @@
 
 #include "runtime/zero/stage3_param.h"
 #include "runtime/zero/block_quantizer.h"
+#include "support/logged_collectives.h"
 #include "support/multi_rank.h"
 #include "support/tiny_model.h"  // tiny_batch
 
@@ -129,10 +130,7 @@ std::map<int64_t, int64_t> all_gathers_of_one_iteration(const json& zero,
   auto [x, y] = tiny_batch(2 * comm::get_rank(), 2);
   engine->backward((engine->forward(x) - y).pow(2).mean());
   engine->step();
-  std::map<int64_t, int64_t> out;
-  for (const auto& e : comm::comms_log_entries()) {
-    if (e.record_name == record) out[e.msg_size_bytes] += e.count;
-  }
+  std::map<int64_t, int64_t> out = testing::logged_message_sizes(record);
   comm::configure_comms_logger({});
   return out;
 }

@@ -22,6 +22,7 @@
 #include <torch/torch.h>
 
 #include "support/counting_allocator.h"
+#include "support/logged_collectives.h"
 #include "support/multi_rank.h"
 #include "support/tiny_model.h"
 
@@ -422,10 +423,7 @@ std::map<int64_t, int64_t> all_gathers_of_one_iteration(json zero,
   comm::reset_comms_log();  // from here: the first iteration and the refresh after its step
   engine->backward(engine->forward(torch::randn({4, kWidth})));
   engine->step();
-  std::map<int64_t, int64_t> out;
-  for (const auto& e : comm::comms_log_entries()) {
-    if (e.record_name == record) out[e.msg_size_bytes] += e.count;
-  }
+  std::map<int64_t, int64_t> out = testing::logged_message_sizes(record);
   comm::configure_comms_logger({});
   return out;
 }

@@ -73,8 +73,9 @@ std::vector<std::shared_ptr<ParamCoordinator>> live_coordinators() {
 ParamCoordinator::ParamCoordinator(std::vector<PartitionedParam>* params,
                                    std::vector<Stage3Unit> units, CoordinatorOptions options)
     : params_(params), units_(std::move(units)), options_(options),
-      world_(options_.group.size()), rank_(options_.group.rank()),
-      prefetched_(params->size(), false) {
+      fetch_group_(options_.group), world_(options_.group.size()),
+      rank_(options_.group.rank()), prefetched_(params->size(), false) {
+  fetch_group_.quantize_weights = options_.quantize_weights;
   for (const auto& p : *params_) {
     if (p.available && !p.persistent) stats_.live_numel += p.padded_numel(world_);
   }
@@ -126,10 +127,8 @@ void ParamCoordinator::gather_all(const std::vector<size_t>& indices, bool async
   if (batch.empty()) return;
   stats_.peak_live_numel = std::max(stats_.peak_live_numel, stats_.live_numel);
   swap_in_for_gather(wanted);
-  ShardGroup group = options_.group;
-  group.quantize_weights = fetch && options_.quantize_weights;
-  stats_.gather_collectives +=
-      start_gathers(batch, group, async, options_.use_all_reduce_for_fetch);
+  stats_.gather_collectives += start_gathers(batch, fetch ? fetch_group_ : options_.group, async,
+                                             options_.use_all_reduce_for_fetch);
 }
 
 void ParamCoordinator::free(size_t i) {

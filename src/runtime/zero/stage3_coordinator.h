@@ -108,6 +108,7 @@ class ParamCoordinator {
   std::vector<PartitionedParam>* params_;
   std::vector<Stage3Unit> units_;
   CoordinatorOptions options_;
+  ShardGroup fetch_group_;  // options_.group, quantized for qwZ (Note [Quantized gather])
   int world_ = 1;
   int rank_ = 0;
   Mode mode_ = Mode::kRecord;
