@@ -14,30 +14,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-ROUNDS=${ROUNDS:-3}
-STEPS=${STEPS:-12}
-SKIP=${SKIP:-3}
-PY=/usr/bin/python3
-launcher=build/bin/deepspeed
-ours=build/bin/train_gpt
-peer=bench/common/deepspeed_train_gpt.py
-corpus=${CORPUS:-data/austen.txt}
 model_flags=("$@")
-DS_VENV=${DS_VENV:-$root/.venv-deepspeed}
-die() { echo "zero3 variants bench: $*" >&2; exit 1; }
-for bin in "$launcher" "$ours"; do [ -x "$bin" ] || die "$bin not found; build it first"; done
-[ -f "$corpus" ] || die "$corpus not found; fetch it with scripts/fetch_corpus.sh"
-((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
-if [ "$DS_VENV" != none ]; then
-  bash scripts/setup_deepspeed_peer.sh "$DS_VENV" >/dev/null ||
-    die "scripts/setup_deepspeed_peer.sh failed"
-fi
-# Pinned environment (bench/README.md).
-unset OPENBLAS_CORETYPE
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo DS_ACCELERATOR=cpu
-out=${OUT_DIR:-$(mktemp -d /tmp/zero3_variants_bench.XXXXXX)}
-mkdir -p "$out"
-echo "INFO zero3 variants bench: rounds=$ROUNDS steps=$STEPS skip=$SKIP model_flags='${model_flags[*]}' out=$out load=$(cut -d' ' -f1-3 /proc/loadavg)"
+bench="zero3 variants"
+tmp_prefix=zero3_variants_bench
+# shellcheck source=../common/train_gpt_bench_setup.sh
+source bench/common/train_gpt_bench_setup.sh
 
 # config(variant) -> path: the example config under ZeRO-3, plain, mics, hpz, qwz or qgz.
 config() {

@@ -1,0 +1,29 @@
+# Sourced by the benches that run train_gpt against bench/common/deepspeed_train_gpt.py on one
+# machine (zero3_variants, sequence_parallel) once they have set `bench` (a name for messages),
+# `tmp_prefix` and `model_flags`. Reads ROUNDS, STEPS, SKIP, CORPUS, DS_VENV and OUT_DIR as the
+# scripts document; checks the binaries, corpus and step counts; makes the DeepSpeed peer's
+# virtual environment unless DS_VENV is none; pins the environment (bench/README.md); sets PY,
+# launcher, ours, peer, corpus, DS_VENV, out and die().
+ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-12}
+SKIP=${SKIP:-3}
+PY=/usr/bin/python3
+launcher=build/bin/deepspeed
+ours=build/bin/train_gpt
+peer=bench/common/deepspeed_train_gpt.py
+corpus=${CORPUS:-data/austen.txt}
+DS_VENV=${DS_VENV:-$root/.venv-deepspeed}
+die() { echo "$bench bench: $*" >&2; exit 1; }
+for bin in "$launcher" "$ours"; do [ -x "$bin" ] || die "$bin not found; build it first"; done
+[ -f "$corpus" ] || die "$corpus not found; fetch it with scripts/fetch_corpus.sh"
+((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
+if [ "$DS_VENV" != none ]; then
+  bash scripts/setup_deepspeed_peer.sh "$DS_VENV" >/dev/null ||
+    die "scripts/setup_deepspeed_peer.sh failed"
+fi
+unset OPENBLAS_CORETYPE
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo DS_ACCELERATOR=cpu
+out=${OUT_DIR:-$(mktemp -d "/tmp/$tmp_prefix.XXXXXX")}
+mkdir -p "$out"
+echo "INFO $bench bench: rounds=$ROUNDS steps=$STEPS skip=$SKIP model_flags='${model_flags[*]}'" \
+  "out=$out load=$(cut -d' ' -f1-3 /proc/loadavg)"
