@@ -181,8 +181,11 @@ struct AdamOptions {
 /// contiguous CUDA tensors (CUDA builds) through ops::fused_adam, one launch per group for all
 /// parameters on one device with the same step count; others (bf16/fp16 in fp32 math, fp64 in
 /// fp64 math, non-contiguous) through the same formula in tensor ops. Both kernels write a
-/// registered copy-out (Note [Fused copy-out]) on the master's device.
-/// State: step, exp_avg, exp_avg_sq (dtype and device of the parameter).
+/// registered copy-out (Note [Fused copy-out]) on the master's device. bf16/fp16 contiguous CPU
+/// parameters (ZeRO's 16-bit masters) go through CPU-Adam too, in fp32 slices (Note [16-bit
+/// parameters on CPU-Adam] in adam.cpp).
+/// State: step, exp_avg, exp_avg_sq (device of the parameter; its dtype too unless
+/// set_fp32_optimizer_states makes the moments of 16-bit parameters fp32).
 class Adam : public DsOptimizer {
  public:
   Adam(std::vector<at::Tensor> params, AdamOptions defaults = {}, bool adam_w_mode = true);
@@ -194,7 +197,16 @@ class Adam : public DsOptimizer {
                                                                 : "FusedAdam(adam_w_mode=False)"; }
   std::vector<std::string> state_names() const override { return {"exp_avg", "exp_avg_sq"}; }
 
+  /// DeepSpeedCPUAdam's fp32_optimizer_states: the moments of bf16/fp16 parameters are created
+  /// in fp32 (true) or in the parameter's dtype (false, the default, as FusedAdam's). ZeRO sets
+  /// it for 16-bit master weights (bf16.bf16_master_weights_and_grads); state already created
+  /// keeps its dtype.
+  void set_fp32_optimizer_states(bool fp32) { fp32_optimizer_states_ = fp32; }
+  bool fp32_optimizer_states() const { return fp32_optimizer_states_; }
+
  protected:
+  at::Tensor initial_state(const std::string& name, const at::Tensor& param,
+                           const GroupOptions& group) const override;
   void update(const at::Tensor& param, const at::Tensor& grad, ParamState& state,
               const GroupOptions& group) override;
   void update_group(std::vector<ParamUpdate>& params, const GroupOptions& group) override;
@@ -203,6 +215,7 @@ class Adam : public DsOptimizer {
 
  private:
   bool adam_w_mode_;
+  bool fp32_optimizer_states_ = false;
 };
 
 /// Lamb hyper-parameters (FusedLamb's defaults).

@@ -1,6 +1,7 @@
 // DeepSpeed's Adam/AdamW (reference §3.2): the fused CPU-Adam kernel for fp32 CPU tensors, the
 // fused multi-tensor CUDA kernel for fp32 CUDA tensors (CUDA builds), the same formula in tensor
 // ops elsewhere.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -64,6 +65,69 @@ bool on_cpu_adam_kernel(const ParamUpdate& u) {
          fits_cpu_adam(u.state.tensor("exp_avg")) && fits_cpu_adam(u.state.tensor("exp_avg_sq"));
 }
 
+// Note [16-bit parameters on CPU-Adam]
+// ZeRO's 16-bit master weights (bf16.bf16_master_weights_and_grads and its fp16 twin) step on
+// CPU-Adam as DeepSpeedCPUAdam steps them: every operand is read into fp32, the update is the
+// kernel's fp32 arithmetic, and the parameter is rounded once to its dtype (to nearest even);
+// the moments stay fp32 (fp32_optimizer_states) or are rounded back to their 16-bit dtype. The
+// kernel takes fp32 buffers, so the update walks the parameter in slices of kStageNumel
+// elements: each slice's 16-bit operands are widened into fp32 scratch (fp32 ones are used in
+// place), the kernel updates the scratch and writes the rounded parameter straight into the
+// 16-bit slice as its copy-out, and 16-bit moments are rounded back. A slice of 1 Mi elements
+// bounds the scratch at 16 MiB and still gives the kernel's threads 64 chunks to share.
+constexpr int64_t kStageNumel = int64_t{1} << 20;
+
+bool is_16bit(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
+/// A CPU-Adam operand once widened: contiguous on CPU, fp32 or 16-bit.
+bool widenable(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.is_contiguous() &&
+         (t.scalar_type() == at::kFloat || is_16bit(t.scalar_type()));
+}
+
+bool on_staged_cpu_adam(const ParamUpdate& u) {
+  return widenable(u.param) && is_16bit(u.param.scalar_type()) && widenable(u.grad) &&
+         widenable(u.state.tensor("exp_avg")) && widenable(u.state.tensor("exp_avg_sq"));
+}
+
+/// Note [16-bit parameters on CPU-Adam]: `u` with a 16-bit parameter, slice by slice.
+void update_staged(ParamUpdate& u, const ops::AdamStep& step) {
+  const at::Tensor param = u.param.view(-1);
+  const at::Tensor grad = u.grad.view(-1);
+  const at::Tensor exp_avg = u.state.tensor("exp_avg").view(-1);
+  const at::Tensor exp_avg_sq = u.state.tensor("exp_avg_sq").view(-1);
+  const int64_t n = param.numel();
+  const int64_t slice = std::min(n, kStageNumel);
+  const auto fp32 = param.options().dtype(at::kFloat);
+  // One scratch per 16-bit operand, reused by every slice.
+  auto scratch_for = [&](const at::Tensor& t) {
+    return t.scalar_type() == at::kFloat ? at::Tensor() : at::empty({slice}, fp32);
+  };
+  at::Tensor p32 = at::empty({slice}, fp32);
+  at::Tensor g32 = scratch_for(grad);
+  at::Tensor m32 = scratch_for(exp_avg);
+  at::Tensor v32 = scratch_for(exp_avg_sq);
+  ops::HalfCopy copy;
+  copy.kind = param.scalar_type() == at::kBFloat16 ? ops::HalfKind::kBF16 : ops::HalfKind::kFP16;
+  for (int64_t offset = 0; offset < n; offset += slice) {
+    const int64_t len = std::min(slice, n - offset);
+    auto widen = [&](const at::Tensor& t, const at::Tensor& scratch) {
+      at::Tensor part = t.narrow(0, offset, len);
+      return scratch.defined() ? scratch.narrow(0, 0, len).copy_(part) : part;
+    };
+    at::Tensor p = widen(param, p32);
+    at::Tensor g = widen(grad, g32);
+    at::Tensor m = widen(exp_avg, m32);
+    at::Tensor v = widen(exp_avg_sq, v32);
+    at::Tensor out = param.narrow(0, offset, len);
+    copy.data = out.data_ptr();
+    ops::adam_update(step, p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(),
+                     v.data_ptr<float>(), len, copy);
+    if (m32.defined()) exp_avg.narrow(0, offset, len).copy_(m);
+    if (v32.defined()) exp_avg_sq.narrow(0, offset, len).copy_(v);
+  }
+}
+
 /// One parameter on the CPU-Adam kernel (with its copy-out) or in tensor ops.
 void update_one(ParamUpdate& u, const GroupOptions& group, bool adam_w_mode) {
   const at::Tensor& param = u.param;
@@ -80,6 +144,11 @@ void update_one(ParamUpdate& u, const GroupOptions& group, bool adam_w_mode) {
                      grad.data_ptr<float>(), exp_avg.data_ptr<float>(),
                      exp_avg_sq.data_ptr<float>(), param.numel(), copy);
     u.wrote_copy_out = copy.kind != ops::HalfKind::kNone;
+    return;
+  }
+  if (on_staged_cpu_adam(u)) {
+    // A registered copy-out of a 16-bit parameter is left to the caller (wrote_copy_out false).
+    update_staged(u, adam_step(group, adam_w_mode, u.state.step, u.grad_scale));
     return;
   }
 
@@ -180,7 +249,15 @@ bool Adam::applies_grad_scale(const ParamUpdate& u) const {
 #ifdef DS_WITH_CUDA
   if (fits_fused_adam(u)) return true;  // the fused CUDA kernel scales as it loads, too
 #endif
-  return on_cpu_adam_kernel(u);
+  return on_cpu_adam_kernel(u) || on_staged_cpu_adam(u);
+}
+
+at::Tensor Adam::initial_state(const std::string& name, const at::Tensor& param,
+                               const GroupOptions& group) const {
+  if (fp32_optimizer_states_ && is_16bit(param.scalar_type())) {
+    return at::zeros(param.sizes(), param.options().dtype(at::kFloat));
+  }
+  return DsOptimizer::initial_state(name, param, group);
 }
 
 void Adam::update_group(std::vector<ParamUpdate>& params, const GroupOptions& group) {

@@ -101,7 +101,10 @@ at::Tensor as_state_tensor(const IValue& v, const at::Tensor& param, const at::T
            shape_of.sizes() == param.sizes() ? "its parameter" : "this optimizer's state",
            " has shape ", shape_of.sizes(),
            "; was the checkpoint written by another model or data-parallel layout?");
-  return t.to(param.options(), /*non_blocking=*/false, /*copy=*/true,
+  // The dtype of the state it replaces: Adam keeps fp32 moments of 16-bit parameters when
+  // asked (fp32_optimizer_states).
+  const auto dtype = like.defined() ? like.scalar_type() : param.scalar_type();
+  return t.to(param.options().dtype(dtype), /*non_blocking=*/false, /*copy=*/true,
               at::MemoryFormat::Contiguous);
 }
 
