@@ -10,6 +10,7 @@
 #include "config/elasticity_section.h"
 #include "config/feature_sections.h"
 #include "config/json_reader.h"
+#include "config/low_precision_masters.h"
 #include "deepspeed/autotuning_config.h"
 #include "util/check.h"
 
@@ -453,6 +454,7 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
     throw ConfigError(source + ": bf16 and fp16 modes cannot be simultaneously enabled");
   }
   c.zero_optimization = parse_zero(top, &c.warnings, &c.unimplemented_requests);
+  config_detail::check_low_precision_masters(c);
   if (c.gradient_allreduce_op == "sum" && c.zero_optimization.stage == 3) {
     top.fail("gradient_allreduce_op", "is \"sum\"; it is not supported with ZeRO stage 3");
   }

@@ -39,6 +39,7 @@
 #include "runtime/moe_params.h"
 #include "runtime/optim/optimizer_factory.h"
 #include "runtime/timers.h"
+#include "runtime/zero/master_weights.h"
 #include "runtime/zero/zero_optimizer.h"
 #include "runtime/precision/autocast_params.h"
 #include "runtime/precision/cpu_bf16_matmul.h"
@@ -265,6 +266,7 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     // model dtype, at 2 extra bytes per owned element).
     const auto& gad = config_.data_types.grad_accum_dtype;
     ctx.grad_accum_dtype = gad == "fp16" ? at::kHalf : gad == "bf16" ? at::kBFloat16 : at::kFloat;
+    ctx.master_dtype = runtime::configure_master_weights(config_, *optimizer_);
     ctx.module = module_;
     ctx.dp_group = dp_group_;
     // Matches DeepSpeed under sequence parallelism: summed over each sequence's ranks,

@@ -38,7 +38,10 @@ ModelStateBytes estimate_model_state_bytes(const ModelStateInputs& in) {
            pool(low, in.low_precision_bytes, receive_divisor);
   };
   m.optimizer_states = k * shard;
-  m.master_params = mixed ? 4 * shard : 0;
+  m.master_params = !mixed                    ? 0
+                    : !in.low_precision_masters ? 4 * shard
+                    : in.offload_optimizer && !in.on_cpu ? b * shard
+                                                         : 0;
   switch (in.stage) {
     case 0:
       m.params = b * psi;
@@ -94,6 +97,12 @@ ModelStateInputs model_state_inputs(const DeepSpeedConfig& c, int64_t num_params
   } else {
     in.optimizer_state_bytes_per_param = 8;  // the Adam family and LAMB: two fp32 moments
   }
+  const bool bf16_masters = c.bf16.enabled && c.bf16.bf16_master_weights_and_grads;
+  in.low_precision_masters =
+      bf16_masters || (c.fp16.enabled && c.fp16.fp16_master_weights_and_grads);
+  // bf16_optimizer_states: the moments in bf16.
+  if (bf16_masters && c.bf16.bf16_optimizer_states) in.optimizer_state_bytes_per_param /= 2;
+  in.on_cpu = on_cpu;
   in.offload_optimizer = c.zero_optimization.optimizer_offload() != OffloadDevice::kNone;
   in.offload_param = c.zero_optimization.param_offload() != OffloadDevice::kNone;
   in.reduce_bucket_size = c.zero_optimization.reduce_bucket_size;

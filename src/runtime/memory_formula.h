@@ -34,6 +34,10 @@ struct ModelStateInputs {
   /// ZeRO++ hpZ (stage 3): each parameter's secondary partition, 1/H of it, is kept from its
   /// forward to the step.
   int64_t hpz_partition_size = 1;
+  /// bf16/fp16_master_weights_and_grads: the masters are the model's own 16-bit partitions
+  /// (none apart on CPU; pinned 16-bit host copies with offload on a GPU).
+  bool low_precision_masters = false;
+  bool on_cpu = true;
 };
 
 /// Per-rank bytes by component, as the engine's ledger (MemoryStats) names them.

@@ -1,7 +1,7 @@
 // The engine's memory formula (src/runtime/memory_formula.h: what the memory report prints beside
 // the ledger and what the autotuner prunes with) against the measured ledger, on 2 Gloo ranks
 // after one optimizer step, for every ZeRO stage, with and without overlap_comm, optimizer
-// offload, bf16 and torch_autocast. Ψ = 3·512·512 (no padding on 2 ranks), plus a 512-element
+// offload, bf16 (with fp32 or bf16 masters and moments) and torch_autocast. Ψ = 3·512·512 (no padding on 2 ranks), plus a 512-element
 // gain with torch_autocast.
 #include "deepspeed/deepspeed.h"
 
@@ -50,6 +50,8 @@ struct Case {
   bool offload;
   bool bf16;
   bool autocast = false;  // torch_autocast (bf16): two bucket pools under ZeRO 1-3
+  bool bf16_masters = false;  // bf16_master_weights_and_grads: no fp32 masters
+  bool bf16_states = false;   // bf16_optimizer_states: bf16 moments
 };
 
 void check(const Case& c, int) {
@@ -59,7 +61,10 @@ void check(const Case& c, int) {
   if (c.autocast) zero["stage3_param_persistence_threshold"] = 0;  // the gain is partitioned too
   json cfg = {{"train_micro_batch_size_per_gpu", 2},
               {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}}},
-              {"bf16", {{"enabled", c.bf16}}},
+              {"bf16",
+               {{"enabled", c.bf16},
+                {"bf16_master_weights_and_grads", c.bf16_masters},
+                {"bf16_optimizer_states", c.bf16_states}}},
               {"zero_optimization", zero}};
   if (c.autocast) cfg["torch_autocast"] = {{"enabled", true}, {"dtype", "bfloat16"}};
   auto model = std::make_shared<Net>(c.autocast);
@@ -74,8 +79,9 @@ void check(const Case& c, int) {
       model_state_inputs(parsed, kPsi + (c.autocast ? 512 : 0), kWeight, /*on_cpu=*/true);
   if (c.autocast && c.stage > 0) in.low_precision_numel = kPsi;  // the three Linear weights
   const ModelStateBytes f = estimate_model_state_bytes(in);
-  std::printf("stage %d overlap %d offload %d bf16 %d autocast %d: %s\n  ledger: %s\n", c.stage,
-              c.overlap, c.offload, c.bf16, c.autocast,
+  std::printf("stage %d overlap %d offload %d bf16 %d autocast %d bf16 masters %d states %d: "
+              "%s\n  ledger: %s\n",
+              c.stage, c.overlap, c.offload, c.bf16, c.autocast, c.bf16_masters, c.bf16_states,
               describe_model_state_bytes(in, f).c_str(),
               engine->memory_report("measured").c_str());
   EXPECT_EQ(f.params, m.param_bytes);
@@ -107,7 +113,9 @@ INSTANTIATE_TEST_SUITE_P(Stages, MemoryFormulaDist,
                                            Case{0, false, false, false, true},
                                            Case{2, false, false, false, true},
                                            Case{2, true, false, false, true},
-                                           Case{3, true, false, false, true}));
+                                           Case{3, true, false, false, true},
+                                           Case{2, false, true, true, false, true},
+                                           Case{3, false, true, true, false, true, true}));
 
 }  // namespace
 }  // namespace deepspeed

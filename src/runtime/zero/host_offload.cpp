@@ -15,20 +15,21 @@ bool offload_host_path_on_cpu() {
 }
 
 HostOffload::HostOffload(c10::Device device, at::ScalarType model_dtype,
-                         torch::optim::Optimizer* optimizer)
+                         at::ScalarType master_dtype, torch::optim::Optimizer* optimizer)
     // Pinned memory makes both copies DMA transfers; a CPU-only LibTorch has no pinned
     // allocator (there the buffers are only separate, for tests of this logic).
-    : model_dtype_(model_dtype), optimizer_(optimizer), pinned_(!device.is_cpu()), d2h_(device) {}
+    : model_dtype_(model_dtype), master_dtype_(master_dtype), optimizer_(optimizer), pinned_(!device.is_cpu()), d2h_(device) {}
 
 at::Tensor HostOffload::add_group(const at::Tensor& device_partition) {
   const auto host = at::TensorOptions().device(at::kCPU).pinned_memory(pinned_);
   const int64_t n = device_partition.numel();
   Group g;
-  g.master = at::empty({n}, host.dtype(at::kFloat));
+  g.master = at::empty({n}, host.dtype(master_dtype_));
   g.master.copy_(device_partition);
-  g.grad = at::zeros({n}, host.dtype(at::kFloat));
+  g.grad = at::zeros({n}, host.dtype(master_dtype_));
   g.master.mutable_grad() = g.grad;
-  if (model_dtype_ != at::kFloat) {
+  // 16-bit masters (Note [Low-precision masters]) go back to the device as they are.
+  if (model_dtype_ != master_dtype_) {
     g.half = at::empty({n}, host.dtype(model_dtype_));
     // CPU-Adam writes the 16-bit copy in the same pass as the update (DeepSpeed's
     // step-with-copy), so the host-to-device copy moves 2 bytes per element, not 4.

@@ -43,10 +43,12 @@ class HostOffload {
  public:
   /// `optimizer` steps the host masters; a DeepSpeed optimizer writes the model-dtype copy in
   /// the same pass as the update (its step-with-copy).
-  HostOffload(c10::Device device, at::ScalarType model_dtype, torch::optim::Optimizer* optimizer);
+  /// `master_dtype`: fp32, or the model's 16-bit dtype (Note [Low-precision masters]).
+  HostOffload(c10::Device device, at::ScalarType model_dtype, at::ScalarType master_dtype,
+              torch::optim::Optimizer* optimizer);
 
   /// Host buffers for one more flat group, whose owned device partition is `device_partition`;
-  /// returns the fp32 master (its .grad() is the host gradient).
+  /// returns the master (its .grad() is the host gradient).
   at::Tensor add_group(const at::Tensor& device_partition);
 
   /// The coming backward ends on the accumulation boundary when `boundary`: reduced ranges then
@@ -77,12 +79,13 @@ class HostOffload {
 
  private:
   struct Group {
-    at::Tensor master;  // fp32: the optimizer's parameter
-    at::Tensor grad;    // fp32: the reduced gradient partition
-    at::Tensor half;    // model-dtype copy of the updated master (fp16/bf16 models only)
+    at::Tensor master;  // master dtype: the optimizer's parameter
+    at::Tensor grad;    // master dtype: the reduced gradient partition
+    at::Tensor half;    // model-dtype copy of an fp32 master (fp16/bf16 models only)
   };
 
   at::ScalarType model_dtype_;
+  at::ScalarType master_dtype_;
   torch::optim::Optimizer* optimizer_;
   bool pinned_;
   SideStream d2h_;

@@ -74,7 +74,7 @@ class Stage12 final : public FlatZeroOptimizer {
         stage_(static_cast<int>(ctx.config->zero_optimization.stage)),
         dp_group_(ctx.dp_group), world_(dp_group_.size()), replicated_(stage_ == 0),
         model_dtype_(ctx.model_dtype), grad_accum_dtype_(ctx.grad_accum_dtype),
-        experts_(ctx.expert_params) {
+        master_dtype_(ctx.master_dtype), experts_(ctx.expert_params) {
     if (stage_ > 0) check_config(config_);
     // Matches DeepSpeed (engine.zero_cpu_offload): with stages 1/2, device "nvme" offloads to
     // host memory like "cpu"; only stage 3 swaps to files (check_supported() warns).
@@ -128,7 +128,8 @@ class Stage12 final : public FlatZeroOptimizer {
       const bool host_masters =
           offload_ && (!params.front().device().is_cpu() || offload_host_path_on_cpu());
       if (host_masters && !host_) {
-        host_ = std::make_unique<HostOffload>(params.front().device(), model_dtype_, optimizer_);
+        host_ = std::make_unique<HostOffload>(params.front().device(), model_dtype_,
+                                              master_dtype_, optimizer_);
       }
       FlatComm fc;
       fc.expert = expert_of[optimizer_group];
@@ -139,25 +140,26 @@ class Stage12 final : public FlatZeroOptimizer {
       groups_.emplace_back(std::move(params), std::move(names), fc.partitions, fc.partition,
                            z.round_robin_gradients);
       FlatGroup& fg = groups_.back();
-      const auto fp32 = fg.flat().options().dtype(at::kFloat);
       grad_partitions_.push_back(
           at::zeros({fg.partition_numel()}, fg.flat().options().dtype(grad_accum_dtype_)));
-      // The owned slice is the inner optimizer's only parameter. For fp32 models it is a view
-      // of the flat buffer itself, so the update lands in the model's parameters directly;
-      // fp16/bf16 models get an fp32 master copy that is written back after each step.
+      // The owned slice is the inner optimizer's only parameter. For fp32 models (and 16-bit
+      // masters, Note [Low-precision masters]) it is a view of the flat buffer itself, so the
+      // update lands in the model's parameters directly; fp16/bf16 models get an fp32 master
+      // copy that is written back after each step.
       at::Tensor master = fg.partition(fc.partition);
       if (host_) {
         master = host_->add_group(master);
       } else {
-        if (model_dtype_ != at::kFloat) {
-          master = master.to(fp32, /*non_blocking=*/false, /*copy=*/true);
+        if (model_dtype_ != master_dtype_) {
+          master = master.to(fg.flat().options().dtype(master_dtype_), /*non_blocking=*/false,
+                             /*copy=*/true);
           // The optimizer writes the model-dtype partition in the same pass as the update where
           // its kernel can (Note [Fused copy-out]); optimizer_step() copies where it did not.
           if (auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_)) {
             if (compressed_ == nullptr) ds->set_copy_out(master, fg.partition(fc.partition));
           }
         }
-        if (grad_accum_dtype_ == at::kFloat) master.mutable_grad() = grad_partitions_.back();
+        if (grad_accum_dtype_ == master_dtype_) master.mutable_grad() = grad_partitions_.back();
       }
       masters_.push_back(master);
       group.params() = {master};
@@ -286,13 +288,14 @@ class Stage12 final : public FlatZeroOptimizer {
       host_->step(grad_partitions_, partitions);
       return gather_partitions();
     }
-    // Gradients accumulated in a 16-bit grad_accum_dtype reach the optimizer as fp32.
-    if (grad_accum_dtype_ != at::kFloat) {
+    // Gradients accumulated in another dtype reach the optimizer in the masters' (fp32, or
+    // the 16-bit masters' own).
+    if (grad_accum_dtype_ != master_dtype_) {
       for (size_t g = 0; g < masters_.size(); ++g) {
-        masters_[g].mutable_grad() = grad_partitions_[g].to(at::kFloat);
+        masters_[g].mutable_grad() = grad_partitions_[g].to(master_dtype_);
       }
     }
-    if (grad_accum_dtype_ != at::kFloat) {
+    if (grad_accum_dtype_ != master_dtype_) {
       for (size_t g = 0; g < master_views_.size(); ++g) set_view_grads(g, masters_[g].grad());
     }
     {
@@ -300,11 +303,11 @@ class Stage12 final : public FlatZeroOptimizer {
       step_grad_scale_ = 1.0;  // it belongs to these gradients alone
       optimizer_->step();
     }
-    if (grad_accum_dtype_ != at::kFloat) {
+    if (grad_accum_dtype_ != master_dtype_) {
       for (auto& m : masters_) m.mutable_grad() = at::Tensor();
       for (size_t g = 0; g < master_views_.size(); ++g) set_view_grads(g, at::Tensor());
     }
-    if (model_dtype_ != at::kFloat) {
+    if (model_dtype_ != master_dtype_) {
       auto* ds = dynamic_cast<optim::DsOptimizer*>(optimizer_);
       for (size_t g = 0; g < groups_.size(); ++g) {
         if (ds != nullptr && ds->wrote_copy_out(masters_[g])) continue;
@@ -334,7 +337,11 @@ class Stage12 final : public FlatZeroOptimizer {
     for (size_t g = 0; g < groups_.size(); ++g) {
       const FlatGroup& fg = groups_[g];
       m.param_bytes += fg.padded_numel() * static_cast<int64_t>(fg.flat().element_size());
-      if (model_dtype_ != at::kFloat) m.master_param_bytes += 4 * fg.partition_numel();
+      // Masters apart from the parameters: fp32 ones of a 16-bit model, or host copies.
+      if (model_dtype_ != at::kFloat && (host_ || model_dtype_ != master_dtype_)) {
+        m.master_param_bytes +=
+            static_cast<int64_t>(c10::elementSize(master_dtype_)) * fg.partition_numel();
+      }
       m.padding_elements += fg.padded_numel() - fg.numel();
       m.grad_bytes += grad_partitions_[g].numel() *
                       static_cast<int64_t>(grad_partitions_[g].element_size());
@@ -386,8 +393,8 @@ class Stage12 final : public FlatZeroOptimizer {
 
   void params_to_masters() override {
     at::NoGradGuard no_grad;
-    // Without host masters an fp32 model's masters are the parameters' own memory.
-    if (model_dtype_ == at::kFloat && !host_) return;
+    // Without host masters an fp32 model's (or 16-bit masters') are the parameters' memory.
+    if (model_dtype_ == master_dtype_ && !host_) return;
     for (size_t g = 0; g < groups_.size(); ++g) {
       masters_[g].copy_(groups_[g].partition(comm_[g].partition));
     }
@@ -395,7 +402,7 @@ class Stage12 final : public FlatZeroOptimizer {
 
   void masters_to_params() override {
     at::NoGradGuard no_grad;
-    if (model_dtype_ == at::kFloat && !host_) return;
+    if (model_dtype_ == master_dtype_ && !host_) return;
     for (size_t g = 0; g < groups_.size(); ++g) {
       groups_[g].partition(comm_[g].partition).copy_(masters_[g]);
     }
@@ -511,6 +518,7 @@ class Stage12 final : public FlatZeroOptimizer {
   bool replicated_;  // stage 0 in fp16/bf16: one partition holding everything, on every rank
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;  // dtype of the gradient partitions
+  at::ScalarType master_dtype_;      // fp32, or 16-bit (Note [Low-precision masters])
   double step_grad_scale_ = 1.0;     // scale_gradients' coefficient, for the optimizer's step
   std::vector<ExpertParams> experts_;  // MoE expert groups; empty without MoE layers
   // Who a flat group is partitioned over and reduced with.

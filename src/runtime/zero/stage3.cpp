@@ -101,6 +101,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     allocation.separate_master = optimizer_states_->swaps_masters() || param_nvme;
     allocation.own_shards = param_nvme;
     allocation.deferred = optimizer_states_->swaps_masters() || param_nvme;
+    allocation.master_dtype = ctx.master_dtype;
     sub_groups_ = build_sub_groups(group_params, params_, z.sub_group_size, model_dtype_,
                                    grad_accum_dtype_, state_options, allocation, shard_options_);
     fill_shards();
@@ -108,7 +109,10 @@ class Stage3 final : public Stage3ZeroOptimizer {
     // A store that swaps the masters makes each in turn (start() below); otherwise they are
     // made now.
     const auto make_master = [&](size_t k) {
-      if (allocation.deferred) sub_groups_[k].fp32.set_data(at::zeros({sub_groups_[k].numel}, state_options.dtype(at::kFloat)));
+      if (allocation.deferred) {
+        sub_groups_[k].master.set_data(
+            at::zeros({sub_groups_[k].numel}, state_options.dtype(allocation.master_dtype)));
+      }
       shards_to_master(k);
     };
     if (!optimizer_states_->swaps_masters()) {
@@ -117,7 +121,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     for (size_t g = 0; g < optimizer_->param_groups().size(); ++g) {
       std::vector<at::Tensor> masters;
       for (const auto& sg : sub_groups_) {
-        if (sg.param_group == g) masters.push_back(sg.fp32);
+        if (sg.param_group == g) masters.push_back(sg.master);
       }
       optimizer_->param_groups()[g].params() = std::move(masters);
     }
@@ -214,7 +218,9 @@ class Stage3 final : public Stage3ZeroOptimizer {
       if (sg.model_flat.defined()) {
         shard_bytes += sg.model_flat.numel() * static_cast<int64_t>(sg.model_flat.element_size());
       }
-      if (!sg.model_flat.is_same(sg.fp32)) m.master_param_bytes += 4 * sg.fp32.numel();
+      if (!sg.model_flat.is_same(sg.master)) {
+        m.master_param_bytes += static_cast<int64_t>(sg.master.element_size()) * sg.master.numel();
+      }
       m.grad_bytes += sg.grad.numel() * static_cast<int64_t>(sg.grad.element_size());
     }
     for (const auto& p : params_) {
@@ -283,7 +289,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   void step_sub_group(size_t index) override {
     Stage3SubGroup& sg = sub_groups_[index];
     // A swapped master was re-pointed at a buffer: its grad is attached again for the step.
-    if (sg.grad.scalar_type() == at::kFloat) sg.fp32.mutable_grad() = sg.grad;
+    if (sg.grad.scalar_type() == sg.master.scalar_type()) sg.master.mutable_grad() = sg.grad;
     runtime::step_sub_group(*optimizer_, sub_groups_, index);
     if (!sg.model_flat.defined()) master_to_shards(index);
   }
@@ -502,17 +508,20 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
   }
 
-  // The model-dtype shards from the fp32 master of sub-group k, and back. With a flat they are
+  // The model-dtype shards from the master of sub-group k, and back. With a flat they are
   // one copy (none when the master is the flat); with own shards, one per parameter, through
   // the shard store for swapped ones.
   void master_to_shards(size_t k) {
     Stage3SubGroup& sg = sub_groups_[k];
     if (sg.model_flat.defined()) {
-      if (!sg.model_flat.is_same(sg.fp32)) sg.model_flat.copy_(sg.fp32);
+      if (!sg.model_flat.is_same(sg.master)) sg.model_flat.copy_(sg.master);
       return;
     }
     for (const auto& e : sg.entries) {
-      at::Tensor values = sg.fp32.narrow(0, e.offset, e.numel).to(model_dtype_);
+      // A copy even where the master has the model's dtype: the shard store may write it
+      // behind, after the master's buffer went back to the swapper.
+      at::Tensor values = sg.master.narrow(0, e.offset, e.numel)
+                              .to(model_dtype_, /*non_blocking=*/false, /*copy=*/true);
       if (shard_store_ && shard_store_->registered(e.param)) {
         shard_store_->write(e.param, values);
       } else {
@@ -523,13 +532,13 @@ class Stage3 final : public Stage3ZeroOptimizer {
   void shards_to_master(size_t k) {
     Stage3SubGroup& sg = sub_groups_[k];
     if (sg.model_flat.defined()) {
-      if (!sg.model_flat.is_same(sg.fp32)) sg.fp32.copy_(sg.model_flat);
+      if (!sg.model_flat.is_same(sg.master)) sg.master.copy_(sg.model_flat);
       return;
     }
     for (const auto& e : sg.entries) {
       const bool swapped = shard_store_ && shard_store_->swapped(e.param);
       if (swapped) shard_store_->swap_in({e.param});
-      sg.fp32.narrow(0, e.offset, e.numel).copy_(params_[e.param].shard);
+      sg.master.narrow(0, e.offset, e.numel).copy_(params_[e.param].shard);
       if (swapped) shard_store_->release({e.param});
     }
   }

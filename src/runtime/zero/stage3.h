@@ -29,8 +29,9 @@ struct Stage3ParamInfo {
 
 class Stage3ZeroOptimizer : public ZeroOptimizer {
  public:
-  /// The sub-groups in step order; sub_groups()[i].fp32 is this rank's fp32 shard flat
-  /// (DeepSpeed's fp32_flat_groups[i]) and the inner optimizer's parameter for it.
+  /// The sub-groups in step order; sub_groups()[i].master is this rank's master shard flat
+  /// (DeepSpeed's fp32_flat_groups[i]: fp32, or 16-bit under Note [Low-precision masters]) and
+  /// the inner optimizer's parameter for it.
   virtual std::vector<Stage3SubGroup>& sub_groups() = 0;
   /// Trainable parameters in sub-group order (DeepSpeed's param_shapes for stage 3).
   virtual std::vector<Stage3ParamInfo> param_infos() const = 0;

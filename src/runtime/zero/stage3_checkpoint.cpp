@@ -226,7 +226,7 @@ std::optional<std::pair<std::string, IValue>> Stage3ZeroOptimizer::optimizer_sta
   osd.insert("partition_count", static_cast<int64_t>(world_size()));
   osd.insert("optimizer_state_dict", optim::optimizer_state_dict(*ctx.optimizer));
   List flats(c10::AnyType::get());
-  for (auto& sg : sub_groups()) flats.push_back(sg.fp32);
+  for (auto& sg : sub_groups()) flats.push_back(sg.master);
   osd.insert("fp32_flat_groups", flats);
   ckpt::Dict top = ckpt::new_dict();
   top.insert("optimizer_state_dict", osd);
@@ -315,7 +315,7 @@ void Stage3ZeroOptimizer::apply_checkpoint(const ZeroCheckpointContext& ctx,
   {
     at::NoGradGuard no_grad;
     auto& groups = sub_groups();
-    for (size_t g = 0; g < groups.size(); ++g) groups[g].fp32.copy_(plan.masters[g]);
+    for (size_t g = 0; g < groups.size(); ++g) groups[g].master.copy_(plan.masters[g]);
     auto frozen = frozen_shards();
     for (size_t i = 0; i < frozen.size() && i < plan.frozen.size(); ++i) {
       frozen[i].second.copy_(plan.frozen[i]);

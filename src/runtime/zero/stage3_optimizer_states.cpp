@@ -62,7 +62,9 @@ class HostOptimizerStates : public OptimizerStateStore {
     int64_t bytes = 0;
     for (size_t k = 0; k < groups.size(); ++k) {
       const Stage3SubGroup& sg = groups[k];
-      if (offloaded_[k] && !sg.model_flat.is_same(sg.fp32)) bytes += 4 * sg.fp32.numel();
+      if (offloaded_[k] && !sg.model_flat.is_same(sg.master)) {
+        bytes += static_cast<int64_t>(sg.master.element_size()) * sg.master.numel();
+      }
     }
     // Without a per-parameter view (ratio 1 with any optimizer): all of its state is offloaded.
     if (ds_optimizer_ == nullptr) {
@@ -71,7 +73,7 @@ class HostOptimizerStates : public OptimizerStateStore {
     }
     for (size_t k = 0; k < groups.size(); ++k) {
       if (!offloaded_[k]) continue;
-      if (const optim::ParamState* state = ds_optimizer_->find_state(groups[k].fp32)) {
+      if (const optim::ParamState* state = ds_optimizer_->find_state(groups[k].master)) {
         for (const auto& [name, t] : state->tensors) {
           if (t.defined()) bytes += t.numel() * static_cast<int64_t>(t.element_size());
         }
@@ -127,8 +129,8 @@ class NvmeOptimizerStates final : public HostOptimizerStates {
       make_master(k);
       if (!offloaded_[k]) continue;  // ratio < 1: stays on the device
       optim::ParamState& state = ds_optimizer_->get_or_create_state(
-          sg.fp32, ds_optimizer_->group_options(sg.param_group));
-      std::vector<swap::NamedTensor> tensors{{"fp32", sg.fp32}};
+          sg.master, ds_optimizer_->group_options(sg.param_group));
+      std::vector<swap::NamedTensor> tensors{{"fp32", sg.master}};
       for (auto& [name, t] : state.tensors) {
         if (t.defined()) tensors.push_back({name, t});
       }
@@ -156,7 +158,7 @@ class NvmeOptimizerStates final : public HostOptimizerStates {
     at::NoGradGuard no_grad;
     for (size_t id = 0; id < swapped_sub_group_.size(); ++id) {
       optim::ParamState* state =
-          ds_optimizer_->find_state((*sub_groups_)[swapped_sub_group_[id]].fp32);
+          ds_optimizer_->find_state((*sub_groups_)[swapped_sub_group_[id]].master);
       if (state == nullptr) continue;
       for (auto& [name, t] : state->tensors) {
         for (auto& registered : swap_handles_[id]) {

@@ -38,11 +38,13 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
     close();
   }
   for (auto& sg : out) {
-    sg.fp32 = allocation.deferred ? at::empty({0}, options.dtype(at::kFloat))
-                                  : at::zeros({sg.numel}, options.dtype(at::kFloat));
+    const auto master_options = options.dtype(allocation.master_dtype);
+    sg.master = allocation.deferred ? at::empty({0}, master_options)
+                                    : at::zeros({sg.numel}, master_options);
     if (!allocation.own_shards) {
-      sg.model_flat = model_dtype == at::kFloat && !allocation.separate_master && same_device
-                          ? sg.fp32
+      sg.model_flat = model_dtype == allocation.master_dtype && !allocation.separate_master &&
+                              same_device
+                          ? sg.master
                           : at::zeros({sg.numel}, model_options.dtype(model_dtype));
     }
     if (!allocation.deferred) allocate_grad(sg, grad_dtype, options);
@@ -56,7 +58,7 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
 
 void allocate_grad(Stage3SubGroup& sg, at::ScalarType grad_dtype, const at::TensorOptions& options) {
   sg.grad = at::zeros({sg.numel}, options.dtype(grad_dtype));
-  if (grad_dtype == at::kFloat) sg.fp32.mutable_grad() = sg.grad;
+  if (grad_dtype == sg.master.scalar_type()) sg.master.mutable_grad() = sg.grad;
 }
 
 void step_sub_group(torch::optim::Optimizer& optimizer, std::vector<Stage3SubGroup>& groups,
@@ -72,34 +74,34 @@ void step_sub_group(torch::optim::Optimizer& optimizer, std::vector<Stage3SubGro
     saved.push_back(group.params());
     group.params().clear();
   }
-  param_groups[sg.param_group].params() = {sg.fp32};
-  const bool cast_grad = sg.grad.scalar_type() != at::kFloat;
-  if (cast_grad) sg.fp32.mutable_grad() = sg.grad.to(at::kFloat);
+  param_groups[sg.param_group].params() = {sg.master};
+  const bool cast_grad = sg.grad.scalar_type() != sg.master.scalar_type();
+  if (cast_grad) sg.master.mutable_grad() = sg.grad.to(sg.master.scalar_type());
   // A 16-bit model_flat in host memory (the CPU engine, or offload_param on a GPU) is written by
   // CPU-Adam in the same pass as the update (Note [Fused copy-out]) instead of a pass of its own
   // over the masters afterwards. Registered for this step alone: model_flat may be re-pointed
   // (NVMe) or absent by the next one.
   auto* ds = dynamic_cast<optim::DsOptimizer*>(&optimizer);
   const bool copy_out = ds != nullptr && sg.model_flat.defined() && sg.model_flat.is_cpu() &&
-                        sg.fp32.is_cpu() && sg.model_flat.is_contiguous() &&
-                        sg.model_flat.numel() == sg.fp32.numel() &&
+                        sg.master.is_cpu() && sg.model_flat.is_contiguous() &&
+                        sg.model_flat.numel() == sg.master.numel() &&
                         (sg.model_flat.scalar_type() == at::kBFloat16 ||
                          sg.model_flat.scalar_type() == at::kHalf);
-  if (copy_out) ds->set_copy_out(sg.fp32, sg.model_flat);
+  if (copy_out) ds->set_copy_out(sg.master, sg.model_flat);
   bool written = false;
   try {
     optimizer.step();
-    written = copy_out && ds->wrote_copy_out(sg.fp32);
+    written = copy_out && ds->wrote_copy_out(sg.master);
   } catch (...) {
     for (size_t g = 0; g < param_groups.size(); ++g) param_groups[g].params() = saved[g];
-    if (copy_out) ds->set_copy_out(sg.fp32, at::Tensor());
+    if (copy_out) ds->set_copy_out(sg.master, at::Tensor());
     throw;
   }
-  if (copy_out) ds->set_copy_out(sg.fp32, at::Tensor());
+  if (copy_out) ds->set_copy_out(sg.master, at::Tensor());
   for (size_t g = 0; g < param_groups.size(); ++g) param_groups[g].params() = std::move(saved[g]);
-  if (cast_grad) sg.fp32.mutable_grad() = at::Tensor();
-  if (!written && sg.model_flat.defined() && !sg.model_flat.is_same(sg.fp32)) {
-    sg.model_flat.copy_(sg.fp32);
+  if (cast_grad) sg.master.mutable_grad() = at::Tensor();
+  if (!written && sg.model_flat.defined() && !sg.model_flat.is_same(sg.master)) {
+    sg.model_flat.copy_(sg.master);
   }
 }
 

@@ -1,9 +1,10 @@
 // Stage3SubGroup: the unit of ZeRO-3's optimizer step (reference §7.6 "Sub-groups"). Each
 // optimizer param group's trainable parameters are taken in group order and their shards laid
 // end to end; a sub-group closes once it holds sub_group_size elements or more. A sub-group
-// owns its flat fp32 master shard (the inner optimizer's parameter), its flat gradient and,
-// for fp16/bf16 models, its flat shard in the model dtype; each parameter's shard is a view
-// of that flat (for fp32 models the master itself, so the update lands in the shard).
+// owns its flat master shard (the inner optimizer's parameter: fp32, or 16-bit under Note
+// [Low-precision masters]), its flat gradient and, for fp16/bf16 models with fp32 masters, its
+// flat shard in the model dtype; each parameter's shard is a view of that flat (where the
+// master has the model's dtype, the master itself, so the update lands in the shard).
 //
 // The layout per sub-group is DeepSpeed's fp32_flat_groups layout: parameter k's shard of
 // ceil(numel_k / W) elements follows parameter k-1's, padding included.
@@ -36,9 +37,9 @@ struct Stage3SubGroup {
   size_t param_group = 0;  // the inner optimizer's param group it belongs to
   std::vector<SubGroupEntry> entries;
   int64_t numel = 0;
-  at::Tensor fp32;        // master shard: the optimizer's parameter
-  at::Tensor grad;        // gradient shard (grad_accum dtype); fp32.grad() when that is fp32
-  at::Tensor model_flat;  // shards in the model dtype (fp32 models: the same tensor as fp32);
+  at::Tensor master;      // master shard (fp32, or 16-bit): the optimizer's parameter
+  at::Tensor grad;        // gradient shard (grad_accum dtype); master.grad() when the dtypes match
+  at::Tensor model_flat;  // shards in the model dtype (the master itself when dtypes match);
                           // undefined with own shards (see build_sub_groups)
 };
 
@@ -55,6 +56,8 @@ struct SubGroupAllocation {
   /// caller allocates them one at a time (masters) or after the shards went to disk
   /// (gradients), so that construction never holds everything at once.
   bool deferred = false;
+  /// The masters' dtype: fp32, or the model's 16-bit one (Note [Low-precision masters]).
+  at::ScalarType master_dtype = at::kFloat;
 };
 
 /// Lays out sub-groups for `group_params` (per optimizer param group, indices into `params` of
@@ -70,8 +73,8 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
                                              const SubGroupAllocation& allocation = {},
                                              std::optional<at::TensorOptions> shard_options = {});
 
-/// Allocates sub-group `sg`'s gradient flat (zeros) and, for fp32 gradients, attaches it to the
-/// master as its grad.
+/// Allocates sub-group `sg`'s gradient flat (zeros) and, when it has the master's dtype,
+/// attaches it to the master as its grad.
 void allocate_grad(Stage3SubGroup& sg, at::ScalarType grad_dtype, const at::TensorOptions& options);
 
 /// Runs `optimizer` on sub-group `index` alone (the other sub-groups' state is not touched),

@@ -169,6 +169,9 @@ struct ZeroContext {
   at::ScalarType model_dtype = at::kFloat;       // fp32, or fp16/bf16 with fp32 master weights
   at::ScalarType communication_dtype = at::kFloat;  // dtype of the gradient reduction buckets
   at::ScalarType grad_accum_dtype = at::kFloat;     // dtype of the gradient partitions
+  /// Master weights and the gradients the optimizer reads: fp32, or the model's 16-bit dtype
+  /// (Note [Low-precision masters] in config/low_precision_masters.cpp; stages 1-3).
+  at::ScalarType master_dtype = at::kFloat;
   std::shared_ptr<torch::nn::Module> module;        // the model (stage 3 finds its units)
   /// The data-parallel group: gradients are averaged over it, partitions are its ranks (the
   /// world without an mpu). ZeRO code asks it, never the world, for sizes and ranks.

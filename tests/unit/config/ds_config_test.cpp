@@ -274,8 +274,6 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
          "zero_optimization.mics_shard_size with sequence_parallel_size > 1");
   refuse(R"({"train_batch_size": 8, "zero_optimization": {"elastic_checkpoint": true}})",
          "zero_optimization.elastic_checkpoint");
-  refuse(R"({"train_batch_size": 8, "fp16": {"enabled": true, "fp16_master_weights_and_grads": true}})",
-         "fp16.fp16_master_weights_and_grads");
   refuse(R"({"train_batch_size": 8, "bf16": {"enabled": true, "immediate_grad_update": true}})",
          "bf16.immediate_grad_update");
   refuse(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": "bf16"}})",
@@ -301,6 +299,50 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
   // Present but disabled is fine.
   EXPECT_NO_THROW(parse(R"({"train_batch_size": 8, "fp16": {"enabled": false},
                            "tensorboard": {"enabled": false}})").check_supported());
+}
+
+// 16-bit master weights (Note [Low-precision masters]): DeepSpeed's rules, each a ConfigError
+// naming the key; a flag whose section is off warns.
+TEST(DsConfig, LowPrecisionMastersFollowDeepSpeedsRules) {
+  const std::string adam = R"("optimizer": {"type": "AdamW", "params": {"lr": 0.1}})";
+  auto cfg = [&](const std::string& precision, const std::string& zero,
+                 const std::string& optimizer) {
+    return "{\"train_batch_size\": 8, " + precision + ", \"zero_optimization\": " + zero +
+           (optimizer.empty() ? "" : ", " + optimizer) + "}";
+  };
+  const std::string bf16 = R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true})";
+  const std::string fp16 = R"("fp16": {"enabled": true, "fp16_master_weights_and_grads": true})";
+  const std::string offload = R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})";
+  EXPECT_THROW_WITH(parse(cfg(bf16, R"({"stage": 0})", adam)), ConfigError,
+                    "bf16.bf16_master_weights_and_grads needs zero_optimization.stage 1, 2 or 3");
+  EXPECT_THROW_WITH(parse(cfg(fp16, R"({"stage": 0})", adam)), ConfigError,
+                    "fp16.fp16_master_weights_and_grads needs zero_optimization.stage 1, 2 or 3");
+  // The moments stay fp32 on CPU Adam: offload, unless bf16_optimizer_states.
+  EXPECT_THROW_WITH(parse(cfg(bf16, R"({"stage": 2})", adam)), ConfigError,
+                    "needs zero_optimization.offload_optimizer");
+  EXPECT_THROW_WITH(parse(cfg(fp16, R"({"stage": 3})", adam)), ConfigError,
+                    "needs zero_optimization.offload_optimizer");
+  const std::string bf16_states = R"("bf16": {"enabled": true,
+      "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true})";
+  EXPECT_NO_THROW(parse(cfg(bf16_states, R"({"stage": 2})", R"("optimizer": {"type": "Lamb"})"))
+                      .check_supported());
+  // Offloaded: DeepSpeed's CPU Adam only.
+  EXPECT_THROW_WITH(parse(cfg(bf16, offload, R"("optimizer": {"type": "Lamb"})")), ConfigError,
+                    "needs DeepSpeed's CPU Adam (optimizer.type \"Adam\" or \"AdamW\" without "
+                    "torch_adam); optimizer.type is \"Lamb\"");
+  EXPECT_THROW_WITH(
+      parse(cfg(fp16, offload, R"("optimizer": {"type": "Adam", "params": {"torch_adam": true}})")),
+      ConfigError, "optimizer.type is \"Adam\" with torch_adam");
+  for (const auto& ok : {cfg(bf16, offload, adam), cfg(fp16, offload, adam),
+                         cfg(bf16_states, offload, adam), cfg(bf16, offload, "")}) {
+    EXPECT_NO_THROW(parse(ok).check_supported()) << ok;
+  }
+  const auto off = parse(
+      R"({"train_batch_size": 8, "bf16": {"bf16_master_weights_and_grads": true}})");
+  ASSERT_EQ(off.warnings.size(), 1u);
+  EXPECT_NE(off.warnings[0].find("bf16.bf16_master_weights_and_grads has no effect without "
+                                 "bf16.enabled"),
+            std::string::npos);
 }
 
 TEST(DsConfig, EveryTypeMismatchIsAConfigErrorNamingKeyAndType) {
