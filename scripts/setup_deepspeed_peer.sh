@@ -73,11 +73,13 @@ fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "${PINS%% *}" ||
   die "pip install ${PINS%% *} failed"
 readonly CHECK='
-import torch, deepspeed
+import os, torch, deepspeed
 from deepspeed.accelerator import get_accelerator
 get_accelerator().create_op_builder("ShareMemCommBuilder").load()
+if os.environ.get("DS_PEER_CPU_ADAM") == "1":  # DeepSpeedCPUAdam for bf16 master weights
+    get_accelerator().create_op_builder("CPUAdamBuilder").load()
 print(f"setup_deepspeed_peer: deepspeed {deepspeed.__version__} on torch {torch.__version__}")'
-DS_ACCELERATOR=cpu "$venv/bin/python" -c "$CHECK" ||
+DS_ACCELERATOR=cpu DS_PEER_CPU_ADAM=$torch2 "$venv/bin/python" -c "$CHECK" ||
   die "DeepSpeed does not import, or cannot build its CPU shared-memory op"
 echo "$PINS" > "$venv/.pins"
 echo "setup_deepspeed_peer: made $venv ($PINS)"

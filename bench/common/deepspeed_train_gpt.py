@@ -17,7 +17,8 @@ train_gpt's are (--pipe_partition_method, default type:Block).
 The token windows are train_gpt's: its token cache (<data>.gpt2.u16, written by train_gpt's
 first run), --compact_vocab's renumbering, its train/held-out split and its
 DistributedBatchSampler over the data-parallel replicas (bench/gpt_ddp/gpt_ddp.py). DeepSpeed
-builds the optimizer from the ds_config (with `torch_adam: true`: torch.optim.AdamW, see main()).
+builds the optimizer from the ds_config (with `torch_adam: true` unless the config sets it:
+torch.optim.AdamW, see main()).
 
 One process per rank through our launcher, with a Python whose torch is Debian's python3-torch
 (the LibTorch build train_gpt links) and deepspeed installed beside it (.venv-deepspeed, made by
@@ -328,8 +329,10 @@ def main():
     with open(a.deepspeed_config) as f:
         config = json.load(f)
     # torch.optim.AdamW: DeepSpeed's FusedAdam is a JIT-compiled op on CPU, and its source needs
-    # C++17 where torch 1.13 compiles extensions as C++14.
-    config.setdefault("optimizer", {}).setdefault("params", {})["torch_adam"] = True
+    # C++17 where torch 1.13 compiles extensions as C++14. A config that sets torch_adam false
+    # keeps DeepSpeed's choice (with offload_optimizer: DeepSpeedCPUAdam, which 16-bit master
+    # weights require).
+    config.setdefault("optimizer", {}).setdefault("params", {}).setdefault("torch_adam", True)
 
     tokens = gpt_ddp.load_tokens(torch, a.data)
     vocab = 50257

@@ -1,8 +1,9 @@
 // bf16 checkpoints between train_gpt and Python DeepSpeed 0.19.8 on torch 2.11
 // (.venv-deepspeed-torch2 from `scripts/setup_deepspeed_peer.sh --torch2`: torch 1.13's Gloo,
 // which deepspeed_interop_test's DeepSpeed runs on, has no bf16 collectives). 2 ranks, bf16,
-// torch's AdamW on both sides (`torch_adam`; the peer always uses it), WarmupLR, clipping, under
-// ZeRO 0-3. DeepSpeed writes a layout of its own for each: FP16_UnfusedOptimizer's per-parameter
+// torch's AdamW on both sides (`torch_adam`), WarmupLR, clipping, under ZeRO 0-3; and ZeRO 2/3
+// with bf16 master weights (bf16_master_weights_and_grads, offload_optimizer "cpu": each side's
+// CPU Adam, fp32 moments; DeepSpeed's masters in its keys are bf16). DeepSpeed writes a layout of its own for each: FP16_UnfusedOptimizer's per-parameter
 // fp32 masters in the model states at stage 0 (unfused_fp16_layout.h), bf16_zero_pp_rank files at
 // stages 1-3, BF16_Optimizer's at stage 1 with fp32 gradient accumulation and in a pipeline
 // (bf16_optimizer_layout.h; that one in one direction only, see its test).
@@ -50,6 +51,9 @@ struct Layout {
   int zero_stage;
   const char* deepspeed_file;  // a file DeepSpeed's save of this layout writes
   const char* extra_config;    // JSON members added to the config
+  // bf16.bf16_master_weights_and_grads with offload_optimizer "cpu": both sides step the bf16
+  // masters with their CPU Adam (fp32 moments) instead of torch's AdamW.
+  bool bf16_masters = false;
 };
 
 const Layout kLayouts[] = {
@@ -60,6 +64,8 @@ const Layout kLayouts[] = {
      R"("data_types": {"grad_accum_dtype": "fp32"})"},
     {"Zero2", 2, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", ""},
     {"Zero3", 3, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", ""},
+    {"Zero2Bf16Masters", 2, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", "", true},
+    {"Zero3Bf16Masters", 3, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", "", true},
 };
 
 void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
@@ -83,18 +89,22 @@ void expect_near(const StepRow& got, const StepRow& want, const char* what) {
   EXPECT_NEAR(got.grad_norm, want.grad_norm, kNormRelBound * want.grad_norm) << what;
 }
 
-// Both sides in bf16 on torch's AdamW (the peer sets torch_adam itself).
+// Both sides in bf16 on torch's AdamW (or, with bf16 masters, on their CPU Adam).
 class Bf16Peer : public DeepSpeedPeer {
  protected:
   // Writes the bf16 config at this ZeRO stage, plus `extra` (JSON members); nothing when the
   // test is skipped.
-  void use_config(int zero_stage, const std::string& extra = "") {
+  void use_config(int zero_stage, const std::string& extra = "", bool bf16_masters = false) {
     if (IsSkipped()) return;
     config_path = config("ds_config", zero_stage,
                          std::string(R"("bf16": {"enabled": true})") +
                              (extra.empty() ? "" : ", " + extra));
     auto json = nlohmann::json::parse(std::ifstream(config_path));
-    json["optimizer"]["params"]["torch_adam"] = true;
+    json["optimizer"]["params"]["torch_adam"] = !bf16_masters;
+    if (bf16_masters) {
+      json["bf16"]["bf16_master_weights_and_grads"] = true;
+      json["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+    }
     std::ofstream(config_path) << json.dump();
   }
 
@@ -121,11 +131,21 @@ class Bf16Peer : public DeepSpeedPeer {
   std::string config_path;
 };
 
+// A ZeRO rank file's masters (DeepSpeed's "fp32" keys) are bf16: the writer ran with bf16
+// master weights.
+void expect_bf16_masters(const std::string& path, int zero_stage) {
+  const auto sd = checkpoint::load(path).toGenericDict().at("optimizer_state_dict").toGenericDict();
+  const char* key = zero_stage == 3 ? "fp32_flat_groups" : "single_partition_of_fp32_groups";
+  for (const auto& m : sd.at(key).toListRef()) {
+    EXPECT_EQ(m.toTensor().scalar_type(), at::kBFloat16) << path << ": " << key;
+  }
+}
+
 class DeepSpeedBf16Interop : public Bf16Peer, public ::testing::WithParamInterface<Layout> {
  protected:
   void SetUp() override {
     Bf16Peer::SetUp();
-    use_config(GetParam().zero_stage, GetParam().extra_config);
+    use_config(GetParam().zero_stage, GetParam().extra_config, GetParam().bf16_masters);
   }
 };
 
@@ -133,8 +153,12 @@ TEST_P(DeepSpeedBf16Interop, DeepSpeedCarriesOursCheckpoint) {
   auto straight = metrics(by_ours(), "--steps 4", "straight");
   const auto saved = ours("--steps 2 --save_dir " + dir.file("ours"));
   ASSERT_EQ(saved.exit_code, 0) << saved.out << saved.err;
+  if (GetParam().bf16_masters) {
+    expect_bf16_masters(dir.file("ours/global_step2/") + GetParam().deepspeed_file,
+                        GetParam().zero_stage);
+  }
   const std::string resume = "--steps 4 --load_dir ";
-  const auto expected = metrics(by_ours(), resume + dir.file("ours"), "ours");
+  auto expected = metrics(by_ours(), resume + dir.file("ours"), "ours");
   ASSERT_EQ(expected.size(), 2u);  // steps 3 and 4: step 4 follows the moments
   // Our own resume is exact, so that what the copy is held to is the state itself.
   straight.erase(1);
@@ -147,8 +171,18 @@ TEST_P(DeepSpeedBf16Interop, DeepSpeedCarriesOursCheckpoint) {
   ASSERT_EQ(copied.exit_code, 0) << copied.out << copied.err;
   ASSERT_TRUE(std::filesystem::exists(dir.file("ds_copy/global_step2/") +
                                       GetParam().deepspeed_file));
-  expect_identical(metrics(by_ours(), resume + dir.file("ds_copy"), "back"), expected,
-                   "train_gpt from DeepSpeed's copy");
+  auto back = metrics(by_ours(), resume + dir.file("ds_copy"), "back");
+  if (GetParam().bf16_masters) {
+    // DeepSpeed 0.19.8 loads the fp32 moments into bf16: torch's Optimizer.load_state_dict
+    // casts state to its parameter's dtype, and DeepSpeedCPUAdam's parameters are the bf16
+    // masters (its own resume rounds them the same way). The masters cross exactly (step 3);
+    // step 4 follows the rounded moments.
+    ASSERT_EQ(back.count(4), 1u);
+    expect_near(back.at(4), expected.at(4), "train_gpt from DeepSpeed's copy, step 4");
+    back.erase(4);
+    expected.erase(4);
+  }
+  expect_identical(back, expected, "train_gpt from DeepSpeed's copy");
 
   const auto theirs = metrics(by_deepspeed(), resume + dir.file("ours"), "ds");
   ASSERT_EQ(theirs.count(3), 1u);
@@ -162,6 +196,10 @@ TEST_P(DeepSpeedBf16Interop, OursCarriesDeepSpeedsCheckpoint) {
   const auto saved = deepspeed("--steps 2 --save_dir " + dir.file("ds"));
   ASSERT_EQ(saved.exit_code, 0) << saved.out << saved.err;
   ASSERT_TRUE(std::filesystem::exists(dir.file("ds/global_step2/") + GetParam().deepspeed_file));
+  if (GetParam().bf16_masters) {
+    expect_bf16_masters(dir.file("ds/global_step2/") + GetParam().deepspeed_file,
+                        GetParam().zero_stage);
+  }
   const std::string resume = "--steps 4 --load_dir ";
   const auto expected = metrics(by_deepspeed(), resume + dir.file("ds"), "ds");
   ASSERT_EQ(expected.size(), 2u);  // steps 3 and 4: step 4 follows the moments
