@@ -1,6 +1,7 @@
 # Sourced by the benches that run train_gpt against bench/common/deepspeed_train_gpt.py on one
 # machine (zero3_variants, sequence_parallel) once they have set `bench` (a name for messages),
-# `tmp_prefix` and `model_flags`. Reads ROUNDS, STEPS, SKIP, CORPUS, DS_VENV and OUT_DIR as the
+# `tmp_prefix` and `model_flags` (and `peer_setup_flags`, --torch2 for the DeepSpeed 0.19.8 peer,
+# if it needs that one). Reads ROUNDS, STEPS, SKIP, CORPUS, DS_VENV and OUT_DIR as the
 # scripts document; checks the binaries, corpus and step counts; makes the DeepSpeed peer's
 # virtual environment unless DS_VENV is none; pins the environment (bench/README.md); sets PY,
 # launcher, ours, peer, corpus, DS_VENV, out and die().
@@ -18,7 +19,8 @@ for bin in "$launcher" "$ours"; do [ -x "$bin" ] || die "$bin not found; build i
 [ -f "$corpus" ] || die "$corpus not found; fetch it with scripts/fetch_corpus.sh"
 ((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
 if [ "$DS_VENV" != none ]; then
-  bash scripts/setup_deepspeed_peer.sh "$DS_VENV" >/dev/null ||
+  # shellcheck disable=SC2086  # peer_setup_flags: empty or --torch2, set by the bench
+  bash scripts/setup_deepspeed_peer.sh ${peer_setup_flags:-} "$DS_VENV" >/dev/null ||
     die "scripts/setup_deepspeed_peer.sh failed"
 fi
 unset OPENBLAS_CORETYPE
