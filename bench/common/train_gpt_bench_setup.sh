@@ -29,3 +29,15 @@ out=${OUT_DIR:-$(mktemp -d "/tmp/$tmp_prefix.XXXXXX")}
 mkdir -p "$out"
 echo "INFO $bench bench: rounds=$ROUNDS steps=$STEPS skip=$SKIP model_flags='${model_flags[*]}'" \
   "out=$out load=$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# train_gpt_run NAME RANKS CONFIG PROGRAM [ARGS...]: PROGRAM (train_gpt, or a Python and the peer
+# script) over RANKS local ranks with CONFIG, the corpus, STEPS and model_flags; metrics in
+# $out/NAME.jsonl, output in $out/NAME.log; dies naming the log when the run fails.
+train_gpt_run() {
+  local name=$1 ranks=$2 cfg=$3
+  shift 3
+  "$launcher" --num_gpus "$ranks" --master_port $((29600 + RANDOM % 300)) "$@" \
+    --deepspeed_config "$cfg" --data "$corpus" --steps "$STEPS" \
+    --metrics_file "$out/$name.jsonl" "${model_flags[@]}" > "$out/$name.log" 2>&1 ||
+    die "$name failed; see $out/$name.log"
+}

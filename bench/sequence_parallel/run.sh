@@ -38,14 +38,7 @@ PYEOF
   echo "$path"
 }
 
-run() {  # run NAME RANKS CONFIG PROGRAM...
-  local name=$1 ranks=$2 cfg=$3
-  shift 3
-  "$launcher" --num_gpus "$ranks" --master_port $((29600 + RANDOM % 300)) "$@" \
-    --deepspeed_config "$cfg" --data "$corpus" --steps "$STEPS" --compact_vocab \
-    --metrics_file "$out/$name.jsonl" "${model_flags[@]}" > "$out/$name.log" 2>&1 ||
-    die "$name failed; see $out/$name.log"
-}
+run() { train_gpt_run "$@" --compact_vocab; }  # run NAME RANKS CONFIG PROGRAM...
 
 sp_cfg=$(config 2)
 plain_cfg=$(config 1)

@@ -49,14 +49,7 @@ PYEOF
   echo "$path"
 }
 
-run() {  # run NAME CONFIG PROGRAM...
-  local name=$1 cfg=$2
-  shift 2
-  "$launcher" --num_gpus 4 --master_port $((29600 + RANDOM % 300)) "$@" \
-    --deepspeed_config "$cfg" --data "$corpus" --steps "$STEPS" \
-    --metrics_file "$out/$name.jsonl" "${model_flags[@]}" > "$out/$name.log" 2>&1 ||
-    die "$name failed; see $out/$name.log"
-}
+run() { train_gpt_run "$1" 4 "${@:2}"; }  # run NAME CONFIG PROGRAM...
 
 zero3_cfg=$(config zero3)
 mics_cfg=$(config mics)
