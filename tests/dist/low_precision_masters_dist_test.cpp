@@ -18,6 +18,7 @@
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/optimizers.h"
 #include "support/multi_rank.h"
+#include "support/odd_sized_net.h"
 #include "support/onebit_fp16_model.h"
 
 namespace deepspeed {
@@ -29,18 +30,7 @@ constexpr int kSteps = 6;
 constexpr double kLr = 0.01;
 constexpr double kWeightDecay = 0.1;
 
-// Two Linear layers of awkward sizes (odd parameter count: partitions get padding).
-struct Net : torch::nn::Module {
-  Net() {
-    torch::manual_seed(99);
-    fc1 = register_module("fc1", torch::nn::Linear(7, 13));
-    fc2 = register_module("fc2", torch::nn::Linear(13, 3));
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    return torch::tanh(fc2(torch::tanh(fc1(x)))).pow(2).mean();
-  }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-};
+using Net = testing::OddSizedNet;
 
 struct Case {
   int stage = 2;

@@ -18,6 +18,7 @@
 #include "runtime/zero/zero_optimizer.h"
 #include "support/expect_throw.h"
 #include "support/multi_rank.h"
+#include "support/odd_sized_net.h"
 #include "support/temp_dir.h"
 
 namespace deepspeed {
@@ -28,18 +29,7 @@ using testing::run_ranks;
 constexpr int kSteps = 4;
 constexpr int kGas = 2;
 
-// Two Linear layers of awkward sizes (the parameter count is odd: partitions get padding).
-struct Net : torch::nn::Module {
-  Net() {
-    torch::manual_seed(99);
-    fc1 = register_module("fc1", torch::nn::Linear(7, 13));
-    fc2 = register_module("fc2", torch::nn::Linear(13, 3));
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    return torch::tanh(fc2(torch::tanh(fc1(x)))).pow(2).mean();
-  }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-};
+using Net = testing::OddSizedNet;
 
 // The training setup every case shares, around its zero_optimization section.
 json with_zero(json zero, const std::string& dtype) {
