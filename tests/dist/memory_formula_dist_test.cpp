@@ -1,8 +1,8 @@
 // The engine's memory formula (src/runtime/memory_formula.h: what the memory report prints beside
 // the ledger and what the autotuner prunes with) against the measured ledger, on 2 Gloo ranks
 // after one optimizer step, for every ZeRO stage, with and without overlap_comm, optimizer
-// offload, bf16 (with fp32 or bf16 masters and moments) and torch_autocast. Ψ = 3·512·512 (no padding on 2 ranks), plus a 512-element
-// gain with torch_autocast.
+// offload, bf16 (with fp32 or bf16 masters and moments) and torch_autocast. Ψ = 3·512·512 (no
+// padding on 2 ranks), plus a 512-element gain with torch_autocast.
 #include "deepspeed/deepspeed.h"
 
 #include <cstdio>

@@ -3,10 +3,11 @@
 // which deepspeed_interop_test's DeepSpeed runs on, has no bf16 collectives). 2 ranks, bf16,
 // torch's AdamW on both sides (`torch_adam`), WarmupLR, clipping, under ZeRO 0-3; and ZeRO 2/3
 // with bf16 master weights (bf16_master_weights_and_grads, offload_optimizer "cpu": each side's
-// CPU Adam, fp32 moments; DeepSpeed's masters in its keys are bf16). DeepSpeed writes a layout of its own for each: FP16_UnfusedOptimizer's per-parameter
-// fp32 masters in the model states at stage 0 (unfused_fp16_layout.h), bf16_zero_pp_rank files at
-// stages 1-3, BF16_Optimizer's at stage 1 with fp32 gradient accumulation and in a pipeline
-// (bf16_optimizer_layout.h; that one in one direction only, see its test).
+// CPU Adam, fp32 moments; DeepSpeed's masters in its keys are bf16). DeepSpeed writes a layout of
+// its own for each: FP16_UnfusedOptimizer's per-parameter fp32 masters in the model states at
+// stage 0 (unfused_fp16_layout.h), bf16_zero_pp_rank files at stages 1-3, BF16_Optimizer's at
+// stage 1 with fp32 gradient accumulation and in a pipeline (bf16_optimizer_layout.h; that one
+// in one direction only, see its test).
 //
 // Each direction, two checks:
 //  - the other side loads the checkpoint and saves it again, untrained, in its own files; the

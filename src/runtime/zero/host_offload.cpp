@@ -18,7 +18,11 @@ HostOffload::HostOffload(c10::Device device, at::ScalarType model_dtype,
                          at::ScalarType master_dtype, torch::optim::Optimizer* optimizer)
     // Pinned memory makes both copies DMA transfers; a CPU-only LibTorch has no pinned
     // allocator (there the buffers are only separate, for tests of this logic).
-    : model_dtype_(model_dtype), master_dtype_(master_dtype), optimizer_(optimizer), pinned_(!device.is_cpu()), d2h_(device) {}
+    : model_dtype_(model_dtype),
+      master_dtype_(master_dtype),
+      optimizer_(optimizer),
+      pinned_(!device.is_cpu()),
+      d2h_(device) {}
 
 at::Tensor HostOffload::add_group(const at::Tensor& device_partition) {
   const auto host = at::TensorOptions().device(at::kCPU).pinned_memory(pinned_);
