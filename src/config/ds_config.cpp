@@ -363,6 +363,28 @@ CheckpointConfig parse_checkpoint(ConfigReader r) {
   return c;
 }
 
+// Matches DeepSpeed, where only BF16_Optimizer reads bf16.immediate_grad_update: ZeRO stage 1
+// with fp32 gradient accumulation and no offload (Note [fp32 gradient accumulation]), and the
+// bf16 pipeline (not supported yet: pipeline_engine.cpp refuses it). Elsewhere DeepSpeed
+// ignores it silently; here a warning says so.
+void warn_if_immediate_grad_update_idle(DeepSpeedConfig& c) {
+  if (!c.bf16.immediate_grad_update) return;
+  const auto& z = c.zero_optimization;
+  if (!c.bf16.enabled) {
+    c.warnings.push_back(c.source + ": bf16.immediate_grad_update has no effect without "
+                         "bf16.enabled");
+    return;
+  }
+  const bool bf16_optimizer = z.stage == 1 && c.data_types.grad_accum_dtype == "fp32" &&
+                              z.optimizer_offload() == OffloadDevice::kNone;
+  if (bf16_optimizer) return;
+  c.warnings.push_back(
+      c.source + ": bf16.immediate_grad_update has no effect here (as in DeepSpeed): only the " +
+      "fp32 gradient sums of zero_optimization.stage 1 with data_types.grad_accum_dtype " +
+      "\"fp32\" and no offload_optimizer use it; stage is " + std::to_string(z.stage) +
+      (z.stage == 0 ? " (a pipeline refuses it: not supported yet)" : ""));
+}
+
 }  // namespace
 
 DeepSpeedConfig DeepSpeedConfig::from_string(const std::string& config, int64_t dp_world_size) {
@@ -471,6 +493,7 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   timers.finish();
   c.checkpoint = parse_checkpoint(top.section("checkpoint", Strictness::kWarnUnknown));
   config_detail::parse_feature_sections(top, c);
+  warn_if_immediate_grad_update_idle(c);
   config_detail::parse_curriculum_learning(top, c);
   // Checked here; read with AutotuningConfig::of(config) by the engine and the tuner.
   AutotuningConfig::from_json(top.get_raw("autotuning", "an object"), source);

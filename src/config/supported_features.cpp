@@ -81,7 +81,6 @@ void check_features_supported(const DeepSpeedConfig& c) {
       refuse(c, "zero_optimization.mics_shard_size with sequence_parallel_size > 1");
     }
   }
-  if (bf16.enabled && bf16.immediate_grad_update) refuse(c, "bf16.immediate_grad_update");
   // DeepSpeed's fp16 wrapper reduces sparse rows too, its BF16_Optimizer does not: neither is
   // reproduced for our flat 16-bit stage 0 (fp32 stage 0 reduces rows; ZeRO 1-3 ignore the key).
   if (c.sparse_gradients && z.stage == 0 && (fp16.enabled || bf16.enabled)) {

@@ -323,7 +323,7 @@ TEST(PipeDist, BadTopologiesAreConfigErrorsOnEveryRank) {
   });
 }
 
-TEST(PipeDist, ZeroStage2And3AndAWrongStageCountAreRefusedByName) {
+TEST(PipeDist, UnsupportedSettingsAndAWrongStageCountAreRefusedByName) {
   run_ranks(2, [](int, int) {
     auto module = std::make_shared<pipe::PipelineModule>(testing::tiny_pipe_specs(), options(2));
     for (int stage : {2, 3}) {
@@ -331,6 +331,10 @@ TEST(PipeDist, ZeroStage2And3AndAWrongStageCountAreRefusedByName) {
                         "zero_optimization.stage is " + std::to_string(stage) +
                             "; ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism");
     }
+    json igu = pipe_config(2, 1, 0, "bf16");
+    igu["bf16"]["immediate_grad_update"] = true;
+    EXPECT_THROW_WITH(pipe::initialize(module, igu), NotSupportedError,
+                      "bf16.immediate_grad_update with pipeline parallelism is not supported yet");
     json c = pipe_config(2, 1, 0);
     c["pipeline"] = {{"stages", 4}};
     EXPECT_THROW_WITH(pipe::initialize(module, c), ConfigError,

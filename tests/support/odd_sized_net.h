@@ -1,5 +1,6 @@
-// OddSizedNet: two Linear layers of awkward sizes (7 -> 13 -> 3; 143 parameters, an odd count,
-// so that ZeRO's partitions get padding), for the offload and master-weight tests.
+// OddSizedNet: two Linear layers of awkward sizes (7 -> 13 -> 3: 146 parameters, 130 in the
+// weights and 16 in the biases, so that ZeRO's partitions get padding), for the offload and
+// master-weight tests.
 #pragma once
 
 #include <torch/nn/module.h>

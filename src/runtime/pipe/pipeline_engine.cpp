@@ -51,6 +51,11 @@ const PipelineModule& checked(const std::shared_ptr<PipelineModule>& module,
            static_cast<int>(config.zero_optimization.stage),
            "; ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism (gradients are "
            "accumulated over the micro-batches of the pipeline); use stage 0 or 1");
+  // DeepSpeed's BF16_Optimizer sums a pipeline's micro-batches in fp32; here they add up in
+  // param.grad, where the tied-weight reduction reads them.
+  DS_CHECK(!(config.bf16.enabled && config.bf16.immediate_grad_update), NotSupportedError,
+           config.source, ": bf16.immediate_grad_update with pipeline parallelism is not "
+           "supported yet");
   const auto& p = config.pipeline;
   DS_CHECK(p.stages == "auto" || p.stages == std::to_string(module->num_stages()), ConfigError,
            "ds_config.json: pipeline.stages is ", p.stages, " but the PipelineModule has ",

@@ -30,6 +30,7 @@
 #include "runtime/zero/moe_param_groups.h"
 #include "runtime/zero/partitioned_reducer.h"
 #include "runtime/zero/flat_zero_optimizer.h"
+#include "runtime/zero/fp32_grad_accumulator.h"
 #include "runtime/zero/reducer_list.h"
 #include "util/check.h"
 #include "util/logging.h"
@@ -210,6 +211,12 @@ class Stage12 final : public FlatZeroOptimizer {
             std::make_unique<PartitionedGradReducer>(&groups_, &grad_partitions_, gro));
       }
     }
+    // Matches DeepSpeed's BF16_Optimizer: micro-steps summed in fp32 (Note [fp32 gradient
+    // accumulation]).
+    if (zero1_uses_bf16_optimizer(config_) && !groups_.empty()) {
+      fp32_sums_ =
+          std::make_unique<Fp32GradAccumulator>(groups_, config_.bf16.immediate_grad_update);
+    }
   }
 
   void begin_backward(bool boundary) override {
@@ -217,13 +224,21 @@ class Stage12 final : public FlatZeroOptimizer {
     // accumulate and reduces once, on the boundary. A 1-bit optimizer past its warm-up wants
     // the local gradients (DeepSpeed's enable_backward_allreduce false).
     local_boundary_ = boundary && compressed_ != nullptr && !compressed_->backward_allreduce_enabled();
-    if ((stage_ == 2 || boundary) && !local_boundary_) {
+    // fp32 sums are reduced after backward, from end_backward.
+    if ((stage_ == 2 || boundary) && !local_boundary_ && !fp32_sums_) {
       for (auto& r : reducers_) r->prepare();
     }
     if (host_) host_->begin_backward(boundary && !local_boundary_);
   }
 
   void end_backward(bool boundary) override {
+    if (fp32_sums_) {
+      fp32_sums_->accumulate();
+      if (boundary) {
+        fp32_sums_->lend_to_params();
+        for (auto& r : reducers_) r->prepare();
+      }
+    }
     for (auto& r : reducers_) {
       if (r->armed()) r->finish();
     }
@@ -324,6 +339,7 @@ class Stage12 final : public FlatZeroOptimizer {
   void zero_grad() override {
     if (host_) host_->before_device_grad_write();
     for (auto& g : grad_partitions_) g.zero_();
+    if (fp32_sums_) fp32_sums_->zero();
     for (auto& fg : groups_) {
       for (const auto& s : fg.slots()) {
         at::Tensor param = s.param;  // a handle: the gradient belongs to the shared impl
@@ -352,6 +368,7 @@ class Stage12 final : public FlatZeroOptimizer {
         }
       }
     }
+    if (fp32_sums_) m.grad_bytes += fp32_sums_->bytes();
     m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
     if (offload_) m.offloaded_optimizer_bytes = m.optimizer_state_bytes + m.master_param_bytes;
     for (const auto& r : reducers_) m.bucket_bytes += r->buffer_bytes();
@@ -518,6 +535,7 @@ class Stage12 final : public FlatZeroOptimizer {
   bool replicated_;  // stage 0 in fp16/bf16: one partition holding everything, on every rank
   at::ScalarType model_dtype_;
   at::ScalarType grad_accum_dtype_;  // dtype of the gradient partitions
+  std::unique_ptr<Fp32GradAccumulator> fp32_sums_;  // BF16_Optimizer's micro-step sums
   at::ScalarType master_dtype_;      // fp32, or 16-bit (Note [Low-precision masters])
   double step_grad_scale_ = 1.0;     // scale_gradients' coefficient, for the optimizer's step
   std::vector<ExpertParams> experts_;  // MoE expert groups; empty without MoE layers

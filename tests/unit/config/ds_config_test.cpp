@@ -147,6 +147,33 @@ TEST(DsConfig, UnknownTopLevelKeyIsWarningWithCloseMatch) {
   EXPECT_NE(c.warnings[1].find("my_own_key"), std::string::npos);
 }
 
+// Matches DeepSpeed, where only BF16_Optimizer (ZeRO 1, fp32 gradient accumulation, no offload)
+// reads bf16.immediate_grad_update: elsewhere said to have no effect, not silently ignored.
+TEST(DsConfig, ImmediateGradUpdateWithoutEffectIsAWarning) {
+  EXPECT_TRUE(parse(R"({"train_batch_size": 8, "bf16": {"enabled": true,
+      "immediate_grad_update": true}, "zero_optimization": {"stage": 1},
+      "data_types": {"grad_accum_dtype": "fp32"}})").warnings.empty());
+  const std::string idle = "bf16.immediate_grad_update has no effect here";
+  for (const char* text : {
+           R"({"train_batch_size": 8, "bf16": {"enabled": true, "immediate_grad_update": true},
+               "zero_optimization": {"stage": 2}, "data_types": {"grad_accum_dtype": "fp32"}})",
+           R"({"train_batch_size": 8, "bf16": {"enabled": true, "immediate_grad_update": true},
+               "zero_optimization": {"stage": 1}, "data_types": {"grad_accum_dtype": "bf16"}})",
+           R"({"train_batch_size": 8, "bf16": {"enabled": true, "immediate_grad_update": true},
+               "zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu"}},
+               "data_types": {"grad_accum_dtype": "fp32"}})",
+           R"({"train_batch_size": 8,
+               "bf16": {"enabled": true, "immediate_grad_update": true}})"}) {
+    const auto c = parse(text);
+    ASSERT_EQ(c.warnings.size(), 1u) << text;
+    EXPECT_NE(c.warnings[0].find(idle), std::string::npos) << c.warnings[0];
+  }
+  const auto off = parse(R"({"train_batch_size": 8, "bf16": {"immediate_grad_update": true}})");
+  ASSERT_EQ(off.warnings.size(), 1u);
+  EXPECT_NE(off.warnings[0].find("bf16.immediate_grad_update has no effect without "
+                                 "bf16.enabled"), std::string::npos) << off.warnings[0];
+}
+
 // Matches DeepSpeed, which reads MiCS' and hpZ's keys at stage 3 only: said, not silently
 // ignored.
 TEST(DsConfig, MicsAndHpzKeysWithoutEffectAreWarnings) {
@@ -274,8 +301,6 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
          "zero_optimization.mics_shard_size with sequence_parallel_size > 1");
   refuse(R"({"train_batch_size": 8, "zero_optimization": {"elastic_checkpoint": true}})",
          "zero_optimization.elastic_checkpoint");
-  refuse(R"({"train_batch_size": 8, "bf16": {"enabled": true, "immediate_grad_update": true}})",
-         "bf16.immediate_grad_update");
   refuse(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": "bf16"}})",
          "data_types.grad_accum_dtype bf16 with an fp32 model and zero_optimization.stage 0");
   refuse(R"({"train_batch_size": 8, "wandb": {"enabled": true}})", "wandb.enabled");
