@@ -297,6 +297,12 @@ class Engine {
   /// `tag_dir`. Here: a CheckpointError naming the file (only a pipeline engine reads them).
   virtual checkpoint::TensorDict read_layer_files(const std::string& tag_dir,
                                                   const std::string& model_file) const;
+  /// A pipeline's micro-batch backward (run outside backward()) ended: where micro-steps are
+  /// summed in fp32 (bf16, DeepSpeed's BF16_Optimizer) its gradients go there.
+  void end_micro_batch_backward();
+  /// `param`'s fp32 gradient sum over the micro-steps, which the boundary reduces; undefined
+  /// where param.grad holds the sum.
+  at::Tensor fp32_grad_sum(const at::Tensor& param);
 
  private:
   void set_parallel_groups();

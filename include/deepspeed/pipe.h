@@ -172,8 +172,11 @@ class PipelineModule : public torch::nn::Module {
   std::shared_ptr<torch::nn::Module> layer_module(int layer_idx) const;
 
   /// DeepSpeed's allreduce_tied_weight_gradients: sums the tied weights' gradients over the
-  /// stages sharing them (same data-parallel index).
-  void allreduce_tied_weight_gradients();
+  /// stages sharing them (same data-parallel index). `grad_of(w)`, when given, names the
+  /// tensor holding w's gradient (the engine's fp32 sum, as DeepSpeed's _hp_grad); where it
+  /// returns an undefined tensor, w.grad().
+  void allreduce_tied_weight_gradients(
+      const std::function<at::Tensor(const at::Tensor&)>& grad_of = {});
   /// The tied parameters this rank holds but another stage counts in the gradient norm
   /// (DeepSpeed's ds_pipe_replicated).
   std::vector<at::Tensor> replicated_tied_parameters() const;

@@ -364,9 +364,9 @@ CheckpointConfig parse_checkpoint(ConfigReader r) {
 }
 
 // Matches DeepSpeed, where only BF16_Optimizer reads bf16.immediate_grad_update: ZeRO stage 1
-// with fp32 gradient accumulation and no offload (Note [fp32 gradient accumulation]), and the
-// bf16 pipeline (not supported yet: pipeline_engine.cpp refuses it). Elsewhere DeepSpeed
-// ignores it silently; here a warning says so.
+// with fp32 gradient accumulation and no offload (Note [fp32 gradient accumulation]), and bf16
+// pipelines at stage 0. Elsewhere DeepSpeed ignores it silently; here a warning says so (at
+// stage 0 the engine warns, which knows whether it runs a pipeline).
 void warn_if_immediate_grad_update_idle(DeepSpeedConfig& c) {
   if (!c.bf16.immediate_grad_update) return;
   const auto& z = c.zero_optimization;
@@ -377,12 +377,12 @@ void warn_if_immediate_grad_update_idle(DeepSpeedConfig& c) {
   }
   const bool bf16_optimizer = z.stage == 1 && c.data_types.grad_accum_dtype == "fp32" &&
                               z.optimizer_offload() == OffloadDevice::kNone;
-  if (bf16_optimizer) return;
+  if (bf16_optimizer || z.stage == 0) return;
   c.warnings.push_back(
       c.source + ": bf16.immediate_grad_update has no effect here (as in DeepSpeed): only the " +
       "fp32 gradient sums of zero_optimization.stage 1 with data_types.grad_accum_dtype " +
-      "\"fp32\" and no offload_optimizer use it; stage is " + std::to_string(z.stage) +
-      (z.stage == 0 ? " (a pipeline refuses it: not supported yet)" : ""));
+      "\"fp32\" and no offload_optimizer, and of pipelines at stage 0, use it; stage is " +
+      std::to_string(z.stage));
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "deepspeed/monitor.h"
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
+#include "deepspeed/pipe.h"
 #include "deepspeed/progressive_layer_drop.h"
 #include "deepspeed/profiler.h"
 #include "deepspeed/zero3.h"
@@ -127,6 +128,16 @@ void warn_non_finite_grad_norm(double norm, int64_t step, double rank_loss) {
         "learning rate, set gradient_clipping, or train in bf16 with check_grad_overflow to skip "
         "such steps";
   log::warn(os.str());
+}
+
+// Matches DeepSpeed: at ZeRO stage 0 only a bf16 pipeline (BF16_Optimizer) reads the key; the
+// config warns for the other stages (ds_config.cpp).
+void warn_if_immediate_grad_update_idle(const DeepSpeedConfig& config, bool pipeline) {
+  if (!config.bf16.enabled || !config.bf16.immediate_grad_update) return;
+  if (config.zero_optimization.stage != 0 || pipeline) return;
+  log::warn_rank0(config.source + ": bf16.immediate_grad_update has no effect at "
+                  "zero_optimization.stage 0 outside a pipeline (as in DeepSpeed, whose bf16 "
+                  "wrapper there sums the micro-steps in param.grad)");
 }
 
 }  // namespace
@@ -277,6 +288,8 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     ctx.mics = runtime::make_mics_groups(config_, dp_group_, mpu_ != nullptr);
     ctx.hpz_group = runtime::make_hpz_group(config_, dp_group_, mpu_ != nullptr);
     ctx.qgz_groups = runtime::make_qgz_groups(config_, dp_group_, mpu_ != nullptr);
+    ctx.pipeline = dynamic_cast<const pipe::PipelineModule*>(module_.get()) != nullptr;
+    warn_if_immediate_grad_update_idle(config_, ctx.pipeline);
     if (config_.sparse_gradients) {
       // Matches DeepSpeed: embedding gradients go as rows without ZeRO; its ZeRO optimizers
       // reduce every gradient densely, whatever the key says.
@@ -541,6 +554,10 @@ bool Engine::is_gradient_accumulation_boundary() const {
   if (!config_.managed_gradient_accumulation) return true;
   return (micro_steps_ + 1) % config_.batch.gradient_accumulation_steps == 0;
 }
+
+void Engine::end_micro_batch_backward() { zero_->end_micro_batch_backward(); }
+
+at::Tensor Engine::fp32_grad_sum(const at::Tensor& param) { return zero_->fp32_grad_sum(param); }
 
 void Engine::set_gradient_accumulation_boundary(std::optional<bool> is_boundary) {
   boundary_override_ = is_boundary;

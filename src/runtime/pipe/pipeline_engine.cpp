@@ -51,11 +51,6 @@ const PipelineModule& checked(const std::shared_ptr<PipelineModule>& module,
            static_cast<int>(config.zero_optimization.stage),
            "; ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism (gradients are "
            "accumulated over the micro-batches of the pipeline); use stage 0 or 1");
-  // DeepSpeed's BF16_Optimizer sums a pipeline's micro-batches in fp32; here they add up in
-  // param.grad, where the tied-weight reduction reads them.
-  DS_CHECK(!(config.bf16.enabled && config.bf16.immediate_grad_update), NotSupportedError,
-           config.source, ": bf16.immediate_grad_update with pipeline parallelism is not "
-           "supported yet");
   const auto& p = config.pipeline;
   DS_CHECK(p.stages == "auto" || p.stages == std::to_string(module->num_stages()), ConfigError,
            "ds_config.json: pipeline.stages is ", p.stages, " but the PipelineModule has ",
@@ -285,9 +280,10 @@ void PipelineEngine::forward_pass(Buffer& b, bool training) {
 }
 
 void PipelineEngine::backward_pass(Buffer& b) {
-  // Every micro-batch accumulates into param.grad; the data-parallel reduction happens once, in
-  // reduce_grads(), after the tied gradients were summed (DeepSpeed's ReduceTiedGrads before
-  // ReduceGrads).
+  // Every micro-batch accumulates into param.grad (with bf16 at stage 0, into fp32 sums, as
+  // DeepSpeed's BF16_Optimizer: Note [fp32 gradient accumulation]); the data-parallel
+  // reduction happens once, in reduce_grads(), after the tied gradients were summed
+  // (DeepSpeed's ReduceTiedGrads before ReduceGrads).
   // Matches Engine::backward: loss / gradient_accumulation_steps, times the fp16 loss scale.
   const int64_t gas = gradient_accumulation_steps();
   auto scale = [&](at::Tensor t) {
@@ -310,6 +306,7 @@ void PipelineEngine::backward_pass(Buffer& b) {
       torch::autograd::backward({b.outputs}, {b.grad});
     }
   }
+  end_micro_batch_backward();
   b.outputs = at::Tensor();
   b.grad = at::Tensor();
   b.aux = at::Tensor();
@@ -381,14 +378,18 @@ void PipelineEngine::wait_sends() {
 }
 
 void PipelineEngine::reduce_tied_grads() {
-  pipe_module_->allreduce_tied_weight_gradients();
+  // With bf16 the gradients are summed in fp32 apart from param.grad (DeepSpeed's
+  // BF16_Optimizer, which all-reduces the tied weights' _hp_grad).
+  auto grad_of = [this](const at::Tensor& w) { return fp32_grad_sum(w); };
+  pipe_module_->allreduce_tied_weight_gradients(grad_of);
   // The copies of a tied weight on the stages after the first hold the same gradient; the
   // norm counts it once (DeepSpeed's ds_pipe_replicated). Its share is the data-parallel
   // average, which the reduction below produces for the optimizer.
   replicated_tied_norm_sq_ = 0.0;
   const comm::Group& dp = data_parallel_group();
   for (const auto& w : pipe_module_->replicated_tied_parameters()) {
-    at::Tensor g = w.grad().to(at::kFloat).contiguous().clone();
+    at::Tensor sum = grad_of(w);
+    at::Tensor g = (sum.defined() ? sum : w.grad()).to(at::kFloat).contiguous().clone();
     if (dp.size() > 1) comm::all_reduce(g, comm::ReduceOp::kAvg, false, dp);
     const double n = g.norm().item<double>();
     replicated_tied_norm_sq_ += n * n;

@@ -188,15 +188,19 @@ void PipelineModule::synchronize_tied_weights() {
   }
 }
 
-void PipelineModule::allreduce_tied_weight_gradients() {
+void PipelineModule::allreduce_tied_weight_gradients(
+    const std::function<at::Tensor(const at::Tensor&)>& grad_of) {
   for (auto& tc : tied_comms_) {
     if (tc.ranks.size() < 2) continue;
     for (const auto& s : specs_) {
       if (s.tied_key != tc.key) continue;
       for (const auto& attr : s.tied_weight_attr) {
         at::Tensor w = tied_weight(*tc.module, attr);
-        if (!w.grad().defined()) w.mutable_grad() = at::zeros_like(w);
-        at::Tensor g = w.grad();
+        at::Tensor g = grad_of ? grad_of(w) : at::Tensor();
+        if (!g.defined()) {
+          if (!w.grad().defined()) w.mutable_grad() = at::zeros_like(w);
+          g = w.grad();
+        }
         comm::all_reduce(g, comm::ReduceOp::kSum, false, tc.group);
       }
       break;

@@ -8,13 +8,16 @@ namespace deepspeed::runtime {
 
 // Note [fp32 gradient accumulation]
 // DeepSpeed trains bf16 at ZeRO stage 1 with fp32 gradient accumulation
-// (data_types.grad_accum_dtype "fp32", no offload) through BF16_Optimizer, which keeps an fp32
-// gradient buffer beside the bf16 parameters: before each backward it zeroes the bf16
-// gradients, after it adds them into the fp32 buffer (update_hp_grads), and on the accumulation
-// boundary it reduces the fp32 buffer, cast to communication_data_type. ZeRO's own stage 1
-// instead lets param.grad sum the micro-steps in bf16, which rounds every partial sum to 8 bits
-// of mantissa. Here: accumulate() after each backward; on the boundary the reducer reads the
-// sums (lend_to_params) instead of param.grad.
+// (data_types.grad_accum_dtype "fp32", no offload), and bf16 pipelines at stage 0, through
+// BF16_Optimizer, which keeps an fp32 gradient buffer beside the bf16 parameters: before each
+// backward it zeroes the bf16 gradients, after it adds them into the fp32 buffer
+// (update_hp_grads), and on the accumulation boundary it reduces the fp32 buffer, cast to
+// communication_data_type. ZeRO's own stage 1 instead lets param.grad sum the micro-steps in
+// bf16, which rounds every partial sum to 8 bits of mantissa. Here: accumulate() after each
+// backward (a pipeline's micro-batch backward included: Engine::end_micro_batch_backward); on
+// the boundary the reducer reads the sums (lend_to_params) instead of param.grad, and a
+// pipeline first sums its tied weights' across stages in them (sum_for; DeepSpeed
+// all-reduces their _hp_grad).
 //
 // bf16.immediate_grad_update moves the addition into a hook that runs as soon as autograd has
 // a parameter's gradient (BF16_Optimizer's create_grad_acc_hooks): the bf16 gradient is freed
@@ -32,6 +35,7 @@ Fp32GradAccumulator::Fp32GradAccumulator(const std::vector<FlatGroup>& groups, b
     has_grad_.emplace_back(fg.slots().size(), false);
     for (size_t s = 0; s < fg.slots().size(); ++s) {
       params.push_back(fg.slots()[s].param);
+      slot_of_[fg.slots()[s].param.unsafeGetTensorImpl()] = index_.size();
       index_.emplace_back(g, s);
     }
   }
@@ -73,6 +77,15 @@ void Fp32GradAccumulator::lend_to_params() {
 void Fp32GradAccumulator::zero() {
   for (auto& sum : sums_) sum.zero_();
   for (auto& flags : has_grad_) flags.assign(flags.size(), false);
+}
+
+at::Tensor Fp32GradAccumulator::sum_for(const at::Tensor& param) {
+  auto it = slot_of_.find(param.unsafeGetTensorImpl());
+  if (it == slot_of_.end()) return {};
+  const auto [g, s] = index_[it->second];
+  has_grad_[g][s] = true;
+  const FlatSlot& slot = groups_[g].slots()[s];
+  return sums_[g].narrow(0, slot.offset, slot.numel).view(param.sizes());
 }
 
 int64_t Fp32GradAccumulator::bytes() const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -32,6 +33,10 @@ class Fp32GradAccumulator {
   void lend_to_params();
   /// After the step: the sums restart at zero.
   void zero();
+  /// `param`'s sum (a view in its shape), marked as holding a gradient: the caller may write
+  /// it (a pipeline's tied weights are summed across stages there). Undefined for a tensor
+  /// that is not one of the groups' parameters.
+  at::Tensor sum_for(const at::Tensor& param);
 
   int64_t bytes() const;
   /// How many gradients the hooks added during backward (immediate mode), for tests.
@@ -44,6 +49,7 @@ class Fp32GradAccumulator {
   std::vector<at::Tensor> sums_;             // per group, fp32
   std::vector<std::vector<bool>> has_grad_;  // per group and slot, since the last zero()
   std::vector<std::pair<size_t, size_t>> index_;  // hook index -> (group, slot)
+  std::map<const void*, size_t> slot_of_;         // parameter's TensorImpl -> hook index
   int64_t added_in_backward_ = 0;
   std::unique_ptr<GradReadyHooks> hooks_;  // last: removed first
 };

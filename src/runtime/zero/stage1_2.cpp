@@ -211,9 +211,10 @@ class Stage12 final : public FlatZeroOptimizer {
             std::make_unique<PartitionedGradReducer>(&groups_, &grad_partitions_, gro));
       }
     }
-    // Matches DeepSpeed's BF16_Optimizer: micro-steps summed in fp32 (Note [fp32 gradient
-    // accumulation]).
-    if (zero1_uses_bf16_optimizer(config_) && !groups_.empty()) {
+    // Matches DeepSpeed's BF16_Optimizer (ZeRO 1 with fp32 gradient accumulation, and bf16
+    // pipelines at stage 0): micro-steps summed in fp32 (Note [fp32 gradient accumulation]).
+    const bool bf16_pipeline = ctx.pipeline && stage_ == 0 && model_dtype_ == at::kBFloat16;
+    if ((zero1_uses_bf16_optimizer(config_) || bf16_pipeline) && !groups_.empty()) {
       fp32_sums_ =
           std::make_unique<Fp32GradAccumulator>(groups_, config_.bf16.immediate_grad_update);
     }
@@ -246,6 +247,14 @@ class Stage12 final : public FlatZeroOptimizer {
     if (boundary) last_boundary_reduced_ = !local_boundary_;
     if (host_) host_->end_backward(boundary, !local_boundary_);
     local_boundary_ = false;
+  }
+
+  void end_micro_batch_backward() override {
+    if (fp32_sums_) fp32_sums_->accumulate();
+  }
+
+  at::Tensor fp32_grad_sum(const at::Tensor& param) override {
+    return fp32_sums_ ? fp32_sums_->sum_for(param) : at::Tensor();
   }
 
   double grad_norm_squared() override {

@@ -120,6 +120,13 @@ class ZeroOptimizer {
   virtual int64_t num_buckets() const = 0;
   /// True while a backward on the boundary has armed hooks that end_backward did not settle.
   virtual bool backward_pending() const = 0;
+  /// A pipeline's micro-batch backward ended (ZeroContext::pipeline). Where micro-steps are
+  /// summed in fp32 (Note [fp32 gradient accumulation]) the gradients move there.
+  virtual void end_micro_batch_backward() {}
+  /// The fp32 sum of `param`'s gradients over this step's micro-steps, which the boundary will
+  /// reduce, where there is one (marked as holding a gradient: the caller may write it, as
+  /// the pipeline's tied-weight reduction does); undefined where param.grad holds the sum.
+  virtual at::Tensor fp32_grad_sum(const at::Tensor& /*param*/) { return {}; }
 
   // Checkpoints: each stage saves and reads its own part (zero_checkpoint.h). A save calls
   // add_model_states (where model_states_file_name is not empty) and optimizer_states_file; a
@@ -194,6 +201,9 @@ struct ZeroContext {
   /// ZeRO++ qgZ (stage 3): the node groups of Note [Quantized reduction]; nullopt without qgZ
   /// or on one node.
   std::optional<NodeGroups> qgz_groups;
+  /// The model is a pipe::PipelineModule: its engine runs each micro-batch's backward outside
+  /// begin/end_backward and calls end_micro_batch_backward() after it.
+  bool pipeline = false;
 };
 
 /// Stage 0: replicated. fp32 models all-reduce param.grad (GradReducer); fp16/bf16 models use the
