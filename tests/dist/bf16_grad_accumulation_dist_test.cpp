@@ -10,17 +10,20 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/optimizers.h"
+#include "support/bf16_params.h"
 #include "support/multi_rank.h"
+#include "support/odd_sized_net.h"
 
 namespace deepspeed {
 namespace {
 
+using testing::expect_bf16_params_equal;
+using testing::params_of;
 using testing::run_ranks;
 
 constexpr int kSteps = 4;
@@ -28,27 +31,7 @@ constexpr int kAccumulation = 4;
 constexpr double kLr = 0.01;
 constexpr double kWeightDecay = 0.1;
 
-// Two Linear layers of odd sizes (146 parameters). `on_hidden_grad`, when set, runs when
-// backward reaches the hidden activation: after fc2's gradients were accumulated, before fc1's.
-struct Net : torch::nn::Module {
-  Net() {
-    torch::manual_seed(99);
-    fc1 = register_module("fc1", torch::nn::Linear(7, 13));
-    fc2 = register_module("fc2", torch::nn::Linear(13, 3));
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    at::Tensor hidden = fc1(x);
-    if (on_hidden_grad && hidden.requires_grad()) {
-      hidden.register_hook([this](const at::Tensor& g) {
-        on_hidden_grad();
-        return g;
-      });
-    }
-    return torch::tanh(fc2(torch::tanh(hidden))).pow(2).mean();
-  }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-  std::function<void()> on_hidden_grad;
-};
+using Net = testing::OddSizedNet;
 
 struct Case {
   bool fp32_accumulation = true;  // data_types.grad_accum_dtype "fp32" (else unset)
@@ -74,12 +57,6 @@ json config(const Case& c) {
 at::Tensor batch(int step, int micro) {
   torch::manual_seed(1000 + 10 * step + micro);
   return (torch::randn({2, 7}) * (1 + micro)).to(torch::kBFloat16);
-}
-
-std::vector<at::Tensor> params_of(torch::nn::Module& model) {
-  std::vector<at::Tensor> out;
-  for (auto& p : model.parameters()) out.push_back(p.detach().clone());
-  return out;
 }
 
 // One process: the bf16 model's gradients summed in fp32 (or by param.grad, in bf16), fp32
@@ -147,17 +124,6 @@ bool all_equal(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
   return same;
 }
 
-void expect_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].scalar_type(), torch::kBFloat16) << what;
-    EXPECT_TRUE(torch::equal(got[i], want[i]))
-        << what << ", tensor " << i << ": max difference "
-        << (got[i].to(torch::kFloat) - want[i].to(torch::kFloat)).abs().max().item<double>();
-  }
-}
-
 // The engines train first: on a CPU without oneDNN's bf16 GEMM the first one replaces LibTorch's
 // bf16 matmul for the whole process (docs/precision.md), the references' included.
 void fp32_sums_match_one_process(int, int) {
@@ -168,12 +134,12 @@ void fp32_sums_match_one_process(int, int) {
   // Otherwise the comparisons below could not tell the two accumulations apart.
   ASSERT_FALSE(all_equal(fp32_reference, bf16_reference));
 
-  expect_equal(fp32.params, fp32_reference, "grad_accum_dtype fp32");
+  expect_bf16_params_equal(fp32.params, fp32_reference, "grad_accum_dtype fp32");
   // After backward, the bf16 gradients are added and released; the next backward reaches
   // the hidden activation with fc2's new gradient still held.
   EXPECT_EQ(fp32.fc2_grads_seen_in_backward, kSteps * kAccumulation);
 
-  expect_equal(bf16.params, bf16_reference, "grad_accum_dtype unset (bf16 sums)");
+  expect_bf16_params_equal(bf16.params, bf16_reference, "grad_accum_dtype unset (bf16 sums)");
   // The sums' fp32 buffers: 4 bytes per parameter element on top.
   EXPECT_EQ(fp32.memory.grad_bytes - bf16.memory.grad_bytes, 146 * 4);
 }
@@ -181,7 +147,8 @@ void fp32_sums_match_one_process(int, int) {
 void immediate_update_adds_during_backward(int, int) {
   const Trained immediate = train(Case{/*fp32_accumulation=*/true, /*immediate=*/true});
   // The same sums, bit for bit.
-  expect_equal(immediate.params, one_process(/*fp32_sums=*/true), "immediate_grad_update");
+  expect_bf16_params_equal(immediate.params, one_process(/*fp32_sums=*/true),
+                           "immediate_grad_update");
   // fc2's gradient was added and freed before backward went on to fc1.
   EXPECT_EQ(immediate.fc2_grads_seen_in_backward, 0);
 }

@@ -17,6 +17,7 @@
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/optimizers.h"
+#include "support/bf16_params.h"
 #include "support/multi_rank.h"
 #include "support/odd_sized_net.h"
 #include "support/onebit_fp16_model.h"
@@ -24,6 +25,8 @@
 namespace deepspeed {
 namespace {
 
+using testing::expect_bf16_params_equal;
+using testing::params_of;
 using testing::run_ranks;
 
 constexpr int kSteps = 6;
@@ -61,12 +64,6 @@ at::Tensor batch(int step) {
   return torch::randn({2, 7}).to(torch::kBFloat16);
 }
 
-std::vector<at::Tensor> params_of(torch::nn::Module& model) {
-  std::vector<at::Tensor> out;
-  for (auto& p : model.parameters()) out.push_back(p.detach().clone());
-  return out;
-}
-
 // One process: the bf16 model's parameters stepped by DeepSpeed's Adam in place.
 std::vector<at::Tensor> one_process(int steps, bool fp32_moments) {
   auto model = std::make_shared<Net>();
@@ -99,24 +96,13 @@ Trained train(const Case& c, int steps) {
   return {params_of(*model), engine->memory_stats()};
 }
 
-void expect_equal(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].scalar_type(), torch::kBFloat16) << what;
-    EXPECT_TRUE(torch::equal(got[i], want[i]))
-        << what << ", tensor " << i << ": max difference "
-        << (got[i].to(torch::kFloat) - want[i].to(torch::kFloat)).abs().max().item<double>();
-  }
-}
-
 template <int kStage>
 void bf16_masters_match_one_process(int, int) {
   Case c;
   c.stage = kStage;
   const Trained got = train(c, kSteps);
   const std::string what = "stage " + std::to_string(kStage);
-  expect_equal(got.params, one_process(kSteps, /*fp32_moments=*/true), what);
+  expect_bf16_params_equal(got.params, one_process(kSteps, /*fp32_moments=*/true), what);
   // The masters are the model's own bf16 partitions: none kept apart.
   EXPECT_EQ(got.memory.master_param_bytes, 0) << what;
   EXPECT_GT(got.memory.optimizer_state_bytes, 0) << what;
@@ -153,7 +139,7 @@ void bf16_optimizer_states_match_one_process(int, int) {
   c.bf16_optimizer_states = true;
   const Trained got = train(c, kSteps);
   const std::string what = "stage " + std::to_string(kStage) + (kOffload ? " offloaded" : "");
-  expect_equal(got.params, one_process(kSteps, /*fp32_moments=*/false), what);
+  expect_bf16_params_equal(got.params, one_process(kSteps, /*fp32_moments=*/false), what);
   Case fp32_moments = c;
   fp32_moments.offload = true;
   fp32_moments.bf16_optimizer_states = false;
@@ -179,7 +165,7 @@ TEST(LowPrecisionMastersDist, Bf16MastersHostBuffersStage2On2Ranks) {
       [](int, int) {
         Case c;
         const Trained got = train(c, kSteps);
-        expect_equal(got.params, one_process(kSteps, true), "host buffers");
+        expect_bf16_params_equal(got.params, one_process(kSteps, true), "host buffers");
         // The host masters are bf16: 2 bytes per owned element, apart from the parameters.
         EXPECT_GT(got.memory.master_param_bytes, 0);
         EXPECT_EQ(got.memory.offloaded_optimizer_bytes,
@@ -213,7 +199,7 @@ void resume_is_exact(int rank, int) {
     engine->backward(engine->forward(batch(s)));
     engine->step();
   }
-  expect_equal(params_of(*model), one_process(kSteps, true), "resumed");
+  expect_bf16_params_equal(params_of(*model), one_process(kSteps, true), "resumed");
   const auto file = checkpoint::find_zero_optim_states_file(dir + "/t", rank, 0, true);
   const auto top = checkpoint::load(file).toGenericDict();
   const auto osd = top.at("optimizer_state_dict").toGenericDict();
