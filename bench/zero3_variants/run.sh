@@ -4,8 +4,8 @@
 # ("zero_hpz_partition_size": 2, secondary partitions over pairs of ranks), each against
 # DeepSpeed 0.15.4 doing the same (bench/common/deepspeed_train_gpt.py: the same GPT, windows
 # and ds_config; .venv-deepspeed); then ZeRO++'s qwZ ("zero_quantized_weights") and qgZ
-# ("zero_quantized_gradients", the 4 ranks as 2 nodes of 2 through NDEV_PER_NODE), ours only:
-# DeepSpeed's quantizer has no CPU kernel. tokens/s, peak RSS per rank, bytes sent per rank per
+# ("zero_quantized_gradients", the 4 ranks as 2 nodes of 2 through NDEV_PER_NODE), and qgZ with
+# LoCo's error feedback ("zeropp_loco_param"), ours only: DeepSpeed's quantizer has no CPU kernel. tokens/s, peak RSS per rank, bytes sent per rank per
 # step (ours) and the last loss, medians over the timed steps and rounds. Builds nothing; makes
 # .venv-deepspeed (scripts/setup_deepspeed_peer.sh) when it is missing.
 # Usage: bench/zero3_variants/run.sh [MODEL FLAGS...]   default: the example GPT, micro-batch 4
@@ -20,7 +20,7 @@ tmp_prefix=zero3_variants_bench
 # shellcheck source=../common/train_gpt_bench_setup.sh
 source bench/common/train_gpt_bench_setup.sh
 
-# config(variant) -> path: the example config under ZeRO-3, plain, mics, hpz, qwz or qgz.
+# config(variant) -> path: the example config under ZeRO-3, plain, mics, hpz, qwz, qgz or loco.
 config() {
   local path="$out/ds_config_$1.json"
   "$PY" - examples/train_gpt/ds_config.json "$path" "$1" <<'PYEOF'
@@ -42,8 +42,10 @@ if variant == "hpz":
     cfg["zero_optimization"]["zero_hpz_partition_size"] = 2
 if variant == "qwz":
     cfg["zero_optimization"]["zero_quantized_weights"] = True
-if variant == "qgz":
+if variant in ("qgz", "loco"):
     cfg["zero_optimization"]["zero_quantized_gradients"] = True
+if variant == "loco":
+    cfg["zero_optimization"]["zeropp_loco_param"] = {"err_beta": 0.8, "reset_T": 1024}
 json.dump(cfg, open(dst, "w"), indent=2)
 PYEOF
   echo "$path"
@@ -56,10 +58,11 @@ mics_cfg=$(config mics)
 hpz_cfg=$(config hpz)
 qwz_cfg=$(config qwz)
 qgz_cfg=$(config qgz)
+loco_cfg=$(config loco)
 # train_gpt writes the token cache the peer reads.
 "$launcher" --num_gpus 1 "$ours" --deepspeed_config "$zero3_cfg" --data "$corpus" --steps 1 \
   --eval_batches 1 > "$out/warmup.log" 2>&1 || die "warm-up failed; see $out/warmup.log"
-kinds=(zero3 mics hpz qwz qgz)
+kinds=(zero3 mics hpz qwz qgz loco)
 [ "$DS_VENV" != none ] && kinds+=(ds_zero3 ds_mics ds_hpz)
 n=${#kinds[@]}
 for r in $(seq 1 "$ROUNDS"); do
@@ -67,8 +70,9 @@ for r in $(seq 1 "$ROUNDS"); do
   for i in $(seq 0 $((n - 1))); do
     k=${kinds[$(((i + r) % n))]}
     case $k in
-      qgz)  # two "nodes" of two ranks: qgZ does nothing on one node
-        NDEV_PER_NODE=2 run "${k}_$r" "$qgz_cfg" "$ours" --eval_batches 1 ;;
+      qgz | loco)  # two "nodes" of two ranks: qgZ does nothing on one node
+        cfg_var="${k}_cfg"
+        NDEV_PER_NODE=2 run "${k}_$r" "${!cfg_var}" "$ours" --eval_batches 1 ;;
       zero3 | mics | hpz | qwz)
         cfg_var="${k}_cfg"
         run "${k}_$r" "${!cfg_var}" "$ours" --eval_batches 1 ;;
@@ -86,4 +90,6 @@ done
   "mics/zero3:shard groups of 2 against ZeRO-3 over 4 ranks" \
   "hpz/zero3:secondary partitions of 2 against ZeRO-3 over 4 ranks" \
   "qwz/zero3:int8 weight gathers against ZeRO-3's fp32" \
-  "qgz/zero3:4-bit all-to-all gradient reduction against ZeRO-3's all-reduce"
+  "qgz/zero3:4-bit all-to-all gradient reduction against ZeRO-3's all-reduce" \
+  "loco/qgz:qgZ with LoCo's error feedback against qgZ alone" \
+  "loco/zero3:qgZ with LoCo against ZeRO-3's all-reduce"

@@ -94,6 +94,13 @@ struct OffloadParamConfig {
   bool pin_memory = true;
 };
 
+/// `zero_optimization.zeropp_loco_param`: LoCo's error feedback for qgZ (Note [LoCo error
+/// feedback] in runtime/zero/loco_error_feedback.h).
+struct LocoConfig {
+  double err_beta = 0.8;  // the carried error's weight when a new one is blended in
+  int64_t reset_T = 1024;  // a bucket's errors restart from zero every reset_T + 1 reductions
+};
+
 /// `zero_optimization` (zero/config.py). Sizes are in elements, not bytes.
 struct ZeroConfig {
   int64_t stage = 0;
@@ -124,6 +131,7 @@ struct ZeroConfig {
   bool zero_quantized_weights = false;
   bool zero_quantized_nontrainable_weights = false;
   bool zero_quantized_gradients = false;
+  std::optional<LocoConfig> zeropp_loco_param;  // read with qgZ at stage 3 only
   int64_t mics_shard_size = -1;
   bool mics_hierarchical_params_gather = false;
   bool memory_efficient_linear = true;

@@ -112,9 +112,24 @@ OffloadParamConfig parse_offload_param(ConfigReader r) {
   return c;
 }
 
-// `unimplemented`: keys this build refuses (DeepSpeedConfig::unimplemented_requests).
-ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings,
-                      std::vector<std::string>* unimplemented) {
+// DeepSpeed reads both keys unchecked (a missing one is a KeyError in its first reduction); both
+// are required here, and a weight outside [0, 1] would let the carried error grow unbounded.
+LocoConfig parse_loco(ConfigReader r) {
+  LocoConfig c;
+  for (const char* key : {"err_beta", "reset_T"}) {
+    if (!r.has(key)) r.fail(key, "is missing (LoCo needs both err_beta and reset_T)");
+  }
+  c.err_beta = r.get_double("err_beta", c.err_beta);
+  if (!(c.err_beta >= 0.0 && c.err_beta <= 1.0)) {
+    r.fail("err_beta",
+           "is " + config_detail::show(json(c.err_beta)) + "; expected a value in [0, 1]");
+  }
+  c.reset_T = r.get_int("reset_T", c.reset_T, 0);
+  r.finish();
+  return c;
+}
+
+ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   ZeroConfig c;
   const json* z = top.get_raw("zero_optimization", "an object");
   if (z == nullptr) return c;
@@ -249,7 +264,7 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings,
   c.zero_quantized_weights = rr.get_bool("zero_quantized_weights", false);
   c.zero_quantized_nontrainable_weights = rr.get_bool("zero_quantized_nontrainable_weights", false);
   c.zero_quantized_gradients = rr.get_bool("zero_quantized_gradients", false);
-  const json* loco = rr.get_raw("zeropp_loco_param");
+  ConfigReader loco = rr.section("zeropp_loco_param", Strictness::kWarnUnknown);
   c.mics_shard_size = rr.get_int("mics_shard_size", c.mics_shard_size);
   c.mics_hierarchical_params_gather = rr.get_bool("mics_hierarchical_params_gather", false);
   // Matches DeepSpeed, which reads MiCS' keys only for stage 3; said rather than ignored.
@@ -262,11 +277,9 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings,
                         std::to_string(c.stage) + " (hpZ partitions stage 3's parameters)");
   }
   // LoCo: qgZ's error feedback (DeepSpeed's all_to_all_loco_quant_reduce), read with qgZ only.
-  if (loco != nullptr && !loco->is_null()) {
-    if (c.stage == 3 && c.zero_quantized_gradients) {
-      unimplemented->push_back("zero_optimization.zeropp_loco_param (LoCo error feedback for "
-                               "qgZ)");
-    } else {
+  if (loco.present()) {
+    c.zeropp_loco_param = parse_loco(loco);
+    if (c.stage != 3 || !c.zero_quantized_gradients) {
       warnings->push_back(rr.where("zeropp_loco_param") + " has no effect without "
                           "zero_quantized_gradients at ZeRO stage 3");
     }
@@ -475,7 +488,7 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   if (c.fp16.enabled && c.bf16.enabled) {
     throw ConfigError(source + ": bf16 and fp16 modes cannot be simultaneously enabled");
   }
-  c.zero_optimization = parse_zero(top, &c.warnings, &c.unimplemented_requests);
+  c.zero_optimization = parse_zero(top, &c.warnings);
   config_detail::check_low_precision_masters(c);
   if (c.gradient_allreduce_op == "sum" && c.zero_optimization.stage == 3) {
     top.fail("gradient_allreduce_op", "is \"sum\"; it is not supported with ZeRO stage 3");

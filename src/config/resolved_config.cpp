@@ -59,6 +59,10 @@ json zero_json(const ZeroConfig& z) {
             {"pipeline_loading_checkpoint", z.pipeline_loading_checkpoint},
             {"log_trace_cache_warnings", z.log_trace_cache_warnings},
             {"enable_sanity_checks", z.enable_sanity_checks}};
+  if (z.zeropp_loco_param) {
+    j["zeropp_loco_param"] = {{"err_beta", z.zeropp_loco_param->err_beta},
+                              {"reset_T", z.zeropp_loco_param->reset_T}};
+  }
   // "auto" sizes not resolved yet (no model here): the formula initialize() will apply.
   for (const auto& key : z.auto_sizes) j[key] = config_detail::unresolved_auto_size(key);
   return j;

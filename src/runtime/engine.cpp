@@ -676,6 +676,7 @@ bool Engine::take_model_step() {
       overflow = runtime::any_rank_overflow(overflow, *tp);
     }
     if (overflow) {
+      const double before = loss_scale();
       // The dynamic scaler logs DeepSpeed's "OVERFLOW! ..." line itself.
       if (loss_scaler_) {
         loss_scaler_->update_scale(true);
@@ -687,6 +688,7 @@ bool Engine::take_model_step() {
         log::info_rank0("OVERFLOW! inf/nan in the bf16 gradients (bf16.check_grad_overflow); "
                         "skipping step");
       }
+      zero_->loss_scale_updated(true, loss_scale() / before);
       skipped_steps_ += 1;
       global_grad_norm_.reset();
       return false;
@@ -699,12 +701,16 @@ bool Engine::take_model_step() {
   // Matches DeepSpeed (reference §2.5): the scale is updated before unscaling, and unscaling
   // and clipping are one multiply by 1/combined.
   if (loss_scaler_) loss_scaler_->update_scale(false);
+  if (loss_scale() != used_scale) zero_->loss_scale_updated(false, loss_scale() / used_scale);
   // GradScaler unscales by the scale the loss was multiplied with, and updates after the step.
   const double combined = runtime::combined_scale(
       norm * used_scale, grad_scaler_ ? used_scale : loss_scale(), config_.gradient_clipping);
   if (combined != 1.0) zero_->scale_gradients(1.0 / combined);
   zero_->optimizer_step();
-  if (grad_scaler_) grad_scaler_->update_scale(false);
+  if (grad_scaler_) {
+    grad_scaler_->update_scale(false);
+    if (loss_scale() != used_scale) zero_->loss_scale_updated(false, loss_scale() / used_scale);
+  }
   return true;
 }
 

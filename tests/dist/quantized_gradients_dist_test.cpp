@@ -2,12 +2,16 @@
 // Gloo ranks as 2 nodes of 2 (NDEV_PER_NODE): the node groups; the two all-to-alls give each
 // rank the sum of its rows exactly as a rendering of the two stages with the quantizer does;
 // the inter-node all-to-alls carry 4-bit blocks; training follows exact ZeRO-3 closely (fp32
-// and bf16); on one node the reduction is exact; bad layouts are refused by key.
+// and bf16); on one node the reduction is exact; bad layouts are refused by key. LoCo
+// (zeropp_loco_param, Note [LoCo error feedback]): each stage compensates as a rendering does,
+// repeated reductions stop accumulating the rounding, training with it, its errors' bytes, and
+// their drop on a skipped step.
 #include "deepspeed/comms_logging.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero3.h"
 
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,6 +20,7 @@
 #include <torch/torch.h>
 
 #include "runtime/zero/block_quantizer.h"
+#include "runtime/zero/loco_error_feedback.h"
 #include "runtime/zero/quantized_reduction.h"
 #include "runtime/zero/stage3_groups.h"
 #include "support/multi_rank.h"
@@ -107,6 +112,110 @@ TEST(QuantizedGradientsDist, EachRankGetsItsRowsSumAsTheTwoStagesMakeIt) {
   }, two_nodes());
 }
 
+// Every rank's LoCo errors, rendered in one process with the errors' own arithmetic (tested in
+// loco_error_feedback_test): rank (m, s) compensates the rows it sends its node peers, and the
+// node sums it sends the other nodes.
+struct RenderedLoco {
+  explicit RenderedLoco(double beta) : beta(beta), intra(kWorld), inter(kWorld) {}
+  // Rank `rank`'s output of one reduction of every rank's `rows` [W, R].
+  at::Tensor reduce(const std::vector<at::Tensor>& rows, int rank) {
+    const int64_t r = rows[0].size(1);
+    std::vector<at::Tensor> read(kWorld);  // what rank w's intra stage sends, read back
+    for (int w = 0; w < kWorld; ++w) {
+      const at::Tensor by_local =
+          rows[w].view({kNodes, kPerNode, r}).transpose(0, 1).reshape({kPerNode, -1});
+      const at::Tensor sent = intra[w].compensate(by_local);
+      std::vector<at::Tensor> back;
+      for (int l = 0; l < kPerNode; ++l) back.push_back(through_4_bits(sent[l]));
+      read[w] = torch::stack(back);
+      intra[w].update(sent, read[w], beta);
+    }
+    std::vector<at::Tensor> inter_read(kWorld);  // what rank w's inter stage sends, read back
+    for (int w = 0; w < kWorld; ++w) {
+      const int m = w / kPerNode, l = w % kPerNode;
+      std::vector<at::Tensor> from_peers;
+      for (int s = 0; s < kPerNode; ++s) from_peers.push_back(read[m * kPerNode + s][l]);
+      const at::Tensor node_sum = torch::stack(from_peers).sum(0).view({kNodes, r});
+      const at::Tensor sent = inter[w].compensate(node_sum);
+      std::vector<at::Tensor> back;
+      for (int n = 0; n < kNodes; ++n) back.push_back(through_4_bits(sent[n]));
+      inter_read[w] = torch::stack(back);
+      inter[w].update(sent, inter_read[w], beta);
+    }
+    const int node = rank / kPerNode, local = rank % kPerNode;
+    std::vector<at::Tensor> from_nodes;
+    for (int m = 0; m < kNodes; ++m) from_nodes.push_back(inter_read[m * kPerNode + local][node]);
+    return torch::stack(from_nodes).sum(0);
+  }
+  void reset() {
+    for (auto& e : intra) e.reset();
+    for (auto& e : inter) e.reset();
+  }
+  double beta;
+  std::vector<runtime::StageError> intra, inter;
+};
+
+// Every rank's bucket at reduction `k`.
+std::vector<at::Tensor> buckets_at(int k, int64_t r) {
+  std::vector<at::Tensor> rows;
+  for (int w = 0; w < kWorld; ++w) rows.push_back(rows_of(w + 10 * k, r));
+  return rows;
+}
+
+TEST(QuantizedGradientsDist, LocoCompensatesEachStageAsTheRenderingDoes) {
+  run_ranks(kWorld, [](int rank, int) {
+    const int64_t r = 5000;
+    auto groups = runtime::make_qgz_groups(config_of(zero3(true)), comm::world(), false);
+    ASSERT_TRUE(groups.has_value());
+    LocoConfig config;
+    config.err_beta = 0.5;
+    config.reset_T = 1;  // reductions 1 and 3 start from zero
+    runtime::LocoErrorFeedback loco(config, 1);
+    RenderedLoco rendered(config.err_beta);
+    for (int k = 0; k < 3; ++k) {
+      const std::vector<at::Tensor> rows = buckets_at(k, r);
+      at::Tensor out = torch::empty({r});
+      runtime::quantized_reduce_scatter(out, rows[rank], *groups, &loco.begin_reduction(0));
+      if (k == 2) rendered.reset();
+      EXPECT_TRUE(torch::equal(out, rendered.reduce(rows, rank))) << "reduction " << k + 1;
+      // Without the errors, the second reduction would differ; the first and third carry none.
+      at::Tensor plain = torch::empty({r});
+      runtime::quantized_reduce_scatter(plain, rows[rank], *groups);
+      EXPECT_EQ(torch::equal(out, plain), k != 1) << "reduction " << k + 1;
+    }
+  }, two_nodes());
+}
+
+// The point of error feedback: the same bucket reduced again and again. Plain qgZ rounds it the
+// same way every time, so the mean of the sums keeps that error; with err_beta 0 the roundings
+// carried on cancel, and the mean comes within a fraction of it.
+TEST(QuantizedGradientsDist, LocoStopsTheRoundingFromAccumulating) {
+  run_ranks(kWorld, [](int rank, int) {
+    const int64_t r = 5000;
+    auto groups = runtime::make_qgz_groups(config_of(zero3(true)), comm::world(), false);
+    ASSERT_TRUE(groups.has_value());
+    LocoConfig config;
+    config.err_beta = 0.0;
+    runtime::LocoErrorFeedback loco(config, 1);
+    const std::vector<at::Tensor> rows = buckets_at(0, r);
+    at::Tensor exact = torch::zeros({r});
+    for (int from = 0; from < kWorld; ++from) exact += rows[from][rank];
+    const int k = 32;
+    at::Tensor plain_sum = torch::zeros({r}), loco_sum = torch::zeros({r});
+    for (int i = 0; i < k; ++i) {
+      at::Tensor out = torch::empty({r});
+      runtime::quantized_reduce_scatter(out, rows[rank], *groups);
+      plain_sum += out;
+      runtime::quantized_reduce_scatter(out, rows[rank], *groups, &loco.begin_reduction(0));
+      loco_sum += out;
+    }
+    const double plain_error = (plain_sum / k - exact).abs().max().item<double>();
+    const double loco_error = (loco_sum / k - exact).abs().max().item<double>();
+    EXPECT_GT(plain_error, 0.01 * exact.abs().max().item<double>());
+    EXPECT_LT(loco_error, 0.2 * plain_error) << loco_error << " vs " << plain_error;
+  }, two_nodes());
+}
+
 std::shared_ptr<torch::nn::SequentialImpl> model() {
   torch::manual_seed(99);
   return torch::nn::Sequential(torch::nn::Linear(4, 32), torch::nn::Functional(torch::tanh),
@@ -127,7 +236,7 @@ json train_config(json zero) {
 // this rank's collectives of the last step: record name -> bytes.
 std::vector<at::Tensor> train(int rank, const json& zero_section,
                               std::map<std::string, int64_t>* record = nullptr,
-                              bool bf16 = false) {
+                              bool bf16 = false, int64_t* comm_buffer_bytes = nullptr) {
   auto m = model();
   json cfg = train_config(zero_section);
   cfg["bf16"] = {{"enabled", bf16}};
@@ -148,6 +257,7 @@ std::vector<at::Tensor> train(int rank, const json& zero_section,
     }
   }
   comm::configure_comms_logger({});
+  if (comm_buffer_bytes != nullptr) *comm_buffer_bytes = engine->memory_stats().comm_buffer_bytes;
   zero::GatheredParameters gathered(*m);
   std::vector<at::Tensor> flat;
   for (const auto& p : m->parameters()) flat.push_back(p.detach().reshape({-1}).to(at::kFloat));
@@ -188,6 +298,49 @@ TEST(QuantizedGradientsDist, TrainsCloseToExactZero3InBf16) {
     EXPECT_TRUE(torch::allclose(quantized[0], exact[0], 5e-2, 0)) << quantized[0] << exact[0];
     EXPECT_TRUE(torch::allclose(quantized[1], exact[1], 0, 3e-2))
         << (quantized[1] - exact[1]).abs().max();
+  }, two_nodes());
+}
+
+json with_loco(json zero, double beta = 0.8, int reset_t = 1024) {
+  zero["zeropp_loco_param"] = {{"err_beta", beta}, {"reset_T", reset_t}};
+  return zero;
+}
+
+TEST(QuantizedGradientsDist, TrainsCloseToExactZero3WithLoco) {
+  run_ranks(kWorld, [](int rank, int) {
+    int64_t plain_bytes = 0, loco_bytes = 0;
+    const std::vector<at::Tensor> exact = train(rank, zero3(false));
+    const std::vector<at::Tensor> plain = train(rank, zero3(true), nullptr, false, &plain_bytes);
+    const std::vector<at::Tensor> loco =
+        train(rank, with_loco(zero3(true)), nullptr, false, &loco_bytes);
+    EXPECT_FALSE(torch::equal(loco[1], plain[1]));  // the errors were used
+    EXPECT_TRUE(torch::allclose(loco[0], exact[0], 3e-2, 0)) << loco[0] << exact[0];
+    EXPECT_TRUE(torch::allclose(loco[1], exact[1], 0, 3e-2)) << (loco[1] - exact[1]).abs().max();
+    // The bucket's errors in 8 bits: inside the node its 2 rows of 642 (1,288 values and a
+    // step), across the nodes its 2 rows of 321 node sums (648 values and a step).
+    EXPECT_EQ(loco_bytes - plain_bytes, (1288 + 4) + (648 + 4));
+  }, two_nodes());
+}
+
+// A skipped step drops the errors (the skipped gradients are not finite): bf16 with
+// check_grad_overflow and an infinite input at the second step.
+TEST(QuantizedGradientsDist, LocoErrorsAreDroppedOnASkippedStep) {
+  run_ranks(kWorld, [](int rank, int) {
+    json cfg = train_config(with_loco(zero3(true)));
+    cfg["bf16"] = {{"enabled", true}, {"check_grad_overflow", true}};
+    auto engine = initialize(model(), cfg).engine;
+    std::vector<int64_t> bytes;
+    for (int s = 0; s < 3; ++s) {
+      auto [x, y] = tiny_batch(s * 2 * kWorld + 2 * rank, 2);
+      if (s == 1) x[0][0] = std::numeric_limits<float>::infinity();
+      at::Tensor loss = (engine->forward(x.to(at::kBFloat16)) - y.to(at::kBFloat16)).pow(2).mean();
+      engine->backward(loss);
+      engine->step();
+      bytes.push_back(engine->memory_stats().comm_buffer_bytes);
+    }
+    EXPECT_EQ(engine->skipped_steps(), 1);
+    EXPECT_EQ(bytes[0] - bytes[1], (1288 + 4) + (648 + 4));
+    EXPECT_EQ(bytes[2], bytes[0]);  // kept again from the next reduction on
   }, two_nodes());
 }
 

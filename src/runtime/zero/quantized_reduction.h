@@ -14,10 +14,13 @@
 // layout: DeepSpeed reduces a 1-D gradient, or one whose numel 2W does not divide, by a plain
 // reduce-scatter (its kernels' constraints); here every bucket takes this path. Both stages
 // complete before the call returns: no overlap with backward yet.
+// With LoCo (zeropp_loco_param), each stage compensates what it sends by the error it carries
+// (Note [LoCo error feedback]).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include "runtime/zero/loco_error_feedback.h"
 #include "runtime/zero/stage3_groups.h"
 
 namespace deepspeed::runtime {
@@ -28,6 +31,8 @@ constexpr int64_t kGradientGroupNumel = 2048;
 
 /// Note [Quantized reduction]: `rows` [W, R] (row r for rank r, any floating dtype) -> `out`
 /// (R elements) = the sum over every rank of its row for this rank. Collective over both groups.
-void quantized_reduce_scatter(at::Tensor& out, const at::Tensor& rows, const NodeGroups& groups);
+/// `loco`: the bucket's LoCo errors, used and updated (Note [LoCo error feedback]).
+void quantized_reduce_scatter(at::Tensor& out, const at::Tensor& rows, const NodeGroups& groups,
+                              LocoBucketErrors* loco = nullptr);
 
 }  // namespace deepspeed::runtime

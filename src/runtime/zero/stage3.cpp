@@ -205,6 +205,10 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
   }
 
+  void loss_scale_updated(bool overflow, double ratio) override {
+    if (reducer_) reducer_->loss_scale_updated(overflow, ratio);
+  }
+
   bool local_overflow() override {
     std::vector<at::Tensor> grads;
     for (const auto& sg : sub_groups_) grads.push_back(sg.grad);
@@ -590,6 +594,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     ro.group = dp_group_;
     ro.average_divisor = average_divisor_;
     ro.quantized_reduction = qgz_groups_;
+    ro.loco = z.zeropp_loco_param;
     const bool offloads = optimizer_states_->offloads() || param_device_ != OffloadDevice::kNone;
     ro.host_shards = grad_shards[0].device() != params_[trainable[0]].param.device() ||
                      (offloads && offload_host_path_on_cpu());

@@ -31,6 +31,7 @@ Stage3GradReducer::Stage3GradReducer(std::vector<PartitionedParam>* params,
   BucketPlan plan = plan_buckets(sizes, options_.bucket_numel, dtypes);
   for (const auto& items : plan.items) {
     Bucket b;
+    b.index = buckets_.size();
     b.dtype = static_cast<at::ScalarType>(dtypes[items.front()]);
     for (size_t k : items) {
       b.offsets.push_back(b.region);
@@ -38,6 +39,9 @@ Stage3GradReducer::Stage3GradReducer(std::vector<PartitionedParam>* params,
     }
     b.members = items;
     buckets_.push_back(std::move(b));
+  }
+  if (options_.quantized_reduction && options_.loco) {
+    loco_ = std::make_unique<LocoErrorFeedback>(*options_.loco, buckets_.size());
   }
   BucketerOptions bucketing;
   bucketing.buffers = options_.overlap_comm ? 2 : 1;
@@ -136,7 +140,9 @@ std::vector<comm::Handle> Stage3GradReducer::launch(const Bucket& b, size_t buff
   if (options_.average && divisor > 1) send.mul_(1.0 / divisor);
   if (options_.quantized_reduction) {
     at::Tensor receive = receive_view(b, buffer);
-    quantized_reduce_scatter(receive, send.view({world_, b.region}), *options_.quantized_reduction);
+    LocoBucketErrors* errors = loco_ ? &loco_->begin_reduction(b.index) : nullptr;
+    quantized_reduce_scatter(receive, send.view({world_, b.region}), *options_.quantized_reduction,
+                             errors);
     return {};
   }
   if (options_.reduce_scatter) {
@@ -205,8 +211,12 @@ void Stage3GradReducer::finish() {
   shards_zero_ = false;
 }
 
+void Stage3GradReducer::loss_scale_updated(bool overflow, double ratio) {
+  if (loco_) loco_->loss_scale_updated(overflow, ratio);
+}
+
 int64_t Stage3GradReducer::buffer_bytes() const {
-  int64_t total = 0;
+  int64_t total = loco_ ? loco_->bytes() : 0;  // LoCo's errors, kept between reductions
   for (const auto* pools : {&send_buffers_, &receive_buffers_}) {
     for (const auto& [dtype, pool] : *pools) {
       for (const auto& t : pool) {

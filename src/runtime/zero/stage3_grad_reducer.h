@@ -13,7 +13,8 @@
 // backward counts as zeros (ignore_unused_parameters) or is an error naming it.
 //
 // zero_quantized_gradients (qgZ): the reduce-scatter is Note [Quantized reduction]'s two
-// all-to-alls, complete when launch() returns.
+// all-to-alls, complete when launch() returns; with zeropp_loco_param each bucket carries its
+// rounding errors to its next reduction (Note [LoCo error feedback]).
 //
 // reduce_scatter false: the bucket is all-reduced and each rank keeps its own chunks (the same
 // result, DeepSpeed's non-reduce-scatter path). overlap_comm: two buffers; a launched bucket
@@ -45,8 +46,9 @@
 #include "deepspeed/comm.h"
 #include "runtime/accelerator/side_stream.h"
 #include "runtime/zero/bucketer.h"
-#include "runtime/zero/quantized_reduction.h"
 #include "runtime/zero/comm_dtypes.h"
+#include "runtime/zero/loco_error_feedback.h"
+#include "runtime/zero/quantized_reduction.h"
 #include "runtime/zero/stage3_param.h"
 #include "runtime/zero/zero_optimizer.h"
 
@@ -66,6 +68,8 @@ struct Stage3ReducerOptions {
   comm::Group group;  // the data-parallel group; shard r belongs to its group rank r
   /// ZeRO++'s qgZ: buckets reduce as Note [Quantized reduction] over these groups.
   std::optional<NodeGroups> quantized_reduction;
+  /// LoCo's error feedback for those reductions (zeropp_loco_param).
+  std::optional<LocoConfig> loco;
   /// The shards are host memory and the buckets device memory (Note [Stage-3 gradients to the
   /// host]); set on CPU too by DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU, to test that logic.
   bool host_shards = false;
@@ -83,13 +87,18 @@ class Stage3GradReducer {
   void finish();
   /// zero_grad() zeroed every gradient shard: the next backward may copy instead of add.
   void shards_zeroed() { shards_zero_ = true; }
+  /// After the loss scaler's update (Note [LoCo error feedback]): an overflow drops LoCo's
+  /// errors, a scale `ratio` times the last rescales them.
+  void loss_scale_updated(bool overflow, double ratio);
   bool armed() const { return bucketer_->armed(); }
   size_t num_buckets() const { return buckets_.size(); }
+  /// Bucket buffers, and LoCo's errors kept between reductions.
   int64_t buffer_bytes() const;
   ReductionStats stats() const;
 
  private:
   struct Bucket {
+    size_t index = 0;              // in buckets_
     std::vector<size_t> members;   // positions in trainable_
     std::vector<int64_t> offsets;  // each member's chunk offset inside a rank's region
     int64_t region = 0;            // elements per rank (sum of the members' shard sizes)
@@ -120,6 +129,7 @@ class Stage3GradReducer {
   std::vector<bool> copies_read_;    // per buffer: copies in flight read it
   bool shards_zero_ = true;
   int64_t host_copies_ = 0;          // buckets sent to the host without a host wait, this backward
+  std::unique_ptr<LocoErrorFeedback> loco_;  // qgZ with zeropp_loco_param
   std::unique_ptr<Bucketer> bucketer_;
   std::unique_ptr<GradReadyHooks> hooks_;  // last: removed first
 };

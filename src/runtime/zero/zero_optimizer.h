@@ -127,6 +127,9 @@ class ZeroOptimizer {
   /// reduce, where there is one (marked as holding a gradient: the caller may write it, as
   /// the pipeline's tied-weight reduction does); undefined where param.grad holds the sum.
   virtual at::Tensor fp32_grad_sum(const at::Tensor& /*param*/) { return {}; }
+  /// The loss scaler updated its scale: after an overflow (the step skipped), or to `ratio`
+  /// times the last. Stage 3's LoCo errors follow it (Note [LoCo error feedback]).
+  virtual void loss_scale_updated(bool /*overflow*/, double /*ratio*/) {}
 
   // Checkpoints: each stage saves and reads its own part (zero_checkpoint.h). A save calls
   // add_model_states (where model_states_file_name is not empty) and optimizer_states_file; a

@@ -221,6 +221,30 @@ TEST(DsConfig, MicsAndHpzKeysWithoutEffectAreWarnings) {
   EXPECT_NO_THROW(loco.check_supported());
 }
 
+TEST(DsConfig, LocoParamIsReadWithQuantizedGradients) {
+  const std::string head = R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "zero_quantized_gradients": true, "zeropp_loco_param": )";
+  auto loco = parse(head + R"({"err_beta": 0.5, "reset_T": 16}}})");
+  ASSERT_TRUE(loco.zero_optimization.zeropp_loco_param.has_value());
+  EXPECT_EQ(loco.zero_optimization.zeropp_loco_param->err_beta, 0.5);
+  EXPECT_EQ(loco.zero_optimization.zeropp_loco_param->reset_T, 16);
+  EXPECT_TRUE(loco.warnings.empty());
+  EXPECT_NO_THROW(loco.check_supported());
+  EXPECT_FALSE(parse(head + "null}}").zero_optimization.zeropp_loco_param.has_value());
+  EXPECT_THROW_WITH(parse(head + R"({"err_beta": 0.8}}})"), ConfigError,
+                    "zero_optimization.zeropp_loco_param.reset_T is missing");
+  EXPECT_THROW_WITH(parse(head + R"({"reset_T": 8}}})"), ConfigError,
+                    "zero_optimization.zeropp_loco_param.err_beta is missing");
+  EXPECT_THROW_WITH(parse(head + R"({"err_beta": 1.5, "reset_T": 8}}})"), ConfigError,
+                    "zero_optimization.zeropp_loco_param.err_beta is 1.5");
+  EXPECT_THROW_WITH(parse(head + R"({"err_beta": 0.8, "reset_T": -1}}})"), ConfigError,
+                    "zero_optimization.zeropp_loco_param.reset_T");
+  auto typo = parse(head + R"({"err_beta": 0.8, "reset_T": 8, "reset_t": 4}}})");
+  ASSERT_EQ(typo.warnings.size(), 1u);
+  EXPECT_NE(typo.warnings[0].find("zero_optimization.zeropp_loco_param.reset_t is not a known "
+                                  "key"), std::string::npos) << typo.warnings[0];
+}
+
 TEST(DsConfig, LegacyAndDeprecatedForms) {
   auto c = parse(R"({"train_batch_size": 8, "zero_optimization": true, "allgather_size": 1000})");
   EXPECT_EQ(c.zero_optimization.stage, 1);
@@ -279,9 +303,6 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
     auto c = DeepSpeedConfig::from_string(text, 1);
     EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, what + " is not supported yet");
   };
-  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
-      "zero_quantized_gradients": true, "zeropp_loco_param": {"err_beta": 0.8, "reset_T": 1024}}})",
-         "zero_optimization.zeropp_loco_param (LoCo error feedback for qgZ)");
   refuse(R"({"train_batch_size": 8,
       "zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true}})",
          "zero_optimization.zero_quantized_nontrainable_weights (frozen weights kept quantized)");
