@@ -55,11 +55,6 @@ void check_features_supported(const DeepSpeedConfig& c) {
     }
     if (o.super_offload) refuse(c, key + ".super_offload");
   }
-  // ZeRO++'s qwZ and qgZ are implemented; below stage 3 these keys warn instead.
-  if (z.stage == 3 && z.zero_quantized_nontrainable_weights) {
-    refuse(c, "zero_optimization.zero_quantized_nontrainable_weights (frozen weights kept "
-              "quantized)");
-  }
   if (z.stage == 3 && z.zero_hpz_partition_size > 1) {
     if (z.mics_shard_size > 0) {
       refuse(c, "zero_optimization.zero_hpz_partition_size together with mics_shard_size");

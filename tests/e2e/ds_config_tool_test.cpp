@@ -44,11 +44,10 @@ TEST(DsConfigTool, InvalidConfigExitsNonZeroWithErrorOnStderr) {
             std::string::npos) << r.err;
 
   testing::write_text_file(cfg, R"({"train_batch_size": 8,
-      "zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true}})");
+      "zero_optimization": {"stage": 3, "zenflow": {}}})");
   r = run_command(std::string(DS_CONFIG_BIN) + " " + cfg);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("zero_optimization.zero_quantized_nontrainable_weights (frozen weights "
-                       "kept quantized) is not supported yet"),
+  EXPECT_NE(r.err.find("zero_optimization.zenflow (ZenFlow) is not supported yet"),
             std::string::npos) << r.err;
 
   testing::write_text_file(cfg, R"({"train_batch_size": 9, "train_micro_batch_size_per_gpu": 2})");

@@ -310,11 +310,10 @@ TEST(TrainGptE2E, ElasticConfigTrainsAlikeOnOneAndTwoRanksAndResumesAcrossThem) 
 TEST(TrainGptE2E, UnsupportedConfigFailsEveryRankWithTheKeyName) {
   testing::TempDir dir;
   auto r = run_command(launch(dir, R"({"train_batch_size": 4,
-      "zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true},
+      "zero_optimization": {"stage": 3, "zenflow": {}},
       "optimizer": {"type": "AdamW"}})", 2));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("zero_optimization.zero_quantized_nontrainable_weights (frozen weights "
-                       "kept quantized) is not supported yet"),
+  EXPECT_NE(r.err.find("zero_optimization.zenflow (ZenFlow) is not supported yet"),
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("rank"), std::string::npos) << r.err;

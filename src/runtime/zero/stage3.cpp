@@ -229,9 +229,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
     for (const auto& p : params_) {
       // Frozen shards, and with own shards every shard that is in memory (numel 0 if swapped).
-      if (!p.trainable || shard_store_) {
-        shard_bytes += p.shard.numel() * static_cast<int64_t>(p.shard.element_size());
-      }
+      if (!p.trainable || shard_store_) shard_bytes += runtime::shard_bytes(p);
     }
     m.param_bytes += shard_bytes;
     if (param_device_ != OffloadDevice::kNone) m.offloaded_param_bytes = shard_bytes;
@@ -286,9 +284,16 @@ class Stage3 final : public Stage3ZeroOptimizer {
   std::vector<std::pair<std::string, at::Tensor>> frozen_shards() override {
     std::vector<std::pair<std::string, at::Tensor>> out;
     for (auto& p : params_) {
-      if (!p.trainable) out.emplace_back(p.name, p.shard);
+      if (!p.trainable) out.emplace_back(p.name, shard_values(p));
     }
     return out;
+  }
+  void set_frozen_shard(size_t k, const at::Tensor& values) override {
+    for (auto& p : params_) {
+      if (p.trainable) continue;
+      if (k-- == 0) return set_shard_values(p, values);
+    }
+    DS_INTERNAL_ASSERT(false, "no frozen parameter ", k);
   }
   void step_sub_group(size_t index) override {
     Stage3SubGroup& sg = sub_groups_[index];
@@ -451,6 +456,14 @@ class Stage3 final : public Stage3ZeroOptimizer {
       const int64_t begin = std::min<int64_t>(p.numel, static_cast<int64_t>(rank_) * p.shard_numel);
       const int64_t len = std::min<int64_t>(p.shard_numel, p.numel - begin);
       if (len > 0) p.shard.narrow(0, 0, len).copy_(full.narrow(0, begin, len));
+    }
+    // Note [Quantized frozen shards]: DeepSpeed's rule is requires_grad, whatever the groups.
+    if (config_.zero_optimization.zero_quantized_nontrainable_weights) {
+      for (auto& p : params_) {
+        if (p.param.requires_grad() || p.numel == 0) continue;
+        quantize_shard(p);
+        if (p.available) release(p);  // the exact values go: persistent ones gather again
+      }
     }
     std::vector<PartitionedParam*> persistent;
     for (auto& p : params_) {

@@ -35,10 +35,13 @@ class Stage3ZeroOptimizer : public ZeroOptimizer {
   virtual std::vector<Stage3SubGroup>& sub_groups() = 0;
   /// Trainable parameters in sub-group order (DeepSpeed's param_shapes for stage 3).
   virtual std::vector<Stage3ParamInfo> param_infos() const = 0;
-  /// Frozen (untrained) parameters: name and this rank's shard in the model dtype (a view:
-  /// writing it changes the parameter once it is gathered again; refresh_gathered_params()
-  /// re-gathers the persistent ones). DeepSpeed's frozen_param_fragments.
+  /// Frozen (untrained) parameters: name and this rank's shard in the model dtype (the
+  /// values read back where kept quantized, Note [Quantized frozen shards]). DeepSpeed's
+  /// frozen_param_fragments.
   virtual std::vector<std::pair<std::string, at::Tensor>> frozen_shards() = 0;
+  /// Writes frozen parameter k's shard (frozen_shards() order); it changes the parameter once
+  /// gathered again (refresh_gathered_params() re-gathers the persistent ones).
+  virtual void set_frozen_shard(size_t k, const at::Tensor& values) = 0;
   /// Inner optimizer + write-back for one sub-group (see stage3_sub_group.h).
   virtual void step_sub_group(size_t index) = 0;
   /// After the optimizer step: refreshes the parameters that are gathered (persistent ones).

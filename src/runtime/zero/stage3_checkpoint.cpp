@@ -316,9 +316,9 @@ void Stage3ZeroOptimizer::apply_checkpoint(const ZeroCheckpointContext& ctx,
     at::NoGradGuard no_grad;
     auto& groups = sub_groups();
     for (size_t g = 0; g < groups.size(); ++g) groups[g].master.copy_(plan.masters[g]);
-    auto frozen = frozen_shards();
-    for (size_t i = 0; i < frozen.size() && i < plan.frozen.size(); ++i) {
-      frozen[i].second.copy_(plan.frozen[i]);
+    const size_t frozen = frozen_shards().size();
+    for (size_t i = 0; i < frozen && i < plan.frozen.size(); ++i) {
+      set_frozen_shard(i, plan.frozen[i]);
     }
     masters_to_params();
   }

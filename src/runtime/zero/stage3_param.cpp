@@ -59,12 +59,19 @@ SideStream& shard_copy_stream(const c10::Device& device) {
   return *stream;
 }
 
-// The dtype `p`'s shards travel in when gathered (Note [Gather dtype]).
+// The dtype `p`'s shard holds (that of the values it reads back when kept quantized).
+at::ScalarType shard_dtype(const PartitionedParam& p) {
+  return p.kept_quantized() ? p.param.scalar_type() : p.shard.scalar_type();
+}
+
+// The dtype `p`'s shards travel in when gathered (Note [Gather dtype]); a quantized shard
+// travels as it is kept (Note [Quantized frozen shards]).
 at::ScalarType wire_dtype(const PartitionedParam& p) {
+  if (p.kept_quantized()) return shard_dtype(p);
   return p.gather_dtype != at::ScalarType::Undefined ? p.gather_dtype : p.shard.scalar_type();
 }
 
-bool converts(const PartitionedParam& p) { return wire_dtype(p) != p.shard.scalar_type(); }
+bool converts(const PartitionedParam& p) { return wire_dtype(p) != shard_dtype(p); }
 
 // Note [Secondary partition]: whether `p`'s next gather reads the H ranks' secondary partitions.
 bool from_secondary(const PartitionedParam& p, const ShardGroup& group) {
@@ -137,6 +144,12 @@ void start_gather(PartitionedParam& p, const ShardGroup& group, bool async, bool
     if (!async) finish_gather(p);
     return;
   }
+  if (p.kept_quantized()) {  // Note [Quantized frozen shards]
+    DS_INTERNAL_ASSERT(world == 1, "a quantized shard gathers through start_gathers");
+    full.copy_(shard_values(p));
+    p.available = true;
+    return;
+  }
   // offload_param with the model on a GPU (Note [Offloaded shards to the device]).
   const bool from_host = p.shard.is_cpu() && !full.is_cpu();
   if (world == 1 && converts(p)) {
@@ -173,6 +186,11 @@ struct CoalescedGather {
     at::Tensor full;  // the parameter's flat padded storage
     int64_t offset = 0;
     int64_t shard_numel = 0;
+    // Note [Quantized frozen shards]: this target's own blocks in the rows: values from
+    // `offset` (`value_bytes` of them) and steps from `scale_offset` (`groups`).
+    int64_t value_bytes = 0;
+    int64_t scale_offset = 0;
+    int64_t groups = 0;
   };
   comm::Handle handle;
   at::Tensor input;   // this rank's shards, concatenated (kept until the collective is done)
@@ -181,6 +199,7 @@ struct CoalescedGather {
   comm::Handle scales_handle;
   at::Tensor input_scales;
   at::Tensor output_scales;  // [world, G]; undefined when not quantized
+  bool per_target_blocks = false;  // Note [Quantized frozen shards]: each target's own groups
   std::vector<Target> targets;
 
   // Waits once, then fills every target (the first of the parameters to be finished does it).
@@ -193,7 +212,15 @@ struct CoalescedGather {
     if (targets.empty()) return;
     at::NoGradGuard no_grad;
     const int64_t world = output.size(0);
-    if (output_scales.defined()) {
+    if (per_target_blocks) {
+      for (auto& t : targets) {
+        const at::Tensor rows = dequantize_blocks(
+            output.narrow(1, t.offset, t.value_bytes).contiguous(),
+            output_scales.narrow(1, t.scale_offset, t.groups).contiguous(),
+            t.full.scalar_type());
+        t.full.view({world, t.shard_numel}).copy_(rows.narrow(1, 0, t.shard_numel));
+      }
+    } else if (output_scales.defined()) {
       // One rank's row at a time: the temporary is 1/world of the gathered parameters.
       for (int64_t r = 0; r < world; ++r) {
         const at::Tensor row = dequantize_blocks(output.narrow(0, r, 1),
@@ -227,8 +254,9 @@ bool coalescable(const PartitionedParam& p, const ShardGroup& group) {
                 kCoalesceShardBytes);
   }
   if (world == 1 || p.available || p.numel == 0) return false;
-  // Note [Gather dtype] and Note [Quantized gather]: converted on the way.
-  if (converts(p) || group.quantize_weights) return true;
+  // Note [Gather dtype], Note [Quantized gather] and Note [Quantized frozen shards]: converted
+  // on the way.
+  if (converts(p) || group.quantize_weights || p.kept_quantized()) return true;
   const bool from_host = p.shard.is_cpu() && !p.param.is_cpu();  // a side-stream copy first
   return !from_host &&
          p.shard_numel * static_cast<int64_t>(p.shard.element_size()) <= kCoalesceShardBytes;
@@ -289,26 +317,110 @@ void start_coalesced(const std::vector<PartitionedParam*>& batch, const ShardGro
   if (!async) gather->finish();
 }
 
+// Note [Quantized frozen shards]: every rank's kept blocks of `batch` in two collectives (the
+// values, the steps), each parameter read back from its own columns.
+void start_quantized_shards(const std::vector<PartitionedParam*>& batch, const ShardGroup& group,
+                            bool async) {
+  at::NoGradGuard no_grad;
+  const int world = group.size();
+  auto gather = std::make_shared<CoalescedGather>();
+  gather->per_target_blocks = true;
+  std::vector<at::Tensor> values, scales;
+  int64_t value_total = 0, scale_total = 0;
+  for (PartitionedParam* p : batch) {
+    CoalescedGather::Target t;
+    t.full = storage_as_flat(p->param, p->padded_numel(world));
+    t.offset = value_total;
+    t.shard_numel = p->shard_numel;
+    t.value_bytes = p->quantized.values.numel();
+    t.scale_offset = scale_total;
+    t.groups = p->quantized.scales.numel();
+    value_total += t.value_bytes;
+    scale_total += t.groups;
+    gather->targets.push_back(std::move(t));
+    values.push_back(p->quantized.values);
+    scales.push_back(p->quantized.scales);
+  }
+  // Offloaded shards cross to the parameters' device first.
+  const at::Device device = batch.front()->param.device();
+  gather->input = at::cat(values).to(device);
+  gather->input_scales = at::cat(scales).to(device);
+  gather->output = at::empty({world, value_total}, gather->input.options());
+  gather->output_scales = at::empty({world, scale_total}, gather->input_scales.options());
+  at::Tensor out_values = gather->output.view({-1});
+  at::Tensor out_scales = gather->output_scales.view({-1});
+  gather->handle = all_gather_shards(out_values, gather->input, async, group);
+  gather->scales_handle = all_gather_shards(out_scales, gather->input_scales, async, group);
+  for (PartitionedParam* p : batch) {
+    p->available = true;
+    p->coalesced = async ? gather : nullptr;
+  }
+  if (!async) gather->finish();
+}
+
 }  // namespace
+
+void quantize_shard(PartitionedParam& p) {
+  if (p.kept_quantized()) return;
+  at::NoGradGuard no_grad;
+  p.quantized = quantize_blocks(p.shard.reshape({-1}));
+  p.shard = at::Tensor();
+}
+
+at::Tensor shard_values(const PartitionedParam& p) {
+  if (!p.kept_quantized()) return p.shard;
+  return dequantize_blocks(p.quantized.values.view({1, -1}), p.quantized.scales.view({1, -1}),
+                           p.param.scalar_type())[0]
+      .narrow(0, 0, p.shard_numel)
+      .clone();
+}
+
+void set_shard_values(PartitionedParam& p, const at::Tensor& values) {
+  at::NoGradGuard no_grad;
+  if (!p.kept_quantized()) {
+    p.shard.copy_(values.reshape({-1}));
+    return;
+  }
+  const at::Tensor mine =
+      values.reshape({-1}).to(p.quantized.values.device(), p.param.scalar_type());
+  if (at::equal(mine, shard_values(p))) return;  // Note [Quantized frozen shards]
+  p.quantized = quantize_blocks(mine);
+}
+
+int64_t shard_bytes(const PartitionedParam& p) {
+  if (!p.kept_quantized()) {
+    return p.shard.defined() ? p.shard.numel() * static_cast<int64_t>(p.shard.element_size()) : 0;
+  }
+  return p.quantized.values.numel() * static_cast<int64_t>(p.quantized.values.element_size()) +
+         p.quantized.scales.numel() * static_cast<int64_t>(p.quantized.scales.element_size());
+}
 
 int64_t start_gathers(const std::vector<PartitionedParam*>& params, const ShardGroup& group,
                       bool async, bool use_all_reduce) {
   const int world = group.size();
   int64_t collectives = 0;
-  // One collective per (shard dtype, gather dtype, from the secondary partitions).
-  std::map<std::tuple<at::ScalarType, at::ScalarType, bool>, std::vector<PartitionedParam*>>
+  // One collective per (shard dtype, gather dtype, from the secondary partitions, kept
+  // quantized); two for quantized values and their steps.
+  std::map<std::tuple<at::ScalarType, at::ScalarType, bool, bool>,
+           std::vector<PartitionedParam*>>
       batches;
   for (PartitionedParam* p : params) {
     const bool secondary = from_secondary(*p, group);
     if (coalescable(*p, group)) {
       const at::ScalarType wire = secondary ? p->secondary.scalar_type() : wire_dtype(*p);
-      batches[{p->shard.scalar_type(), wire, secondary}].push_back(p);
+      const bool kept_quantized = !secondary && p->kept_quantized();
+      batches[{shard_dtype(*p), wire, secondary, kept_quantized}].push_back(p);
       continue;
     }
     if ((world > 1 || secondary) && !p->available && p->numel > 0) ++collectives;
     start_gather(*p, group, async, use_all_reduce);
   }
   for (auto& [key, batch] : batches) {
+    if (std::get<3>(key)) {  // Note [Quantized frozen shards]
+      collectives += 2;
+      start_quantized_shards(batch, group, async);
+      continue;
+    }
     collectives += group.quantize_weights ? 2 : 1;  // values and steps (Note [Quantized gather])
     const bool secondary = std::get<2>(key);
     if (batch.size() == 1 && !group.quantize_weights && (secondary || !converts(*batch[0]))) {

@@ -31,6 +31,7 @@
 
 #include "deepspeed/comm.h"
 #include "runtime/accelerator/side_stream.h"
+#include "runtime/zero/block_quantizer.h"
 
 namespace deepspeed::runtime {
 
@@ -78,6 +79,18 @@ void free_storage(const at::Tensor& param);
 // their refresh after each step, zero::GatheredParameters. With one rank nothing is gathered,
 // so nothing is quantized. Quantized gathers always take the coalesced path, which
 // dequantizes once the collectives are done.
+
+// Note [Quantized frozen shards]: ZeRO++'s zero_quantized_nontrainable_weights. A parameter
+// that does not require grad keeps its shard as blockwise int8 with its groups' steps
+// (block_quantizer.h), quantized once when the engine partitions the model: a quarter of fp32's
+// bytes, half of bf16's, for the weights a fine-tuning run (LoRA) never steps. Every gather of
+// it, whatever the path (a unit fetch, a persistent parameter, zero::GatheredParameters, one
+// rank), carries those values and steps and reads them back: the model sees the same rounded
+// weights everywhere, within 0.4 % of each group's largest magnitude (0.8 % for those clamped),
+// as in DeepSpeed, which quantizes ds_tensor in _partition_param. Each shard has its own groups,
+// so a coalesced gather reads each parameter's rows back on their own. A checkpoint holds the
+// weights read back; loading a fragment equal to them keeps the shard as it is (a fresh
+// rounding of rounded weights could move some by a step), another fragment is quantized anew.
 
 /// The ranks a parameter's shards are spread over: the data-parallel group, or under MiCS this
 /// rank's shard group (stage3_groups.h). Shard r lives on group rank r.
@@ -127,9 +140,22 @@ struct PartitionedParam {
   std::shared_ptr<CoalescedGather> coalesced;  // the shared collective filling it, if in flight
   /// Note [Secondary partition]: this rank's padded / H elements, while valid; else undefined.
   at::Tensor secondary;
+  /// Note [Quantized frozen shards]: the shard as int8 blocks; `shard` is then undefined.
+  QuantizedBlocks quantized;
 
   int64_t padded_numel(int world) const { return shard_numel * world; }
+  bool kept_quantized() const { return quantized.values.defined(); }
 };
+
+/// Note [Quantized frozen shards]: keeps `p`'s shard as int8 blocks from now on.
+void quantize_shard(PartitionedParam& p);
+/// `p`'s shard values in the model dtype (those read back from the blocks: a new tensor).
+at::Tensor shard_values(const PartitionedParam& p);
+/// Writes `values` (shard_numel elements) into `p`'s shard; a quantized shard is quantized
+/// anew unless `values` are what it reads back already.
+void set_shard_values(PartitionedParam& p, const at::Tensor& values);
+/// The bytes `p`'s shard takes in memory.
+int64_t shard_bytes(const PartitionedParam& p);
 
 /// Starts gathering `p` (asynchronously when `async`): allocates its storage at the padded size
 /// and all-gathers every rank's shard into it, or, with `use_all_reduce`, all-reduces a

@@ -303,9 +303,6 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
     auto c = DeepSpeedConfig::from_string(text, 1);
     EXPECT_THROW_WITH(c.check_supported(), NotSupportedError, what + " is not supported yet");
   };
-  refuse(R"({"train_batch_size": 8,
-      "zero_optimization": {"stage": 3, "zero_quantized_nontrainable_weights": true}})",
-         "zero_optimization.zero_quantized_nontrainable_weights (frozen weights kept quantized)");
   refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2,
       "mics_shard_size": 2}})",
          "zero_optimization.zero_hpz_partition_size together with mics_shard_size");
