@@ -5,9 +5,10 @@
 # DeepSpeed 0.15.4 doing the same (bench/common/deepspeed_train_gpt.py: the same GPT, windows
 # and ds_config; .venv-deepspeed); then ZeRO++'s qwZ ("zero_quantized_weights") and qgZ
 # ("zero_quantized_gradients", the 4 ranks as 2 nodes of 2 through NDEV_PER_NODE), and qgZ with
-# LoCo's error feedback ("zeropp_loco_param"), ours only: DeepSpeed's quantizer has no CPU kernel. tokens/s, peak RSS per rank, bytes sent per rank per
-# step (ours) and the last loss, medians over the timed steps and rounds. Builds nothing; makes
-# .venv-deepspeed (scripts/setup_deepspeed_peer.sh) when it is missing.
+# LoCo's error feedback ("zeropp_loco_param"), ours only: DeepSpeed's quantizer has no CPU
+# kernel. tokens/s, peak RSS per rank, bytes sent per rank per step (ours) and the last loss,
+# medians over the timed steps and rounds. Builds nothing; makes .venv-deepspeed
+# (scripts/setup_deepspeed_peer.sh) when it is missing.
 # Usage: bench/zero3_variants/run.sh [MODEL FLAGS...]   default: the example GPT, micro-batch 4
 # Env: ROUNDS (3), STEPS (12), SKIP (3 warm-up steps not timed), CORPUS (data/austen.txt),
 #      DS_VENV (.venv-deepspeed; none skips DeepSpeed), OUT_DIR (default a new /tmp directory).
