@@ -5,7 +5,8 @@
 // and bf16); on one node the reduction is exact; bad layouts are refused by key. LoCo
 // (zeropp_loco_param, Note [LoCo error feedback]): each stage compensates as a rendering does,
 // repeated reductions stop accumulating the rounding, training with it, its errors' bytes, and
-// their drop on a skipped step.
+// their drop on a skipped step. The first stage overlapped (overlap_comm) trains as the
+// synchronous one.
 #include "deepspeed/comms_logging.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero3.h"
@@ -23,6 +24,7 @@
 #include "runtime/zero/loco_error_feedback.h"
 #include "runtime/zero/quantized_reduction.h"
 #include "runtime/zero/stage3_groups.h"
+#include "runtime/zero/zero_optimizer.h"
 #include "support/multi_rank.h"
 #include "support/tiny_model.h"  // tiny_batch
 
@@ -341,6 +343,41 @@ TEST(QuantizedGradientsDist, LocoErrorsAreDroppedOnASkippedStep) {
     EXPECT_EQ(engine->skipped_steps(), 1);
     EXPECT_EQ(bytes[0] - bytes[1], (1288 + 4) + (648 + 4));
     EXPECT_EQ(bytes[2], bytes[0]);  // kept again from the next reduction on
+  }, two_nodes());
+}
+
+// The first stage is handed to the bucketing as two collectives in flight (values and steps);
+// with overlap_comm it runs while the next bucket fills, and the second stage when the bucket
+// completes. Several buckets: the result is the synchronous one's, bit for bit.
+TEST(QuantizedGradientsDist, OverlappedFirstStagesTrainAsTheSynchronousOnes) {
+  run_ranks(kWorld, [](int rank, int) {
+    std::vector<std::vector<at::Tensor>> runs;
+    for (bool overlap : {false, true}) {
+      json z = with_loco(zero3(true));
+      // 3 buckets: the last layer and the middle bias, the middle weight, the first layer.
+      z["reduce_bucket_size"] = 400;
+      z["overlap_comm"] = overlap;
+      auto m = model();
+      auto engine = initialize(m, train_config(z)).engine;
+      std::vector<double> losses;
+      for (int s = 0; s < 3; ++s) {
+        auto [x, y] = tiny_batch(s * 2 * kWorld + 2 * rank, 2);
+        at::Tensor loss = (engine->forward(x) - y).pow(2).mean();
+        engine->backward(loss);
+        engine->step();
+        losses.push_back(loss.item<double>());
+      }
+      const runtime::ReductionStats stats = engine->reduction_stats();
+      EXPECT_EQ(stats.buckets_launched, 3) << "overlap " << overlap;
+      EXPECT_EQ(stats.reductions_issued, 2 * stats.buckets_launched) << "overlap " << overlap;
+      comm::configure_comms_logger({});
+      zero::GatheredParameters gathered(*m);
+      std::vector<at::Tensor> flat;
+      for (const auto& p : m->parameters()) flat.push_back(p.detach().reshape({-1}).clone());
+      runs.push_back({torch::tensor(losses, torch::kDouble), torch::cat(flat)});
+    }
+    EXPECT_TRUE(torch::equal(runs[0][0], runs[1][0]));
+    EXPECT_TRUE(torch::equal(runs[0][1], runs[1][1]));
   }, two_nodes());
 }
 

@@ -64,6 +64,7 @@ Stage3GradReducer::Stage3GradReducer(std::vector<PartitionedParam>* params,
                                                                 : at::Tensor());
     }
   }
+  if (options_.quantized_reduction) quantized_in_flight_.resize(bucketer_->num_buffers());
   if (options_.host_shards && bucketer_->num_buffers() > 0) {
     d2h_ = std::make_unique<SideStream>(device);
     copies_read_.assign(bucketer_->num_buffers(), false);
@@ -139,11 +140,13 @@ std::vector<comm::Handle> Stage3GradReducer::launch(const Bucket& b, size_t buff
   const int divisor = options_.average_divisor > 0 ? options_.average_divisor : world_;
   if (options_.average && divisor > 1) send.mul_(1.0 / divisor);
   if (options_.quantized_reduction) {
-    at::Tensor receive = receive_view(b, buffer);
     LocoBucketErrors* errors = loco_ ? &loco_->begin_reduction(b.index) : nullptr;
-    quantized_reduce_scatter(receive, send.view({world_, b.region}), *options_.quantized_reduction,
-                             errors);
-    return {};
+    QuantizedReductionInFlight& flight = quantized_in_flight_[buffer];
+    flight = start_quantized_reduce_scatter(send.view({world_, b.region}),
+                                            *options_.quantized_reduction, errors);
+    std::vector<comm::Handle> handles;  // the Bucketer waits for them before complete()
+    handles.swap(flight.handles);
+    return handles;
   }
   if (options_.reduce_scatter) {
     at::Tensor receive = receive_view(b, buffer);
@@ -154,6 +157,11 @@ std::vector<comm::Handle> Stage3GradReducer::launch(const Bucket& b, size_t buff
 }
 
 void Stage3GradReducer::complete(const Bucket& b, size_t buffer) {
+  if (options_.quantized_reduction) {  // the second stage (Note [Quantized reduction])
+    at::Tensor receive = receive_view(b, buffer);
+    finish_quantized_reduce_scatter(quantized_in_flight_[buffer], receive,
+                                    *options_.quantized_reduction);
+  }
   if (d2h_) return copy_to_host_shards(b, buffer);
   at::Tensor mine = receive_view(b, buffer);
   for (size_t m = 0; m < b.members.size(); ++m) {

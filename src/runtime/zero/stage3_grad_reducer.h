@@ -13,8 +13,10 @@
 // backward counts as zeros (ignore_unused_parameters) or is an error naming it.
 //
 // zero_quantized_gradients (qgZ): the reduce-scatter is Note [Quantized reduction]'s two
-// all-to-alls, complete when launch() returns; with zeropp_loco_param each bucket carries its
-// rounding errors to its next reduction (Note [LoCo error feedback]).
+// all-to-alls: launch() starts the first (inside the node) and the bucket's completion runs the
+// second, so that with overlap_comm the first runs while the next bucket fills; with
+// zeropp_loco_param each bucket carries its rounding errors to its next reduction (Note [LoCo
+// error feedback]).
 //
 // reduce_scatter false: the bucket is all-reduced and each rank keeps its own chunks (the same
 // result, DeepSpeed's non-reduce-scatter path). overlap_comm: two buffers; a launched bucket
@@ -130,6 +132,8 @@ class Stage3GradReducer {
   bool shards_zero_ = true;
   int64_t host_copies_ = 0;          // buckets sent to the host without a host wait, this backward
   std::unique_ptr<LocoErrorFeedback> loco_;  // qgZ with zeropp_loco_param
+  // qgZ: per buffer, its bucket's first stage between launch and completion.
+  std::vector<QuantizedReductionInFlight> quantized_in_flight_;
   std::unique_ptr<Bucketer> bucketer_;
   std::unique_ptr<GradReadyHooks> hooks_;  // last: removed first
 };
