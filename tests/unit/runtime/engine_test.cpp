@@ -276,5 +276,23 @@ TEST(Engine, NonFiniteGradNormIsWarnedNamingStepAndRank) {
   EXPECT_EQ(model->w.item<double>(), -1.0);
 }
 
+// bf16.immediate_grad_update: at stage 0 outside a pipeline nothing reads it (DeepSpeed's bf16
+// wrapper there sums the micro-steps in param.grad), which the engine says; at stage 1 with
+// fp32 accumulation it is read and nothing is said.
+TEST(Engine, ImmediateGradUpdateWithoutEffectAtStageZeroIsAWarning) {
+  const std::string warning = "bf16.immediate_grad_update has no effect at "
+                              "zero_optimization.stage 0 outside a pipeline";
+  for (int stage : {0, 1}) {
+    json cfg = base_config(1, 2);
+    cfg["bf16"] = {{"enabled", true}, {"immediate_grad_update", true}};
+    cfg["zero_optimization"] = {{"stage", stage}};
+    if (stage == 1) cfg["data_types"] = {{"grad_accum_dtype", "fp32"}};
+    ::testing::internal::CaptureStderr();
+    auto [engine, optimizer, sched] = initialize(std::make_shared<TinyNetImpl>(), cfg);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(err.find(warning) != std::string::npos, stage == 0) << "stage " << stage << err;
+  }
+}
+
 }  // namespace
 }  // namespace deepspeed
