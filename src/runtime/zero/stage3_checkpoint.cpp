@@ -316,10 +316,9 @@ void Stage3ZeroOptimizer::apply_checkpoint(const ZeroCheckpointContext& ctx,
     at::NoGradGuard no_grad;
     auto& groups = sub_groups();
     for (size_t g = 0; g < groups.size(); ++g) groups[g].master.copy_(plan.masters[g]);
-    const size_t frozen = frozen_shards().size();
-    for (size_t i = 0; i < frozen && i < plan.frozen.size(); ++i) {
-      set_frozen_shard(i, plan.frozen[i]);
-    }
+    // plan.frozen follows frozen_shards()' order (read_checkpoint); counting those would read
+    // every int8-kept shard back (Note [Quantized frozen shards]).
+    for (size_t i = 0; i < plan.frozen.size(); ++i) set_frozen_shard(i, plan.frozen[i]);
     masters_to_params();
   }
   restored->insert(restored->begin(), {"module", plan.masters_note});
