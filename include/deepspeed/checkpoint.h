@@ -360,6 +360,25 @@ struct ZeroOptimizerStates {
   /// it, as ZeRO's: from_ivalue strips group_paddings, to_ivalue pads them back with zeros.
   bool bf16_optimizer = false;
 
+  /// DeepSpeed's elastic layout (zero_optimization.elastic_checkpoint): base_optimizer_state is
+  /// a list with one dict per param group, the state of the group's flat partition with every
+  /// per-element tensor cut to the partition's real elements (padding dropped, as the fp32
+  /// partitions), and the step count under "base_optimizer_state_step" (in `extra`). It has no
+  /// param_groups: DeepSpeed does not restore hyper-parameters from it. The rigid layout holds
+  /// the inner optimizer's state_dict.
+  bool elastic() const { return base_optimizer_state.isList(); }
+  /// Rigid -> elastic, as DeepSpeed's state_dict() with elastic_checkpoint. The step is written
+  /// from the state (0 before the first step), so that DeepSpeed's loaders, which require it,
+  /// read the file with any optimizer. DeepSpeed copies the states into its optimizer as they
+  /// are, so each state's "step" takes the type that optimizer keeps: a float32 scalar tensor
+  /// for torch's Adam/AdamW (`step_as_tensor`), a number for DeepSpeedCPUAdam.
+  void make_elastic(bool step_as_tensor);
+  /// Elastic -> rigid: each per-element tensor padded back with zeros by group_paddings, the
+  /// step put into each state that lacks one, and `param_groups` (the running optimizer's, one
+  /// flat parameter per group) as the hyper-parameters. Throws CheckpointError naming `source`
+  /// when the groups or the element counts do not match the fp32 partitions.
+  void make_rigid(const c10::IValue& param_groups, const std::string& source);
+
   c10::IValue to_ivalue() const;
   static ZeroOptimizerStates from_ivalue(const c10::IValue& value, const std::string& source);
   /// DeepSpeed's resume rule: the partitions can only be loaded by as many data-parallel ranks

@@ -182,6 +182,11 @@ ZeroConfig parse_zero(ConfigReader& top, std::vector<std::string>* warnings) {
   }
   c.load_from_fp32_weights = rr.get_bool("load_from_fp32_weights", c.load_from_fp32_weights);
   c.elastic_checkpoint = rr.get_bool("elastic_checkpoint", c.elastic_checkpoint);
+  // DeepSpeed passes it to its ZeRO-1/2 optimizer only (stage 3 is refused by name).
+  if (c.elastic_checkpoint && c.stage == 0) {
+    warnings->push_back(rr.where("elastic_checkpoint") + " has no effect with ZeRO stage 0 (it "
+                        "lays out the optimizer-states files of ZeRO stages 1 and 2)");
+  }
   ConfigReader op = rr.section("offload_param", Strictness::kStrict);
   if (op.present()) c.offload_param = parse_offload_param(op);
   ConfigReader oo = rr.section("offload_optimizer", Strictness::kStrict);

@@ -20,7 +20,10 @@ void check_features_supported(const DeepSpeedConfig& c) {
   const auto& fp16 = c.fp16;
   const auto& bf16 = c.bf16;
   const auto& source = c.source;
-  if (z.elastic_checkpoint) refuse(c, "zero_optimization.elastic_checkpoint");
+  // Matches DeepSpeed, whose stage 3 raises NotImplementedError when it saves.
+  if (z.elastic_checkpoint && z.stage == 3) {
+    refuse(c, "zero_optimization.elastic_checkpoint with ZeRO stage 3");
+  }
   if (z.zenflow) refuse(c, "zero_optimization.zenflow (ZenFlow)");
   // Matches the ZeRO-3 engine's own check (stage3.cpp), so that ds_config refuses it too.
   if (z.stage == 3 && z.stage3_module_granularity_threshold != 0) {

@@ -1,8 +1,9 @@
 // Engine checkpoints on N Gloo ranks, each phase in new processes: exact resume (N steps, save,
 // load in new processes, M steps == N + M uninterrupted, bit for bit) for ZeRO 0/1/2 in fp32 and
 // bf16; re-partitioning a ZeRO-1/2 checkpoint for another number of ranks (2 -> 3, 4 -> 2) keeps
-// the trajectory; a rank killed (SIGKILL) in the middle of a save leaves the previous checkpoint
-// loadable and `latest` naming it.
+// the trajectory, also through DeepSpeed's elastic layout of the optimizer states
+// (elastic_checkpoint, on the saving or the loading side); a rank killed (SIGKILL) in the
+// middle of a save leaves the previous checkpoint loadable and `latest` naming it.
 #include "deepspeed/deepspeed.h"
 
 #include <dirent.h>
@@ -56,7 +57,7 @@ class SharedDir {
   std::string path_;
 };
 
-json config(int world, int stage, const std::string& dtype) {
+json config(int world, int stage, const std::string& dtype, bool elastic = false) {
   // The global batch stays 12 samples whatever the world size, so runs on different numbers of
   // ranks follow the same trajectory.
   const int64_t gas = world == 4 ? 3 : 2;
@@ -67,7 +68,8 @@ json config(int world, int stage, const std::string& dtype) {
               {"scheduler",
                {{"type", "WarmupLR"},
                 {"params", {{"warmup_min_lr", 0.0}, {"warmup_max_lr", 0.01}, {"warmup_num_steps", 4}}}}},
-              {"zero_optimization", {{"stage", stage}, {"reduce_bucket_size", 24}}},
+              {"zero_optimization",
+               {{"stage", stage}, {"reduce_bucket_size", 24}, {"elastic_checkpoint", elastic}}},
               {"steps_per_print", 1000}};
   if (dtype == "bf16") cfg["bf16"] = {{"enabled", true}};
   return cfg;
@@ -92,9 +94,29 @@ struct CkptNetImpl : torch::nn::Module {
 
 using Engine = ModuleEngine<CkptNetImpl>;
 
-std::shared_ptr<Engine> make_engine(int world, int stage, const std::string& dtype) {
+std::shared_ptr<Engine> make_engine(int world, int stage, const std::string& dtype,
+                                    bool elastic = false) {
   auto model = std::make_shared<CkptNetImpl>();
-  return initialize(model, config(world, stage, dtype)).engine;
+  return initialize(model, config(world, stage, dtype, elastic)).engine;
+}
+
+// Rank `rank`'s optimizer-states file of `dir/global_step<step>` is in the elastic layout:
+// per-group lean states (as many elements as the fp32 partition) and the step beside them.
+void expect_elastic_file(const std::string& dir, int64_t step, int rank, bool bf16) {
+  const std::string path = ckpt::find_zero_optim_states_file(
+      dir + "/global_step" + std::to_string(step), rank, 0, bf16);
+  const auto z = ckpt::ZeroOptimizerFile::from_ivalue(ckpt::load(path), path).optimizer_state_dict;
+  ASSERT_TRUE(z.elastic()) << path;
+  const auto groups = z.base_optimizer_state.toListRef();
+  ASSERT_EQ(groups.size(), z.single_partition_of_fp32_groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto state = groups[g].toGenericDict();
+    EXPECT_EQ(state.at("exp_avg").toTensor().numel(),
+              z.single_partition_of_fp32_groups[g].numel()) << path << " group " << g;
+  }
+  ASSERT_EQ(z.extra.size(), 1u) << path;
+  EXPECT_EQ(z.extra[0].first, "base_optimizer_state_step");
+  EXPECT_EQ(z.extra[0].second.toInt(), step);
 }
 
 // Global steps [from, to): rank r's micro-batches of each global batch. With `noise` every
@@ -129,6 +151,7 @@ struct ResumeCase {
   int world;
   int stage;
   std::string dtype;
+  bool elastic = false;  // zero_optimization.elastic_checkpoint
 };
 
 class ResumeTest : public ::testing::TestWithParam<ResumeCase> {};
@@ -137,22 +160,25 @@ TEST_P(ResumeTest, LoadInNewProcessesIsBitIdenticalToUninterrupted) {
   const ResumeCase c = GetParam();
   SharedDir dir;
   auto o = dir.options();
-  o.env.push_back({"DS_TEST_CASE", std::to_string(c.stage) + " " + c.dtype});
+  o.env.push_back({"DS_TEST_CASE", std::to_string(c.stage) + " " + c.dtype + " " +
+                                        std::to_string(int{c.elastic})});
   const auto body = [](int phase) {
     return [phase](int rank, int world) {
       std::istringstream is(std::getenv("DS_TEST_CASE"));
       int stage = 0;
+      int elastic = 0;
       std::string dtype;
-      is >> stage >> dtype;
+      is >> stage >> dtype >> elastic;
       const std::string d = std::getenv("DS_TEST_CKPT_DIR");
       const std::string r = std::to_string(rank);
-      auto engine = make_engine(world, stage, dtype);
+      auto engine = make_engine(world, stage, dtype, elastic != 0);
       if (phase == 0) {  // uninterrupted
         train(*engine, rank, world, 0, kBefore + kAfter, true);
         write_params(*engine, d + "/reference" + r + ".pt");
       } else if (phase == 1) {  // first half, then save
         train(*engine, rank, world, 0, kBefore, true);
         engine->save_checkpoint(d + "/ckpt", std::nullopt, {{"epoch", c10::IValue(int64_t{7})}});
+        if (elastic) expect_elastic_file(d + "/ckpt", kBefore, rank, dtype == "bf16");
       } else {  // new processes: load, second half
         torch::manual_seed(999 + rank);  // a different generator state: the load must restore it
         auto loaded = engine->load_checkpoint(d + "/ckpt");
@@ -185,30 +211,37 @@ TEST_P(ResumeTest, LoadInNewProcessesIsBitIdenticalToUninterrupted) {
 INSTANTIATE_TEST_SUITE_P(
     Stages, ResumeTest,
     ::testing::Values(ResumeCase{2, 0, "fp32"}, ResumeCase{2, 1, "fp32"}, ResumeCase{2, 2, "fp32"},
-                      ResumeCase{2, 2, "bf16"}, ResumeCase{2, 0, "bf16"}),
+                      ResumeCase{2, 2, "bf16"}, ResumeCase{2, 0, "bf16"},
+                      ResumeCase{2, 1, "fp32", true}, ResumeCase{2, 2, "bf16", true}),
     [](const auto& info) {
       return "W" + std::to_string(info.param.world) + "Stage" + std::to_string(info.param.stage) +
-             info.param.dtype;
+             info.param.dtype + (info.param.elastic ? "Elastic" : "");
     });
 
 // Saved by `from` ranks, resumed by `to` ranks: the parameters after M more steps match a run
 // that never stopped (on `from` ranks) within fp32 reduction-order noise. A fresh optimizer
 // state (or misplaced Adam moments) would move them far more than the tolerance.
-void check_reshape(int from, int to, int stage) {
+// `elastic`: which side runs with elastic_checkpoint ("save", "load", "both" or "").
+void check_reshape(int from, int to, int stage, const std::string& elastic = "") {
   SharedDir dir;
   auto o = dir.options();
   o.env.push_back({"DS_TEST_STAGE", std::to_string(stage)});
+  o.env.push_back({"DS_TEST_ELASTIC", elastic});
   const auto body = [](int phase) {
     return [phase](int rank, int world) {
       const int s = std::atoi(std::getenv("DS_TEST_STAGE"));
+      const std::string elastic = std::getenv("DS_TEST_ELASTIC");
+      const bool save_elastic = elastic == "save" || elastic == "both";
+      const bool load_elastic = elastic == "load" || elastic == "both";
       const std::string d = std::getenv("DS_TEST_CKPT_DIR");
-      auto engine = make_engine(world, s, "fp32");
+      auto engine = make_engine(world, s, "fp32", phase == 1 ? save_elastic : load_elastic);
       if (phase == 0) {
         train(*engine, rank, world, 0, kBefore + kAfter, false);
         if (rank == 0) write_params(*engine, d + "/reference.pt");
       } else if (phase == 1) {
         train(*engine, rank, world, 0, kBefore, false);
         engine->save_checkpoint(d + "/ckpt");
+        if (save_elastic) expect_elastic_file(d + "/ckpt", kBefore, rank, false);
       } else {
         engine->load_checkpoint(d + "/ckpt");
         train(*engine, rank, world, kBefore, kBefore + kAfter, false);
@@ -235,6 +268,12 @@ void check_reshape(int from, int to, int stage) {
 
 TEST(CheckpointReshape, Stage2From2To3Ranks) { check_reshape(2, 3, 2); }
 TEST(CheckpointReshape, Stage1From4To2Ranks) { check_reshape(4, 2, 1); }
+// Note [Elastic ZeRO checkpoints]: 3 ranks pad the last partition, which the elastic layout
+// drops; DeepSpeed's elastic loader re-partitions these files, and so does ours.
+TEST(CheckpointReshape, Stage2From3To2RanksElastic) { check_reshape(3, 2, 2, "both"); }
+TEST(CheckpointReshape, Stage1From2To3RanksElasticSaveRigidLoad) {
+  check_reshape(2, 3, 1, "save");
+}
 
 bool has_temp_file(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());

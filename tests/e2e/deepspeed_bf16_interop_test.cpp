@@ -286,6 +286,64 @@ TEST_F(Bf16Peer, OursCarriesDeepSpeedsBf16PipelineCheckpoint) {
   expect_near(ours_from.at(3), straight.at(3), "train_gpt from DeepSpeed's pipeline, step 3");
 }
 
+// zero_optimization.elastic_checkpoint (Note [Elastic ZeRO checkpoints]): ZeRO-2 with bf16
+// master weights and each side's CPU Adam, whose step is a number (DeepSpeed's elastic loader
+// cannot take torch AdamW's 0-dim step tensors: it joins them across ranks). Each side's
+// elastic loader carries the other's elastic files:
+//  - DeepSpeed's checkpoint of step 2 through train_gpt's copy: DeepSpeed resumes from the copy
+//    exactly as its uninterrupted run goes on (DeepSpeed cannot resume its own file: it omits
+//    base_optimizer_state_step for optimizers without a step in the param group, and then
+//    requires it);
+//  - train_gpt's checkpoint of step 2 through DeepSpeed's copy: train_gpt resumes from it
+//    exactly as from its own.
+// A constant learning rate: the elastic layout has no param_groups, and DeepSpeed's first step
+// after an elastic load runs the learning rate its scheduler had before the load.
+TEST_F(Bf16Peer, ElasticCheckpointsCrossBothWays) {
+  use_config(2, "", /*bf16_masters=*/true);
+  if (IsSkipped()) return;
+  auto json = nlohmann::json::parse(std::ifstream(config_path));
+  json.erase("scheduler");
+  json["zero_optimization"]["elastic_checkpoint"] = true;
+  std::ofstream(config_path) << json.dump();
+  const auto elastic_file = [](const std::string& path) {
+    return checkpoint::ZeroOptimizerFile::from_ivalue(checkpoint::load(path), path)
+        .optimizer_state_dict;
+  };
+  const std::string rank1 = "/global_step2/bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt";
+  const std::string resume = "--steps 4 --load_dir ";
+
+  const auto tokenized = ours("--steps 1");
+  ASSERT_EQ(tokenized.exit_code, 0) << tokenized.out << tokenized.err;
+  auto ds_straight = metrics(by_deepspeed(), "--steps 4", "ds_straight");
+  const auto ds_saved = deepspeed("--steps 2 --save_dir " + dir.file("ds"));
+  ASSERT_EQ(ds_saved.exit_code, 0) << ds_saved.out << ds_saved.err;
+  const auto theirs = elastic_file(dir.file("ds") + rank1);
+  EXPECT_TRUE(theirs.elastic());
+  for (const auto& [key, value] : theirs.extra) EXPECT_NE(key, "base_optimizer_state_step");
+  const auto copied =
+      ours("--steps 2 --load_dir " + dir.file("ds") + " --save_dir " + dir.file("ours_copy"));
+  ASSERT_EQ(copied.exit_code, 0) << copied.out << copied.err;
+  ASSERT_NE(copied.out.find("nothing to train"), std::string::npos) << copied.out;
+  EXPECT_TRUE(elastic_file(dir.file("ours_copy") + rank1).elastic());
+  ds_straight.erase(1);
+  ds_straight.erase(2);
+  expect_identical(metrics(by_deepspeed(), resume + dir.file("ours_copy"), "ds_back"),
+                   ds_straight, "DeepSpeed from train_gpt's copy of its elastic checkpoint");
+
+  auto straight = metrics(by_ours(), "--steps 4", "straight");
+  const auto saved = ours("--steps 2 --save_dir " + dir.file("ours"));
+  ASSERT_EQ(saved.exit_code, 0) << saved.out << saved.err;
+  EXPECT_TRUE(elastic_file(dir.file("ours") + rank1).elastic());
+  const auto ds_copied = deepspeed("--steps 2 --load_dir " + dir.file("ours") + " --save_dir " +
+                                   dir.file("ds_copy"));
+  ASSERT_EQ(ds_copied.exit_code, 0) << ds_copied.out << ds_copied.err;
+  EXPECT_TRUE(elastic_file(dir.file("ds_copy") + rank1).elastic());
+  straight.erase(1);
+  straight.erase(2);
+  expect_identical(metrics(by_ours(), resume + dir.file("ds_copy"), "back"), straight,
+                   "train_gpt from DeepSpeed's copy of its elastic checkpoint");
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, DeepSpeedBf16Interop, ::testing::ValuesIn(kLayouts),
                          [](const ::testing::TestParamInfo<Layout>& info) {
                            return std::string(info.param.name);

@@ -94,6 +94,13 @@ UniversalSource read_zero012_source(const std::string& dir, int64_t m, const IVa
   std::vector<ZeroOptimizerStates> ranks;
   for (const auto& f : files) {
     const IValue raw = load(f);
+    ZeroOptimizerStates z = ZeroOptimizerFile::from_ivalue(raw, f).optimizer_state_dict;
+    // Note [Elastic ZeRO checkpoints]: no param_groups to carry over (DeepSpeed's converter
+    // fails on these files too).
+    DS_CHECK(!z.elastic(), NotSupportedError, f, ": saved with zero_optimization."
+             "elastic_checkpoint, which keeps no param_groups, so it has no universal form; "
+             "load it with load_checkpoint (onto any data-parallel size) and save it again "
+             "without elastic_checkpoint");
     // Matches DeepSpeed: the global part is rank 0's optimizer_state_dict without its
     // partitioned parts, plus the inner optimizer's param_groups.
     if (out.optimizer_state.isNone()) {
@@ -101,7 +108,7 @@ UniversalSource read_zero012_source(const std::string& dir, int64_t m, const IVa
           raw, {"base_optimizer_state", "param_slice_mappings", "single_partition_of_fp32_groups"},
           f);
     }
-    ranks.push_back(ZeroOptimizerFile::from_ivalue(raw, f).optimizer_state_dict);
+    ranks.push_back(std::move(z));
   }
   int64_t saved_world = 0;
   for (int64_t c : ranks[0].partition_count) saved_world = std::max(saved_world, c);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -291,6 +292,12 @@ ckpt::ZeroOptimizerFile FlatZeroOptimizer::zero_optimizer_file(const ZeroCheckpo
     }
     z.param_slice_mappings.push_back(std::move(mapping));
   }
+  // Note [Elastic ZeRO checkpoints]. BF16_Optimizer's state has no elastic layout in DeepSpeed.
+  // Its step as the optimizer DeepSpeed would run keeps it: CPU-Adam with offload, an int.
+  const auto& zero = ctx.config->zero_optimization;
+  if (zero.elastic_checkpoint && !z.bf16_optimizer) {
+    z.make_elastic(/*step_as_tensor=*/zero.optimizer_offload() == OffloadDevice::kNone);
+  }
   ckpt::ZeroOptimizerFile f;
   f.optimizer_state_dict = std::move(z);
   f.ds_config = ctx.config->raw;
@@ -436,9 +443,19 @@ void FlatZeroOptimizer::read_partitions(const ZeroCheckpointContext& ctx, ZeroLo
   const auto layout = flat_layout();
   const int world = dp_size_;  // the partition count this engine trains with
   const bool bf16 = ctx.config->bf16.enabled;
+  // Note [Elastic ZeRO checkpoints]: an elastic file is read as the rigid one of its rank, with
+  // this optimizer's hyper-parameters (DeepSpeed does not restore them from it either).
+  std::optional<IValue> param_groups;
   const auto read = [&](int r, std::string* path) {
     *path = ckpt::find_zero_optim_states_file(ctx.tag_dir, r, ctx.mp_rank, bf16);
-    return ckpt::ZeroOptimizerFile::from_ivalue(ckpt::load(*path), *path);
+    auto file = ckpt::ZeroOptimizerFile::from_ivalue(ckpt::load(*path), *path);
+    if (file.optimizer_state_dict.elastic()) {
+      if (!param_groups) {
+        param_groups = base_optimizer_state(ctx).toGenericDict().at("param_groups");
+      }
+      file.optimizer_state_dict.make_rigid(*param_groups, *path);
+    }
+    return file;
   };
   std::string path0;
   ckpt::ZeroOptimizerFile file0 = read(0, &path0);

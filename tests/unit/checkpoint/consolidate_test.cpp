@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "deepspeed/checkpoint.h"
+#include "deepspeed/universal_checkpoint.h"
 #include "runtime/zero/flat_group.h"
 #include "support/expect_throw.h"
 #include "support/temp_dir.h"
@@ -64,6 +65,18 @@ TEST_P(Zero2Consolidation, ReproducesTheOriginalTensorsExactly) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Zero2Consolidation, ::testing::Values(1, 2, 3, 4));
+
+// Note [Elastic ZeRO checkpoints]: the fp32 partitions are the same in both layouts, so
+// zero_to_fp32 reads elastic files as it reads rigid ones; ds_to_universal refuses them by name
+// (they hold no param_groups to carry over).
+TEST(Consolidate, ElasticCheckpointConsolidatesAndHasNoUniversalForm) {
+  testing::TempDir dir;
+  const auto c = example_checkpoint(3);
+  write_synthetic_zero_checkpoint(c, dir.path(), "t", /*elastic=*/true);
+  expect_reproduces(c, consolidate_zero_checkpoint(dir.path(), "t"));
+  EXPECT_THROW_WITH(ds_to_universal(dir.path() + "/t", dir.path() + "/u"), NotSupportedError,
+                    "saved with zero_optimization.elastic_checkpoint");
+}
 
 TEST(Consolidate, Bf16CheckpointUsesThePrefixedFiles) {
   testing::TempDir dir;

@@ -125,15 +125,19 @@ inline checkpoint::ModelStates synthetic_model_states(const SyntheticZeroCheckpo
   return m;
 }
 
-/// Writes <dir>/<tag>/ (model states + one optimizer file per rank) and <dir>/latest.
+/// Writes <dir>/<tag>/ (model states + one optimizer file per rank, in DeepSpeed's elastic
+/// layout when `elastic`) and <dir>/latest.
 inline void write_synthetic_zero_checkpoint(const SyntheticZeroCheckpoint& c,
-                                            const std::string& dir, const std::string& tag) {
+                                            const std::string& dir, const std::string& tag,
+                                            bool elastic = false) {
   const std::string tag_dir = checkpoint::tag_directory(dir, tag);
   checkpoint::create_directories(tag_dir);
   checkpoint::save(synthetic_model_states(c).to_ivalue(),
                    tag_dir + "/" + checkpoint::model_states_file_name(0));
   for (int r = 0; r < c.world_size; ++r) {
-    checkpoint::save(synthetic_optimizer_file(c, r).to_ivalue(),
+    auto file = synthetic_optimizer_file(c, r);
+    if (elastic) file.optimizer_state_dict.make_elastic(/*step_as_tensor=*/false);
+    checkpoint::save(file.to_ivalue(),
                      tag_dir + "/" + checkpoint::zero_optim_states_file_name(r, 0, c.bf16));
   }
   checkpoint::commit_checkpoint(dir, tag, /*is_global_rank0=*/true, /*save_latest=*/true, [] {});

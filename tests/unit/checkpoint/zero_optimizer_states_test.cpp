@@ -75,6 +75,75 @@ TEST(ZeroOptimizerStates, RoundTripsThroughBytes) {
   EXPECT_EQ(back.ds_config["zero_optimization"]["stage"], 2);
 }
 
+// Note [Elastic ZeRO checkpoints]: rank 2 of 3 holds padding in both groups (group 1 nothing
+// else), which the elastic layout drops and the rigid one gets back as zeros.
+TEST(ZeroOptimizerStates, ElasticLayoutDropsThePaddingAndKeepsTheStep) {
+  const auto rigid = testing::synthetic_optimizer_file(testing::example_checkpoint(3), 2);
+  auto z = rigid.optimizer_state_dict;
+  EXPECT_FALSE(z.elastic());
+  auto as_tensor = z;
+  as_tensor.make_elastic(/*step_as_tensor=*/true);
+  const IValue tensor_step =
+      as_tensor.base_optimizer_state.toListRef()[0].toGenericDict().at("step");
+  ASSERT_TRUE(tensor_step.isTensor());
+  EXPECT_EQ(tensor_step.toTensor().dim(), 0);
+  EXPECT_EQ(tensor_step.toTensor().scalar_type(), at::kFloat);
+  EXPECT_EQ(tensor_step.toTensor().item<double>(), 3.0);
+  z.make_elastic(/*step_as_tensor=*/false);
+  ASSERT_TRUE(z.elastic());
+  const auto groups = z.base_optimizer_state.toListRef();
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].toGenericDict().at("exp_avg").toTensor().numel(), 21);  // 22 - 1 padding
+  EXPECT_EQ(groups[1].toGenericDict().at("exp_avg").toTensor().numel(), 0);
+  EXPECT_EQ(groups[0].toGenericDict().at("step").toInt(), 3);
+  ASSERT_EQ(z.extra.size(), 1u);
+  EXPECT_EQ(z.extra[0].first, "base_optimizer_state_step");
+  EXPECT_EQ(z.extra[0].second.toInt(), 3);
+
+  // Through the bytes, then back with the running optimizer's hyper-parameters.
+  auto file = rigid;
+  file.optimizer_state_dict = z;
+  auto back = ZeroOptimizerFile::from_ivalue(load_from_string(save_to_string(file.to_ivalue())),
+                                             "rank2.pt").optimizer_state_dict;
+  ASSERT_TRUE(back.elastic());
+  const Dict rigid_base = rigid.optimizer_state_dict.base_optimizer_state.toGenericDict();
+  back.make_rigid(rigid_base.at("param_groups"), "rank2.pt");
+  ASSERT_FALSE(back.elastic());
+  const Dict want = rigid_base.at("state").toGenericDict();
+  const Dict got = back.base_optimizer_state.toGenericDict().at("state").toGenericDict();
+  for (int64_t g = 0; g < 2; ++g) {
+    const at::Tensor w = want.at(g).toGenericDict().at("exp_avg").toTensor();
+    const at::Tensor t = got.at(g).toGenericDict().at("exp_avg").toTensor();
+    ASSERT_EQ(t.numel(), w.numel()) << "group " << g;
+    const int64_t real = back.single_partition_of_fp32_groups[static_cast<size_t>(g)].numel();
+    EXPECT_TRUE(at::equal(t.narrow(0, 0, real), w.narrow(0, 0, real)));
+    EXPECT_EQ(t.narrow(0, real, t.numel() - real).abs().sum().item<double>(), 0.0);
+    EXPECT_EQ(got.at(g).toGenericDict().at("step").toInt(), 3);
+  }
+
+  // DeepSpeed's FusedAdam keeps its step in the param group: the state has none, the file has
+  // it beside the state, and the rigid state gets it back.
+  auto fused = z;
+  c10::impl::GenericList no_step(c10::AnyType::get());
+  for (const auto& group : fused.base_optimizer_state.toListRef()) {
+    Dict copy = group.toGenericDict().copy();
+    copy.erase("step");
+    no_step.push_back(copy);
+  }
+  fused.base_optimizer_state = no_step;
+  fused.extra = {{"base_optimizer_state_step", IValue(int64_t{7})}};
+  fused.make_rigid(rigid_base.at("param_groups"), "fused.pt");
+  const Dict fused_state = fused.base_optimizer_state.toGenericDict().at("state").toGenericDict();
+  EXPECT_EQ(fused_state.at(int64_t{0}).toGenericDict().at("step").toInt(), 7);
+
+  // A state that does not match its fp32 partition names the file and the group.
+  auto wrong = z;
+  wrong.single_partition_of_fp32_groups[0] = at::zeros({20});
+  EXPECT_THROW_WITH(wrong.make_rigid(rigid_base.at("param_groups"), "rank2.pt"), CheckpointError,
+                    "rank2.pt: base_optimizer_state[0]: 'exp_avg' has 21 elements, its fp32 "
+                    "partition 20");
+}
+
 TEST(ZeroOptimizerStates, ReadsPythonDeepSpeedsForms) {
   Dict scaler_state = new_dict();
   scaler_state.insert("cur_scale", 1.0);

@@ -245,6 +245,23 @@ TEST(DsConfig, LocoParamIsReadWithQuantizedGradients) {
                                   "key"), std::string::npos) << typo.warnings[0];
 }
 
+TEST(DsConfig, ElasticCheckpointIsZeroOneAndTwosLayout) {
+  for (int stage : {1, 2}) {
+    auto c = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": )" +
+                   std::to_string(stage) + R"(, "elastic_checkpoint": true}})");
+    EXPECT_TRUE(c.zero_optimization.elastic_checkpoint);
+    EXPECT_TRUE(c.warnings.empty());
+    EXPECT_NO_THROW(c.check_supported());
+  }
+  auto stage0 = parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 0,
+      "elastic_checkpoint": true}})");
+  ASSERT_EQ(stage0.warnings.size(), 1u);
+  EXPECT_NE(stage0.warnings[0].find("zero_optimization.elastic_checkpoint has no effect with "
+                                    "ZeRO stage 0"), std::string::npos) << stage0.warnings[0];
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 1,
+      "elastic_checkpoint": 1}})"), ConfigError, "zero_optimization.elastic_checkpoint");
+}
+
 TEST(DsConfig, LegacyAndDeprecatedForms) {
   auto c = parse(R"({"train_batch_size": 8, "zero_optimization": true, "allgather_size": 1000})");
   EXPECT_EQ(c.zero_optimization.stage, 1);
@@ -319,8 +336,9 @@ TEST(DsConfig, UnimplementedFeaturesAreRefusedByName) {
   refuse(R"({"train_batch_size": 8, "sequence_parallel_size": 2,
       "zero_optimization": {"stage": 3, "mics_shard_size": 2}})",
          "zero_optimization.mics_shard_size with sequence_parallel_size > 1");
-  refuse(R"({"train_batch_size": 8, "zero_optimization": {"elastic_checkpoint": true}})",
-         "zero_optimization.elastic_checkpoint");
+  refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 3,
+      "elastic_checkpoint": true}})",
+         "zero_optimization.elastic_checkpoint with ZeRO stage 3");
   refuse(R"({"train_batch_size": 8, "data_types": {"grad_accum_dtype": "bf16"}})",
          "data_types.grad_accum_dtype bf16 with an fp32 model and zero_optimization.stage 0");
   refuse(R"({"train_batch_size": 8, "wandb": {"enabled": true}})", "wandb.enabled");
