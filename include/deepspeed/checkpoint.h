@@ -185,6 +185,9 @@ std::string zero_optim_states_file_name(int dp_rank, int mp_rank = 0, bool bf16 
 /// CheckpointError listing the names tried.
 std::string find_zero_optim_states_file(const std::string& tag_dir, int dp_rank, int mp_rank,
                                         bool bf16);
+/// find_zero_optim_states_file, or nullopt where `tag_dir` holds none of those names.
+std::optional<std::string> find_zero_optim_states_file_if_any(const std::string& tag_dir,
+                                                              int dp_rank, int mp_rank, bool bf16);
 /// A pipeline's per-layer weights (DeepSpeed's ckpt_layer_path): "layer_<idx:02d>-model_states.pt",
 /// or with tensor parallelism inside the stages "layer_<idx:02d>-model_<tp:02d>-model_states.pt"
 /// (tp_rank >= 0).

@@ -297,6 +297,12 @@ class Engine {
   /// `tag_dir`. Here: a CheckpointError naming the file (only a pipeline engine reads them).
   virtual checkpoint::TensorDict read_layer_files(const std::string& tag_dir,
                                                   const std::string& model_file) const;
+  /// Whether this rank writes the checkpoint files that the data-parallel replicas of its
+  /// model-parallel rank share (the model states, a pipeline stage's layer files): the first
+  /// data-parallel rank, as DeepSpeed's save_non_zero_checkpoint, or with
+  /// checkpoint.use_node_local_storage the first one on each node (Note [Node-local checkpoint
+  /// storage]).
+  bool writes_replicated_checkpoint_files() const;
   /// A pipeline's micro-batch backward (run outside backward()) ended: where micro-steps are
   /// summed in fp32 (bf16, DeepSpeed's BF16_Optimizer) its gradients go there.
   void end_micro_batch_backward();

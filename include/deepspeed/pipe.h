@@ -170,6 +170,10 @@ class PipelineModule : public torch::nn::Module {
   /// layer without a forward_fn, or null (a function, a tied layer with a forward_fn, another
   /// stage's layer).
   std::shared_ptr<torch::nn::Module> layer_module(int layer_idx) const;
+  /// The tied modules this stage holds whose state another stage's layer file keeps (the layer
+  /// of the key's first spec without a forward_fn, as DeepSpeed saves it): {that layer's
+  /// index, the module}. A node-local checkpoint writes them on this stage's node too.
+  std::vector<std::pair<int, std::shared_ptr<torch::nn::Module>>> tied_layers_elsewhere() const;
 
   /// DeepSpeed's allreduce_tied_weight_gradients: sums the tied weights' gradients over the
   /// stages sharing them (same data-parallel index). `grad_of(w)`, when given, names the
@@ -300,9 +304,11 @@ class PipelineEngine : public Engine {
 
   /// DeepSpeed's pipeline checkpoint layout in "<save_dir>/<tag>/": one
   /// "layer_XX-model_states.pt" per layer with state (the layer's state dict, written by the
-  /// stage's data-parallel rank 0), then the base engine's files, whose model-parallel rank is
-  /// the stage: "mp_rank_<stage>_model_states.pt" (this stage's module, counters, scheduler,
-  /// optimizer) and, under ZeRO-1, one optimizer file per data-parallel rank and stage.
+  /// stage's data-parallel rank 0, or split among the replicas with
+  /// checkpoint.parallel_write.pipeline_stage), then the base engine's files, whose
+  /// model-parallel rank is the stage: "mp_rank_<stage>_model_states.pt" (this stage's module,
+  /// counters, scheduler, optimizer) and, under ZeRO-1, one optimizer file per data-parallel
+  /// rank and stage.
   /// Collective over the world; `latest` moves only when every rank finished.
   bool save_checkpoint(const std::string& save_dir,
                        const std::optional<std::string>& tag = std::nullopt,
@@ -338,6 +344,10 @@ class PipelineEngine : public Engine {
                                           const std::string& model_file) const override;
 
  private:
+  /// The stage's layers [first, last) whose files this rank writes (layers_to_write's
+  /// comment in pipeline_checkpoint.cpp says who writes what).
+  std::pair<int, int> layers_to_write() const;
+
   struct Buffer {
     at::Tensor inputs;   // the loaded micro-batch or the received activation
     at::Tensor labels;   // last stage

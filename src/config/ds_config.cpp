@@ -363,7 +363,7 @@ CommsLoggerConfig parse_comms_logger(ConfigReader r) {
   return c;
 }
 
-CheckpointConfig parse_checkpoint(ConfigReader r) {
+CheckpointConfig parse_checkpoint(ConfigReader r, std::vector<std::string>* warnings) {
   CheckpointConfig c;
   std::string tv = r.get_string("tag_validation", c.tag_validation);
   std::string up(tv);
@@ -375,8 +375,18 @@ CheckpointConfig parse_checkpoint(ConfigReader r) {
   ConfigReader pw = r.section("parallel_write", Strictness::kWarnUnknown);
   c.parallel_write_pipeline_stage = pw.get_bool("pipeline_stage", false);
   pw.finish();
-  r.get_bool("checkpoint_serialization", true);
-  r.get_raw("writer");
+  if (!r.get_bool("checkpoint_serialization", true)) {
+    // DeepSpeed's false writes torch.save's legacy (pre-1.6) format; both read the zip format.
+    warnings->push_back(r.where("checkpoint_serialization") +
+                        " false (torch.save's legacy format) is not supported: checkpoints are "
+                        "written in the zip format, which DeepSpeed and PyTorch read alike");
+  }
+  if (r.get_raw("writer") != nullptr) {
+    warnings->push_back(r.where("writer") +
+                        " (DeepSpeed's FastPersist / decoupled checkpoint writers) is not "
+                        "supported: checkpoints are written by the standard writer (each file "
+                        "written atomically and fsynced, `latest` last)");
+  }
   r.finish();
   return c;
 }
@@ -509,7 +519,8 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   c.timers_throughput.synchronized = tp.get_bool("synchronized", true);
   tp.finish();
   timers.finish();
-  c.checkpoint = parse_checkpoint(top.section("checkpoint", Strictness::kWarnUnknown));
+  c.checkpoint =
+      parse_checkpoint(top.section("checkpoint", Strictness::kWarnUnknown), &c.warnings);
   config_detail::parse_feature_sections(top, c);
   warn_if_immediate_grad_update_idle(c);
   config_detail::parse_curriculum_learning(top, c);

@@ -33,6 +33,7 @@
 #include "deepspeed/universal_checkpoint.h"
 #include "deepspeed/version.h"
 #include "deepspeed/zero3.h"
+#include "runtime/checkpoint/shared_file_writers.h"
 #include "runtime/precision/loss_scaler.h"
 #include "runtime/sparse_grad.h"
 #include "runtime/tensor_parallel/engine_autotp.h"
@@ -326,6 +327,10 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
   return m;
 }
 
+bool Engine::writes_replicated_checkpoint_files() const {
+  return ckpt::writes_shared_files(dp_group_, config_.checkpoint.use_node_local_storage);
+}
+
 bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<std::string>& tag,
                              const ClientState& client_state, bool save_latest,
                              bool exclude_frozen_parameters) {
@@ -356,17 +361,20 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
     }
   }
   const std::string tag_dir = ckpt::tag_directory(save_dir, name);
-  // The model-states file: the first data-parallel rank of each model-parallel rank writes it
-  // (as DeepSpeed's save_non_zero_checkpoint); `latest` and the directory: global rank 0.
-  const bool rank0 = comm::get_rank() == 0;
-  const bool dp_rank0 = dp_group_.rank() == 0;
+  // The model-states file: one data-parallel replica of each model-parallel rank writes it
+  // (as DeepSpeed's save_non_zero_checkpoint); `latest` and the directory: global rank 0, or
+  // each node's local rank 0 (Note [Node-local checkpoint storage]).
+  const bool keeps_save_dir = config_.checkpoint.use_node_local_storage
+                                  ? comm::get_local_rank() == 0
+                                  : comm::get_rank() == 0;
+  const bool writes_replicated = writes_replicated_checkpoint_files();
   const int dp_rank = dp_group_.rank();
   const int mp_rank = checkpoint_model_parallel(*module_, mp_group_).rank;
   const auto barrier = [] {
     if (comm::get_world_size() > 1) comm::barrier();
   };
   all_ranks_or_none("save_checkpoint(" + tag_dir + ") creating the directory", [&] {
-    if (rank0) ckpt::create_directories(tag_dir);
+    if (keeps_save_dir) ckpt::create_directories(tag_dir);
   });
   // Gathered on every rank (a collective), written by rank 0.
   at::Tensor rng = gather_rng_states(at::detail::getDefaultCPUGenerator());
@@ -377,11 +385,11 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
   SwappedIn swapped(zero_.get());
   all_ranks_or_none("save_checkpoint(" + tag_dir + ")", [&] {
     // The stage names the model-states file this rank writes (ZeRO-3: every rank its own;
-    // otherwise data-parallel rank 0 the one file of its model-parallel rank) and its own
-    // optimizer-states file. Without an optimizer: data-parallel rank 0, the module alone.
+    // otherwise one replica the one file of its model-parallel rank) and its own
+    // optimizer-states file. Without an optimizer: that replica, the module alone.
     const std::string model_file =
-        zero_ ? zero_->model_states_file_name(dp_rank, mp_rank)
-              : dp_rank0 ? ckpt::model_states_file_name(mp_rank) : std::string();
+        zero_ ? zero_->model_states_file_name(writes_replicated, mp_rank)
+              : writes_replicated ? ckpt::model_states_file_name(mp_rank) : std::string();
     if (!model_file.empty()) {
       ckpt::ModelStates m = model_states(client_state, exclude_frozen_parameters);
       List states(c10::AnyType::get());
@@ -402,7 +410,7 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
     // 1-bit optimizers: each rank's error-feedback buffers (no-op for other optimizers).
     if (optimizer_) onebit::save_rank_local_state(*optimizer_, tag_dir, dp_rank, mp_rank);
   });
-  ckpt::commit_checkpoint(save_dir, name, rank0, save_latest, barrier);
+  ckpt::commit_checkpoint(save_dir, name, keeps_save_dir, save_latest, barrier);
   log::info_rank0("saved checkpoint " + tag_dir + (save_latest ? " (latest)" : ""));
   return true;
 }

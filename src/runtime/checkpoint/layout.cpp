@@ -77,9 +77,11 @@ std::string zero_optim_states_file_name(int dp_rank, int mp_rank, bool bf16) {
          "_mp_rank_" + two_digits(mp_rank) + "_optim_states.pt";
 }
 
-std::string find_zero_optim_states_file(const std::string& tag_dir, int dp_rank, int mp_rank,
-                                        bool bf16) {
-  std::vector<std::string> tried;
+namespace {
+
+std::optional<std::string> find_zero_optim_states_file(const std::string& tag_dir, int dp_rank,
+                                                       int mp_rank, bool bf16,
+                                                       std::vector<std::string>* tried) {
   for (bool prefix : {bf16, !bf16}) {
     const std::string name = zero_optim_states_file_name(dp_rank, mp_rank, prefix);
     // DeepSpeed's loader also accepts the legacy name without '_' before "optim_states.pt".
@@ -88,7 +90,7 @@ std::string find_zero_optim_states_file(const std::string& tag_dir, int dp_rank,
     for (const std::string& candidate : {name, legacy}) {
       const std::string path = tag_dir + "/" + candidate;
       if (!is_file(path)) {
-        tried.push_back(candidate);
+        tried->push_back(candidate);
         continue;
       }
       if (prefix != bf16) {
@@ -98,6 +100,23 @@ std::string find_zero_optim_states_file(const std::string& tag_dir, int dp_rank,
       }
       return path;
     }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> find_zero_optim_states_file_if_any(const std::string& tag_dir,
+                                                              int dp_rank, int mp_rank, bool bf16) {
+  std::vector<std::string> tried;
+  return find_zero_optim_states_file(tag_dir, dp_rank, mp_rank, bf16, &tried);
+}
+
+std::string find_zero_optim_states_file(const std::string& tag_dir, int dp_rank, int mp_rank,
+                                        bool bf16) {
+  std::vector<std::string> tried;
+  if (auto path = find_zero_optim_states_file(tag_dir, dp_rank, mp_rank, bf16, &tried)) {
+    return *path;
   }
   std::ostringstream names;
   for (size_t i = 0; i < tried.size(); ++i) names << (i ? ", " : "") << tried[i];

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "deepspeed/moe.h"
+#include "runtime/checkpoint/shared_file_writers.h"
 #include "util/check.h"
 
 namespace deepspeed::runtime {
@@ -83,11 +84,13 @@ ckpt::TensorDict without_expert_states(const ckpt::TensorDict& module_state) {
   return out;
 }
 
-void save_expert_files(torch::nn::Module& module, const std::string& tag_dir, int mp_rank) {
+void save_expert_files(torch::nn::Module& module, const std::string& tag_dir, int mp_rank,
+                       bool node_local) {
   int layer_id = 0;
   for (const auto& [name, layer] : named_moe_layers(module)) {
     const moe::ExpertGroups* g = layer->ep_groups();
-    const bool writer = g == nullptr || g->expert_data_parallel.rank() == 0;
+    const bool writer = g == nullptr || ckpt::writes_shared_files(g->expert_data_parallel,
+                                                                  node_local);
     if (writer) {
       const auto state = ckpt::module_state_dict(*layer);
       for (int64_t i = 0; i < layer->num_local_experts(); ++i) {

@@ -2,12 +2,15 @@
 // files, and loading the layer files onto another number of stages. The files' format and
 // atomic writing are runtime/checkpoint's.
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include <torch/torch.h>
 
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/moe.h"
 #include "deepspeed/pipe.h"
+#include "runtime/checkpoint/shared_file_writers.h"
 #include "runtime/tensor_parallel/engine_autotp.h"
 #include "util/check.h"
 #include "util/logging.h"
@@ -38,6 +41,21 @@ int stages_in(const std::string& tag_dir) {
 
 }  // namespace
 
+std::pair<int, int> PipelineEngine::layers_to_write() const {
+  // DeepSpeed's PipelineModule.save_state_dict: the stage's first data-parallel replica writes
+  // its layer files, or with checkpoint.parallel_write.pipeline_stage the replicas split them
+  // (partition_uniform). With checkpoint.use_node_local_storage, the replicas of each node do
+  // (Note [Node-local checkpoint storage]).
+  const auto& options = config().checkpoint;
+  const int start = pipe_module_->local_start();
+  const std::vector<int> writers = checkpoint::shared_file_writers(
+      seq_data_parallel_group(), options.use_node_local_storage);
+  const auto [first, last] =
+      checkpoint::shared_files_to_write(pipe_module_->local_stop() - start, writers,
+                                        comm::get_rank(), options.parallel_write_pipeline_stage);
+  return {start + first, start + last};
+}
+
 bool PipelineEngine::save_checkpoint(const std::string& save_dir,
                                      const std::optional<std::string>& tag,
                                      const ClientState& client_state) {
@@ -49,12 +67,23 @@ bool PipelineEngine::save_checkpoint(const std::string& save_dir,
   const std::string dir = checkpoint::tag_directory(save_dir, t);
   // Layer files first: `latest` moves at the end of the base engine's save, after every rank
   // wrote everything.
-  if (dp_rank() == 0) {
+  const auto [start, stop] = layers_to_write();
+  std::vector<std::pair<int, std::shared_ptr<torch::nn::Module>>> layers;
+  for (int idx = start; idx < stop; ++idx) {
+    if (auto m = pipe_module_->layer_module(idx)) layers.emplace_back(idx, m);
+  }
+  // Note [Node-local checkpoint storage]: a node's folder also needs the tied modules whose
+  // layer file another stage writes (the last stage's head tied to the first's embedding);
+  // their copies are equal, so a node holding both stages writes the same bytes twice.
+  const auto& options = config().checkpoint;
+  if (options.use_node_local_storage &&
+      checkpoint::writes_shared_files(seq_data_parallel_group(), /*node_local=*/true)) {
+    for (const auto& tied : pipe_module_->tied_layers_elsewhere()) layers.push_back(tied);
+  }
+  if (!layers.empty()) {
     comm::PhaseScope phase(comm::Phase::kCheckpoint);
     checkpoint::create_directories(dir);
-    for (int idx = pipe_module_->local_start(); idx < pipe_module_->local_stop(); ++idx) {
-      auto m = pipe_module_->layer_module(idx);
-      if (!m) continue;
+    for (const auto& [idx, m] : layers) {
       checkpoint::save(checkpoint::ivalue_from_tensors(layer_state(*m)),
                        dir + "/" + layer_file_name(idx, tp));
     }
@@ -85,7 +114,11 @@ LoadedCheckpoint PipelineEngine::load_checkpoint(const std::string& load_dir,
   const auto tp = runtime::tensor_parallel_group_of(module().parameters());
   const int tp_size = tp ? tp->size() : 1;
   const int saved_stages = stages_in(dir) / tp_size;
-  if (saved_stages == num_stages()) return Engine::load_checkpoint(load_dir, t, options);
+  // Note [Node-local checkpoint storage]: a node's folder holds the files of its own stages
+  // only, so it cannot count the saving run's; such a checkpoint resumes on the same layout.
+  if (saved_stages == num_stages() || config().checkpoint.use_node_local_storage) {
+    return Engine::load_checkpoint(load_dir, t, options);
+  }
   // Each expert lives on one data-parallel rank of its stage; the layer files have rank 0's.
   DS_CHECK(moe::moe_layers(module()).empty(), NotSupportedError, "checkpoint ", dir,
            ": written by ", saved_stages, " pipeline stages, this job has ", num_stages(),

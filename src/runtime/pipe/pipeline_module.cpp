@@ -237,6 +237,22 @@ std::shared_ptr<torch::nn::Module> PipelineModule::layer_module(int layer_idx) c
   return local_modules_[static_cast<size_t>(layer_idx - local_start())];
 }
 
+std::vector<std::pair<int, std::shared_ptr<torch::nn::Module>>>
+PipelineModule::tied_layers_elsewhere() const {
+  std::vector<std::pair<int, std::shared_ptr<torch::nn::Module>>> out;
+  for (const auto& [key, module] : tied_modules_) {
+    int first = -1;
+    bool local = false;
+    for (int idx = 0; idx < num_layers(); ++idx) {
+      if (specs_[idx].tied_key != key || specs_[idx].tied_forward) continue;
+      if (first < 0) first = idx;
+      local = local || (idx >= local_start() && idx < local_stop());
+    }
+    if (first >= 0 && !local) out.emplace_back(first, module);
+  }
+  return out;
+}
+
 void PipelineModule::set_activation_checkpoint_interval(int interval) {
   DS_CHECK(interval >= 0, ConfigError, "PipelineModule: activation_checkpoint_interval is ",
            interval, "; expected >= 0 (0 disables)");

@@ -16,6 +16,7 @@
 #include "deepspeed/optimizers.h"
 #include "deepspeed/version.h"
 #include "runtime/checkpoint/moe_checkpoint.h"
+#include "runtime/checkpoint/shared_file_writers.h"
 #include "runtime/checkpoint/value_access.h"
 #include "runtime/zero/bf16_optimizer_layout.h"
 #include "runtime/zero/repartition.h"
@@ -103,10 +104,9 @@ RepartitionedZeroState repartition_flat_groups(const std::vector<ckpt::ZeroOptim
 // ---------------------------------------------------------------------------------------------
 // save
 
-std::string FlatZeroOptimizer::model_states_file_name(int dp_rank, int mp_rank) const {
-  // The first data-parallel rank of each model-parallel rank writes it (as DeepSpeed's
-  // save_non_zero_checkpoint).
-  return dp_rank == 0 ? ckpt::model_states_file_name(mp_rank) : std::string();
+std::string FlatZeroOptimizer::model_states_file_name(bool writes_replicated, int mp_rank) const {
+  // One rank per model-parallel rank writes it (as DeepSpeed's save_non_zero_checkpoint).
+  return writes_replicated ? ckpt::model_states_file_name(mp_rank) : std::string();
 }
 
 void FlatZeroOptimizer::use_moe_checkpoint(std::shared_ptr<torch::nn::Module> module,
@@ -120,7 +120,7 @@ void FlatZeroOptimizer::use_moe_checkpoint(std::shared_ptr<torch::nn::Module> mo
     if (e.expert_parallel.size() < m.ep_size) continue;
     m.ep_size = e.expert_parallel.size();
     m.ep_rank = e.expert_parallel.rank();
-    m.edp_rank = e.expert_data_parallel.rank();
+    m.expert_data_parallel = e.expert_data_parallel;
   }
   moe_ = std::move(m);
 }
@@ -247,11 +247,15 @@ IValue FlatZeroOptimizer::stage0_optimizer_state(const ZeroCheckpointContext& ct
 std::optional<std::pair<std::string, IValue>> FlatZeroOptimizer::optimizer_states_file(
     const ZeroCheckpointContext& ctx) {
   if (moe_) {
-    save_expert_files(*moe_->module, ctx.tag_dir, ctx.mp_rank);
+    const bool node_local = ctx.config->checkpoint.use_node_local_storage;
+    save_expert_files(*moe_->module, ctx.tag_dir, ctx.mp_rank, node_local);
     if (stage_ == 0) {
       // DeepSpeed's _save_moe_checkpoint: expert-data-parallel rank 0 of each expert-parallel
-      // rank writes {'optimizer': <the optimizer's state_dict>}.
-      if (moe_->edp_rank != 0) return std::nullopt;
+      // rank writes {'optimizer': <the optimizer's state_dict>} (Note [Node-local checkpoint
+      // storage]: the first of each node).
+      if (!ckpt::writes_shared_files(*moe_->expert_data_parallel, node_local)) {
+        return std::nullopt;
+      }
       ckpt::Dict d = ckpt::new_dict();
       d.insert("optimizer", stage0_optimizer_state(ctx));
       return std::make_pair(expert_optimizer_file_name(moe_->ep_rank, ctx.mp_rank), IValue(d));
@@ -446,20 +450,29 @@ void FlatZeroOptimizer::read_partitions(const ZeroCheckpointContext& ctx, ZeroLo
   // Note [Elastic ZeRO checkpoints]: an elastic file is read as the rigid one of its rank, with
   // this optimizer's hyper-parameters (DeepSpeed does not restore them from it either).
   std::optional<IValue> param_groups;
-  const auto read = [&](int r, std::string* path) {
-    *path = ckpt::find_zero_optim_states_file(ctx.tag_dir, r, ctx.mp_rank, bf16);
-    auto file = ckpt::ZeroOptimizerFile::from_ivalue(ckpt::load(*path), *path);
+  const auto read_file = [&](const std::string& path) {
+    auto file = ckpt::ZeroOptimizerFile::from_ivalue(ckpt::load(path), path);
     if (file.optimizer_state_dict.elastic()) {
       if (!param_groups) {
         param_groups = base_optimizer_state(ctx).toGenericDict().at("param_groups");
       }
-      file.optimizer_state_dict.make_rigid(*param_groups, *path);
+      file.optimizer_state_dict.make_rigid(*param_groups, path);
     }
     return file;
   };
-  std::string path0;
-  ckpt::ZeroOptimizerFile file0 = read(0, &path0);
-  const auto& counts = file0.optimizer_state_dict.partition_count;
+  const auto read = [&](int r, std::string* path) {
+    *path = ckpt::find_zero_optim_states_file(ctx.tag_dir, r, ctx.mp_rank, bf16);
+    return read_file(*path);
+  };
+  // This rank's own file decides whether the layout is the same where it exists: a node's
+  // folder need hold no other rank's (Note [Node-local checkpoint storage]). Else rank 0's.
+  const auto own_path =
+      ckpt::find_zero_optim_states_file_if_any(ctx.tag_dir, dp_rank_, ctx.mp_rank, bf16);
+  const int first = own_path ? dp_rank_ : 0;
+  std::string first_path = own_path.value_or("");
+  const ckpt::ZeroOptimizerFile first_file =
+      own_path ? read_file(*own_path) : read(0, &first_path);
+  const auto& counts = first_file.optimizer_state_dict.partition_count;
   int64_t saved_world = 0;
   for (int64_t c : counts) saved_world = std::max(saved_world, c);
   // Each group against its own partition count: an MoE expert group's is its
@@ -475,21 +488,21 @@ void FlatZeroOptimizer::read_partitions(const ZeroCheckpointContext& ctx, ZeroLo
     for (const auto& l : layout) mine += " " + std::to_string(l.partitions);
     std::string saved;
     for (int64_t c : counts) saved += " " + std::to_string(c);
-    DS_CHECK(false, CheckpointError, path0, ": partitioned over", saved,
+    DS_CHECK(false, CheckpointError, first_path, ": partitioned over", saved,
              " ranks per param group, this engine over", mine, " (ep_size ", moe_->ep_size,
              ", ", world, " data-parallel ranks); MoE expert groups cannot be re-partitioned "
              "onto another ep_size or data-parallel size: load with load_optimizer_states=false "
              "(the weights load onto any ep_size)");
   }
   if (same) {
-    std::string path = path0;
-    ckpt::ZeroOptimizerFile own = dp_rank_ == 0 ? file0 : read(dp_rank_, &path);
+    std::string path = first_path;  // read() names the file a failed save left out
+    const ckpt::ZeroOptimizerFile own = first == dp_rank_ ? first_file : read(dp_rank_, &path);
     if (moe_) {
       for (size_t g = 0; g < layout.size(); ++g) {
         const auto& own_counts = own.optimizer_state_dict.partition_count;
         DS_CHECK(own_counts.size() == layout.size() && own_counts[g] == layout[g].partitions,
                  CheckpointError, path, ": param group ", g, " is not partitioned over ",
-                 layout[g].partitions, " ranks as in ", path0);
+                 layout[g].partitions, " ranks");
       }
     } else {
       own.optimizer_state_dict.check_partition_count(world, path);
@@ -515,17 +528,17 @@ void FlatZeroOptimizer::read_partitions(const ZeroCheckpointContext& ctx, ZeroLo
     DS_CHECK(static_cast<int64_t>(present.size()) == saved_world, CheckpointError, ctx.tag_dir,
              ": expected ", saved_world, " '*_optim_states.pt' files (partition_count) but "
              "found ", present.size(), "; possibly an overwrite of an old checkpoint");
-    std::vector<ckpt::ZeroOptimizerFile> files{file0};
-    std::vector<std::string> paths{path0};
-    for (int r = 1; r < saved_world; ++r) {
-      std::string p;
-      files.push_back(read(r, &p));
+    std::vector<ckpt::ZeroOptimizerFile> files;
+    std::vector<std::string> paths;
+    for (int r = 0; r < saved_world; ++r) {
+      std::string p = first_path;
+      files.push_back(r == first ? first_file : read(r, &p));
       paths.push_back(p);
     }
     auto re = repartition_flat_groups(files, paths, shapes, layout);
     plan->masters = std::move(re.masters);
     plan->optimizer_state = re.optimizer_state;
-    z = file0.optimizer_state_dict;
+    z = files.front().optimizer_state_dict;
     plan->masters_note = "fp32 master partitions re-partitioned from " +
                          std::to_string(saved_world) + " to " + std::to_string(world) + " ranks";
   }

@@ -44,7 +44,7 @@ class FlatZeroOptimizer : public ZeroOptimizer {
   /// _restore_from_bit16_weights).
   virtual void params_to_masters() {}
 
-  std::string model_states_file_name(int dp_rank, int mp_rank) const override;
+  std::string model_states_file_name(bool writes_replicated, int mp_rank) const override;
   void add_model_states(const ZeroCheckpointContext& ctx,
                         checkpoint::ModelStates* states) override;
   std::optional<std::pair<std::string, c10::IValue>> optimizer_states_file(
@@ -88,7 +88,8 @@ class FlatZeroOptimizer : public ZeroOptimizer {
   bool bf16_optimizer_ = false;
   struct MoeCheckpoint {
     std::shared_ptr<torch::nn::Module> module;
-    int ep_size = 0, ep_rank = 0, edp_rank = 0;  // the largest expert group's
+    int ep_size = 0, ep_rank = 0;  // the largest expert group's
+    std::optional<comm::Group> expert_data_parallel;  // the largest expert group's
     std::vector<std::string> group_names;  // per optimizer param group; "" for dense groups
   };
   std::optional<MoeCheckpoint> moe_;

@@ -16,6 +16,7 @@
 
 #include "deepspeed/comm.h"
 #include "deepspeed/optimizers.h"
+#include "runtime/checkpoint/shared_file_writers.h"
 #include "runtime/grad_clip.h"
 #include "runtime/optim/scoped_grad_scale.h"
 #include "runtime/host_caching_allocator.h"
@@ -311,7 +312,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
   CoordinatorStats coordinator_stats() const override { return coordinator_->stats(); }
   int world_size() const override { return world_; }
   int rank() const override { return rank_; }
-  bool writes_checkpoint() const override { return replica_group_.rank() == 0; }
+  bool writes_checkpoint() const override {
+    // Note [Node-local checkpoint storage]: under MiCS, the first replica on each node.
+    return deepspeed::checkpoint::writes_shared_files(replica_group_,
+                                                      config_.checkpoint.use_node_local_storage);
+  }
 
  private:
   // MiCS: each shard group reduce-scattered its own samples' gradients (divided by the whole

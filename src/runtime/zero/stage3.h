@@ -55,7 +55,8 @@ class Stage3ZeroOptimizer : public ZeroOptimizer {
   virtual int world_size() const = 0;
   virtual int rank() const = 0;
   /// Whether this rank writes its files: all do, but under MiCS only the first replica of
-  /// each shard (DeepSpeed saves the first shard group's files; the others hold copies).
+  /// each shard (DeepSpeed saves the first shard group's files; the others hold copies), or
+  /// with checkpoint.use_node_local_storage the first on each node.
   virtual bool writes_checkpoint() const = 0;
 
   // Checkpoints in DeepSpeed's stage-3 layout (stage3_checkpoint.cpp): every rank that
@@ -66,7 +67,7 @@ class Stage3ZeroOptimizer : public ZeroOptimizer {
   // fp32 sub-group flats, the inner optimizer's state, the loss scaler). Reading re-lays the
   // shards for this engine's sub-groups, so a checkpoint loads on another number of ranks (or
   // another sub_group_size) too.
-  std::string model_states_file_name(int dp_rank, int mp_rank) const override;
+  std::string model_states_file_name(bool writes_replicated, int mp_rank) const override;
   void add_model_states(const ZeroCheckpointContext& ctx,
                         checkpoint::ModelStates* states) override;
   std::optional<std::pair<std::string, c10::IValue>> optimizer_states_file(

@@ -178,7 +178,8 @@ void read_other_layout(Stage3ZeroOptimizer& zero, const ZeroCheckpointContext& c
 
 }  // namespace
 
-std::string Stage3ZeroOptimizer::model_states_file_name(int /*dp_rank*/, int mp_rank) const {
+std::string Stage3ZeroOptimizer::model_states_file_name(bool /*writes_replicated*/,
+                                                         int mp_rank) const {
   // Every rank writes its own: its frozen shards, placeholders for the partitioned parameters.
   // Named by partition rank: under MiCS the first shard group's ranks write zero_pp_rank_0..S-1.
   if (!writes_checkpoint()) return {};
@@ -246,8 +247,12 @@ void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, Zero
   const bool want_optimizer_state = ctx.want_optimizer;
   const int rank = this->rank();
   const int world = world_size();
-  Zero3File file0 = read_optim_file(tag_dir, 0, mp_rank, bf16);
-  const int64_t saved_world = file0.partition_count;
+  // This rank's own file decides whether the layout is the same where it exists: a node's
+  // folder need hold no other rank's (Note [Node-local checkpoint storage]). Else rank 0's.
+  const bool has_own =
+      rank != 0 && ckpt::find_zero_optim_states_file_if_any(tag_dir, rank, mp_rank, bf16);
+  Zero3File first = read_optim_file(tag_dir, has_own ? rank : 0, mp_rank, bf16);
+  const int64_t saved_world = first.partition_count;
   const int own = rank < saved_world ? rank : 0;
   plan->model_file = tag_dir + "/" + ckpt::zero3_model_states_file_name(own, mp_rank);
   plan->states = read_model_states(tag_dir, own, mp_rank);
@@ -263,10 +268,10 @@ void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, Zero
     same = same_slots(stage3_slots(shapes[g], world), slots[g]);
   }
   if (same) {
-    Zero3File f = rank == 0 ? file0 : read_optim_file(tag_dir, rank, mp_rank, bf16);
+    Zero3File f = has_own || rank == 0 ? first : read_optim_file(tag_dir, rank, mp_rank, bf16);
     DS_CHECK(f.partition_count == world && f.fp32_flat_groups.size() == groups.size(),
              CheckpointError, f.path, ": partition_count ", f.partition_count, " and ",
-             f.fp32_flat_groups.size(), " fp32 flat groups; rank 0's file says ", world, " and ",
+             f.fp32_flat_groups.size(), " fp32 flat groups; this engine expects ", world, " and ",
              groups.size(), " (files of two saves mixed?)");
     for (size_t g = 0; g < groups.size(); ++g) {
       DS_CHECK(f.fp32_flat_groups[g].numel() == groups[g].numel, CheckpointError, f.path,
@@ -285,7 +290,8 @@ void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, Zero
       plan->frozen.push_back(saved->reshape({-1}));
     }
   } else {
-    read_other_layout(*this, ctx, file0, plan);
+    read_other_layout(*this, ctx, has_own ? read_optim_file(tag_dir, 0, mp_rank, bf16) : first,
+                      plan);
   }
 
   plan->raw_states = ckpt::load(plan->model_file);
@@ -297,7 +303,7 @@ void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, Zero
                                  " ranks";
   if (want_optimizer_state) {
     plan->load_optimizer = true;
-    plan->loss_scaler = loss_scaler_json(file0.loss_scaler);
+    plan->loss_scaler = loss_scaler_json(first.loss_scaler);
   }
   ctx.check_model_states(plan);
 }

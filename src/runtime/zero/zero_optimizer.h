@@ -136,7 +136,9 @@ class ZeroOptimizer {
   // load calls read_checkpoint, loads plan.optimizer_state into the inner optimizer, then
   // apply_checkpoint.
   /// The model-states file this rank writes in the tag directory; "" when it writes none.
-  virtual std::string model_states_file_name(int dp_rank, int mp_rank) const = 0;
+  /// `writes_replicated`: the engine chose this rank to write the files its data-parallel
+  /// replicas share (Engine::writes_replicated_checkpoint_files).
+  virtual std::string model_states_file_name(bool writes_replicated, int mp_rank) const = 0;
   /// Adds this stage's part to the model states the engine filled (module, counters, ...).
   virtual void add_model_states(const ZeroCheckpointContext& ctx,
                                 checkpoint::ModelStates* states) = 0;

@@ -262,6 +262,24 @@ TEST(DsConfig, ElasticCheckpointIsZeroOneAndTwosLayout) {
       "elastic_checkpoint": 1}})"), ConfigError, "zero_optimization.elastic_checkpoint");
 }
 
+TEST(DsConfig, CheckpointWritersOfDeepSpeedThatAreNotOursWarnByName) {
+  auto c = parse(R"({"train_batch_size": 8, "checkpoint": {"use_node_local_storage": true,
+      "parallel_write": {"pipeline_stage": true}}})");
+  EXPECT_TRUE(c.checkpoint.use_node_local_storage);
+  EXPECT_TRUE(c.checkpoint.parallel_write_pipeline_stage);
+  EXPECT_TRUE(c.warnings.empty());
+  EXPECT_TRUE(parse(R"({"train_batch_size": 8, "checkpoint": {"checkpoint_serialization": true,
+      "writer": null}})").warnings.empty());
+  c = parse(R"({"train_batch_size": 8, "checkpoint": {"checkpoint_serialization": false,
+      "writer": {"type": "FAST", "decoupled": true}}})");
+  ASSERT_EQ(c.warnings.size(), 2u);
+  EXPECT_NE(c.warnings[0].find("checkpoint.checkpoint_serialization false"), std::string::npos)
+      << c.warnings[0];
+  EXPECT_NE(c.warnings[1].find("checkpoint.writer"), std::string::npos) << c.warnings[1];
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "checkpoint": {"parallel_write":
+      {"pipeline_stage": "yes"}}})"), ConfigError, "checkpoint.parallel_write.pipeline_stage");
+}
+
 TEST(DsConfig, LegacyAndDeprecatedForms) {
   auto c = parse(R"({"train_batch_size": 8, "zero_optimization": true, "allgather_size": 1000})");
   EXPECT_EQ(c.zero_optimization.stage, 1);
