@@ -289,6 +289,15 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
     return out;
   }
+  std::vector<Stage3ParamInfo> frozen_param_infos() const override {
+    std::vector<Stage3ParamInfo> out;
+    for (const auto& p : params_) {
+      if (!p.trainable) {
+        out.push_back(Stage3ParamInfo{p.name, p.param.sizes().vec(), p.numel, p.shard_numel});
+      }
+    }
+    return out;
+  }
   void set_frozen_shard(size_t k, const at::Tensor& values) override {
     for (auto& p : params_) {
       if (p.trainable) continue;

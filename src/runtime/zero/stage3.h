@@ -39,6 +39,9 @@ class Stage3ZeroOptimizer : public ZeroOptimizer {
   /// values read back where kept quantized, Note [Quantized frozen shards]). DeepSpeed's
   /// frozen_param_fragments.
   virtual std::vector<std::pair<std::string, at::Tensor>> frozen_shards() = 0;
+  /// Frozen parameters' names and sizes in frozen_shards()' order (sub_group and offset unset),
+  /// without reading a shard back: all that a load needs to place the saved fragments.
+  virtual std::vector<Stage3ParamInfo> frozen_param_infos() const = 0;
   /// Writes frozen parameter k's shard (frozen_shards() order); it changes the parameter once
   /// gathered again (refresh_gathered_params() re-gathers the persistent ones).
   virtual void set_frozen_shard(size_t k, const at::Tensor& values) = 0;

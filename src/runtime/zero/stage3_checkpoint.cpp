@@ -95,7 +95,7 @@ void read_other_layout(Stage3ZeroOptimizer& zero, const ZeroCheckpointContext& c
   const auto& shapes = *plan->states.param_shapes;
   auto& groups = zero.sub_groups();
   const auto slots = own_slots(zero);
-  auto frozen = zero.frozen_shards();
+  const auto frozen = zero.frozen_param_infos();
 
   char mp_suffix[64];  // this model-parallel rank's files only
   std::snprintf(mp_suffix, sizeof mp_suffix, "mp_rank_%02d_optim_states.pt", mp_rank);
@@ -148,7 +148,8 @@ void read_other_layout(Stage3ZeroOptimizer& zero, const ZeroCheckpointContext& c
   if (!frozen.empty()) {
     std::vector<ckpt::ModelStates> all;
     for (int r = 0; r < saved_world; ++r) all.push_back(read_model_states(tag_dir, r, mp_rank));
-    for (const auto& [name, shard] : frozen) {
+    for (const auto& info : frozen) {
+      const std::string& name = info.name;
       std::vector<at::Tensor> pieces;
       for (int r = 0; r < saved_world; ++r) {
         const at::Tensor* t = all[r].frozen_param_fragments ? all[r].frozen_param_fragments->find(name)
@@ -167,9 +168,9 @@ void read_other_layout(Stage3ZeroOptimizer& zero, const ZeroCheckpointContext& c
       int64_t numel = 1;
       for (int64_t d : *shape) numel *= d;
       full = full.narrow(0, 0, std::min(numel, full.numel()));  // drop the last shard's padding
-      const int64_t begin = rank * shard.numel();
-      at::Tensor mine = at::zeros({shard.numel()}, full.options());
-      const int64_t n = std::clamp<int64_t>(full.numel() - begin, 0, shard.numel());
+      const int64_t begin = rank * info.shard_numel;
+      at::Tensor mine = at::zeros({info.shard_numel}, full.options());
+      const int64_t n = std::clamp<int64_t>(full.numel() - begin, 0, info.shard_numel);
       if (n > 0) mine.narrow(0, 0, n).copy_(full.narrow(0, begin, n));
       plan->frozen.push_back(mine);
     }
@@ -261,7 +262,7 @@ void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, Zero
   const auto& shapes = *plan->states.param_shapes;
   auto& groups = sub_groups();
   const auto slots = own_slots(*this);
-  auto frozen = frozen_shards();
+  const auto frozen = frozen_param_infos();
 
   bool same = saved_world == world && shapes.size() == groups.size();
   for (size_t g = 0; same && g < groups.size(); ++g) {
@@ -280,12 +281,12 @@ void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, Zero
       plan->masters.push_back(f.fp32_flat_groups[g].to(at::kFloat));
     }
     if (want_optimizer_state) plan->optimizer_state = f.inner;
-    for (const auto& [name, shard] : frozen) {
+    for (const auto& info : frozen) {
       const at::Tensor* saved = plan->states.frozen_param_fragments
-                                    ? plan->states.frozen_param_fragments->find(name)
+                                    ? plan->states.frozen_param_fragments->find(info.name)
                                     : nullptr;
-      DS_CHECK(saved && saved->numel() == shard.numel(), CheckpointError, plan->model_file,
-               ": no fragment of frozen parameter '", name, "' with ", shard.numel(),
+      DS_CHECK(saved && saved->numel() == info.shard_numel, CheckpointError, plan->model_file,
+               ": no fragment of frozen parameter '", info.name, "' with ", info.shard_numel,
                " elements (part 'frozen_param_fragments')");
       plan->frozen.push_back(saved->reshape({-1}));
     }
@@ -322,8 +323,8 @@ void Stage3ZeroOptimizer::apply_checkpoint(const ZeroCheckpointContext& ctx,
     at::NoGradGuard no_grad;
     auto& groups = sub_groups();
     for (size_t g = 0; g < groups.size(); ++g) groups[g].master.copy_(plan.masters[g]);
-    // plan.frozen follows frozen_shards()' order (read_checkpoint); counting those would read
-    // every int8-kept shard back (Note [Quantized frozen shards]).
+    // plan.frozen follows frozen_shards()' order (read_checkpoint, from frozen_param_infos(),
+    // which reads no int8-kept shard back: Note [Quantized frozen shards]).
     for (size_t i = 0; i < plan.frozen.size(); ++i) set_frozen_shard(i, plan.frozen[i]);
     masters_to_params();
   }

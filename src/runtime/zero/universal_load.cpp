@@ -281,14 +281,16 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, Stage3ZeroOptim
   }
   // Frozen parameters: this rank's ceil(numel / W) elements of each.
   const int64_t world = zero.world_size();
-  for (const auto& [name, shard] : zero.frozen_shards()) {
+  for (const auto& info : zero.frozen_param_infos()) {
+    const std::string& name = info.name;
+    const int64_t shard = info.shard_numel;
     const at::Tensor t = ckpt::load_universal_state(dir, name, "fp32").reshape({-1});
-    DS_CHECK((t.numel() + world - 1) / world == shard.numel(), CheckpointError,
+    DS_CHECK((t.numel() + world - 1) / world == shard, CheckpointError,
              "universal checkpoint ", dir, ": frozen parameter ", name, " has ", t.numel(),
-             " elements; this rank's shard of ", shard.numel(), " is not 1/", world, " of them");
-    at::Tensor mine = at::zeros({shard.numel()}, t.options());
-    const int64_t begin = rank * shard.numel();
-    const int64_t n = std::clamp<int64_t>(t.numel() - begin, 0, shard.numel());
+             " elements; this rank's shard of ", shard, " is not 1/", world, " of them");
+    at::Tensor mine = at::zeros({shard}, t.options());
+    const int64_t begin = rank * shard;
+    const int64_t n = std::clamp<int64_t>(t.numel() - begin, 0, shard);
     if (n > 0) mine.narrow(0, 0, n).copy_(t.narrow(0, begin, n));
     plan->frozen.push_back(mine);
   }
