@@ -140,6 +140,15 @@ void warn_if_immediate_grad_update_idle(const DeepSpeedConfig& config, bool pipe
                   "wrapper there sums the micro-steps in param.grad)");
 }
 
+// Matches DeepSpeed, where only PipelineModule's layer files are split among the replicas;
+// elsewhere data-parallel rank 0 writes the model states whatever the key says.
+void warn_if_parallel_write_idle(const DeepSpeedConfig& config, bool pipeline) {
+  if (!config.checkpoint.parallel_write_pipeline_stage || pipeline) return;
+  log::warn_rank0(config.source + ": checkpoint.parallel_write.pipeline_stage has no effect "
+                  "outside a pipeline (as in DeepSpeed, which splits only a pipeline stage's "
+                  "layer files among its replicas)");
+}
+
 }  // namespace
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> module, DeepSpeedConfig config,
@@ -290,6 +299,7 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     ctx.qgz_groups = runtime::make_qgz_groups(config_, dp_group_, mpu_ != nullptr);
     ctx.pipeline = dynamic_cast<const pipe::PipelineModule*>(module_.get()) != nullptr;
     warn_if_immediate_grad_update_idle(config_, ctx.pipeline);
+    warn_if_parallel_write_idle(config_, ctx.pipeline);
     if (config_.sparse_gradients) {
       // Matches DeepSpeed: embedding gradients go as rows without ZeRO; its ZeRO optimizers
       // reduce every gradient densely, whatever the key says.

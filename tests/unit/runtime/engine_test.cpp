@@ -294,5 +294,20 @@ TEST(Engine, ImmediateGradUpdateWithoutEffectAtStageZeroIsAWarning) {
   }
 }
 
+// checkpoint.parallel_write.pipeline_stage splits only a pipeline stage's layer files (as in
+// DeepSpeed); elsewhere the engine says it has no effect.
+TEST(Engine, ParallelWriteOutsideAPipelineIsAWarning) {
+  const std::string warning = "checkpoint.parallel_write.pipeline_stage has no effect outside "
+                              "a pipeline";
+  for (bool split : {false, true}) {
+    json cfg = base_config(1, 2);
+    cfg["checkpoint"] = {{"parallel_write", {{"pipeline_stage", split}}}};
+    ::testing::internal::CaptureStderr();
+    auto [engine, optimizer, sched] = initialize(std::make_shared<TinyNetImpl>(), cfg);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(err.find(warning) != std::string::npos, split) << "pipeline_stage " << split << err;
+  }
+}
+
 }  // namespace
 }  // namespace deepspeed
