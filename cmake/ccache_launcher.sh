@@ -14,6 +14,8 @@
 #   compiling a .gch we write that file: a hash of what the .gch is made of, the header's
 #   preprocessed text without line markers, the flags with the root cut off, and the compiler's
 #   version. Two checkouts then agree, and a changed LibTorch header or flag still changes it.
+#   The root is cut from the text too: with the CUDA build's LibTorch in the checkout's
+#   .venv-cuda, __FILE__ in its inline functions expands to paths under the root.
 set -euo pipefail
 ccache=$1 root=$2
 shift 2
@@ -50,6 +52,6 @@ done
 {
   "$1" --version | sed -n 1p
   printf '%s\n' "${pre[@]:1}" | sed "s#$CCACHE_BASEDIR#<root>#g"
-  "${pre[@]}" -E -P -o - | sha256sum
+  "${pre[@]}" -E -P -o - | sed "s#$CCACHE_BASEDIR#<root>#g" | sha256sum
 } | sha256sum | cut -d' ' -f1 > "$gch.sum.tmp"
 mv "$gch.sum.tmp" "$gch.sum"
