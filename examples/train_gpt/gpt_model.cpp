@@ -158,7 +158,8 @@ void GptImpl::set_sequence_parallel_group(const comm::Group& group) {
   for (auto& block : blocks) block->attn->sequence_group = group;
 }
 
-torch::Tensor GptImpl::logits(const torch::Tensor& idx, std::optional<double> pld_theta) {
+torch::Tensor GptImpl::logits(const torch::Tensor& idx, std::optional<double> pld_theta,
+                              const RandomLtdScheduler* random_ltd) {
   // Under sequence parallelism `idx` is this rank's chunk of each sequence, at this offset.
   const int64_t parts = sequence_group_ ? sequence_group_->size() : 1;
   const int64_t T = idx.size(1), first = sequence_group_ ? sequence_group_->rank() * T : 0;
@@ -166,6 +167,10 @@ torch::Tensor GptImpl::logits(const torch::Tensor& idx, std::optional<double> pl
               " exceeds block_size ", cfg_.block_size);
   auto pos = torch::arange(first, first + T, idx.options().dtype(torch::kLong));
   auto x = maybe_dropout(wte(idx) + wpe(pos), cfg_.dropout, is_training());
+  if (random_ltd != nullptr) check_random_ltd(random_ltd->config());
+  // The kept tokens are drawn here, from torch's generator like the layer drops below, so the
+  // data-parallel ranks keep the same positions and a resumed run draws as an uninterrupted one.
+  const RandomLayerTokenDrop ltd(random_ltd, x, is_training());
   const auto n_layer = static_cast<double>(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
     const auto& block = blocks[i];
@@ -180,27 +185,41 @@ torch::Tensor GptImpl::logits(const torch::Tensor& idx, std::optional<double> pl
         continue;
       }
     }
-    if (!cfg_.activation_checkpointing) {
-      x = block->forward(x);
-    } else if (!block->moe_mlp) {
-      x = checkpointing::checkpoint_module(block, x);
-    } else {
-      // The checkpointed forward runs without a graph, so the load-balancing loss leaves it as
-      // a second output (connected to the gate through the recomputation), not as the member
-      // the block sets.
-      auto out = checkpointing::checkpoint(
-          [b = block](const std::vector<at::Tensor>& in) -> std::vector<at::Tensor> {
-            auto y = b->forward(in[0]);
-            return {y, b->l_aux};
-          },
-          {x});
-      x = out[0];
-      block->l_aux = out[1];
-    }
+    x = ltd.forward(static_cast<int64_t>(i), x, [&](const torch::Tensor& in) {
+      return run_block(block, in);
+    });
   }
   x = ln_f(x);
   // Tied embeddings: the output projection is the token embedding matrix.
   return torch::matmul(x, wte->weight.t());
+}
+
+torch::Tensor GptImpl::run_block(const std::shared_ptr<zero::Unit<BlockImpl>>& block,
+                                 const torch::Tensor& x) {
+  if (!cfg_.activation_checkpointing) return block->forward(x);
+  if (!block->moe_mlp) return checkpointing::checkpoint_module(block, x);
+  // The checkpointed forward runs without a graph, so the load-balancing loss leaves it as a
+  // second output (connected to the gate through the recomputation), not as the member the
+  // block sets.
+  auto out = checkpointing::checkpoint(
+      [b = block](const std::vector<at::Tensor>& in) -> std::vector<at::Tensor> {
+        auto y = b->forward(in[0]);
+        return {y, b->l_aux};
+      },
+      {x});
+  block->l_aux = out[1];
+  return out[0];
+}
+
+void GptImpl::check_random_ltd(const RandomLtdConfig& c) const {
+  TORCH_CHECK(c.model_type == "decoder" && c.hidden_state_order == "batch_seq_dim",
+              "random_ltd: the example GPT is a decoder with [batch, seq, hidden] states; set "
+              "model_type \"decoder\" and hidden_state_order \"batch_seq_dim\" (got \"",
+              c.model_type, "\", \"", c.hidden_state_order, "\")");
+  TORCH_CHECK(c.total_layer_num == cfg_.n_layer, "random_ltd.total_layer_num is ",
+              c.total_layer_num, " but the model has ", cfg_.n_layer, " layers");
+  TORCH_CHECK(!sequence_group_ || sequence_group_->size() == 1,
+              "random_ltd with sequence parallelism: a rank holds only part of each sequence");
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx, const torch::Tensor& targets) {
@@ -219,8 +238,10 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx_in, const torch::Tensor&
     idx = sequence::shard_sequence(idx, *sequence_group_, 1);
     targets = sequence::shard_sequence(targets, *sequence_group_, 1);
   }
-  auto lg = logits(idx, kwargs.progressive_layer_drop ? std::optional<double>(kwargs.pld_theta)
-                                                      : std::nullopt);
+  auto lg = logits(idx,
+                   kwargs.progressive_layer_drop ? std::optional<double>(kwargs.pld_theta)
+                                                 : std::nullopt,
+                   kwargs.random_ltd);
   torch::Tensor loss;
   if (sequence_parallel) {  // the whole sequence's mean; backward reaches this rank's logits
     loss = sequence::vocab_sequence_parallel_cross_entropy(lg.transpose(0, 1),

@@ -17,6 +17,7 @@
 
 #include "deepspeed/comm.h"
 #include "deepspeed/forward_kwargs.h"
+#include "deepspeed/random_ltd.h"
 #include "deepspeed/zero3.h"
 #include "gpt_moe.h"
 
@@ -91,13 +92,17 @@ class GptImpl : public torch::nn::Module {
 
   /// idx: [B, T] int64 token ids -> logits [B, T, vocab]. `pld_theta` (progressive layer
   /// drop, training only): block i of L is kept with probability 1 - (i+1)/L * (1 - theta) and
-  /// otherwise skipped (the residual stream passes through), as in the PLD paper.
-  torch::Tensor logits(const torch::Tensor& idx, std::optional<double> pld_theta = std::nullopt);
+  /// otherwise skipped (the residual stream passes through), as in the PLD paper. `random_ltd`
+  /// (training only): the blocks random_ltd_layer_id names run on a random, order-keeping subset
+  /// of each sequence's tokens (RandomLayerTokenDrop); the other tokens skip them.
+  torch::Tensor logits(const torch::Tensor& idx, std::optional<double> pld_theta = std::nullopt,
+                       const RandomLtdScheduler* random_ltd = nullptr);
   /// Mean cross-entropy of predicting `targets` ([B, T]) from `idx`.
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets);
   /// The engine's training forward: with a "seqlen" curriculum the step trains on the first
   /// curriculum_seqlen tokens of each sequence (Megatron-DeepSpeed's truncation); with
-  /// progressive layer drop, blocks are skipped as logits() describes.
+  /// progressive layer drop or random-LTD, blocks skip or tokens skip blocks as logits()
+  /// describes.
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets,
                         const ForwardKwargs& kwargs);
 
@@ -121,6 +126,12 @@ class GptImpl : public torch::nn::Module {
   torch::nn::LayerNorm ln_f{nullptr};
 
  private:
+  /// One block's forward on `x`, checkpointed when cfg.activation_checkpointing.
+  torch::Tensor run_block(const std::shared_ptr<zero::Unit<BlockImpl>>& block,
+                          const torch::Tensor& x);
+  /// That the section fits this model (a decoder with [B, T, C] states and n_layer layers).
+  void check_random_ltd(const RandomLtdConfig& c) const;
+
   GptConfig cfg_;
   std::optional<comm::Group> sequence_group_;
   double last_moe_aux_loss_ = 0.0;

@@ -672,6 +672,12 @@ int run(const Args& a) {
                       {"memory_bytes", memory}};
       if (a.peak_tflops > 0) row["mfu"] = mfu;
       if (a.moe.enabled()) row["moe_aux_loss"] = moe_aux_loss;
+      if (const ds::RandomLtdScheduler* ltd = engine->random_ltd_scheduler()) {
+        // The tokens the dropping blocks kept this step, and DeepSpeed's running layer-token
+        // count (what Megatron-DeepSpeed's token-based LR decay reads).
+        row["random_ltd_seq"] = ltd->get_current_seq();
+        row["consumed_layer_tokens"] = ltd->consumed_layer_tokens();
+      }
       metrics << row.dump() << "\n";
       metrics.flush();
     }

@@ -283,6 +283,37 @@ struct CurriculumLearningConfig {
   std::vector<int64_t> max_step;
 };
 
+/// `data_efficiency.data_routing.random_ltd`: random layerwise token dropping (Yao et al.,
+/// "Random-LTD", 2022). Each training forward, the layers named by random_ltd_layer_id run on a
+/// random, order-keeping subset of reserved_length tokens (rising from min_value to max_value
+/// over require_steps steps); the others pass through them. The model applies it with
+/// RandomLayerTokenDrop (random_ltd.h). As in DeepSpeed, random_ltd.enabled alone turns it on.
+struct RandomLtdConfig {
+  bool enabled = false;
+  int64_t total_layer_num = 0;       // the model's layers, dropping or not
+  int64_t random_ltd_layer_num = 0;  // == random_ltd_layer_id.size()
+  std::vector<int64_t> random_ltd_layer_id;  // sorted, each in [0, total_layer_num)
+  std::optional<std::string> model_mask_name;  // the attention mask the layers take (or none)
+  std::string model_type;          // "decoder": causal mask cut; "encoder": mask gathered
+  std::string hidden_state_order;  // "batch_seq_dim" | "seq_batch_dim"
+  // random_ltd_schedule:
+  int64_t min_value = 0;   // reserved tokens at step 0
+  int64_t max_value = 0;   // ... from require_steps on (no dropping at the full length)
+  std::string schedule_type = "fixed_linear";  // the only one DeepSpeed implements
+  int64_t require_steps = 1;  // schedule_config: steps from min_value to max_value
+  int64_t seq_per_step = 1;   // schedule_config: every reserved length is a multiple of it
+};
+
+/// `data_efficiency`: DeepSpeed's data-efficiency library. Its data_routing part (random-LTD)
+/// is implemented; an enabled data_sampling (curriculum by difficulty metrics, dynamic
+/// batching) is refused by name.
+struct DataEfficiencyConfig {
+  bool enabled = false;
+  int64_t seed = 1234;
+  bool data_routing_enabled = false;
+  RandomLtdConfig random_ltd;
+};
+
 /// `torch_autocast`.
 struct TorchAutocastConfig {
   bool enabled = false;
@@ -343,6 +374,7 @@ struct DeepSpeedConfig {
   ElasticityConfig elasticity;
   ProgressiveLayerDropConfig progressive_layer_drop;
   CurriculumLearningConfig curriculum_learning;
+  DataEfficiencyConfig data_efficiency;
   TorchAutocastConfig torch_autocast;
 
   bool comet_enabled = false;  // comet.enabled (refused by check_supported())

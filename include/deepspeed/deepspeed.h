@@ -21,6 +21,7 @@
 #include "deepspeed/mpu.h"
 #include "deepspeed/param_group.h"
 #include "deepspeed/progressive_layer_drop.h"
+#include "deepspeed/random_ltd.h"
 #include "deepspeed/version.h"
 
 namespace deepspeed {

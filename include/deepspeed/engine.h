@@ -35,6 +35,7 @@ namespace deepspeed {
 
 class CurriculumScheduler;
 class ProgressiveLayerDrop;
+class RandomLtdScheduler;
 
 namespace monitor {
 class MonitorMaster;
@@ -264,6 +265,9 @@ class Engine {
   /// curriculum_learning's scheduler (DeepSpeed's curriculum_scheduler_legacy); nullptr when the
   /// section is off. Set a "custom" schedule's function on it before training.
   CurriculumScheduler* curriculum_scheduler_legacy() { return curriculum_.get(); }
+  /// data_efficiency.data_routing.random_ltd's schedule (DeepSpeed's random_ltd_scheduler);
+  /// nullptr when it is off.
+  RandomLtdScheduler* random_ltd_scheduler() { return random_ltd_.get(); }
   /// progressive_layer_drop's current theta (DeepSpeed's get_pld_theta); nullopt when off.
   std::optional<double> get_pld_theta() const;
 
@@ -392,6 +396,7 @@ class Engine {
   std::unique_ptr<runtime::AutotuningProbe> autotuning_;
   std::unique_ptr<CurriculumScheduler> curriculum_;  // curriculum_learning.enabled
   std::unique_ptr<ProgressiveLayerDrop> pld_;        // progressive_layer_drop.enabled
+  std::unique_ptr<RandomLtdScheduler> random_ltd_;   // data_efficiency...random_ltd.enabled
   ForwardKwargs forward_kwargs_;  // autotuning.enabled (docs/autotuning.md)
 
   int64_t global_steps_ = 0;

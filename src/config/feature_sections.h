@@ -17,6 +17,10 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c);
 void parse_curriculum_learning(ConfigReader& top, DeepSpeedConfig& c);
 void resolve_curriculum_learning(const DeepSpeedConfig& c, json& out);
 
+/// Reads the data_efficiency section (data_efficiency_section.cpp).
+void parse_data_efficiency(ConfigReader& top, DeepSpeedConfig& c);
+void resolve_data_efficiency(const DeepSpeedConfig& c, json& out);
+
 /// Reads the sections of features this build does not implement (amp, compression_training,
 /// compile, tensor_parallel, ...) far enough to fill c.unimplemented_requests.
 void parse_unimplemented_sections(ConfigReader& top, DeepSpeedConfig& c);

@@ -203,6 +203,11 @@ ConfigReader ConfigReader::section(const std::string& key, Strictness strictness
   return ConfigReader(v, sub, source_, strictness, warnings_);
 }
 
+void ConfigReader::mark_all_known() {
+  if (obj_ == nullptr) return;
+  for (auto it = obj_->begin(); it != obj_->end(); ++it) known_.push_back(it.key());
+}
+
 void ConfigReader::finish() {
   if (obj_ == nullptr) return;
   for (auto it = obj_->begin(); it != obj_->end(); ++it) {

@@ -63,6 +63,8 @@ class ConfigReader {
   bool get_bool_alias(const std::string& key, const std::string& alias, bool def);
   /// Marks a key as known without reading it (handled elsewhere).
   void mark_known(const std::string& key) { known_.push_back(key); }
+  /// Marks every key of the section as known: a switched-off section whose keys nothing reads.
+  void mark_all_known();
 
   /// Reports keys never read: ConfigError in strict sections, a warning otherwise.
   void finish();

@@ -23,6 +23,7 @@
 #include "config/auto_sizes.h"
 #include "deepspeed/comms_logging.h"
 #include "deepspeed/curriculum_scheduler.h"
+#include "deepspeed/random_ltd.h"
 #include "deepspeed/monitor.h"
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
@@ -352,6 +353,10 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
   if (config_.curriculum_learning.enabled) {
     curriculum_ = std::make_unique<CurriculumScheduler>(config_.curriculum_learning);
   }
+  if (config_.data_efficiency.random_ltd.enabled) {
+    random_ltd_ = std::make_unique<RandomLtdScheduler>(config_.data_efficiency.random_ltd,
+                                                       config_.batch.train_batch_size);
+  }
   std::ostringstream os;
   os << "engine ready: world_size=" << world << " zero_stage=" << config_.zero_optimization.stage
      << " train_batch_size=" << config_.batch.train_batch_size
@@ -507,8 +512,9 @@ void Engine::build_lr_scheduler(LRSchedulerFactory lr_scheduler) {
 
 void Engine::forward_begin() {
   comm::set_phase(comm::Phase::kForward);
-  // Matches DeepSpeed's forward: training forwards get progressive layer drop's state and, for
-  // a "seqlen" curriculum, the sequence length of global step global_steps + 1.
+  // Matches DeepSpeed's forward: training forwards get progressive layer drop's state, for a
+  // "seqlen" curriculum the sequence length of global step global_steps + 1, and random-LTD's
+  // schedule moved to global step global_steps.
   forward_kwargs_ = ForwardKwargs{};
   if (module_->is_training()) {
     if (pld_) {
@@ -520,6 +526,10 @@ void Engine::forward_begin() {
       if (curriculum_->config().curriculum_type == "seqlen") {
         forward_kwargs_.curriculum_seqlen = difficulty;
       }
+    }
+    if (random_ltd_) {
+      random_ltd_->update_seq(global_steps_);
+      forward_kwargs_.random_ltd = random_ltd_.get();
     }
   }
   if (autotuning_) autotuning_->forward_begin();
@@ -545,7 +555,9 @@ void Engine::check_forward_kwargs_taken(const char* module_type) const {
   const std::string feature =
       forward_kwargs_.curriculum_seqlen
           ? "curriculum_learning (curriculum_type \"seqlen\") passes curriculum_seqlen"
-          : "progressive_layer_drop passes progressive_layer_drop and pld_theta";
+      : forward_kwargs_.progressive_layer_drop
+          ? "progressive_layer_drop passes progressive_layer_drop and pld_theta"
+          : "data_efficiency.data_routing.random_ltd passes its schedule (random_ltd)";
   DS_CHECK(false, UsageError, feature, " to the model's training forward, but ",
            c10::demangle(module_type),
            "::forward takes no `const deepspeed::ForwardKwargs&` as its last parameter; add one "

@@ -30,6 +30,7 @@
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/progressive_layer_drop.h"
+#include "deepspeed/random_ltd.h"
 #include "deepspeed/universal_checkpoint.h"
 #include "deepspeed/version.h"
 #include "deepspeed/zero3.h"
@@ -236,6 +237,7 @@ void check_module_state(torch::nn::Module& module, const ckpt::TensorDict& saved
 // What a load will apply, read and checked in full first: the stage's part, and the engine's.
 struct LoadPlan : runtime::ZeroLoadPlan {
   std::optional<json> lr_scheduler;
+  std::optional<json> random_ltd;
   std::optional<at::Tensor> rng_state;
   std::optional<at::Tensor> cuda_rng_state;
 };
@@ -305,6 +307,7 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
     zero_->add_model_states(ctx, &m);
   }
   if (lr_scheduler_) m.lr_scheduler = ckpt::ivalue_from_json(lr_scheduler_->state_dict());
+  if (random_ltd_) m.random_ltd = ckpt::ivalue_from_json(random_ltd_->state_dict());
   m.skipped_steps = skipped_steps_;
   m.global_steps = global_steps_;
   m.global_samples = global_samples_;
@@ -572,6 +575,10 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
       plan.lr_scheduler = ckpt::json_from_ivalue(read->states.lr_scheduler, read->model_file +
                                                                           ": lr_scheduler");
     }
+    if (random_ltd_ && !options.load_module_only && !read->states.random_ltd.isNone()) {
+      plan.random_ltd = ckpt::json_from_ivalue(read->states.random_ltd,
+                                               read->model_file + ": random_ltd");
+    }
     for (const auto& [key, value] : read->states.client_state) {
       if (key != kRngStateKey || options.load_module_only) continue;
       const auto list = value.toListRef();
@@ -639,6 +646,16 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
   if (plan.lr_scheduler) {
     lr_scheduler_->load_state_dict(*plan.lr_scheduler);
     restored.push_back("lr scheduler");
+  }
+  if (plan.random_ltd) {
+    random_ltd_->load_state_dict(*plan.random_ltd, plan.model_file);
+    restored.push_back("random-LTD schedule (kept length " +
+                       std::to_string(random_ltd_->get_current_seq()) + ")");
+  } else if (random_ltd_ && !options.load_module_only) {
+    // DeepSpeed fails on the None a checkpoint without random-LTD holds; the schedule is a
+    // function of the global step, so only the consumed layer-tokens are lost.
+    log::warn_rank0(plan.model_file + ": no random_ltd state; random-LTD's schedule continues "
+                    "from the restored global step, its consumed_layer_tokens from 0");
   }
   if (!options.load_module_only) {
     global_steps_ = plan.states.global_steps;

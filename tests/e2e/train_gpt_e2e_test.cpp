@@ -197,6 +197,55 @@ TEST(TrainGptE2E, SeqlenCurriculumAndLayerDropResumeExactlyUnderZero3) {
   }
 }
 
+// Random-LTD under ZeRO-3: blocks 0 and 2 of 3 keep DeepSpeed's scheduled number of tokens
+// (fixed_linear from 8 to all 32 over 4 steps, multiples of 8), the metrics count the consumed
+// layer-tokens, the dropped tokens change the loss, and a resumed run continues exactly (the
+// schedule from the checkpoint's 'random_ltd', the draws from the restored RNG).
+TEST(TrainGptE2E, RandomLtdFollowsItsScheduleAndResumesExactlyUnderZero3) {
+  testing::TempDir dir;
+  nlohmann::json cfg = nlohmann::json::parse(R"({"train_micro_batch_size_per_gpu": 2,
+      "steps_per_print": 100, "zero_optimization": {"stage": 3},
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})");
+  const std::string plain = cfg.dump();
+  cfg["data_efficiency"] = nlohmann::json::parse(R"({"enabled": true, "data_routing": {
+      "enabled": true, "random_ltd": {"enabled": true, "total_layer_num": 3,
+        "random_ltd_layer_num": 2, "random_ltd_layer_id": [0, 2], "model_mask_name": null,
+        "model_type": "decoder", "hidden_state_order": "batch_seq_dim",
+        "random_ltd_schedule": {"min_value": 8, "max_value": 32, "schedule_type": "fixed_linear",
+          "schedule_config": {"require_steps": 4, "seq_per_step": 8}}}}})");
+  auto full = run_command(launch(dir, cfg.dump(), 6, "full.jsonl", "", /*n_layer=*/3));
+  ASSERT_EQ(full.exit_code, 0) << full.out << full.err;
+  auto want = read_rows(dir.file("full.jsonl"));
+  ASSERT_EQ(want.size(), 6u);
+  const int64_t kept[] = {8, 8, 16, 24, 32, 32};
+  int64_t consumed = 0;
+  for (size_t i = 0; i < 6; ++i) {
+    consumed += 4 * (kept[i] * 2 + 32);  // train batch 4: 2 dropping blocks, 1 full
+    EXPECT_EQ(want[i]["random_ltd_seq"], kept[i]) << "step " << i + 1;
+    EXPECT_EQ(want[i]["consumed_layer_tokens"], consumed) << "step " << i + 1;
+    EXPECT_EQ(want[i]["seq_len"], 32) << "step " << i + 1;  // the batches stay whole
+    EXPECT_TRUE(std::isfinite(want[i]["loss"].get<double>())) << want[i];
+  }
+  auto without = run_command(launch(dir, plain, 1, "plain.jsonl", "", 3));
+  ASSERT_EQ(without.exit_code, 0) << without.out << without.err;
+  EXPECT_NE(read_rows(dir.file("plain.jsonl"))[0]["loss"].get<double>(),
+            want[0]["loss"].get<double>());
+  auto first = run_command(
+      launch(dir, cfg.dump(), 3, "first.jsonl", "--save_dir " + dir.file("ckpt"), 3));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  auto second = run_command(
+      launch(dir, cfg.dump(), 6, "second.jsonl", "--load_dir " + dir.file("ckpt"), 3));
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  auto got = read_rows(dir.file("second.jsonl"));
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i]["random_ltd_seq"], want[i + 3]["random_ltd_seq"]) << "step " << i + 4;
+    EXPECT_EQ(got[i]["consumed_layer_tokens"], want[i + 3]["consumed_layer_tokens"])
+        << "step " << i + 4;
+    EXPECT_EQ(got[i]["loss"].get<double>(), want[i + 3]["loss"].get<double>()) << "step " << i + 4;
+  }
+}
+
 // --load_dir with a typo, or a folder without `latest`, is refused before anything is trained
 // or saved (the engine only warns, as DeepSpeed): exit non-zero, the folder and what was looked
 // for named, and the checkpoint already in --save_dir untouched.

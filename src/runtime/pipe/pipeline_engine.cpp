@@ -45,6 +45,11 @@ const PipelineModule& checked(const std::shared_ptr<PipelineModule>& module,
   DS_CHECK(config.sequence_parallel_size == 1, NotSupportedError, config.source,
            ": sequence_parallel_size (", config.sequence_parallel_size,
            ") with pipeline parallelism is not supported yet");
+  // DeepSpeed's PipelineEngine never updates random-LTD's schedule (its stages skip the
+  // engine's forward), so its layers would keep min_value tokens for good.
+  DS_CHECK(!config.data_efficiency.random_ltd.enabled, NotSupportedError, config.source,
+           ": data_efficiency.data_routing.random_ltd with pipeline parallelism is not "
+           "supported");
   // Matches DeepSpeed's PipelineEngine assertion.
   DS_CHECK(config.zero_optimization.stage < 2, NotSupportedError,
            "ds_config.json: zero_optimization.stage is ",
