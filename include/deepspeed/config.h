@@ -314,6 +314,21 @@ struct DataEfficiencyConfig {
   RandomLtdConfig random_ltd;
 };
 
+/// `hybrid_engine`: DeepSpeed's hybrid engine (DeepSpeed-Chat's RLHF actor): one engine that
+/// trains and generates. Engine::generate_with() runs a generation with every ZeRO-3 parameter
+/// gathered once (pin_parameters) instead of per layer and forward, and eval() prints the
+/// latency breakdown DeepSpeed prints. DeepSpeed's inference kernels (and so its inference
+/// workspace and inference tensor parallelism) are not part of this build.
+struct HybridEngineConfig {
+  bool enabled = false;
+  int64_t max_out_tokens = 512;         // the inference kernels' workspace (no effect here)
+  int64_t inference_tp_size = 1;        // > 1 refused
+  bool release_inference_cache = false;  // the inference workspace (no effect here; warns)
+  bool pin_parameters = true;           // ZeRO-3: gather all layers once per generation
+  int64_t tp_gather_partition_size = 8;  // layers gathered at once with inference_tp_size > 1
+  bool enable_cuda_graph = false;       // refused
+};
+
 /// `torch_autocast`.
 struct TorchAutocastConfig {
   bool enabled = false;
@@ -376,6 +391,7 @@ struct DeepSpeedConfig {
   CurriculumLearningConfig curriculum_learning;
   DataEfficiencyConfig data_efficiency;
   TorchAutocastConfig torch_autocast;
+  HybridEngineConfig hybrid_engine;
 
   bool comet_enabled = false;  // comet.enabled (refused by check_supported())
   /// Features of the sections this build parses only far enough to know whether they are on

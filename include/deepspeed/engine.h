@@ -45,6 +45,7 @@ class FlopsProfiler;
 }
 namespace runtime {
 class AutotuningProbe;
+class HybridEngineState;
 class LossScaler;
 class ThroughputTimer;
 class Timers;
@@ -152,8 +153,24 @@ class Engine {
 
   /// Sets every parameter's .grad to undefined (DeepSpeed's default: set to None).
   void zero_grad();
-  void train(bool on = true) { module_->train(on); }
-  void eval() { module_->eval(); }
+  /// Training / evaluation mode of the module. With hybrid_engine.enabled, eval() also prints
+  /// DeepSpeed's latency line for the period since the previous eval() (generation, gather,
+  /// training, others, samples/s), as DeepSpeed's hybrid engine does.
+  void train(bool on = true);
+  void eval();
+
+  /// hybrid_engine.enabled (DeepSpeed's DeepSpeedHybridEngine.generate): runs `fn`, a
+  /// generation with the model, and returns what it returns. Under ZeRO-3 with
+  /// hybrid_engine.pin_parameters every partitioned parameter is gathered once for the whole
+  /// generation (instead of around each layer's forward, token after token) and released
+  /// after. `batch_size`: the samples this rank generates, for the samples/s figures (0: none).
+  /// Every rank must call it (the gather is collective). UsageError without
+  /// hybrid_engine.enabled.
+  template <typename Fn>
+  decltype(auto) generate_with(Fn&& fn, int64_t batch_size = 0) {
+    GenerationScope scope(*this, batch_size);
+    return std::forward<Fn>(fn)();
+  }
 
   std::vector<double> get_lr() const;
   /// Unscaled, pre-clip global gradient L2 norm of the last optimizer step (nullopt before).
@@ -397,6 +414,23 @@ class Engine {
   std::unique_ptr<CurriculumScheduler> curriculum_;  // curriculum_learning.enabled
   std::unique_ptr<ProgressiveLayerDrop> pld_;        // progressive_layer_drop.enabled
   std::unique_ptr<RandomLtdScheduler> random_ltd_;   // data_efficiency...random_ltd.enabled
+  std::unique_ptr<runtime::HybridEngineState> hybrid_;  // hybrid_engine.enabled
+
+  /// hybrid_engine.enabled: its state, and every rank's generator set to rank 0's (DeepSpeed
+  /// synchronises them so that sampling draws the same tokens on every rank).
+  void start_hybrid_engine();
+
+  /// generate_with()'s span: the hybrid engine's gather and timing, undone on any exit.
+  class GenerationScope {
+   public:
+    GenerationScope(Engine& engine, int64_t batch_size);
+    ~GenerationScope();
+    GenerationScope(const GenerationScope&) = delete;
+    GenerationScope& operator=(const GenerationScope&) = delete;
+
+   private:
+    Engine& engine_;
+  };
   ForwardKwargs forward_kwargs_;  // autotuning.enabled (docs/autotuning.md)
 
   int64_t global_steps_ = 0;
@@ -473,6 +507,23 @@ class ModuleEngine : public Engine {
   auto operator()(Args&&... args) {
     return forward(std::forward<Args>(args)...);
   }
+
+  /// hybrid_engine.enabled: the module's own generate(args...) through generate_with()
+  /// (DeepSpeed's engine.generate); the first tensor argument's first dimension is the batch.
+  template <typename... Args>
+  decltype(auto) generate(Args&&... args) {
+    int64_t batch = 0;
+    auto take = [&batch](const auto& arg) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(arg)>, at::Tensor>) {
+        if (batch == 0 && arg.defined() && arg.dim() > 0) batch = arg.size(0);
+      }
+    };
+    (take(args), ...);
+    return generate_with(
+        [&]() -> decltype(auto) { return typed_module_->generate(std::forward<Args>(args)...); },
+        batch);
+  }
+
   Module& typed_module() { return *typed_module_; }
 
  private:

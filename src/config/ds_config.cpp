@@ -525,6 +525,7 @@ DeepSpeedConfig DeepSpeedConfig::from_json(const json& doc, int64_t dp_world_siz
   warn_if_immediate_grad_update_idle(c);
   config_detail::parse_curriculum_learning(top, c);
   config_detail::parse_data_efficiency(top, c);
+  config_detail::parse_hybrid_engine(top, c);
   // Checked here; read with AutotuningConfig::of(config) by the engine and the tuner.
   AutotuningConfig::from_json(top.get_raw("autotuning", "an object"), source);
   config_detail::parse_unimplemented_sections(top, c);

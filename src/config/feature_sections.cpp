@@ -188,6 +188,7 @@ void resolve_feature_sections(const DeepSpeedConfig& c, json& j) {
                                  {"gamma", c.progressive_layer_drop.gamma}};
   resolve_curriculum_learning(c, j);
   resolve_data_efficiency(c, j);
+  resolve_hybrid_engine(c, j);
   j["torch_autocast"] = {{"enabled", c.torch_autocast.enabled},
                          {"dtype", opt(c.torch_autocast.dtype)},
                          {"lower_precision_safe_modules", c.torch_autocast.lower_precision_safe_modules}};

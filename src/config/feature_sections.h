@@ -17,6 +17,10 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c);
 void parse_curriculum_learning(ConfigReader& top, DeepSpeedConfig& c);
 void resolve_curriculum_learning(const DeepSpeedConfig& c, json& out);
 
+/// Reads the hybrid_engine section (hybrid_engine_section.cpp).
+void parse_hybrid_engine(ConfigReader& top, DeepSpeedConfig& c);
+void resolve_hybrid_engine(const DeepSpeedConfig& c, json& out);
+
 /// Reads the data_efficiency section (data_efficiency_section.cpp).
 void parse_data_efficiency(ConfigReader& top, DeepSpeedConfig& c);
 void resolve_data_efficiency(const DeepSpeedConfig& c, json& out);

@@ -10,7 +10,7 @@ namespace {
 
 // Sections switched on by "enabled": true (DeepSpeed's default is false for each).
 constexpr const char* kEnabledSections[] = {
-    "amp", "hybrid_engine", "nebula", "datastates", "eigenvalue", "quantize_training"};
+    "amp", "nebula", "datastates", "eigenvalue", "quantize_training"};
 
 // compression_training's techniques (DeepSpeed's compression/constants.py). Each is on when its
 // shared_parameters.enabled is true; layer_reduction has its own "enabled".

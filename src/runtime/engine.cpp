@@ -24,6 +24,7 @@
 #include "deepspeed/comms_logging.h"
 #include "deepspeed/curriculum_scheduler.h"
 #include "deepspeed/random_ltd.h"
+#include "runtime/hybrid/hybrid_engine_state.h"
 #include "deepspeed/monitor.h"
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
@@ -353,6 +354,7 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
   if (config_.curriculum_learning.enabled) {
     curriculum_ = std::make_unique<CurriculumScheduler>(config_.curriculum_learning);
   }
+  if (config_.hybrid_engine.enabled) start_hybrid_engine();
   if (config_.data_efficiency.random_ltd.enabled) {
     random_ltd_ = std::make_unique<RandomLtdScheduler>(config_.data_efficiency.random_ltd,
                                                        config_.batch.train_batch_size);
@@ -678,6 +680,7 @@ void Engine::step() {
   micro_steps_ += 1;
   boundary_override_.reset();
   comm::set_phase(comm::Phase::kOther);
+  if (hybrid_) hybrid_->on_step();  // DeepSpeed's hybrid engine times every step() call
   // May end the process once the profile steps are measured (Note [Autotuning exit]).
   if (boundary && autotuning_) {
     autotuning_->after_step(global_steps_, last_step_timers_, memory_stats().device_bytes());

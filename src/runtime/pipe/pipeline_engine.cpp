@@ -50,6 +50,9 @@ const PipelineModule& checked(const std::shared_ptr<PipelineModule>& module,
   DS_CHECK(!config.data_efficiency.random_ltd.enabled, NotSupportedError, config.source,
            ": data_efficiency.data_routing.random_ltd with pipeline parallelism is not "
            "supported");
+  // DeepSpeed builds a PipelineEngine for a PipelineModule and never its hybrid engine.
+  DS_CHECK(!config.hybrid_engine.enabled, NotSupportedError, config.source,
+           ": hybrid_engine.enabled with pipeline parallelism is not supported");
   // Matches DeepSpeed's PipelineEngine assertion.
   DS_CHECK(config.zero_optimization.stage < 2, NotSupportedError,
            "ds_config.json: zero_optimization.stage is ",
