@@ -2,20 +2,12 @@
 // way it computes: doubles where it uses Python floats, Python's floor division and modulo.
 #include "deepspeed/curriculum_scheduler.h"
 
-#include <algorithm>
-#include <cmath>
 #include <utility>
 
+#include "runtime/data_efficiency/fixed_root_schedule.h"
 #include "util/check.h"
 
 namespace deepspeed {
-namespace {
-
-// Python's // and % for a positive divisor: rounded towards minus infinity.
-int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0 && a < 0) ? 1 : 0); }
-int64_t floor_mod(int64_t a, int64_t b) { return a - floor_div(a, b) * b; }
-
-}  // namespace
 
 CurriculumScheduler::CurriculumScheduler(CurriculumLearningConfig config)
     : config_(std::move(config)), current_(config_.min_difficulty) {}
@@ -31,21 +23,9 @@ int64_t CurriculumScheduler::fixed_discrete_difficulty(int64_t global_steps) con
 
 int64_t CurriculumScheduler::fixed_root_difficulty(int64_t global_steps,
                                                    double root_degree) const {
-  const double progress =
-      std::pow(static_cast<double>(global_steps) /
-                   static_cast<double>(config_.total_curriculum_step),
-               1.0 / root_degree);
-  const int64_t lo = config_.min_difficulty;
-  const int64_t hi = config_.max_difficulty;
-  int64_t next = static_cast<int64_t>(
-      std::floor(progress * static_cast<double>(hi - lo) + static_cast<double>(lo)));
-  const int64_t step = config_.difficulty_step;
-  next -= floor_mod(next, step);
-  // Matches DeepSpeed: rounding down to a multiple of difficulty_step may fall below
-  // min_difficulty (0 on the first step for min 8 and step 16: an empty sequence), so the floor
-  // is the first multiple of the step at or above min_difficulty.
-  next = std::max(next, -floor_div(-lo, step) * step);
-  return std::min(next, hi);
+  return data_pipeline::fixed_root_value(global_steps, config_.total_curriculum_step,
+                                           root_degree, config_.min_difficulty,
+                                           config_.max_difficulty, config_.difficulty_step);
 }
 
 int64_t CurriculumScheduler::get_difficulty(int64_t global_steps) const {

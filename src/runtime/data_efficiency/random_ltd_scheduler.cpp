@@ -1,11 +1,9 @@
-// DeepSpeed's RandomLTDScheduler (runtime/data_pipeline/data_routing/scheduler.py), computed the
-// way it computes: a double for the progress, integers for the rest (global steps and lengths
-// are never negative, so C++'s division and modulo are Python's).
-#include <algorithm>
-#include <cmath>
+// DeepSpeed's RandomLTDScheduler (runtime/data_pipeline/data_routing/scheduler.py): its
+// fixed_linear schedule is the curriculum's fixed_root of degree 1 (fixed_root_schedule.h).
 #include <utility>
 
 #include "deepspeed/random_ltd.h"
+#include "runtime/data_efficiency/fixed_root_schedule.h"
 #include "util/check.h"
 
 namespace deepspeed {
@@ -18,15 +16,8 @@ RandomLtdScheduler::RandomLtdScheduler(RandomLtdConfig config, int64_t global_ba
       current_value_(config_.min_value) {}
 
 int64_t RandomLtdScheduler::get_value(int64_t global_steps) const {
-  const double progress =
-      static_cast<double>(global_steps) / static_cast<double>(config_.require_steps);
-  int64_t next = static_cast<int64_t>(std::floor(
-      progress * static_cast<double>(max_value_ - min_value_) + static_cast<double>(min_value_)));
-  const int64_t step = config_.seq_per_step;
-  next -= next % step;
-  // Matches DeepSpeed: rounding down never takes the kept length below min_value's multiple.
-  next = std::max(next, (min_value_ + step - 1) / step * step);
-  return std::min(next, max_value_);
+  return data_pipeline::fixed_root_value(global_steps, config_.require_steps, /*root_degree=*/1,
+                                           min_value_, max_value_, config_.seq_per_step);
 }
 
 void RandomLtdScheduler::update_seq(int64_t global_steps) {
