@@ -15,6 +15,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/config.h"
 #include "deepspeed/curriculum_scheduler.h"
+#include "deepspeed/data_sampling.h"
 #include "deepspeed/engine.h"
 #include "deepspeed/errors.h"
 #include "deepspeed/lr_schedules.h"

@@ -53,6 +53,24 @@ void parse_schedule_config(ConfigReader& section, CurriculumLearningConfig& cl,
 
 }  // namespace
 
+void parse_curriculum_schedule(ConfigReader& r, CurriculumLearningConfig& cl,
+                               std::vector<std::string>& warnings, const std::string& why) {
+  for (const char* key : {"min_difficulty", "max_difficulty", "schedule_type"}) {
+    require(r, key, why);
+  }
+  cl.min_difficulty = r.get_int("min_difficulty", 0);
+  cl.max_difficulty = r.get_int("max_difficulty", 0);
+  cl.schedule_type = r.get_string("schedule_type", "");
+  bool known = false;
+  for (const char* t : kScheduleTypes) known = known || cl.schedule_type == t;
+  if (!known) {
+    r.fail("schedule_type", "is \"" + cl.schedule_type +
+                                "\"; expected fixed_linear, fixed_root, fixed_discrete or custom");
+  }
+  if (cl.schedule_type != "custom") require(r, "schedule_config", why);
+  parse_schedule_config(r, cl, warnings);
+}
+
 void parse_curriculum_learning(ConfigReader& top, DeepSpeedConfig& c) {
   ConfigReader r = top.section("curriculum_learning", Strictness::kWarnUnknown);
   auto& cl = c.curriculum_learning;
@@ -67,22 +85,9 @@ void parse_curriculum_learning(ConfigReader& top, DeepSpeedConfig& c) {
     return;
   }
   const std::string why = "when curriculum_learning is enabled";
-  for (const char* key : {"curriculum_type", "min_difficulty", "max_difficulty",
-                          "schedule_type"}) {
-    require(r, key, why);
-  }
+  require(r, "curriculum_type", why);
   cl.curriculum_type = r.get_string("curriculum_type", "");
-  cl.min_difficulty = r.get_int("min_difficulty", 0);
-  cl.max_difficulty = r.get_int("max_difficulty", 0);
-  cl.schedule_type = r.get_string("schedule_type", "");
-  bool known = false;
-  for (const char* t : kScheduleTypes) known = known || cl.schedule_type == t;
-  if (!known) {
-    r.fail("schedule_type", "is \"" + cl.schedule_type +
-                                "\"; expected fixed_linear, fixed_root, fixed_discrete or custom");
-  }
-  if (cl.schedule_type != "custom") require(r, "schedule_config", why);
-  parse_schedule_config(r, cl, c.warnings);
+  parse_curriculum_schedule(r, cl, c.warnings, why);
   r.finish();
 }
 

@@ -1,6 +1,6 @@
 // The `data_efficiency` section. Its data_routing.random_ltd part is read in full when enabled
 // (DeepSpeed indexes every key then, so a missing one is reported here by name rather than at the
-// first forward); data_sampling is read far enough to refuse it when it asks for anything.
+// first forward); data_sampling in data_sampling_section.cpp.
 #include "config/feature_sections.h"
 
 #include <algorithm>
@@ -10,26 +10,6 @@ namespace {
 
 void require(ConfigReader& r, const char* key) {
   if (!r.has(key)) r.fail(key, "is required when random_ltd is enabled");
-}
-
-// data_sampling drives DeepSpeed's data sampler (curriculum by difficulty metrics, dynamic
-// batching), which this build lacks: each of its switches is refused by name.
-void parse_data_sampling(ConfigReader& de, DeepSpeedConfig& c) {
-  ConfigReader s = de.section("data_sampling", Strictness::kWarnUnknown);
-  const std::string path = "data_efficiency.data_sampling";
-  if (s.get_bool("enabled", false)) c.unimplemented_requests.push_back(path + ".enabled");
-  s.get_int("num_epochs", 1000, 1);
-  s.get_int("num_workers", 0, 0);
-  s.get_bool("pin_memory", false);
-  for (const char* part : {"curriculum_learning", "dynamic_batching"}) {
-    ConfigReader p = s.section(part, Strictness::kWarnUnknown);
-    if (p.get_bool("enabled", false)) {
-      c.unimplemented_requests.push_back(path + "." + part + ".enabled");
-    }
-    p.mark_all_known();  // the sampler's own keys: read by nothing while it is off
-    p.finish();
-  }
-  s.finish();
 }
 
 void parse_schedule(ConfigReader& ltd, RandomLtdConfig& cfg) {
@@ -126,7 +106,7 @@ void parse_data_efficiency(ConfigReader& top, DeepSpeedConfig& c) {
   DataEfficiencyConfig& d = c.data_efficiency;
   d.enabled = de.get_bool("enabled", false);
   d.seed = de.get_int("seed", 1234);
-  parse_data_sampling(de, c);
+  read_data_sampling(de, d.seed, c.warnings, c.unimplemented_requests);
   ConfigReader routing = de.section("data_routing", Strictness::kWarnUnknown);
   d.data_routing_enabled = routing.get_bool("enabled", false);
   parse_random_ltd(routing, c);
@@ -159,8 +139,25 @@ void resolve_data_efficiency(const DeepSpeedConfig& c, json& j) {
                   {"schedule_config",
                    {{"require_steps", r.require_steps}, {"seq_per_step", r.seq_per_step}}}}}});
   }
+  const data_sampling::DataSamplingConfig ds = data_sampling::data_sampling_config(c);
+  json curriculum = {{"enabled", ds.curriculum_enabled}};
+  if (ds.curriculum_enabled) {
+    json metrics = json::object();
+    for (const auto& m : ds.metrics) {
+      metrics[m.name] = {{"difficulty_type", m.difficulty_type},
+                         {"clustering_type", m.clustering_type},
+                         {"min_difficulty", m.schedule.min_difficulty},
+                         {"max_difficulty", m.schedule.max_difficulty},
+                         {"schedule_type", m.schedule.schedule_type}};
+    }
+    curriculum.update({{"data_cluster_path", ds.data_cluster_path},
+                       {"curriculum_metrics", metrics}});
+  }
   j["data_efficiency"] = {{"enabled", d.enabled},
                           {"seed", d.seed},
+                          {"data_sampling", {{"enabled", ds.enabled},
+                                             {"num_epochs", ds.num_epochs},
+                                             {"curriculum_learning", curriculum}}},
                           {"data_routing", {{"enabled", d.data_routing_enabled},
                                             {"random_ltd", ltd}}}};
 }

@@ -7,6 +7,7 @@
 
 #include "config/json_reader.h"
 #include "deepspeed/config.h"
+#include "deepspeed/data_sampling_config.h"
 
 namespace deepspeed::config_detail {
 
@@ -16,6 +17,11 @@ void parse_feature_sections(ConfigReader& top, DeepSpeedConfig& c);
 /// Reads the legacy curriculum_learning section (curriculum_learning_section.cpp).
 void parse_curriculum_learning(ConfigReader& top, DeepSpeedConfig& c);
 void resolve_curriculum_learning(const DeepSpeedConfig& c, json& out);
+/// The keys of a CurriculumScheduler in section `r` (min_difficulty, max_difficulty,
+/// schedule_type, schedule_config), each required `why` (the legacy section's and each of
+/// data_sampling's curriculum_metrics).
+void parse_curriculum_schedule(ConfigReader& r, CurriculumLearningConfig& cl,
+                               std::vector<std::string>& warnings, const std::string& why);
 
 /// Reads the hybrid_engine section (hybrid_engine_section.cpp).
 void parse_hybrid_engine(ConfigReader& top, DeepSpeedConfig& c);
@@ -23,6 +29,10 @@ void resolve_hybrid_engine(const DeepSpeedConfig& c, json& out);
 
 /// Reads the data_efficiency section (data_efficiency_section.cpp).
 void parse_data_efficiency(ConfigReader& top, DeepSpeedConfig& c);
+/// Reads de's data_sampling section (data_sampling_section.cpp); `seed`: data_efficiency.seed.
+data_sampling::DataSamplingConfig read_data_sampling(ConfigReader& de, int64_t seed,
+                                                     std::vector<std::string>& warnings,
+                                                     std::vector<std::string>& unimplemented);
 void resolve_data_efficiency(const DeepSpeedConfig& c, json& out);
 
 /// Reads the sections of features this build does not implement (amp, compression_training,

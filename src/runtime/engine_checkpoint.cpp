@@ -30,6 +30,7 @@
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/progressive_layer_drop.h"
+#include "deepspeed/data_sampling.h"
 #include "deepspeed/random_ltd.h"
 #include "deepspeed/universal_checkpoint.h"
 #include "deepspeed/version.h"
@@ -238,6 +239,7 @@ void check_module_state(torch::nn::Module& module, const ckpt::TensorDict& saved
 struct LoadPlan : runtime::ZeroLoadPlan {
   std::optional<json> lr_scheduler;
   std::optional<json> random_ltd;
+  std::optional<json> data_sampler;
   std::optional<at::Tensor> rng_state;
   std::optional<at::Tensor> cuda_rng_state;
 };
@@ -308,6 +310,9 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
   }
   if (lr_scheduler_) m.lr_scheduler = ckpt::ivalue_from_json(lr_scheduler_->state_dict());
   if (random_ltd_) m.random_ltd = ckpt::ivalue_from_json(random_ltd_->state_dict());
+  if (const auto* sampler = data_sampling::engine_data_sampler(*this)) {
+    m.data_sampler = ckpt::ivalue_from_json(sampler->state_dict());
+  }
   m.skipped_steps = skipped_steps_;
   m.global_steps = global_steps_;
   m.global_samples = global_samples_;
@@ -579,6 +584,11 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
       plan.random_ltd = ckpt::json_from_ivalue(read->states.random_ltd,
                                                read->model_file + ": random_ltd");
     }
+    if (data_sampling::engine_data_sampler(*this) && !options.load_module_only &&
+        !read->states.data_sampler.isNone()) {
+      plan.data_sampler = ckpt::json_from_ivalue(read->states.data_sampler,
+                                                 read->model_file + ": data_sampler");
+    }
     for (const auto& [key, value] : read->states.client_state) {
       if (key != kRngStateKey || options.load_module_only) continue;
       const auto list = value.toListRef();
@@ -656,6 +666,13 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     // function of the global step, so only the consumed layer-tokens are lost.
     log::warn_rank0(plan.model_file + ": no random_ltd state; random-LTD's schedule continues "
                     "from the restored global step, its consumed_layer_tokens from 0");
+  }
+  if (auto* sampler = data_sampling::engine_data_sampler(*this); sampler && plan.data_sampler) {
+    sampler->load_state_dict(*plan.data_sampler, plan.model_file);
+    restored.push_back("data sampler (curriculum step " +
+                       std::to_string(sampler->curriculum_step()) + ")");
+  } else if (sampler && !options.load_module_only) {
+    log::warn_rank0(plan.model_file + ": no data_sampler state; the data sampler starts over");
   }
   if (!options.load_module_only) {
     global_steps_ = plan.states.global_steps;

@@ -1,0 +1,141 @@
+// DataAnalyzer: DeepSpeed's map-reduce over the dataset for single_value_per_sample metrics. The
+// map writes each worker's values in sample order; the reduce (worker 0) writes the four files
+// DeepSpeed's reduce leaves, byte-for-byte, for the same values: sample_to_metric (one item per
+// sample), index_to_sample and index_to_metric (one item per distinct value, ascending; the
+// samples of a value ascending), and index_to_sample_percentile_merged (the index_to_sample rows
+// merged in groups of max(1, values / 100)). DeepSpeed builds the first three by merging one
+// reduce thread's chunk into a fresh builder, which ends the document twice; so do these.
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <utility>
+
+#include "deepspeed/data_sampling.h"
+#include "util/check.h"
+#include "util/logging.h"
+
+namespace deepspeed::data_sampling {
+namespace {
+
+std::string metric_dir(const std::string& save_path, const std::string& metric) {
+  return save_path + "/" + metric;
+}
+
+std::string map_prefix(const std::string& save_path, const std::string& metric, int worker) {
+  return metric_dir(save_path, metric) + "/worker" + std::to_string(worker) + "_thread0/" +
+         metric + "_sample_to_metric";
+}
+
+// A fresh builder of `items`, with DeepSpeed's doubled document end (see the file comment).
+void write_merged_style(const std::string& prefix, IndexDtype dtype,
+                        const std::vector<std::vector<int64_t>>& items) {
+  MMapIndexedDatasetBuilder builder(prefix, dtype);
+  for (const auto& item : items) builder.add_item(item);
+  builder.end_document();  // the merged chunk's own document end
+  builder.finalize();
+}
+
+}  // namespace
+
+DataAnalyzer::DataAnalyzer(int64_t num_samples, std::string save_path, int num_workers,
+                           int worker_id)
+    : num_samples_(num_samples),
+      save_path_(std::move(save_path)),
+      num_workers_(num_workers > 0 ? num_workers
+                                   : (comm::is_initialized() ? comm::get_world_size() : 1)),
+      worker_id_(worker_id >= 0 ? worker_id : (comm::is_initialized() ? comm::get_rank() : 0)) {
+  DS_CHECK(num_samples_ > 0, UsageError, "DataAnalyzer: the dataset has no sample");
+  DS_CHECK(worker_id_ < num_workers_, UsageError, "DataAnalyzer: worker_id ", worker_id_,
+           " is not below num_workers ", num_workers_);
+}
+
+void DataAnalyzer::add_metric(std::string name, Metric metric) {
+  DS_CHECK(!name.empty() && name.find('/') == std::string::npos, UsageError,
+           "DataAnalyzer: metric name \"", name, "\" (it names a folder)");
+  metrics_.emplace_back(std::move(name), std::move(metric));
+}
+
+std::pair<int64_t, int64_t> DataAnalyzer::worker_range(int w) const {
+  // numpy.linspace(0, N, num_workers + 1, dtype=int): i * (N / num_workers), truncated, and N
+  // exactly at the end.
+  const double step = static_cast<double>(num_samples_) / num_workers_;
+  auto bound = [&](int i) {
+    return i == num_workers_ ? num_samples_ : static_cast<int64_t>(static_cast<double>(i) * step);
+  };
+  return {bound(w), bound(w + 1)};
+}
+
+void DataAnalyzer::run_map() {
+  DS_CHECK(!metrics_.empty(), UsageError, "DataAnalyzer: no metric; call add_metric first");
+  const auto [begin, end] = worker_range(worker_id_);
+  for (const auto& [name, metric] : metrics_) {
+    const std::string prefix = map_prefix(save_path_, name, worker_id_);
+    std::filesystem::create_directories(std::filesystem::path(prefix).parent_path());
+    MMapIndexedDatasetBuilder builder(prefix, IndexDtype::kInt64);
+    for (int64_t s = begin; s < end; ++s) builder.add_item({metric(s)});
+    builder.finalize();
+  }
+}
+
+void DataAnalyzer::run_reduce() {
+  DS_CHECK(!metrics_.empty(), UsageError, "DataAnalyzer: no metric; call add_metric first");
+  const IndexDtype sample_dtype = fit_int_dtype(0, num_samples_ - 1);
+  for (const auto& entry : metrics_) {
+    const std::string& name = entry.first;
+    std::vector<int64_t> values;
+    values.reserve(static_cast<size_t>(num_samples_));
+    for (int w = 0; w < num_workers_; ++w) {
+      const MMapIndexedDataset part(map_prefix(save_path_, name, w));
+      const auto [begin, end] = worker_range(w);
+      DS_CHECK(static_cast<int64_t>(part.size()) == end - begin, UsageError, part.prefix(),
+               ": ", part.size(), " samples, but worker ", w, " maps ", end - begin,
+               " (did its map finish?)");
+      for (size_t i = 0; i < part.size(); ++i) values.push_back(part.item(i).at(0));
+    }
+    const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+    const IndexDtype value_dtype = fit_int_dtype(*lo, *hi);
+    const std::string dir = metric_dir(save_path_, name) + "/" + name;
+
+    std::vector<std::vector<int64_t>> per_sample;
+    per_sample.reserve(values.size());
+    for (int64_t v : values) per_sample.push_back({v});
+    write_merged_style(dir + "_sample_to_metric", value_dtype, per_sample);
+
+    std::map<int64_t, std::vector<int64_t>> by_value;
+    for (size_t s = 0; s < values.size(); ++s) {
+      by_value[values[s]].push_back(static_cast<int64_t>(s));
+    }
+    std::vector<std::vector<int64_t>> index_to_sample;
+    std::vector<std::vector<int64_t>> index_to_metric;
+    for (auto& [value, samples] : by_value) {
+      index_to_sample.push_back(std::move(samples));
+      index_to_metric.push_back({value});
+    }
+    write_merged_style(dir + "_index_to_sample", sample_dtype, index_to_sample);
+    write_merged_style(dir + "_index_to_metric", value_dtype, index_to_metric);
+
+    const size_t step = std::max<size_t>(1, index_to_sample.size() / 100);
+    std::vector<std::vector<int64_t>> merged;
+    for (size_t v = 0; v < index_to_sample.size(); v += step) {
+      std::vector<int64_t> row;
+      for (size_t k = v; k < std::min(index_to_sample.size(), v + step); ++k) {
+        row.insert(row.end(), index_to_sample[k].begin(), index_to_sample[k].end());
+      }
+      merged.push_back(std::move(row));
+    }
+    write_indexed_dataset(dir + "_index_to_sample_percentile_merged", sample_dtype, merged);
+    log::info_rank0("DataAnalyzer: metric " + name + ": " + std::to_string(values.size()) +
+                    " samples, " + std::to_string(by_value.size()) + " distinct values in [" +
+                    std::to_string(*lo) + ", " + std::to_string(*hi) + "], stored as " +
+                    dtype_name(value_dtype));
+  }
+}
+
+void DataAnalyzer::run_map_reduce() {
+  run_map();
+  if (comm::is_initialized()) comm::barrier();
+  if (worker_id_ == 0) run_reduce();
+  if (comm::is_initialized()) comm::barrier();
+}
+
+}  // namespace deepspeed::data_sampling

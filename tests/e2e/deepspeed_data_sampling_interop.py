@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""DeepSpeed's side of deepspeed_data_sampling_interop_test: its DataAnalyzer over the same
+samples and metric as the C++ test, then its DeepSpeedDataSampler over the index files the C++
+DataAnalyzer wrote, for the same config. Writes WORK_DIR/deepspeed.json (stdout carries
+DeepSpeed's logs): the difficulty of every global batch, the samples of each cluster file
+DeepSpeed wrote, and those of each cluster file the C++ sampler wrote as DeepSpeed's
+MMapIndexedDataset reads them.
+
+usage: deepspeed_data_sampling_interop.py WORK_DIR NUM_SAMPLES GLOBAL_BATCHES PORT"""
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+
+def length(samples):
+    # The C++ test's metric: (s * 37) % 23 + 5.
+    return (samples * 37) % 23 + 5
+
+
+def main():
+    work, num_samples, batches, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=port)
+    import deepspeed
+    from deepspeed.runtime.data_pipeline.data_sampling.data_analyzer import DataAnalyzer
+    from deepspeed.runtime.data_pipeline.data_sampling.data_sampler import DeepSpeedDataSampler
+    from deepspeed.runtime.data_pipeline.data_sampling.indexed_dataset import MMapIndexedDataset
+
+    dataset = list(range(num_samples))
+    analyzer = DataAnalyzer(dataset, num_workers=1, worker_id=0, num_threads=1, batch_size=7,
+                            metric_names=["len"], metric_functions=[length],
+                            metric_types=["single_value_per_sample"],
+                            metric_dtypes=[torch.int64], save_path=f"{work}/theirs")
+    analyzer.run_map()
+    analyzer.run_reduce()
+
+    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+    group = torch.distributed.new_group(ranks=[0])
+    config = json.load(open(f"{work}/ds_data_efficiency.json"))
+    sampler = DeepSpeedDataSampler(config, num_samples, micro_batch_size=4, data_parallel_rank=0,
+                                   data_parallel_size=1, data_parallel_group=group,
+                                   gradient_accumulation_steps=1, global_rank=0)
+    difficulties = []
+    for _, _ in zip(range(batches), iter(sampler)):
+        difficulties.append(dict(sampler.current_difficulties))
+
+    def clusters(folder):
+        out = {}
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".idx"):
+                data = MMapIndexedDataset(f"{folder}/{name[:-4]}", skip_warmup=True)
+                out[name[:-4]] = sorted(int(x) for x in np.asarray(data[0]))
+        return out
+
+    with open(f"{work}/deepspeed.json", "w") as f:
+        json.dump({"difficulties": difficulties,
+                   "theirs": clusters(f"{work}/their_clusters"),
+                   "ours_read_by_deepspeed": clusters(f"{work}/our_clusters")}, f)
+
+
+if __name__ == "__main__":
+    main()
