@@ -37,6 +37,7 @@
 #include "gpt_pipe.h"
 #include "gpt_tensor_parallel.h"
 #include "step_metrics.h"
+#include "curriculum_windows.h"
 #include "token_dataset.h"
 #include "util/cli_checks.h"
 
@@ -462,6 +463,18 @@ int run(const Args& a) {
 
   DistributedBatchSampler sampler(deepspeed::examples::num_windows(split.train.size(), a.seq_len),
                                   micro, gas, replicas, replica, static_cast<uint64_t>(a.seed));
+  // data_efficiency.data_sampling's curriculum draws the windows instead (before the resume:
+  // the engine's checkpoints restore its sampler).
+  std::unique_ptr<deepspeed::examples::CurriculumWindows> curriculum;
+  if (pp_engine) {
+    if (ds::data_sampling::data_sampling_config(pp_engine->config()).curriculum_enabled) {
+      throw ds::UsageError("train_gpt: data_efficiency.data_sampling.curriculum_learning is not "
+                           "wired into the pipeline's micro-batches; leave out "
+                           "--pipeline_parallel_size");
+    }
+  } else {
+    curriculum = deepspeed::examples::CurriculumWindows::create(*dp_engine, split.train, a.seq_len);
+  }
   const int64_t print_every = config.steps_per_print.value_or(10);
   if (rank == 0) {
     // With pipeline or tensor parallelism only the data-parallel replicas read their own batches.
@@ -594,7 +607,9 @@ int run(const Args& a) {
       aux_sum = pp_engine->agg_aux_loss() * static_cast<double>(gas);
     } else {
       for (int64_t m = 0; m < gas; ++m) {
-        auto batch = make_batch(split.train, sampler.next_micro_batch(), a.seq_len);
+        auto batch = make_batch(
+            split.train, curriculum ? curriculum->next_micro_batch() : sampler.next_micro_batch(),
+            a.seq_len);
         auto loss = dp_engine->forward(batch.inputs, batch.targets);
         step_seq_len = curriculum_seq_len(*dp_engine, a.seq_len);  // what the model trained on
         dp_engine->backward(loss);
@@ -678,6 +693,7 @@ int run(const Args& a) {
         row["random_ltd_seq"] = ltd->get_current_seq();
         row["consumed_layer_tokens"] = ltd->consumed_layer_tokens();
       }
+      if (curriculum) row["curriculum_difficulty"] = curriculum->difficulties();
       metrics << row.dump() << "\n";
       metrics.flush();
     }

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "deepspeed/indexed_dataset.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 #include "support/test_port.h"
@@ -42,6 +43,14 @@ std::vector<nlohmann::json> read_rows(const std::string& path) {
   std::vector<nlohmann::json> rows;
   while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
   return rows;
+}
+
+// One value per item of an MMapIndexedDataset (the analyzer's sample_to_metric).
+std::vector<int64_t> read_rows_of_dataset(const std::string& prefix) {
+  const deepspeed::data_sampling::MMapIndexedDataset d(prefix);
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < d.size(); ++i) out.push_back(d.item(i).at(0));
+  return out;
 }
 
 // A run that diverges for real (fp32, SGD with lr 1e6) stops at the first non-finite loss with
@@ -242,6 +251,75 @@ TEST(TrainGptE2E, RandomLtdFollowsItsScheduleAndResumesExactlyUnderZero3) {
     EXPECT_EQ(got[i]["random_ltd_seq"], want[i + 3]["random_ltd_seq"]) << "step " << i + 4;
     EXPECT_EQ(got[i]["consumed_layer_tokens"], want[i + 3]["consumed_layer_tokens"])
         << "step " << i + 4;
+    EXPECT_EQ(got[i]["loss"].get<double>(), want[i + 3]["loss"].get<double>()) << "step " << i + 4;
+  }
+}
+
+// data_efficiency.data_sampling's curriculum: train_gpt analyzes its windows' vocab_rarity on
+// both ranks (DeepSpeed's index files), the engine's sampler admits the easiest windows first
+// and more as the percentile rises, and a resumed run draws the same windows (same losses).
+TEST(TrainGptE2E, DataSamplingCurriculumTrainsEasyWindowsFirstAndResumesExactly) {
+  testing::TempDir dir;
+  nlohmann::json cfg = nlohmann::json::parse(R"({"train_micro_batch_size_per_gpu": 2,
+      "steps_per_print": 100, "zero_optimization": {"stage": 2},
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})");
+  const std::string plain = cfg.dump();
+  const std::string analysis = dir.file("analysis/vocab_rarity/vocab_rarity");
+  cfg["data_efficiency"] = {
+      {"enabled", true},
+      {"data_sampling",
+       {{"enabled", true},
+        {"curriculum_learning",
+         {{"enabled", true},
+          {"data_cluster_path", dir.file("clusters")},
+          {"curriculum_metrics",
+           {{"vocab_rarity",
+             {{"index_to_sample_path", analysis + "_index_to_sample_percentile_merged"},
+              {"index_to_metric_path", analysis + "_index_to_metric"},
+              {"difficulty_type", "percentile"},
+              {"clustering_type", "schedule_based"},
+              {"min_difficulty", 20},
+              {"max_difficulty", 100},
+              {"schedule_type", "fixed_linear"},
+              {"schedule_config", {{"total_curriculum_step", 4}, {"difficulty_step", 1}}}}}}}}}}}};
+  auto full = run_command(launch(dir, cfg.dump(), 6, "full.jsonl"));
+  ASSERT_EQ(full.exit_code, 0) << full.out << full.err;
+  const auto want = read_rows(dir.file("full.jsonl"));
+  ASSERT_EQ(want.size(), 6u);
+  const int64_t percentile[] = {40, 60, 80, 100, 100, 100};  // 20 + 80 t / 4
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(want[i]["curriculum_difficulty"]["vocab_rarity"], percentile[i]) << "step " << i + 1;
+  }
+  // The first cluster: the 40% of windows with the lowest vocab_rarity (up to ties).
+  const auto rarity = read_rows_of_dataset(analysis + "_sample_to_metric");
+  const data_sampling::MMapIndexedDataset first(dir.file("clusters/cluster_vocab_rarity40"));
+  const auto admitted = first.item(0);
+  ASSERT_FALSE(admitted.empty());
+  std::vector<bool> in_first(rarity.size(), false);
+  int64_t hardest_admitted = 0;
+  for (int64_t w : admitted) {
+    in_first[static_cast<size_t>(w)] = true;
+    hardest_admitted = std::max(hardest_admitted, rarity[static_cast<size_t>(w)]);
+  }
+  for (size_t w = 0; w < rarity.size(); ++w) {
+    if (!in_first[w]) EXPECT_GE(rarity[w], hardest_admitted) << "window " << w;
+  }
+  EXPECT_EQ(admitted.size(), rarity.size() / 100 * 40);
+
+  auto without = run_command(launch(dir, plain, 1, "plain.jsonl"));
+  ASSERT_EQ(without.exit_code, 0) << without.out << without.err;
+  EXPECT_NE(read_rows(dir.file("plain.jsonl"))[0]["loss"].get<double>(),
+            want[0]["loss"].get<double>());
+  auto first_run = run_command(launch(dir, cfg.dump(), 3, "first.jsonl",
+                                      "--save_dir " + dir.file("ckpt")));
+  ASSERT_EQ(first_run.exit_code, 0) << first_run.out << first_run.err;
+  auto second = run_command(launch(dir, cfg.dump(), 6, "second.jsonl",
+                                   "--load_dir " + dir.file("ckpt")));
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  const auto got = read_rows(dir.file("second.jsonl"));
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i]["curriculum_difficulty"], want[i + 3]["curriculum_difficulty"]);
     EXPECT_EQ(got[i]["loss"].get<double>(), want[i + 3]["loss"].get<double>()) << "step " << i + 4;
   }
 }
