@@ -150,9 +150,21 @@ int run(const Args& a) {
   std::vector<int64_t> last_generation;
   const auto sample = [&](const char* when) {
     if (a.prompt.empty()) return;
-    last_generation = ex::generate(*model, tokenizer.encode(a.prompt), gen);
+    const auto prompt = tokenizer.encode(a.prompt);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (config.hybrid_engine.enabled) {
+      // DeepSpeed-Chat's actor: eval(), generate through the hybrid engine (under ZeRO-3 with
+      // pin_parameters every layer is gathered once, not once per token), back to train().
+      engine->eval();
+      last_generation = engine->generate_with([&] { return ex::generate(*model, prompt, gen); }, 1);
+      engine->train();
+    } else {
+      last_generation = ex::generate(*model, prompt, gen);
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rank == 0) {
       std::printf("%s: %s%s\n", when, a.prompt.c_str(), tokenizer.decode(last_generation, true).c_str());
+      std::printf("finetune_llama: generated %zu tokens in %.3f s\n", last_generation.size(), secs);
       std::fflush(stdout);
     }
   };
