@@ -465,16 +465,10 @@ int run(const Args& a) {
                                   micro, gas, replicas, replica, static_cast<uint64_t>(a.seed));
   // data_efficiency.data_sampling's curriculum draws the windows instead (before the resume:
   // the engine's checkpoints restore its sampler).
-  std::unique_ptr<deepspeed::examples::CurriculumWindows> curriculum;
-  if (pp_engine) {
-    if (ds::data_sampling::data_sampling_config(pp_engine->config()).curriculum_enabled) {
-      throw ds::UsageError("train_gpt: data_efficiency.data_sampling.curriculum_learning is not "
-                           "wired into the pipeline's micro-batches; leave out "
-                           "--pipeline_parallel_size");
-    }
-  } else {
-    curriculum = deepspeed::examples::CurriculumWindows::create(*dp_engine, split.train, a.seq_len);
-  }
+  // In a pipeline the first and last stages read the micro-batches: their samplers draw alike
+  // (same seed, same calls), each over its stage's data-parallel group.
+  const auto curriculum =
+      deepspeed::examples::CurriculumWindows::create(*engine, split.train, a.seq_len);
   const int64_t print_every = config.steps_per_print.value_or(10);
   if (rank == 0) {
     // With pipeline or tensor parallelism only the data-parallel replicas read their own batches.
@@ -596,7 +590,9 @@ int run(const Args& a) {
       // The first and last stages read the micro-batches; the loss (the last stage's, averaged
       // over the micro-batches and replicas) comes back on every stage.
       const double loss = pp_engine->train_batch([&]() {
-        auto batch = make_batch(split.train, sampler.next_micro_batch(), a.seq_len);
+        auto batch = make_batch(
+            split.train, curriculum ? curriculum->next_micro_batch() : sampler.next_micro_batch(),
+            a.seq_len);
         // A "seqlen" curriculum: the pipeline engine passes no kwargs, so the batch is cut to
         // this step's length here (Megatron-DeepSpeed's way); train_batch set it.
         step_seq_len = curriculum_seq_len(*pp_engine, a.seq_len);

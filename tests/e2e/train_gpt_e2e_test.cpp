@@ -258,14 +258,9 @@ TEST(TrainGptE2E, RandomLtdFollowsItsScheduleAndResumesExactlyUnderZero3) {
 // data_efficiency.data_sampling's curriculum: train_gpt analyzes its windows' vocab_rarity on
 // both ranks (DeepSpeed's index files), the engine's sampler admits the easiest windows first
 // and more as the percentile rises, and a resumed run draws the same windows (same losses).
-TEST(TrainGptE2E, DataSamplingCurriculumTrainsEasyWindowsFirstAndResumesExactly) {
-  testing::TempDir dir;
-  nlohmann::json cfg = nlohmann::json::parse(R"({"train_micro_batch_size_per_gpu": 2,
-      "steps_per_print": 100, "zero_optimization": {"stage": 2},
-      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})");
-  const std::string plain = cfg.dump();
+nlohmann::json vocab_rarity_curriculum(const testing::TempDir& dir) {
   const std::string analysis = dir.file("analysis/vocab_rarity/vocab_rarity");
-  cfg["data_efficiency"] = {
+  return {
       {"enabled", true},
       {"data_sampling",
        {{"enabled", true},
@@ -282,6 +277,16 @@ TEST(TrainGptE2E, DataSamplingCurriculumTrainsEasyWindowsFirstAndResumesExactly)
               {"max_difficulty", 100},
               {"schedule_type", "fixed_linear"},
               {"schedule_config", {{"total_curriculum_step", 4}, {"difficulty_step", 1}}}}}}}}}}}};
+}
+
+TEST(TrainGptE2E, DataSamplingCurriculumTrainsEasyWindowsFirstAndResumesExactly) {
+  testing::TempDir dir;
+  nlohmann::json cfg = nlohmann::json::parse(R"({"train_micro_batch_size_per_gpu": 2,
+      "steps_per_print": 100, "zero_optimization": {"stage": 2},
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})");
+  const std::string plain = cfg.dump();
+  const std::string analysis = dir.file("analysis/vocab_rarity/vocab_rarity");
+  cfg["data_efficiency"] = vocab_rarity_curriculum(dir);
   auto full = run_command(launch(dir, cfg.dump(), 6, "full.jsonl"));
   ASSERT_EQ(full.exit_code, 0) << full.out << full.err;
   const auto want = read_rows(dir.file("full.jsonl"));
@@ -321,6 +326,40 @@ TEST(TrainGptE2E, DataSamplingCurriculumTrainsEasyWindowsFirstAndResumesExactly)
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(got[i]["curriculum_difficulty"], want[i + 3]["curriculum_difficulty"]);
     EXPECT_EQ(got[i]["loss"].get<double>(), want[i + 3]["loss"].get<double>()) << "step " << i + 4;
+  }
+}
+
+// The same curriculum in a pipeline of 2 stages with 2 data-parallel replicas (4 ranks): the
+// first and last stages each draw the windows over their replicas (a broadcast per global
+// batch), alike, and a resumed run repeats the uninterrupted one.
+TEST(TrainGptE2E, DataSamplingCurriculumInAPipelineResumesExactly) {
+  testing::TempDir dir;
+  nlohmann::json cfg = nlohmann::json::parse(R"({"train_micro_batch_size_per_gpu": 1,
+      "gradient_accumulation_steps": 2, "steps_per_print": 100,
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})");
+  cfg["data_efficiency"] = vocab_rarity_curriculum(dir);
+  const std::string pipe = "--compact_vocab --pipeline_parallel_size 2";
+  auto full = run_command(launch(dir, cfg.dump(), 4, "full.jsonl", pipe, 2, 4));
+  ASSERT_EQ(full.exit_code, 0) << full.out << full.err;
+  const auto want = read_rows(dir.file("full.jsonl"));
+  ASSERT_EQ(want.size(), 4u);
+  const int64_t percentile[] = {40, 60, 80, 100};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(want[i]["curriculum_difficulty"]["vocab_rarity"], percentile[i]) << "step " << i + 1;
+  }
+  auto first = run_command(launch(dir, cfg.dump(), 2, "first.jsonl",
+                                  pipe + " --save_dir " + dir.file("ckpt"), 2, 4));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  auto second = run_command(launch(dir, cfg.dump(), 4, "second.jsonl",
+                                   pipe + " --load_dir " + dir.file("ckpt"), 2, 4));
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  EXPECT_NE((second.out + second.err).find("data sampler (curriculum step 2)"), std::string::npos)
+      << second.out << second.err;
+  const auto got = read_rows(dir.file("second.jsonl"));
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(got[i]["curriculum_difficulty"], want[i + 2]["curriculum_difficulty"]);
+    EXPECT_EQ(got[i]["loss"].get<double>(), want[i + 2]["loss"].get<double>()) << "step " << i + 3;
   }
 }
 
