@@ -73,7 +73,7 @@ void save(const c10::IValue& value, const std::string& path);
 /// Tensors come back on the CPU, sharing storage where the file shares it. Throws
 /// CheckpointError naming `path` when the file is missing, truncated, not a zip archive (the
 /// legacy non-zip format included), or holds a pickle opcode or global this reader does not
-/// know (e.g. numpy arrays).
+/// know. numpy's numeric arrays load as Tensors, its scalars as numbers (not written back).
 c10::IValue load(const std::string& path);
 
 /// save()/load() to and from memory (no atomicity needed there). `source` names the data in

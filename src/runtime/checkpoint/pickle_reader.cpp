@@ -1,8 +1,9 @@
 // The unpickler behind load(): a stack machine over the opcodes CPython's pickler emits for
 // torch.save (protocol 2, and protocol 4 ones), building c10::IValues as described in Note
 // [Python values in an IValue]. Unlike LibTorch's own Unpickler it accepts what DeepSpeed
-// pickles besides tensors: torch.Size, sets, OrderedDict with _metadata, enum values and
-// class instances such as the loss scaler, without executing anything.
+// pickles besides tensors: torch.Size, sets, OrderedDict with _metadata, enum values, class
+// instances such as the loss scaler, and numpy's numeric arrays and scalars (numpy_values.h),
+// without executing anything.
 #include "runtime/checkpoint/pickle_reader.h"
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <ATen/ATen.h>
 
 #include "deepspeed/checkpoint.h"
+#include "runtime/checkpoint/numpy_values.h"
 #include "runtime/checkpoint/pickle_opcodes.h"
 #include "runtime/checkpoint/python_value.h"
 #include "runtime/checkpoint/storage_types.h"
@@ -314,8 +316,14 @@ class Unpickler {
       check(args.size() == 2 && args[0].isString(), "malformed _codecs.encode");
       return IValue(latin1_bytes(args[0].toStringRef()));
     }
-    check(callable.find("numpy") == std::string::npos,
-          "numpy values (", callable, ") are not supported; save torch tensors instead");
+    if ((callable == "__builtin__.bytes" || callable == "builtins.bytes") && args.empty()) {
+      return IValue(std::string());  // protocol 2's b'' (an empty numpy array's data)
+    }
+    if (callable == kNumpyDtype) return numpy_dtype(args);
+    if (is_numpy_scalar_constructor(callable)) return numpy_scalar(args);
+    if (is_numpy_array_constructor(callable)) return numpy_array_placeholder(args);
+    check(callable.rfind("numpy.", 0) != 0, "numpy values of ", callable,
+          " are not supported (numpy's numeric arrays and scalars are); save torch tensors");
     check(callable.rfind("torch._utils._rebuild", 0) != 0, callable,
           " (sparse, quantized or meta tensors) is not supported");
     return python_object(callable, std::move(args));
@@ -336,12 +344,24 @@ class Unpickler {
     return out;
   }
 
+  // An object whose BUILD makes a different value (a numpy array becomes a tensor): the
+  // stack's and the memo's references to it now hold `value`.
+  void replace_built(IValue& target, IValue value) {
+    const IValue old = target;
+    for (auto& entry : memo_) {
+      if (entry.second.isSameIdentity(old)) entry.second = value;
+    }
+    target = std::move(value);
+  }
+
   void build() {
     IValue state = pop();
     IValue& target = top();
     if (target.isGenericDict() || target.isTensor()) return;  // OrderedDict._metadata, Parameter
     auto object = as_python_object(target);
     check(object && !object->is_global, "BUILD on a ", target.tagKind());
+    if (object->class_path == kNumpyDtype) return build_numpy_dtype(*object, state);
+    if (object->class_path == kNumpyArray) return replace_built(target, numpy_array(state));
     auto merge = [&](const IValue& s) {
       if (s.isNone()) return;
       check(s.isGenericDict(), "object state is a ", s.tagKind(), ", expected a dict");

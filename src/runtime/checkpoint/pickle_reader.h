@@ -17,7 +17,8 @@ using StorageSource = std::function<c10::Storage(const std::string& key, size_t 
 
 /// Unpickles `size` bytes. `source` names the data in errors. Throws CheckpointError for
 /// truncated or malformed data and for constructs outside torch.save's vocabulary (numpy
-/// arrays, sparse tensors, protocol-0 text opcodes), naming the byte offset.
+/// values other than numeric arrays and scalars, sparse tensors, protocol-0 text opcodes),
+/// naming the byte offset.
 c10::IValue unpickle_value(const char* data, size_t size, const StorageSource& storages,
                            const std::string& source);
 
