@@ -26,16 +26,17 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/optimizer.h>
 
+#include "deepspeed/data_sampling.h"
 #include "deepspeed/engine.h"
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/progressive_layer_drop.h"
-#include "deepspeed/data_sampling.h"
 #include "deepspeed/random_ltd.h"
 #include "deepspeed/universal_checkpoint.h"
 #include "deepspeed/version.h"
 #include "deepspeed/zero3.h"
 #include "runtime/checkpoint/shared_file_writers.h"
+#include "runtime/data_efficiency/sampler_checkpoint.h"
 #include "runtime/precision/loss_scaler.h"
 #include "runtime/sparse_grad.h"
 #include "runtime/tensor_parallel/engine_autotp.h"
@@ -586,8 +587,8 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     }
     if (data_sampling::engine_data_sampler(*this) && !options.load_module_only &&
         !read->states.data_sampler.isNone()) {
-      plan.data_sampler = ckpt::json_from_ivalue(read->states.data_sampler,
-                                                 read->model_file + ": data_sampler");
+      plan.data_sampler = data_sampling::data_sampler_state_from_checkpoint(
+          read->states.data_sampler, read->model_file + ": data_sampler");
     }
     for (const auto& [key, value] : read->states.client_state) {
       if (key != kRngStateKey || options.load_module_only) continue;

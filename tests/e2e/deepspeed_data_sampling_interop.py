@@ -6,9 +6,17 @@ DeepSpeed's logs): the difficulty of every global batch, the samples of each clu
 DeepSpeed wrote, and those of each cluster file the C++ sampler wrote as DeepSpeed's
 MMapIndexedDataset reads them.
 
-usage: deepspeed_data_sampling_interop.py WORK_DIR NUM_SAMPLES GLOBAL_BATCHES PORT"""
+Checkpoints both ways: after global batch SAVE_AT, DeepSpeed's sampler state goes to
+WORK_DIR/their_state.pt (as its engine saves it, under 'data_sampler') and its cluster files as
+they are then to WORK_DIR/their_clusters_at_save. A second DeepSpeed sampler resumes from the
+C++ sampler's WORK_DIR/our_state.pt (over a copy of the C++ cluster files) and runs to
+GLOBAL_BATCHES: deepspeed.json's "resumed_from_ours" holds its difficulties, its first batch and
+its cluster positions and consumed samples after that batch.
+
+usage: deepspeed_data_sampling_interop.py WORK_DIR NUM_SAMPLES GLOBAL_BATCHES SAVE_AT PORT"""
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -21,7 +29,8 @@ def length(samples):
 
 
 def main():
-    work, num_samples, batches, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    work, num_samples, batches, save_at, port = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
+                                                 int(sys.argv[4]), sys.argv[5])
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=port)
     import deepspeed
@@ -40,12 +49,33 @@ def main():
     deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
     group = torch.distributed.new_group(ranks=[0])
     config = json.load(open(f"{work}/ds_data_efficiency.json"))
-    sampler = DeepSpeedDataSampler(config, num_samples, micro_batch_size=4, data_parallel_rank=0,
-                                   data_parallel_size=1, data_parallel_group=group,
-                                   gradient_accumulation_steps=1, global_rank=0)
+
+    def new_sampler(cluster_path):
+        config["data_sampling"]["curriculum_learning"]["data_cluster_path"] = cluster_path
+        return DeepSpeedDataSampler(config, num_samples, micro_batch_size=4, data_parallel_rank=0,
+                                    data_parallel_size=1, data_parallel_group=group,
+                                    gradient_accumulation_steps=1, global_rank=0)
+
+    # Copied first: the resumed sampler below reshuffles its clusters' files in place.
+    shutil.copytree(f"{work}/our_clusters", f"{work}/our_clusters_for_deepspeed")
+    sampler = new_sampler(f"{work}/their_clusters")
     difficulties = []
     for _, _ in zip(range(batches), iter(sampler)):
         difficulties.append(dict(sampler.current_difficulties))
+        if len(difficulties) == save_at:
+            torch.save({"data_sampler": sampler.state_dict()}, f"{work}/their_state.pt")
+            shutil.copytree(f"{work}/their_clusters", f"{work}/their_clusters_at_save")
+
+    resumed = new_sampler(f"{work}/our_clusters_for_deepspeed")
+    resumed.load_state_dict(torch.load(f"{work}/our_state.pt")["data_sampler"])
+    from_ours = {"difficulties": []}
+    for _, batch in zip(range(batches - save_at), iter(resumed)):
+        if not from_ours["difficulties"]:
+            from_ours.update(first_batch=[int(s) for s in batch],
+                             paths=list(resumed.data_cluster_paths),
+                             positions=[int(p) for p in resumed.data_cluster_current_position],
+                             consumed_samples=int(resumed.consumed_samples) + len(batch))
+        from_ours["difficulties"].append(dict(resumed.current_difficulties))
 
     def clusters(folder):
         out = {}
@@ -58,7 +88,8 @@ def main():
     with open(f"{work}/deepspeed.json", "w") as f:
         json.dump({"difficulties": difficulties,
                    "theirs": clusters(f"{work}/their_clusters"),
-                   "ours_read_by_deepspeed": clusters(f"{work}/our_clusters")}, f)
+                   "ours_read_by_deepspeed": clusters(f"{work}/our_clusters"),
+                   "resumed_from_ours": from_ours}, f)
 
 
 if __name__ == "__main__":

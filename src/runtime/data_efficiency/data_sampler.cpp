@@ -17,6 +17,7 @@
 
 #include "deepspeed/data_sampling.h"
 #include "deepspeed/engine.h"
+#include "runtime/data_efficiency/sampler_checkpoint.h"
 #include "util/check.h"
 #include "util/logging.h"
 
@@ -371,6 +372,7 @@ nlohmann::json DataSampler::state_dict() const {
           {"current_difficulties", difficulties_},
           {"data_cluster_paths", cluster_names_},
           {"data_cluster_current_position", cluster_positions_},
+          {"np_rng_state", numpy_seeded_state(static_cast<uint32_t>(config_.seed))},
           {"rng_state", rng.str()}};
 }
 

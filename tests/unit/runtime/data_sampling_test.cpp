@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "deepspeed/deepspeed.h"
+#include "runtime/data_efficiency/sampler_checkpoint.h"
 #include "support/expect_throw.h"
 #include "support/temp_dir.h"
 #include "support/tiny_model.h"
@@ -335,6 +336,46 @@ TEST(DataSampler, EndsAfterItsEpochsAndResumesTheSameDraws) {
   auto broken = make_sampler(config, 3);
   EXPECT_THROW_WITH(broken.load_state_dict(no_cluster, "ckpt.pt"), CheckpointError,
                     "ckpt.pt: data_sampler names cluster cluster_a99");
+}
+
+// DeepSpeed's load_state_dict requires np_rng_state (numpy's global generator); ours is the state
+// np.random.seed(data_efficiency.seed) leaves (numpy 1.24: np.random.seed(7) gives key words
+// 7, 4097098180, 3572822661, ..., 1352272845 at pos 624). DeepSpeed's own np_rng_state holds an
+// array, a tensor once loaded: it is dropped on load, and the rest resumes the sampler.
+TEST(DataSampler, CheckpointsCarryNumpysGeneratorStateForDeepSpeed) {
+  const json numpy = numpy_seeded_state(7);
+  ASSERT_EQ(numpy.size(), 5u);
+  EXPECT_EQ(numpy[0], "MT19937");
+  ASSERT_EQ(numpy[1].size(), 624u);
+  EXPECT_EQ(numpy[1][0], 7u);
+  EXPECT_EQ(numpy[1][1], 4097098180u);
+  EXPECT_EQ(numpy[1][2], 3572822661u);
+  EXPECT_EQ(numpy[1][623], 1352272845u);
+  EXPECT_EQ(numpy[2], 624);
+
+  testing::TempDir dir;
+  analyze(dir);
+  const json config = sampling_config(dir, {{"a", metric(dir, "a", "value", 2, 9, 7)}}, 1);
+  auto first = make_sampler(config, 3);
+  for (int k = 0; k < 5; ++k) first.next();
+  const json state = first.state_dict();
+  EXPECT_EQ(state.at("np_rng_state"), numpy_seeded_state(7));  // data_efficiency.seed
+
+  // As DeepSpeed's checkpoint holds it: np_rng_state's key is an ndarray (a tensor here).
+  c10::IValue entry = checkpoint::ivalue_from_json(state);
+  auto dict = entry.toGenericDict();
+  dict.insert_or_assign("np_rng_state", c10::ivalue::Tuple::create(
+      {c10::IValue("MT19937"), c10::IValue(at::zeros({624}, at::kLong)), c10::IValue(624)}));
+  dict.erase("rng_state");
+  const json restored = data_sampler_state_from_checkpoint(entry, "deepspeed.pt");
+  EXPECT_FALSE(restored.contains("np_rng_state"));
+  auto resumed = make_sampler(config, 3);
+  resumed.load_state_dict(restored, "deepspeed.pt");
+  EXPECT_EQ(resumed.state_dict().at("data_cluster_current_position"),
+            state.at("data_cluster_current_position"));
+  EXPECT_EQ(resumed.current_difficulties(), first.current_difficulties());
+  EXPECT_THROW_WITH(checkpoint::json_from_ivalue(entry, "deepspeed.pt: data_sampler"),
+                    CheckpointError, "deepspeed.pt: data_sampler");
 }
 
 TEST(DataSampler, ACustomScheduleIsRequiredBeforeTheFirstBatch) {
