@@ -1,5 +1,7 @@
 // make_lr_scheduler: binds a schedule to an optimizer's param groups (lr, and beta1/beta2 for
 // OneCycle), for our optimizers and torch::optim's.
+#include "runtime/optim/lr_scheduler_factory.h"
+
 #include <typeinfo>
 
 #include <torch/optim/optimizer.h>
@@ -13,8 +15,14 @@ namespace deepspeed::optim {
 std::unique_ptr<LRScheduler> make_lr_scheduler(const SchedulerConfig& config,
                                                torch::optim::Optimizer& optimizer,
                                                const std::string& source) {
+  return bind_lr_schedule(make_lr_schedule(config, optimizer.param_groups().size(), source),
+                          optimizer, config.type, source);
+}
+
+std::unique_ptr<LRScheduler> bind_lr_schedule(LrSchedule schedule,
+                                              torch::optim::Optimizer& optimizer,
+                                              const std::string& type, const std::string& source) {
   auto& groups = optimizer.param_groups();
-  LrSchedule schedule = make_lr_schedule(config, groups.size(), source);
   std::vector<double> base_lrs;
   for (const auto& g : groups) base_lrs.push_back(g.options().get_lr());
 
@@ -30,7 +38,7 @@ std::unique_ptr<LRScheduler> make_lr_scheduler(const SchedulerConfig& config,
       };
     } else {
       const auto* ds = dynamic_cast<const DsOptimizer*>(&optimizer);
-      log::warn_rank0(source + ": scheduler " + config.type +
+      log::warn_rank0(source + ": scheduler " + type +
                       ": cycle_momentum is disabled because optimizer " +
                       (ds ? ds->type_name() : std::string(typeid(optimizer).name())) +
                       " has no betas");
