@@ -106,7 +106,7 @@ void parse_data_efficiency(ConfigReader& top, DeepSpeedConfig& c) {
   DataEfficiencyConfig& d = c.data_efficiency;
   d.enabled = de.get_bool("enabled", false);
   d.seed = de.get_int("seed", 1234);
-  read_data_sampling(de, d.seed, c.warnings, c.unimplemented_requests);
+  read_data_sampling(de, d.seed, c.warnings);
   ConfigReader routing = de.section("data_routing", Strictness::kWarnUnknown);
   d.data_routing_enabled = routing.get_bool("enabled", false);
   parse_random_ltd(routing, c);
@@ -153,11 +153,23 @@ void resolve_data_efficiency(const DeepSpeedConfig& c, json& j) {
     curriculum.update({{"data_cluster_path", ds.data_cluster_path},
                        {"curriculum_metrics", metrics}});
   }
+  const data_sampling::DynamicBatchingConfig db = data_sampling::dynamic_batching_config(c);
+  json dynamic = {{"enabled", db.enabled}};
+  if (db.enabled) {
+    dynamic.update({{"metrics_path", db.metrics_path},
+                    {"lr_scaling_method", db.lr_scaling_method},
+                    {"min_batch_size", db.min_batch_size},
+                    {"max_batch_size", db.max_batch_size ? json(*db.max_batch_size) : json()},
+                    {"sequence_picking_order", db.sequence_picking_order},
+                    {"max_tokens", db.max_tokens},
+                    {"verbose", db.verbose}});
+  }
   j["data_efficiency"] = {{"enabled", d.enabled},
                           {"seed", d.seed},
                           {"data_sampling", {{"enabled", ds.enabled},
                                              {"num_epochs", ds.num_epochs},
-                                             {"curriculum_learning", curriculum}}},
+                                             {"curriculum_learning", curriculum},
+                                             {"dynamic_batching", dynamic}}},
                           {"data_routing", {{"enabled", d.data_routing_enabled},
                                             {"random_ltd", ltd}}}};
 }

@@ -90,8 +90,7 @@ void parse_curriculum(ConfigReader& s, data_sampling::DataSamplingConfig& out,
 }  // namespace
 
 data_sampling::DataSamplingConfig read_data_sampling(ConfigReader& de, int64_t seed,
-                                                     std::vector<std::string>& warnings,
-                                                     std::vector<std::string>& unimplemented) {
+                                                     std::vector<std::string>& warnings) {
   data_sampling::DataSamplingConfig out;
   out.seed = seed;
   ConfigReader s = de.section("data_sampling", Strictness::kWarnUnknown);
@@ -108,10 +107,7 @@ data_sampling::DataSamplingConfig read_data_sampling(ConfigReader& de, int64_t s
                        "yields sample indices, which your own code loads");
   }
   parse_curriculum(s, out, warnings);
-  ConfigReader dyn = s.section("dynamic_batching", Strictness::kWarnUnknown);
-  if (dyn.get_bool("enabled", false)) unimplemented.push_back(path + ".dynamic_batching.enabled");
-  dyn.mark_all_known();  // its own keys: read by nothing while it is refused
-  dyn.finish();
+  (void)read_dynamic_batching(s, seed);  // checked here; variable_batch.h reads it again
   s.finish();
   if (out.curriculum_enabled && !out.enabled) {
     warnings.push_back(path + ".curriculum_learning.enabled is true while " + path +
@@ -133,11 +129,9 @@ DataSamplingConfig data_sampling_config(const DeepSpeedConfig& config) {
     de = &config.raw.at("data_efficiency");
   }
   std::vector<std::string> warnings;  // reported once, when the config was loaded
-  std::vector<std::string> unimplemented;
   ConfigReader top(de, "data_efficiency", config.source, Strictness::kWarnUnknown, &warnings);
   top.mark_all_known();
-  return config_detail::read_data_sampling(top, config.data_efficiency.seed, warnings,
-                                           unimplemented);
+  return config_detail::read_data_sampling(top, config.data_efficiency.seed, warnings);
 }
 
 }  // namespace deepspeed::data_sampling

@@ -8,6 +8,7 @@
 #include "config/json_reader.h"
 #include "deepspeed/config.h"
 #include "deepspeed/data_sampling_config.h"
+#include "deepspeed/dynamic_batching_config.h"
 
 namespace deepspeed::config_detail {
 
@@ -31,8 +32,10 @@ void resolve_hybrid_engine(const DeepSpeedConfig& c, json& out);
 void parse_data_efficiency(ConfigReader& top, DeepSpeedConfig& c);
 /// Reads de's data_sampling section (data_sampling_section.cpp); `seed`: data_efficiency.seed.
 data_sampling::DataSamplingConfig read_data_sampling(ConfigReader& de, int64_t seed,
-                                                     std::vector<std::string>& warnings,
-                                                     std::vector<std::string>& unimplemented);
+                                                     std::vector<std::string>& warnings);
+/// Reads data_sampling's dynamic_batching section (dynamic_batching_section.cpp).
+data_sampling::DynamicBatchingConfig read_dynamic_batching(ConfigReader& data_sampling,
+                                                           int64_t seed);
 void resolve_data_efficiency(const DeepSpeedConfig& c, json& out);
 
 /// Reads the sections of features this build does not implement (amp, compression_training,

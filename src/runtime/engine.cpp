@@ -23,6 +23,7 @@
 #include "config/auto_sizes.h"
 #include "deepspeed/comms_logging.h"
 #include "deepspeed/curriculum_scheduler.h"
+#include "deepspeed/dynamic_batching_config.h"
 #include "deepspeed/monitor.h"
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
@@ -34,6 +35,7 @@
 #include "runtime/accelerator/accelerator.h"
 #include "runtime/accelerator/module_placement.h"
 #include "runtime/autotuning_probe.h"
+#include "runtime/data_efficiency/variable_batch_lr.h"
 #include "runtime/grad_clip.h"
 #include "runtime/host_caching_allocator.h"
 #include "runtime/hybrid/hybrid_engine_state.h"
@@ -507,6 +509,9 @@ void Engine::check_zero_optimizer() {
 void Engine::build_lr_scheduler(LRSchedulerFactory lr_scheduler) {
   if (lr_scheduler) {
     lr_scheduler_ = lr_scheduler(*optimizer_);
+  } else if (data_sampling::dynamic_batching_config(config_).enabled) {
+    // The rate scaled per batch once make_variable_batch_loader knows the batches.
+    lr_scheduler_ = data_sampling::make_variable_batch_lr_scheduler(*this, *optimizer_);
   } else if (config_.scheduler.present) {
     lr_scheduler_ = optim::make_lr_scheduler(config_.scheduler, *optimizer_, config_.source);
   }

@@ -344,13 +344,6 @@ TEST(RandomLtdConfig, WhatThisBuildLacksIsRefusedByName) {
   EXPECT_THROW_WITH(parse(with_random_ltd({{"train_batch_size", 4}}, s)).check_supported(),
                     NotSupportedError,
                     "data_efficiency.data_routing.random_ltd.layer_token_lr_schedule.enabled");
-  // data_sampling's curriculum is built (data_sampling_test); its dynamic batching is not.
-  const json sampling = {{"enabled", true},
-                         {"dynamic_batching", {{"enabled", true}, {"max_tokens", 8}}}};
-  EXPECT_THROW_WITH(parse({{"train_batch_size", 4},
-                           {"data_efficiency", {{"data_sampling", sampling}}}})
-                        .check_supported(),
-                    NotSupportedError, "data_efficiency.data_sampling.dynamic_batching.enabled");
   // DeepSpeed turns random-LTD on by random_ltd.enabled alone; so does this build, and says so.
   json config = with_random_ltd({{"train_batch_size", 4}}, random_ltd_section(4, {0}, 8, 32, 1, 8));
   config["data_efficiency"]["enabled"] = false;
