@@ -40,19 +40,26 @@ class Engine;
 
 namespace deepspeed::data_sampling {
 
-/// DeepSpeed's DataAnalyzer for metrics of type single_value_per_sample: one integer per sample.
-/// Each worker (by default each rank of the world) maps its contiguous share of the samples;
-/// worker 0 then reduces into SAVE_PATH/METRIC/METRIC_{sample_to_metric, index_to_sample,
-/// index_to_metric, index_to_sample_percentile_merged}, the files DeepSpeed's reduce writes.
+/// DeepSpeed's DataAnalyzer. Each worker (by default each rank of the world) maps its contiguous
+/// share of the samples; worker 0 then reduces into the files DeepSpeed's reduce writes:
+/// - metrics of type single_value_per_sample (add_metric: one integer per sample):
+///   SAVE_PATH/METRIC/METRIC_{sample_to_metric, index_to_sample, index_to_metric,
+///   index_to_sample_percentile_merged};
+/// - metrics of type accumulate_value_over_samples (add_accumulated_metric: a vector per
+///   sample, summed over the dataset, e.g. a vocabulary histogram): SAVE_PATH/METRIC/
+///   METRIC_metric_value, one item.
 class DataAnalyzer {
  public:
   using Metric = std::function<int64_t(int64_t sample)>;
+  using AccumulatedMetric = std::function<std::vector<int64_t>(int64_t sample)>;
 
   /// `num_workers`/`worker_id`: DeepSpeed's; 0 and -1 take the world's size and this rank.
   DataAnalyzer(int64_t num_samples, std::string save_path, int num_workers = 0,
                int worker_id = -1);
 
   void add_metric(std::string name, Metric metric);
+  /// `metric` returns vectors of one length for every sample (UsageError otherwise).
+  void add_accumulated_metric(std::string name, AccumulatedMetric metric);
 
   /// This worker's samples -> SAVE_PATH/METRIC/worker<W>_thread0/METRIC_sample_to_metric.
   void run_map();
@@ -66,11 +73,16 @@ class DataAnalyzer {
   std::pair<int64_t, int64_t> worker_range(int w) const;
 
  private:
+  void check_new_name(const std::string& name) const;
+  void map_accumulated(const std::string& name, const AccumulatedMetric& metric) const;
+  void reduce_accumulated(const std::string& name) const;
+
   int64_t num_samples_;
   std::string save_path_;
   int num_workers_;
   int worker_id_;
   std::vector<std::pair<std::string, Metric>> metrics_;
+  std::vector<std::pair<std::string, AccumulatedMetric>> accumulated_;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -28,6 +28,11 @@ def length(samples):
     return (samples * 37) % 23 + 5
 
 
+def bucket_sums(samples):
+    # The C++ test's accumulated metric: the sample ids summed into 10 buckets by s % 10.
+    return torch.zeros(10, dtype=torch.int64).index_add_(0, samples % 10, samples)
+
+
 def main():
     work, num_samples, batches, save_at, port = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]),
                                                  int(sys.argv[4]), sys.argv[5])
@@ -40,9 +45,11 @@ def main():
 
     dataset = list(range(num_samples))
     analyzer = DataAnalyzer(dataset, num_workers=1, worker_id=0, num_threads=1, batch_size=7,
-                            metric_names=["len"], metric_functions=[length],
-                            metric_types=["single_value_per_sample"],
-                            metric_dtypes=[torch.int64], save_path=f"{work}/theirs")
+                            metric_names=["len", "buckets"],
+                            metric_functions=[length, bucket_sums],
+                            metric_types=["single_value_per_sample",
+                                          "accumulate_value_over_samples"],
+                            metric_dtypes=[torch.int64, torch.int64], save_path=f"{work}/theirs")
     analyzer.run_map()
     analyzer.run_reduce()
 

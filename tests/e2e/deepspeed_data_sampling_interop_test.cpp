@@ -1,7 +1,8 @@
 // data_efficiency.data_sampling against Python DeepSpeed 0.15.4 (.venv-deepspeed), through
 // tests/e2e/deepspeed_data_sampling_interop.py:
-// - DeepSpeed's DataAnalyzer and ours, over the same samples and metric, write the same four
-//   index files byte for byte;
+// - DeepSpeed's DataAnalyzer and ours, over the same samples and metrics, write the same index
+//   files byte for byte: the four of a single_value_per_sample metric and the one of an
+//   accumulate_value_over_samples metric;
 // - DeepSpeed's DeepSpeedDataSampler runs on the index files ours wrote, with the same config:
 //   its difficulty at every global batch and the samples of every cluster it admits equal ours
 //   (the order inside a cluster is each side's own random shuffle);
@@ -103,6 +104,11 @@ class DeepSpeedDataSamplingInterop : public ::testing::Test {
     dir_ = new testing::TempDir;
     DataAnalyzer analyzer(kSamples, dir_->file("ours"), 1, 0);
     analyzer.add_metric("len", length);
+    analyzer.add_accumulated_metric("buckets", [](int64_t s) {
+      std::vector<int64_t> sums(10, 0);
+      sums[static_cast<size_t>(s % 10)] = s;
+      return sums;
+    });
     analyzer.run_map_reduce();
 
     auto sampler = make_sampler("our_clusters");
@@ -164,10 +170,11 @@ json DeepSpeedDataSamplingInterop::theirs_;
 
 TEST_F(DeepSpeedDataSamplingInterop, AnalyzerFilesAndCurriculumClustersMatchDeepSpeeds) {
   testing::TempDir& dir = *dir_;
-  for (const char* name : {"sample_to_metric", "index_to_sample", "index_to_metric",
-                           "index_to_sample_percentile_merged"}) {
+  for (const char* name : {"len/len_sample_to_metric", "len/len_index_to_sample",
+                           "len/len_index_to_metric", "len/len_index_to_sample_percentile_merged",
+                           "buckets/buckets_metric_value"}) {
     for (const char* ext : {".bin", ".idx"}) {
-      const std::string file = std::string("/len/len_") + name + ext;
+      const std::string file = std::string("/") + name + ext;
       const std::string want = bytes_of(dir.file("theirs") + file);
       ASSERT_FALSE(want.empty()) << file;
       EXPECT_EQ(bytes_of(dir.file("ours") + file), want) << file;

@@ -1,10 +1,12 @@
-// DataAnalyzer: DeepSpeed's map-reduce over the dataset for single_value_per_sample metrics. The
+// DataAnalyzer: DeepSpeed's map-reduce over the dataset. For single_value_per_sample metrics the
 // map writes each worker's values in sample order; the reduce (worker 0) writes the four files
 // DeepSpeed's reduce leaves, byte-for-byte, for the same values: sample_to_metric (one item per
 // sample), index_to_sample and index_to_metric (one item per distinct value, ascending; the
 // samples of a value ascending), and index_to_sample_percentile_merged (the index_to_sample rows
 // merged in groups of max(1, values / 100)). DeepSpeed builds the first three by merging one
 // reduce thread's chunk into a fresh builder, which ends the document twice; so do these.
+// For accumulate_value_over_samples metrics each worker writes the sum of its samples' vectors
+// (int64) and the reduce their sum, in the narrowest type that holds its values.
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -49,10 +51,68 @@ DataAnalyzer::DataAnalyzer(int64_t num_samples, std::string save_path, int num_w
            " is not below num_workers ", num_workers_);
 }
 
-void DataAnalyzer::add_metric(std::string name, Metric metric) {
+void DataAnalyzer::check_new_name(const std::string& name) const {
   DS_CHECK(!name.empty() && name.find('/') == std::string::npos, UsageError,
            "DataAnalyzer: metric name \"", name, "\" (it names a folder)");
+  auto named = [&](const auto& entry) { return entry.first == name; };
+  DS_CHECK(std::none_of(metrics_.begin(), metrics_.end(), named) &&
+               std::none_of(accumulated_.begin(), accumulated_.end(), named),
+           UsageError, "DataAnalyzer: metric \"", name, "\" was added already");
+}
+
+void DataAnalyzer::add_metric(std::string name, Metric metric) {
+  check_new_name(name);
   metrics_.emplace_back(std::move(name), std::move(metric));
+}
+
+void DataAnalyzer::add_accumulated_metric(std::string name, AccumulatedMetric metric) {
+  check_new_name(name);
+  accumulated_.emplace_back(std::move(name), std::move(metric));
+}
+
+void DataAnalyzer::map_accumulated(const std::string& name,
+                                   const AccumulatedMetric& metric) const {
+  const auto [begin, end] = worker_range(worker_id_);
+  std::vector<int64_t> sum;
+  for (int64_t s = begin; s < end; ++s) {
+    const std::vector<int64_t> value = metric(s);
+    if (s == begin) sum.assign(value.size(), 0);
+    DS_CHECK(value.size() == sum.size(), UsageError, "DataAnalyzer: metric ", name, " gave ",
+             value.size(), " values for sample ", s, " and ", sum.size(), " for sample ", begin,
+             "; an accumulated metric has one length");
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += value[i];
+  }
+  const std::string prefix = metric_dir(save_path_, name) + "/worker" +
+                             std::to_string(worker_id_) + "_thread0/" + name + "_metric_value";
+  std::filesystem::create_directories(std::filesystem::path(prefix).parent_path());
+  // DeepSpeed writes nothing for a worker without samples; neither does this.
+  if (begin < end) write_indexed_dataset(prefix, IndexDtype::kInt64, {sum});
+}
+
+void DataAnalyzer::reduce_accumulated(const std::string& name) const {
+  std::vector<int64_t> sum;
+  bool any = false;
+  for (int w = 0; w < num_workers_; ++w) {
+    const auto [begin, end] = worker_range(w);
+    if (begin == end) continue;
+    const MMapIndexedDataset part(metric_dir(save_path_, name) + "/worker" + std::to_string(w) +
+                                  "_thread0/" + name + "_metric_value");
+    DS_CHECK(part.size() == 1, UsageError, part.prefix(), ": ", part.size(),
+             " items; a worker's accumulated value is one");
+    const std::vector<int64_t> value = part.item(0);
+    if (!any) sum.assign(value.size(), 0);
+    DS_CHECK(value.size() == sum.size(), UsageError, part.prefix(), ": ", value.size(),
+             " values, where worker 0 has ", sum.size());
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += value[i];
+    any = true;
+  }
+  DS_CHECK(!sum.empty(), UsageError, "DataAnalyzer: metric ", name, " accumulated no value");
+  const auto [lo, hi] = std::minmax_element(sum.begin(), sum.end());
+  const IndexDtype dtype = fit_int_dtype(*lo, *hi);
+  write_indexed_dataset(metric_dir(save_path_, name) + "/" + name + "_metric_value", dtype, {sum});
+  log::info_rank0("DataAnalyzer: metric " + name + ": " + std::to_string(sum.size()) +
+                  " accumulated values in [" + std::to_string(*lo) + ", " + std::to_string(*hi) +
+                  "], stored as " + dtype_name(dtype));
 }
 
 std::pair<int64_t, int64_t> DataAnalyzer::worker_range(int w) const {
@@ -66,7 +126,9 @@ std::pair<int64_t, int64_t> DataAnalyzer::worker_range(int w) const {
 }
 
 void DataAnalyzer::run_map() {
-  DS_CHECK(!metrics_.empty(), UsageError, "DataAnalyzer: no metric; call add_metric first");
+  DS_CHECK(!metrics_.empty() || !accumulated_.empty(), UsageError,
+           "DataAnalyzer: no metric; call add_metric or add_accumulated_metric first");
+  for (const auto& [name, metric] : accumulated_) map_accumulated(name, metric);
   const auto [begin, end] = worker_range(worker_id_);
   for (const auto& [name, metric] : metrics_) {
     const std::string prefix = map_prefix(save_path_, name, worker_id_);
@@ -78,7 +140,9 @@ void DataAnalyzer::run_map() {
 }
 
 void DataAnalyzer::run_reduce() {
-  DS_CHECK(!metrics_.empty(), UsageError, "DataAnalyzer: no metric; call add_metric first");
+  DS_CHECK(!metrics_.empty() || !accumulated_.empty(), UsageError,
+           "DataAnalyzer: no metric; call add_metric or add_accumulated_metric first");
+  for (const auto& entry : accumulated_) reduce_accumulated(entry.first);
   const IndexDtype sample_dtype = fit_int_dtype(0, num_samples_ - 1);
   for (const auto& entry : metrics_) {
     const std::string& name = entry.first;

@@ -143,6 +143,40 @@ TEST(DataAnalyzer, MergesAPercentOfTheDistinctValuesPerRowAndSplitsWorkersAsLins
   EXPECT_EQ(MMapIndexedDataset(dir.file("v/v_index_to_sample")).dtype(), IndexDtype::kUInt8);
 }
 
+// accumulate_value_over_samples: each worker sums its samples' vectors, the reduce sums the
+// workers' into one item in the narrowest type holding it.
+TEST(DataAnalyzer, AccumulatesAVectorOverTheSamplesOfEveryWorker) {
+  testing::TempDir dir;
+  auto histogram = [](int64_t s) {  // sample ids summed into 4 buckets, and a count
+    std::vector<int64_t> v(5, 0);
+    v[static_cast<size_t>(s % 4)] = s;
+    v[4] = 1;
+    return v;
+  };
+  DataAnalyzer w0(30, dir.path(), 2, 0);
+  DataAnalyzer w1(30, dir.path(), 2, 1);
+  for (auto* a : {&w0, &w1}) a->add_accumulated_metric("hist", histogram);
+  w0.run_map();
+  w1.run_map();
+  // Worker 1 maps samples 15..29 only.
+  EXPECT_EQ(read_all(dir.file("hist/worker1_thread0/hist_metric_value")),
+            (Items{{16 + 20 + 24 + 28, 17 + 21 + 25 + 29, 18 + 22 + 26, 15 + 19 + 23 + 27, 15}}));
+  w0.run_reduce();
+  std::vector<int64_t> want(5, 0);
+  for (int64_t s = 0; s < 30; ++s) {
+    want[static_cast<size_t>(s % 4)] += s;
+    want[4] += 1;
+  }
+  EXPECT_EQ(read_all(dir.file("hist/hist_metric_value")), (Items{want}));
+  EXPECT_EQ(MMapIndexedDataset(dir.file("hist/hist_metric_value")).dtype(), IndexDtype::kUInt8);
+
+  DataAnalyzer ragged(4, dir.file("ragged"), 1, 0);
+  ragged.add_accumulated_metric("r", [](int64_t s) { return std::vector<int64_t>(s + 1, 1); });
+  EXPECT_THROW_WITH(ragged.run_map(), UsageError, "an accumulated metric has one length");
+  EXPECT_THROW_WITH(ragged.add_metric("r", [](int64_t) { return int64_t{0}; }), UsageError,
+                    "metric \"r\" was added already");
+}
+
 // ---------------------------------------------------------------------------------------------
 // DataSampler
 
