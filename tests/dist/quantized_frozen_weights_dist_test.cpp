@@ -16,6 +16,7 @@
 #include "runtime/zero/block_quantizer.h"
 #include "runtime/zero/stage3_param.h"
 #include "support/multi_rank.h"
+#include "support/released_params.h"
 #include "support/tiny_model.h"  // tiny_batch
 
 namespace deepspeed {
@@ -48,23 +49,10 @@ TEST(QuantizedFrozenWeightsDist, KeptShardsGatherBackPerParameter) {
   run_ranks(3, [](int rank, int world) {
     // Sizes with different group layouts, and one exact parameter in the same call.
     const std::vector<int64_t> sizes{7, 1000, 1000003, 50};
-    auto shard_of = [&](size_t i, int r) {
-      torch::manual_seed(static_cast<int64_t>(100 * i) + r);
-      return torch::randn({runtime::shard_numel_for(sizes[i], world)}) * static_cast<double>(i + 1);
-    };
-    std::vector<PartitionedParam> params(sizes.size());
-    std::vector<PartitionedParam*> batch;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      PartitionedParam& p = params[i];
-      p.param = torch::zeros({sizes[i]});
-      runtime::ensure_own_storage(p.param);
-      runtime::free_storage(p.param);
-      p.numel = sizes[i];
-      p.shard_numel = runtime::shard_numel_for(sizes[i], world);
-      p.shard = shard_of(i, rank);
-      if (i < 3) runtime::quantize_shard(p);
-      batch.push_back(&p);
-    }
+    auto shard_of = [&](size_t i, int r) { return testing::random_shard(sizes, i, r, world); };
+    std::vector<PartitionedParam> params = testing::released_params(sizes, rank, world);
+    for (size_t i = 0; i < 3; ++i) runtime::quantize_shard(params[i]);
+    std::vector<PartitionedParam*> batch = testing::pointers_to(params);
     EXPECT_FALSE(params[1].shard.defined());
     // 334 elements in 8-bit groups: 336 bytes and one 4-byte step.
     EXPECT_EQ(runtime::shard_bytes(params[1]), 336 + 4);

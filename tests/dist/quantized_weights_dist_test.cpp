@@ -19,6 +19,7 @@
 #include "runtime/zero/block_quantizer.h"
 #include "support/logged_collectives.h"
 #include "support/multi_rank.h"
+#include "support/released_params.h"
 #include "support/tiny_model.h"  // tiny_batch
 
 namespace deepspeed {
@@ -41,22 +42,9 @@ TEST(QuantizedWeightsDist, EachRankReadsEveryShardBackFromInt8) {
   run_ranks(3, [](int rank, int world) {
     // Small shards and one over the coalescing limit: quantized, all travel together.
     const std::vector<int64_t> sizes{7, 1000, 1000003};
-    auto shard_of = [&](size_t i, int r) {
-      torch::manual_seed(static_cast<int64_t>(100 * i) + r);
-      return torch::randn({runtime::shard_numel_for(sizes[i], world)}) * static_cast<double>(i + 1);
-    };
-    std::vector<PartitionedParam> params(sizes.size());
-    std::vector<PartitionedParam*> batch;
-    for (size_t i = 0; i < sizes.size(); ++i) {
-      PartitionedParam& p = params[i];
-      p.param = torch::zeros({sizes[i]});
-      runtime::ensure_own_storage(p.param);
-      runtime::free_storage(p.param);
-      p.numel = sizes[i];
-      p.shard_numel = runtime::shard_numel_for(sizes[i], world);
-      p.shard = shard_of(i, rank);
-      batch.push_back(&p);
-    }
+    auto shard_of = [&](size_t i, int r) { return testing::random_shard(sizes, i, r, world); };
+    std::vector<PartitionedParam> params = testing::released_params(sizes, rank, world);
+    std::vector<PartitionedParam*> batch = testing::pointers_to(params);
     runtime::ShardGroup group(comm::world());
     group.quantize_weights = true;
     EXPECT_EQ(runtime::start_gathers(batch, group, /*async=*/true, false), 2);  // values, steps
