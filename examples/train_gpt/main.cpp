@@ -38,6 +38,7 @@
 #include "gpt_tensor_parallel.h"
 #include "step_metrics.h"
 #include "curriculum_windows.h"
+#include "dynamic_documents.h"
 #include "token_dataset.h"
 #include "util/cli_checks.h"
 
@@ -356,9 +357,20 @@ int run(const Args& a) {
   if (rank == 0) tokens = deepspeed::examples::load_or_build_token_cache(tokenizer, a.data);
   ds::comm::barrier();
   if (rank != 0) tokens = deepspeed::examples::load_or_build_token_cache(tokenizer, a.data);
+  // Per token of the stream, whether its text holds a line break: dynamic batching's documents
+  // end there (read before --compact_vocab renumbers the ids).
+  std::vector<bool> ends_line(tokens.size());
+  {
+    std::vector<bool> by_id(tokenizer.vocab_size());
+    for (size_t id = 0; id < by_id.size(); ++id) {
+      by_id[id] = tokenizer.decode({static_cast<int32_t>(id)}).find('\n') != std::string::npos;
+    }
+    for (size_t t = 0; t < tokens.size(); ++t) ends_line[t] = by_id.at(tokens[t]);
+  }
   const int64_t vocab_size = a.compact_vocab ? compact_vocabulary(tokens)
                                              : static_cast<int64_t>(tokenizer.vocab_size());
   auto split = deepspeed::examples::split_train_val(tokens, a.val_fraction);
+  ends_line.resize(split.train.size());  // the training split is the stream's first part
 
   torch::manual_seed(static_cast<uint64_t>(a.seed));
   GptConfig gcfg;
@@ -469,6 +481,18 @@ int run(const Args& a) {
   // (same seed, same calls), each over its stage's data-parallel group.
   const auto curriculum =
       deepspeed::examples::CurriculumWindows::create(*engine, split.train, a.seq_len);
+  // data_efficiency.data_sampling.dynamic_batching: documents packed by length instead.
+  std::unique_ptr<deepspeed::examples::DynamicDocuments> documents;
+  if (ds::data_sampling::dynamic_batching_config(engine->config()).enabled) {
+    if (pp_engine || curriculum || replicas != world / std::max<int64_t>(1, tp)) {
+      throw ds::UsageError(
+          "train_gpt: data_efficiency.data_sampling.dynamic_batching packs documents of "
+          "different lengths; it does not combine with --pipeline_parallel_size, sequence "
+          "parallelism or the data_sampling curriculum here");
+    }
+    documents = deepspeed::examples::DynamicDocuments::create(*dp_engine, split.train,
+                                                              ends_line, a.seq_len);
+  }
   const int64_t print_every = config.steps_per_print.value_or(10);
   if (rank == 0) {
     // With pipeline or tensor parallelism only the data-parallel replicas read their own batches.
@@ -483,6 +507,14 @@ int run(const Args& a) {
                 static_cast<long long>(micro), static_cast<long long>(gas),
                 static_cast<long long>(config.batch.train_batch_size),
                 static_cast<long long>(a.seq_len));
+    if (documents) {
+      std::printf("train_gpt: dynamic batching: %lld documents of 8 to %lld tokens (cut at line "
+                  "ends), packed into micro-batches of at most %lld tokens\n",
+                  static_cast<long long>(documents->num_documents()),
+                  static_cast<long long>(a.seq_len),
+                  static_cast<long long>(
+                      ds::data_sampling::dynamic_batching_config(config).max_tokens));
+    }
   }
   // Resume: the engine restores weights, optimizer, schedule, counters and RNG; the data order
   // comes back from the sampler position saved as client state (or, in a checkpoint without
@@ -524,6 +556,8 @@ int run(const Args& a) {
       sampler.set_position(consumed / sampler.micro_batches_per_epoch(),
                            consumed % sampler.micro_batches_per_epoch());
     }
+    // Dynamic batching's loader yields the same batches every epoch: past the steps trained.
+    if (documents) documents->skip(engine->global_steps() * gas);
     first_step = engine->global_steps() + 1;
     if (rank == 0) {
       std::printf("train_gpt: resumed from %s at step %lld\n", loaded.load_path->c_str(),
@@ -577,6 +611,10 @@ int run(const Args& a) {
     save();
   }
   int64_t tokens_seen = tokens_before(config, first_step - 1, a.seq_len);
+  if (documents) {
+    tokens_seen = 0;
+    for (int64_t t = 1; t < first_step; ++t) tokens_seen += documents->tokens_of_step(t);
+  }
   for (int64_t step = first_step; step <= a.steps; ++step) {
     // With --deepspeed_log the engine prints its lines in step() at steps_per_print.
     if (bar && step % print_every == 0) bar->clear();
@@ -603,11 +641,19 @@ int run(const Args& a) {
       aux_sum = pp_engine->agg_aux_loss() * static_cast<double>(gas);
     } else {
       for (int64_t m = 0; m < gas; ++m) {
-        auto batch = make_batch(
-            split.train, curriculum ? curriculum->next_micro_batch() : sampler.next_micro_batch(),
-            a.seq_len);
+        Batch batch;
+        if (documents) {
+          auto mb = documents->next_micro_batch();
+          batch = Batch{mb.inputs, mb.targets};
+        } else {
+          batch = make_batch(split.train,
+                             curriculum ? curriculum->next_micro_batch()
+                                        : sampler.next_micro_batch(),
+                             a.seq_len);
+        }
         auto loss = dp_engine->forward(batch.inputs, batch.targets);
-        step_seq_len = curriculum_seq_len(*dp_engine, a.seq_len);  // what the model trained on
+        step_seq_len = documents ? batch.inputs.size(1)  // the batch's longest document
+                                 : curriculum_seq_len(*dp_engine, a.seq_len);  // what it trained on
         dp_engine->backward(loss);
         dp_engine->step();
         loss_sum += loss.item<double>();
@@ -635,7 +681,8 @@ int run(const Args& a) {
     }
     if (first_loss < 0) first_loss = loss;
     const double lr = engine->get_lr().at(0);
-    const int64_t tokens_per_step = config.batch.train_batch_size * step_seq_len;
+    const int64_t tokens_per_step = documents ? documents->tokens_of_step(step)
+                                              : config.batch.train_batch_size * step_seq_len;
     tokens_seen += tokens_per_step;
     const double tps = static_cast<double>(tokens_per_step) / secs;
     // Achieved model FLOP/s per device over its peak.
@@ -690,6 +737,7 @@ int run(const Args& a) {
         row["consumed_layer_tokens"] = ltd->consumed_layer_tokens();
       }
       if (curriculum) row["curriculum_difficulty"] = curriculum->difficulties();
+      if (documents) row["sequences"] = documents->sequences_of_step(step);
       metrics << row.dump() << "\n";
       metrics.flush();
     }

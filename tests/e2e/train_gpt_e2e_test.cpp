@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -325,6 +326,63 @@ TEST(TrainGptE2E, DataSamplingCurriculumTrainsEasyWindowsFirstAndResumesExactly)
   ASSERT_EQ(got.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(got[i]["curriculum_difficulty"], want[i + 3]["curriculum_difficulty"]);
+    EXPECT_EQ(got[i]["loss"].get<double>(), want[i + 3]["loss"].get<double>()) << "step " << i + 4;
+  }
+}
+
+// data_efficiency.data_sampling.dynamic_batching: train_gpt's documents (cut at line ends, 8 to
+// 32 tokens) packed into micro-batches of at most 128 tokens on 2 ranks. A step trains many
+// more sequences than train_batch_size's 4 and their number varies; the rate each update uses
+// is WarmupLR's for its step times its batch's sequences over 4 (DeepSpeed's
+// VariableBatchSizeLR); a resumed run repeats the uninterrupted one.
+TEST(TrainGptE2E, DynamicBatchingPacksDocumentsScalesTheRateAndResumesExactly) {
+  testing::TempDir dir;
+  const std::string cfg = R"({"train_micro_batch_size_per_gpu": 1,
+      "gradient_accumulation_steps": 2, "steps_per_print": 100,
+      "zero_optimization": {"stage": 2},
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-3,
+                                                   "warmup_num_steps": 3}},
+      "data_efficiency": {"enabled": true, "seed": 3, "data_sampling": {"enabled": true,
+        "dynamic_batching": {"enabled": true, "max_tokens": 128,
+                             "sequence_picking_order": "random"}}}})";
+  auto full = run_command(launch(dir, cfg, 6, "full.jsonl"));
+  ASSERT_EQ(full.exit_code, 0) << full.out << full.err;
+  EXPECT_NE(full.out.find("dynamic batching: "), std::string::npos) << full.out;
+  const auto want = read_rows(dir.file("full.jsonl"));
+  ASSERT_EQ(want.size(), 6u);
+  std::set<int64_t> sizes;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < 6; ++i) {
+    const int64_t sequences = want[i]["sequences"].get<int64_t>();
+    EXPECT_GT(sequences, 8) << "step " << i + 1;  // several documents per micro-batch
+    sizes.insert(sequences);
+    const int64_t step_tokens = want[i]["tokens"].get<int64_t>() - tokens;
+    tokens = want[i]["tokens"].get<int64_t>();
+    EXPECT_LE(step_tokens, 4 * 128) << "step " << i + 1;
+    EXPECT_GT(step_tokens, 4 * 32) << "step " << i + 1;
+  }
+  EXPECT_GT(sizes.size(), 1u);
+  // The rate after step s is the one update s + 1 trains with: WarmupLR's (log warm-up over 3
+  // steps) for step s, scaled by step s + 1's sequences.
+  for (size_t s = 1; s < 6; ++s) {
+    const double warmup = s < 3 ? 3e-3 * std::log(s + 1.0) / std::log(3.0) : 3e-3;
+    EXPECT_NEAR(want[s - 1]["lr"].get<double>(),
+                warmup * want[s]["sequences"].get<double>() / 4.0, 1e-9)
+        << "after step " << s;
+  }
+
+  auto first = run_command(launch(dir, cfg, 3, "first.jsonl", "--save_dir " + dir.file("ckpt")));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  auto second =
+      run_command(launch(dir, cfg, 6, "second.jsonl", "--load_dir " + dir.file("ckpt")));
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  const auto got = read_rows(dir.file("second.jsonl"));
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i]["sequences"], want[i + 3]["sequences"]) << "step " << i + 4;
+    EXPECT_EQ(got[i]["tokens"], want[i + 3]["tokens"]) << "step " << i + 4;
+    EXPECT_EQ(got[i]["lr"].get<double>(), want[i + 3]["lr"].get<double>()) << "step " << i + 4;
     EXPECT_EQ(got[i]["loss"].get<double>(), want[i + 3]["loss"].get<double>()) << "step " << i + 4;
   }
 }
