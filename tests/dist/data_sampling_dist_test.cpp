@@ -1,5 +1,6 @@
-// data_efficiency.data_sampling on 2 Gloo ranks against one process. The data analyzer's map on
-// two workers and reduce on the first must write the files one worker writes, byte for byte;
+// data_efficiency.data_sampling on Gloo ranks against one process. The data analyzer's map on
+// two workers and reduce on the first must write the files one worker writes, byte for byte
+// (and the distributed analyzer on three, the same contents without map files);
 // the sampler's ranks must each get their half of every micro-batch the single process draws
 // (the first rank draws the global batch and broadcasts it), and only the first writes clusters.
 #include "deepspeed/data_sampling.h"
@@ -58,6 +59,46 @@ TEST(DataAnalyzerDist, TwoWorkersWriteTheFilesOneWorkerWrites) {
   EXPECT_EQ(MMapIndexedDataset(rank_output_dir() + "/two/len/worker1_thread0/len_sample_to_metric")
                 .size(),
             51u);
+}
+
+// DistributedDataAnalyzer on 3 ranks (shares of 33, 34 and 34 samples) against DataAnalyzer on
+// one worker: the same .bin files (DeepSpeed's own test of its two analyzers asserts that),
+// each .idx one document where DataAnalyzer's merge ends three of them twice, and the
+// accumulated vector alike, byte for byte.
+TEST(DistributedDataAnalyzerDist, ThreeRanksWriteDataAnalyzersContentsWithoutSharedMapFiles) {
+  auto buckets = [](int64_t s) {
+    std::vector<int64_t> v(4, 0);
+    v[static_cast<size_t>(s % 4)] = s;
+    return v;
+  };
+  run_ranks(3, [&](int, int) {
+    DistributedDataAnalyzer analyzer(kSamples, rank_output_dir() + "/dist");
+    analyzer.add_metric("len", length);
+    analyzer.add_accumulated_metric("buckets", buckets);
+    analyzer.run_map_reduce();
+  });
+  const std::string root = rank_output_dir();
+  DataAnalyzer one(kSamples, root + "/one", 1, 0);
+  one.add_metric("len", length);
+  one.add_accumulated_metric("buckets", buckets);
+  one.run_map_reduce();
+  for (const auto& name : kFiles) {
+    const std::string file = "/len/len_" + name;
+    const std::string bin = bytes_of(root + "/dist" + file + ".bin");
+    ASSERT_FALSE(bin.empty()) << file;
+    EXPECT_EQ(bin, bytes_of(root + "/one" + file + ".bin")) << file;
+    const MMapIndexedDataset dist(root + "/dist" + file), reference(root + "/one" + file);
+    ASSERT_EQ(dist.size(), reference.size()) << file;
+    for (size_t i = 0; i < dist.size(); ++i) EXPECT_EQ(dist.item(i), reference.item(i)) << file;
+    EXPECT_EQ(dist.doc_idx(), (std::vector<int64_t>{0, static_cast<int64_t>(dist.size())}))
+        << file;
+  }
+  for (const char* ext : {".bin", ".idx"}) {
+    const std::string file = std::string("/buckets/buckets_metric_value") + ext;
+    EXPECT_EQ(bytes_of(root + "/dist" + file), bytes_of(root + "/one" + file)) << file;
+  }
+  // No map files: nothing but the outputs under the folder.
+  EXPECT_FALSE(std::filesystem::exists(root + "/dist/len/worker0_thread0"));
 }
 
 json config(const std::string& root, const std::string& clusters, int64_t micro) {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "deepspeed/data_sampling.h"
+#include "runtime/data_efficiency/analyzer_outputs.h"
 #include "util/check.h"
 #include "util/logging.h"
 
@@ -28,16 +29,91 @@ std::string map_prefix(const std::string& save_path, const std::string& metric, 
          metric + "_sample_to_metric";
 }
 
-// A fresh builder of `items`, with DeepSpeed's doubled document end (see the file comment).
-void write_merged_style(const std::string& prefix, IndexDtype dtype,
-                        const std::vector<std::vector<int64_t>>& items) {
+// A fresh builder of `items`; with `doubled_end`, DataAnalyzer's doubled document end (see the
+// file comment).
+void write_items(const std::string& prefix, IndexDtype dtype,
+                 const std::vector<std::vector<int64_t>>& items, bool doubled_end) {
   MMapIndexedDatasetBuilder builder(prefix, dtype);
   for (const auto& item : items) builder.add_item(item);
-  builder.end_document();  // the merged chunk's own document end
+  if (doubled_end) builder.end_document();  // the merged chunk's own document end
   builder.finalize();
 }
 
 }  // namespace
+
+namespace detail {
+
+std::pair<int64_t, int64_t> split_range(int64_t num_samples, int workers, int w) {
+  // numpy.linspace(0, N, num_workers + 1, dtype=int): i * (N / num_workers), truncated, and N
+  // exactly at the end.
+  const double step = static_cast<double>(num_samples) / workers;
+  auto bound = [&](int i) {
+    return i == workers ? num_samples : static_cast<int64_t>(static_cast<double>(i) * step);
+  };
+  return {bound(w), bound(w + 1)};
+}
+
+void check_metric_name(const std::string& name, const std::vector<std::string>& taken) {
+  DS_CHECK(!name.empty() && name.find('/') == std::string::npos, UsageError,
+           "DataAnalyzer: metric name \"", name, "\" (it names a folder)");
+  DS_CHECK(std::find(taken.begin(), taken.end(), name) == taken.end(), UsageError,
+           "DataAnalyzer: metric \"", name, "\" was added already");
+}
+
+void write_single_value_outputs(const std::string& save_path, const std::string& name,
+                                const std::vector<int64_t>& values, bool doubled_end) {
+  const auto num_samples = static_cast<int64_t>(values.size());
+  const IndexDtype sample_dtype = fit_int_dtype(0, num_samples - 1);
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  const IndexDtype value_dtype = fit_int_dtype(*lo, *hi);
+  std::filesystem::create_directories(metric_dir(save_path, name));
+  const std::string dir = metric_dir(save_path, name) + "/" + name;
+
+  std::vector<std::vector<int64_t>> per_sample;
+  per_sample.reserve(values.size());
+  for (int64_t v : values) per_sample.push_back({v});
+  write_items(dir + "_sample_to_metric", value_dtype, per_sample, doubled_end);
+
+  std::map<int64_t, std::vector<int64_t>> by_value;
+  for (size_t s = 0; s < values.size(); ++s) by_value[values[s]].push_back(static_cast<int64_t>(s));
+  std::vector<std::vector<int64_t>> index_to_sample;
+  std::vector<std::vector<int64_t>> index_to_metric;
+  for (auto& [value, samples] : by_value) {
+    index_to_sample.push_back(std::move(samples));
+    index_to_metric.push_back({value});
+  }
+  write_items(dir + "_index_to_sample", sample_dtype, index_to_sample, doubled_end);
+  write_items(dir + "_index_to_metric", value_dtype, index_to_metric, doubled_end);
+
+  const size_t step = std::max<size_t>(1, index_to_sample.size() / 100);
+  std::vector<std::vector<int64_t>> merged;
+  for (size_t v = 0; v < index_to_sample.size(); v += step) {
+    std::vector<int64_t> row;
+    for (size_t k = v; k < std::min(index_to_sample.size(), v + step); ++k) {
+      row.insert(row.end(), index_to_sample[k].begin(), index_to_sample[k].end());
+    }
+    merged.push_back(std::move(row));
+  }
+  write_indexed_dataset(dir + "_index_to_sample_percentile_merged", sample_dtype, merged);
+  log::info_rank0("DataAnalyzer: metric " + name + ": " + std::to_string(values.size()) +
+                  " samples, " + std::to_string(by_value.size()) + " distinct values in [" +
+                  std::to_string(*lo) + ", " + std::to_string(*hi) + "], stored as " +
+                  dtype_name(value_dtype));
+}
+
+void write_accumulated_output(const std::string& save_path, const std::string& name,
+                              const std::vector<int64_t>& sum) {
+  DS_CHECK(!sum.empty(), UsageError, "DataAnalyzer: metric ", name, " accumulated no value");
+  const auto [lo, hi] = std::minmax_element(sum.begin(), sum.end());
+  const IndexDtype dtype = fit_int_dtype(*lo, *hi);
+  std::filesystem::create_directories(metric_dir(save_path, name));
+  write_indexed_dataset(metric_dir(save_path, name) + "/" + name + "_metric_value", dtype, {sum});
+  log::info_rank0("DataAnalyzer: metric " + name + ": " + std::to_string(sum.size()) +
+                  " accumulated values in [" + std::to_string(*lo) + ", " + std::to_string(*hi) +
+                  "], stored as " + dtype_name(dtype));
+}
+
+}  // namespace detail
 
 DataAnalyzer::DataAnalyzer(int64_t num_samples, std::string save_path, int num_workers,
                            int worker_id)
@@ -52,12 +128,10 @@ DataAnalyzer::DataAnalyzer(int64_t num_samples, std::string save_path, int num_w
 }
 
 void DataAnalyzer::check_new_name(const std::string& name) const {
-  DS_CHECK(!name.empty() && name.find('/') == std::string::npos, UsageError,
-           "DataAnalyzer: metric name \"", name, "\" (it names a folder)");
-  auto named = [&](const auto& entry) { return entry.first == name; };
-  DS_CHECK(std::none_of(metrics_.begin(), metrics_.end(), named) &&
-               std::none_of(accumulated_.begin(), accumulated_.end(), named),
-           UsageError, "DataAnalyzer: metric \"", name, "\" was added already");
+  std::vector<std::string> taken;
+  for (const auto& entry : metrics_) taken.push_back(entry.first);
+  for (const auto& entry : accumulated_) taken.push_back(entry.first);
+  detail::check_metric_name(name, taken);
 }
 
 void DataAnalyzer::add_metric(std::string name, Metric metric) {
@@ -106,23 +180,11 @@ void DataAnalyzer::reduce_accumulated(const std::string& name) const {
     for (size_t i = 0; i < sum.size(); ++i) sum[i] += value[i];
     any = true;
   }
-  DS_CHECK(!sum.empty(), UsageError, "DataAnalyzer: metric ", name, " accumulated no value");
-  const auto [lo, hi] = std::minmax_element(sum.begin(), sum.end());
-  const IndexDtype dtype = fit_int_dtype(*lo, *hi);
-  write_indexed_dataset(metric_dir(save_path_, name) + "/" + name + "_metric_value", dtype, {sum});
-  log::info_rank0("DataAnalyzer: metric " + name + ": " + std::to_string(sum.size()) +
-                  " accumulated values in [" + std::to_string(*lo) + ", " + std::to_string(*hi) +
-                  "], stored as " + dtype_name(dtype));
+  detail::write_accumulated_output(save_path_, name, sum);
 }
 
 std::pair<int64_t, int64_t> DataAnalyzer::worker_range(int w) const {
-  // numpy.linspace(0, N, num_workers + 1, dtype=int): i * (N / num_workers), truncated, and N
-  // exactly at the end.
-  const double step = static_cast<double>(num_samples_) / num_workers_;
-  auto bound = [&](int i) {
-    return i == num_workers_ ? num_samples_ : static_cast<int64_t>(static_cast<double>(i) * step);
-  };
-  return {bound(w), bound(w + 1)};
+  return detail::split_range(num_samples_, num_workers_, w);
 }
 
 void DataAnalyzer::run_map() {
@@ -143,7 +205,6 @@ void DataAnalyzer::run_reduce() {
   DS_CHECK(!metrics_.empty() || !accumulated_.empty(), UsageError,
            "DataAnalyzer: no metric; call add_metric or add_accumulated_metric first");
   for (const auto& entry : accumulated_) reduce_accumulated(entry.first);
-  const IndexDtype sample_dtype = fit_int_dtype(0, num_samples_ - 1);
   for (const auto& entry : metrics_) {
     const std::string& name = entry.first;
     std::vector<int64_t> values;
@@ -156,42 +217,7 @@ void DataAnalyzer::run_reduce() {
                " (did its map finish?)");
       for (size_t i = 0; i < part.size(); ++i) values.push_back(part.item(i).at(0));
     }
-    const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
-    const IndexDtype value_dtype = fit_int_dtype(*lo, *hi);
-    const std::string dir = metric_dir(save_path_, name) + "/" + name;
-
-    std::vector<std::vector<int64_t>> per_sample;
-    per_sample.reserve(values.size());
-    for (int64_t v : values) per_sample.push_back({v});
-    write_merged_style(dir + "_sample_to_metric", value_dtype, per_sample);
-
-    std::map<int64_t, std::vector<int64_t>> by_value;
-    for (size_t s = 0; s < values.size(); ++s) {
-      by_value[values[s]].push_back(static_cast<int64_t>(s));
-    }
-    std::vector<std::vector<int64_t>> index_to_sample;
-    std::vector<std::vector<int64_t>> index_to_metric;
-    for (auto& [value, samples] : by_value) {
-      index_to_sample.push_back(std::move(samples));
-      index_to_metric.push_back({value});
-    }
-    write_merged_style(dir + "_index_to_sample", sample_dtype, index_to_sample);
-    write_merged_style(dir + "_index_to_metric", value_dtype, index_to_metric);
-
-    const size_t step = std::max<size_t>(1, index_to_sample.size() / 100);
-    std::vector<std::vector<int64_t>> merged;
-    for (size_t v = 0; v < index_to_sample.size(); v += step) {
-      std::vector<int64_t> row;
-      for (size_t k = v; k < std::min(index_to_sample.size(), v + step); ++k) {
-        row.insert(row.end(), index_to_sample[k].begin(), index_to_sample[k].end());
-      }
-      merged.push_back(std::move(row));
-    }
-    write_indexed_dataset(dir + "_index_to_sample_percentile_merged", sample_dtype, merged);
-    log::info_rank0("DataAnalyzer: metric " + name + ": " + std::to_string(values.size()) +
-                    " samples, " + std::to_string(by_value.size()) + " distinct values in [" +
-                    std::to_string(*lo) + ", " + std::to_string(*hi) + "], stored as " +
-                    dtype_name(value_dtype));
+    detail::write_single_value_outputs(save_path_, name, values, /*doubled_end=*/true);
   }
 }
 
