@@ -37,6 +37,7 @@
 #include "deepspeed/zero3.h"
 #include "runtime/checkpoint/shared_file_writers.h"
 #include "runtime/data_efficiency/sampler_checkpoint.h"
+#include "runtime/data_efficiency/variable_batch_lr.h"
 #include "runtime/precision/loss_scaler.h"
 #include "runtime/sparse_grad.h"
 #include "runtime/tensor_parallel/engine_autotp.h"
@@ -309,7 +310,13 @@ ckpt::ModelStates Engine::model_states(const ClientState& client_state,
     ctx.exclude_frozen_parameters = exclude_frozen_parameters;
     zero_->add_model_states(ctx, &m);
   }
-  if (lr_scheduler_) m.lr_scheduler = ckpt::ivalue_from_json(lr_scheduler_->state_dict());
+  if (const auto variable = data_sampling::engine_variable_batch_lr(*this)) {
+    // Dynamic batching: DeepSpeed's VariableBatchSizeLR's layout, which its engine loads.
+    m.lr_scheduler = ckpt::ivalue_from_json(
+        data_sampling::variable_batch_lr_state_dict(*variable, *lr_scheduler_));
+  } else if (lr_scheduler_) {
+    m.lr_scheduler = ckpt::ivalue_from_json(lr_scheduler_->state_dict());
+  }
   if (random_ltd_) m.random_ltd = ckpt::ivalue_from_json(random_ltd_->state_dict());
   if (const auto* sampler = data_sampling::engine_data_sampler(*this)) {
     m.data_sampler = ckpt::ivalue_from_json(sampler->state_dict());
@@ -578,8 +585,9 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
       DS_CHECK(!read->states.lr_scheduler.isNone(), CheckpointError, read->model_file,
                ": has no lr_scheduler state (part 'lr_scheduler') but this engine has a "
                "scheduler; load with load_lr_scheduler_states=false to keep it fresh");
-      plan.lr_scheduler = ckpt::json_from_ivalue(read->states.lr_scheduler, read->model_file +
-                                                                          ": lr_scheduler");
+      plan.lr_scheduler = data_sampling::scheduler_state_from_variable_batch(
+          ckpt::json_from_ivalue(read->states.lr_scheduler, read->model_file + ": lr_scheduler"),
+          read->model_file + ": lr_scheduler");
     }
     if (random_ltd_ && !options.load_module_only && !read->states.random_ltd.isNone()) {
       plan.random_ltd = ckpt::json_from_ivalue(read->states.random_ltd,

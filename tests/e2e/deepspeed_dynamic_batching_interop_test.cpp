@@ -7,7 +7,9 @@
 //   samples too long to fit;
 // - an engine under dynamic batching trains each update with the rate DeepSpeed's
 //   VariableBatchSizeLR gives it over the same WarmupLR (linear scaling), and over a constant
-//   rate (sqrt scaling).
+//   rate (sqrt scaling);
+// - the scheduler's checkpoint state crosses both ways: DeepSpeed's VariableBatchSizeLR loads
+//   ours and steps on to our next rate, and ours loads DeepSpeed's at DeepSpeed's rate.
 #include "deepspeed/variable_batch.h"
 
 #include <fstream>
@@ -18,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deepspeed/deepspeed.h"
+#include "runtime/data_efficiency/variable_batch_lr.h"
 #include "support/run_command.h"
 #include "support/temp_dir.h"
 #include "support/tiny_model.h"
@@ -97,18 +100,31 @@ json engine_config(bool warmup, const std::string& method) {
   return c;
 }
 
-// The rate each of kSteps updates trains with, and the batch sizes behind them.
-std::pair<std::vector<double>, std::vector<int64_t>> our_rates(bool warmup,
-                                                               const std::string& method) {
+constexpr int kSaveAt = 5;  // the checkpoint: after this many updates
+
+double lr_of(Engine& engine) { return engine.optimizer()->param_groups()[0].options().get_lr(); }
+
+struct OurRates {
+  std::vector<double> used;          // the rate each of kSteps updates trains with
+  std::vector<int64_t> batch_sizes;  // the batches behind them
+  json state;                        // the scheduler's checkpoint state after kSaveAt updates
+};
+
+OurRates our_rates(bool warmup, const std::string& method) {
   auto engine =
       initialize(std::make_shared<testing::TinyNetImpl>(), engine_config(warmup, method)).engine;
   auto loader = make_variable_batch_loader(*engine, lengths());
-  std::vector<double> used;
+  OurRates out;
   for (int n = 0; n < kSteps; ++n) {
-    used.push_back(engine->optimizer()->param_groups()[0].options().get_lr());
+    if (n == kSaveAt) {
+      out.state = variable_batch_lr_state_dict(*engine_variable_batch_lr(*engine),
+                                               *engine->lr_scheduler());
+    }
+    out.used.push_back(lr_of(*engine));
     engine->lr_scheduler()->step();  // as the engine does after each optimizer step
   }
-  return {used, loader->batches().batch_sizes};
+  out.batch_sizes = loader->batches().batch_sizes;
+  return out;
 }
 
 TEST(DeepSpeedDynamicBatchingInterop, PackingAndRatesEqualDeepSpeeds) {
@@ -119,22 +135,28 @@ TEST(DeepSpeedDynamicBatchingInterop, PackingAndRatesEqualDeepSpeeds) {
   for (const auto& p : cases) {
     packing_cases.push_back({{"seqlens", seqlens}, {"options", as_kwargs(p)}});
   }
-  const auto [warm_rates, warm_sizes] = our_rates(true, "linear");
-  const auto [flat_rates, flat_sizes] = our_rates(false, "sqrt");
-  const json rate_cases = json::array(
-      {{{"lr", 0.01},
-        {"warmup", {{"warmup_min_lr", 0.001}, {"warmup_max_lr", 0.01}, {"warmup_num_steps", 5}}},
-        {"base_batch_size", 4},
-        {"batch_sizes", warm_sizes},
-        {"method", "linear"},
-        {"steps", kSteps}},
-       {{"lr", 0.01},
-        {"warmup", nullptr},
-        {"base_batch_size", 4},
-        {"batch_sizes", flat_sizes},
-        {"method", "sqrt"},
-        {"steps", kSteps}}});
-  std::ofstream(dir.file("cases.json")) << json{{"packings", packing_cases}, {"rates", rate_cases}};
+  const OurRates warm = our_rates(true, "linear");
+  const OurRates flat = our_rates(false, "sqrt");
+  const json warmup = {{"warmup_min_lr", 0.001}, {"warmup_max_lr", 0.01}, {"warmup_num_steps", 5}};
+  const json rate_cases = json::array({{{"lr", 0.01},
+                                        {"warmup", warmup},
+                                        {"base_batch_size", 4},
+                                        {"batch_sizes", warm.batch_sizes},
+                                        {"method", "linear"},
+                                        {"steps", kSteps},
+                                        {"save_at", kSaveAt}},
+                                       {{"lr", 0.01},
+                                        {"warmup", nullptr},
+                                        {"base_batch_size", 4},
+                                        {"batch_sizes", flat.batch_sizes},
+                                        {"method", "sqrt"},
+                                        {"steps", kSteps},
+                                        {"save_at", kSaveAt}}});
+  json resume_cases = rate_cases;
+  resume_cases[0]["state"] = warm.state;
+  resume_cases[1]["state"] = flat.state;
+  std::ofstream(dir.file("cases.json"))
+      << json{{"packings", packing_cases}, {"rates", rate_cases}, {"resumes", resume_cases}};
 
   const auto run = testing::run_command(std::string("OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu ") +
                                         DS_DEEPSPEED_PYTHON + " " + DS_INTEROP_SCRIPT + " " +
@@ -157,13 +179,26 @@ TEST(DeepSpeedDynamicBatchingInterop, PackingAndRatesEqualDeepSpeeds) {
     EXPECT_GE(ours.batch_sizes.size(), 10u) << "case " << c;
   }
 
-  const std::vector<std::vector<double>> ours = {warm_rates, flat_rates};
+  const std::vector<OurRates> ours = {warm, flat};
   for (size_t c = 0; c < ours.size(); ++c) {
     const auto want = theirs.at("rates")[c].get<std::vector<double>>();
-    ASSERT_EQ(want.size(), ours[c].size());
+    ASSERT_EQ(want.size(), ours[c].used.size());
     for (size_t n = 0; n < want.size(); ++n) {
-      EXPECT_NEAR(ours[c][n], want[n], 1e-12) << "rate case " << c << ", update " << n;
+      EXPECT_NEAR(ours[c].used[n], want[n], 1e-12) << "rate case " << c << ", update " << n;
     }
+    // DeepSpeed resumed from our state: one step on, the rate of our update kSaveAt + 1.
+    EXPECT_NEAR(theirs.at("resumed")[c].get<double>(), ours[c].used[kSaveAt + 1], 1e-12)
+        << "rate case " << c;
+    // Ours resumed from DeepSpeed's state: the rate of update kSaveAt at once.
+    const json state = theirs.at("states")[c];
+    auto engine = initialize(std::make_shared<testing::TinyNetImpl>(),
+                             engine_config(c == 0, c == 0 ? "linear" : "sqrt"))
+                      .engine;
+    auto loader = make_variable_batch_loader(*engine, lengths());
+    engine->lr_scheduler()->load_state_dict(scheduler_state_from_variable_batch(state, "test"));
+    EXPECT_NEAR(lr_of(*engine), ours[c].used[kSaveAt], 1e-12) << "rate case " << c;
+    EXPECT_EQ(state.at("batch_sizes"), ours[c].state.at("batch_sizes"));
+    EXPECT_EQ(state.at("last_epoch"), ours[c].state.at("last_epoch"));
   }
 }
 

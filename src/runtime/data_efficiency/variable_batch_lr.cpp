@@ -6,8 +6,10 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/engine.h"
+#include "deepspeed/errors.h"
 #include "deepspeed/variable_batch.h"
 #include "runtime/optim/lr_scheduler_factory.h"
+#include "util/check.h"
 
 namespace deepspeed::data_sampling {
 namespace {
@@ -43,6 +45,7 @@ std::unique_ptr<optim::LRScheduler> make_variable_batch_lr_scheduler(
     base.lr = [](int64_t, size_t, double base_lr) { return base_lr; };  // a constant rate
   }
   auto state = std::make_shared<VariableBatchLr>();
+  for (const auto& g : optimizer.param_groups()) state->base_lrs.push_back(g.options().get_lr());
   optim::LrSchedule scaled;
   scaled.lr = [base_lr = base.lr, state](int64_t k, size_t group, double lr0) {
     return base_lr(k + 1, group, lr0) * state->factor(k + 1);
@@ -63,6 +66,26 @@ std::shared_ptr<VariableBatchLr> engine_variable_batch_lr(const Engine& engine) 
   std::lock_guard<std::mutex> lock(registry_mutex());
   auto it = registry().find(&engine);
   return it == registry().end() ? nullptr : it->second.lock();
+}
+
+nlohmann::json variable_batch_lr_state_dict(const VariableBatchLr& lr,
+                                            const optim::LRScheduler& scheduler) {
+  const int64_t updates = scheduler.last_batch_iteration() + 1;
+  return {{"base_lr_scheduler", {{"last_batch_iteration", updates}}},
+          {"base_batch_size", lr.base_batch_size},
+          {"lr_scaling_method", lr.method},
+          {"batch_sizes", lr.batch_sizes},
+          {"base_lrs", lr.base_lrs},
+          {"last_epoch", updates},
+          {"verbose", false}};
+}
+
+nlohmann::json scheduler_state_from_variable_batch(const nlohmann::json& state,
+                                                   const std::string& where) {
+  if (!state.is_object() || !state.contains("base_lr_scheduler")) return state;
+  DS_CHECK(state.contains("last_epoch") && state["last_epoch"].is_number_integer(), CheckpointError,
+           where, ": a VariableBatchSizeLR state without an integer 'last_epoch'");
+  return {{"last_batch_iteration", state["last_epoch"].get<int64_t>() - 1}};
 }
 
 }  // namespace deepspeed::data_sampling
