@@ -135,9 +135,11 @@ TEST(AutotuningE2E, TunesWithinTheBudgetPrunesCorrectlyAndBeatsTheStart) {
   std::printf("peak per rank without a budget: ZeRO-0 mbs 1 %.1f MiB, ZeRO-2 mbs 2 %.1f MiB\n", peak0 / 1048576.0,
               peak2 / 1048576.0);
   ASSERT_GT(peak0 - peak2, int64_t{16} << 20) << "ZeRO-0 and ZeRO-2 need too similar memory on this machine";
-  // A quarter of the way up from ZeRO-2: under pressure the allocators give memory back, so a
-  // process fits in less than its unbudgeted peak (ZeRO-0 here ran under ~85% of its own).
-  g_budget = peak2 + (peak0 - peak2) / 4;
+  // 38% of the way up from ZeRO-2. Both sides of the window are narrow. The tuner predicts
+  // ZeRO-2 at micro-batch 1 from the model-information run at ZeRO-0, about 20% of the way up
+  // (a quarter pruned it by 0.1 MiB once). Under pressure the allocators give memory back, so
+  // ZeRO-0 fits in less than its unbudgeted peak: it trained within 55% here, not within 45%.
+  g_budget = peak2 + (peak0 - peak2) * 38 / 100;
   const int64_t kBudget = g_budget;
   auto r = run_command(launcher(port, "--autotuning tune") + train_gpt(dir, dir.file("ds_config.json"), 50));
   const std::string all = r.out + r.err;
