@@ -26,6 +26,18 @@ Documents line_documents(const std::vector<bool>& ends_line, int64_t min_len, in
   return out;
 }
 
+DynamicDocuments::DynamicDocuments(const std::vector<uint16_t>& train, Documents docs,
+                                   std::unique_ptr<data_sampling::VariableBatchLoader> loader)
+    : train_(train), docs_(std::move(docs)), loader_(std::move(loader)) {
+  // Once here rather than per step: a step's tokens are its batch's documents' lengths.
+  batch_tokens_.assign(batches().batch_sizes.size(), 0);
+  for (const auto& [id, samples] : batches().microbatch_ids) {
+    for (int64_t d : samples) {
+      batch_tokens_[static_cast<size_t>(id)] += docs_.lengths[static_cast<size_t>(d)];
+    }
+  }
+}
+
 std::unique_ptr<DynamicDocuments> DynamicDocuments::create(Engine& engine,
                                                            const std::vector<uint16_t>& train,
                                                            const std::vector<bool>& ends_line,
@@ -70,14 +82,8 @@ int64_t DynamicDocuments::sequences_of_step(int64_t step) const {
 }
 
 int64_t DynamicDocuments::tokens_of_step(int64_t step) const {
-  const auto n = static_cast<int64_t>(batches().batch_sizes.size());
-  const int64_t batch = (step - 1) % n;
-  int64_t tokens = 0;
-  for (const auto& [id, samples] : batches().microbatch_ids) {
-    if (id != batch) continue;
-    for (int64_t d : samples) tokens += docs_.lengths[static_cast<size_t>(d)];
-  }
-  return tokens;
+  const auto n = static_cast<int64_t>(batch_tokens_.size());
+  return batch_tokens_[static_cast<size_t>((step - 1) % n)];
 }
 
 }  // namespace deepspeed::examples

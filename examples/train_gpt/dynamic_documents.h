@@ -52,13 +52,13 @@ class DynamicDocuments {
 
  private:
   DynamicDocuments(const std::vector<uint16_t>& train, Documents docs,
-                   std::unique_ptr<data_sampling::VariableBatchLoader> loader)
-      : train_(train), docs_(std::move(docs)), loader_(std::move(loader)) {}
+                   std::unique_ptr<data_sampling::VariableBatchLoader> loader);
   const data_sampling::VariableBatches& batches() const { return loader_->batches(); }
 
   const std::vector<uint16_t>& train_;
   Documents docs_;
   std::unique_ptr<data_sampling::VariableBatchLoader> loader_;
+  std::vector<int64_t> batch_tokens_;  // per batch, its documents' lengths summed
 };
 
 }  // namespace deepspeed::examples
