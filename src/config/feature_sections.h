@@ -6,6 +6,7 @@
 #pragma once
 
 #include "config/json_reader.h"
+#include "deepspeed/compression_config.h"
 #include "deepspeed/config.h"
 #include "deepspeed/data_sampling_config.h"
 #include "deepspeed/dynamic_batching_config.h"
@@ -37,6 +38,11 @@ data_sampling::DataSamplingConfig read_data_sampling(ConfigReader& de, int64_t s
 data_sampling::DynamicBatchingConfig read_dynamic_batching(ConfigReader& data_sampling,
                                                            int64_t seed);
 void resolve_data_efficiency(const DeepSpeedConfig& c, json& out);
+
+/// Reads compression_training (compression_section.cpp); what this build lacks of it is added
+/// to `unimplemented`.
+compression::CompressionConfig read_compression_training(ConfigReader& top,
+                                                        std::vector<std::string>& unimplemented);
 
 /// Reads the sections of features this build does not implement (amp, compression_training,
 /// compile, tensor_parallel, ...) far enough to fill c.unimplemented_requests.

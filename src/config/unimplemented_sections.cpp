@@ -9,29 +9,7 @@ namespace deepspeed::config_detail {
 namespace {
 
 // Sections switched on by "enabled": true (DeepSpeed's default is false for each).
-constexpr const char* kEnabledSections[] = {
-    "amp", "nebula", "datastates", "eigenvalue", "quantize_training"};
-
-// compression_training's techniques (DeepSpeed's compression/constants.py). Each is on when its
-// shared_parameters.enabled is true; layer_reduction has its own "enabled".
-constexpr const char* kCompressionTechniques[] = {
-    "weight_quantization", "activation_quantization", "sparse_pruning", "row_pruning",
-    "head_pruning",        "channel_pruning"};
-
-void parse_compression_training(ConfigReader& top, std::vector<std::string>& on) {
-  ConfigReader r = top.section("compression_training", Strictness::kWarnUnknown);
-  if (!r.present()) return;
-  for (const char* technique : kCompressionTechniques) {
-    ConfigReader t = r.section(technique, Strictness::kWarnUnknown);
-    ConfigReader shared = t.section("shared_parameters", Strictness::kWarnUnknown);
-    if (shared.get_bool("enabled", false)) {
-      on.push_back("compression_training." + std::string(technique));
-    }
-  }
-  ConfigReader lr = r.section("layer_reduction", Strictness::kWarnUnknown);
-  if (lr.get_bool("enabled", false)) on.emplace_back("compression_training.layer_reduction");
-  r.finish();  // a misspelt technique would otherwise be silently off
-}
+constexpr const char* kEnabledSections[] = {"amp", "nebula", "datastates", "eigenvalue"};
 
 }  // namespace
 
@@ -41,11 +19,18 @@ void parse_unimplemented_sections(ConfigReader& top, DeepSpeedConfig& c) {
     ConfigReader r = top.section(key, Strictness::kWarnUnknown);
     if (r.get_bool("enabled", false)) on.push_back(std::string(key) + ".enabled");
   }
+  // DeepSpeed no longer reads this legacy MoQ section but for its eigenvalue part (which it
+  // asserts off); MoQ is compression_training's weight quantization now.
+  if (top.section("quantize_training", Strictness::kWarnUnknown).get_bool("enabled", false)) {
+    on.emplace_back("quantize_training.enabled (the legacy MoQ section; MoQ is "
+                    "compression_training.weight_quantization with quantize_weight_in_forward "
+                    "false, docs/compression.md)");
+  }
   // Matches DeepSpeed: a sparse_attention section turns sparse attention on.
   if (top.section("sparse_attention", Strictness::kWarnUnknown).present()) {
     on.emplace_back("sparse_attention");
   }
-  parse_compression_training(top, on);
+  read_compression_training(top, on);  // validated whole; what this build lacks is refused
   if (top.section("compile", Strictness::kWarnUnknown).get_bool("deepcompile", false)) {
     on.emplace_back("compile.deepcompile");
   }

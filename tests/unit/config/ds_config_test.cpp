@@ -513,11 +513,20 @@ TEST(DsConfig, ConfigAndEngineRefuseTheSameThings) {
          "aio.use_gds (GPUDirect Storage) is not supported");
   refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zenflow": {"topk_ratio": 0.1}}})",
          "zero_optimization.zenflow (ZenFlow) is not supported yet");
-  refuse(R"({"train_batch_size": 8, "compression_training": {"layer_reduction": {"enabled": true}}})",
-         "compression_training.layer_reduction is not supported yet");
+  // compression_training is implemented (compression.h) but for these.
+  refuse(R"({"train_batch_size": 8, "compression_training": {"channel_pruning":
+            {"shared_parameters": {"enabled": true}, "different_groups": {}}}})",
+         "compression_training.channel_pruning (Conv2d layers) is not supported yet");
+  refuse(R"({"train_batch_size": 8, "compression_training": {"sparse_pruning":
+            {"shared_parameters": {"enabled": true, "method": "snip_momentum"}}}})",
+         "compression_training.sparse_pruning.shared_parameters.method \"snip_momentum\"");
   refuse(R"({"train_batch_size": 8, "compression_training": {"weight_quantization":
-            {"shared_parameters": {"enabled": true}}}})",
-         "compression_training.weight_quantization is not supported yet");
+            {"shared_parameters": {"enabled": true, "quantizer_kernel": true},
+             "different_groups": {}}}})",
+         "compression_training.weight_quantization.shared_parameters.quantizer_kernel");
+  refuse(R"({"train_batch_size": 8, "quantize_training": {"enabled": true}})",
+         "quantize_training.enabled (the legacy MoQ section; MoQ is "
+         "compression_training.weight_quantization");
   // Where the engine does not use them (no stage 3, no NVMe), DeepSpeed ignores them.
   EXPECT_NO_THROW(parse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2,
                            "stage3_module_granularity_threshold": 100}})").check_supported());
