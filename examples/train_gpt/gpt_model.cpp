@@ -3,6 +3,7 @@
 
 #include "deepspeed/causal_attention.h"
 #include "deepspeed/checkpointing.h"
+#include "deepspeed/compression.h"
 #include "deepspeed/sequence.h"
 #include "deepspeed/tensor_parallel.h"
 
@@ -166,7 +167,8 @@ torch::Tensor GptImpl::logits(const torch::Tensor& idx, std::optional<double> pl
   TORCH_CHECK(T * parts <= cfg_.block_size, "sequence length ", T * parts,
               " exceeds block_size ", cfg_.block_size);
   auto pos = torch::arange(first, first + T, idx.options().dtype(torch::kLong));
-  auto x = maybe_dropout(wte(idx) + wpe(pos), cfg_.dropout, is_training());
+  auto x = maybe_dropout(compression::embedding(wte, idx) + compression::embedding(wpe, pos),
+                         cfg_.dropout, is_training());
   if (random_ltd != nullptr) check_random_ltd(random_ltd->config());
   // The kept tokens are drawn here, from torch's generator like the layer drops below, so the
   // data-parallel ranks keep the same positions and a resumed run draws as an uninterrupted one.

@@ -13,6 +13,7 @@
 
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/comm.h"
+#include "deepspeed/compression.h"
 #include "deepspeed/config.h"
 #include "deepspeed/curriculum_scheduler.h"
 #include "deepspeed/data_sampling.h"

@@ -249,8 +249,8 @@ AutoTpPlan auto_tp(torch::nn::Module& model, const comm::Group& group, AutoTpOpt
 
 /// Runs a torch::nn::Linear as auto_tp left it: a column-parallel one on
 /// copy_to_model_parallel_region(x), a row-parallel one as a partial product all-reduced with
-/// the bias added after; an untouched layer as layer(x). Models written for AutoTP call their
-/// projections through this.
+/// the bias added after; any other through compression::linear (its forward, or compressed).
+/// Models written for AutoTP or compression_training call their projections through this.
 at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x);
 
 }  // namespace deepspeed::tensor_parallel

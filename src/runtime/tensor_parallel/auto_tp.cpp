@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include "deepspeed/compression.h"
 #include "deepspeed/tensor_parallel.h"
 #include "util/check.h"
 #include "util/logging.h"
@@ -153,7 +154,8 @@ at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
     auto it = roles().find(impl);
     if (it != roles().end() && !it->second.module.expired()) role = it->second;
   }
-  if (!role) return layer.ptr()->forward(x);
+  // Not sharded: the layer's own forward, compressed when compression_training set it up.
+  if (!role) return compression::linear(layer, x);
   if (role->role == Role::kColumn) {
     return at::linear(copy_to_model_parallel_region(x, role->group), impl->weight, impl->bias);
   }
