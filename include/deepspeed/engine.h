@@ -36,6 +36,10 @@ namespace deepspeed {
 class CurriculumScheduler;
 class ProgressiveLayerDrop;
 class RandomLtdScheduler;
+namespace compression {
+class CompressionScheduler;
+class MoqQuantizer;
+}  // namespace compression
 
 namespace monitor {
 class MonitorMaster;
@@ -285,6 +289,11 @@ class Engine {
   /// data_efficiency.data_routing.random_ltd's schedule (DeepSpeed's random_ltd_scheduler);
   /// nullptr when it is off.
   RandomLtdScheduler* random_ltd_scheduler() { return random_ltd_.get(); }
+  /// compression_training's scheduler (DeepSpeed's compression_scheduler); nullptr when no
+  /// technique is enabled.
+  compression::CompressionScheduler* compression_scheduler() { return compression_.get(); }
+  /// MoQ (weight quantization after each fp16 step); nullptr unless configured.
+  compression::MoqQuantizer* moq_quantizer() { return moq_.get(); }
   /// progressive_layer_drop's current theta (DeepSpeed's get_pld_theta); nullopt when off.
   std::optional<double> get_pld_theta() const;
 
@@ -415,10 +424,14 @@ class Engine {
   std::unique_ptr<ProgressiveLayerDrop> pld_;        // progressive_layer_drop.enabled
   std::unique_ptr<RandomLtdScheduler> random_ltd_;   // data_efficiency...random_ltd.enabled
   std::unique_ptr<runtime::HybridEngineState> hybrid_;  // hybrid_engine.enabled
+  std::unique_ptr<compression::CompressionScheduler> compression_;  // compression_training
+  std::unique_ptr<compression::MoqQuantizer> moq_;  // its weight quantization after the step
 
   /// hybrid_engine.enabled: its state, and every rank's generator set to rank 0's (DeepSpeed
   /// synchronises them so that sampling draws the same tokens on every rank).
   void start_hybrid_engine();
+  /// compression_training's scheduler and MoQ (engine_compression.cpp).
+  void start_compression();
 
   /// generate_with()'s span: the hybrid engine's gather and timing, undone on any exit.
   class GenerationScope {

@@ -28,6 +28,7 @@
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/pipe.h"
+#include "deepspeed/compression.h"
 #include "deepspeed/progressive_layer_drop.h"
 #include "deepspeed/profiler.h"
 #include "deepspeed/random_ltd.h"
@@ -361,6 +362,7 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     random_ltd_ = std::make_unique<RandomLtdScheduler>(config_.data_efficiency.random_ltd,
                                                        config_.batch.train_batch_size);
   }
+  start_compression();
   std::ostringstream os;
   os << "engine ready: world_size=" << world << " zero_stage=" << config_.zero_optimization.stage
      << " train_batch_size=" << config_.batch.train_batch_size
@@ -539,6 +541,13 @@ void Engine::forward_begin() {
       forward_kwargs_.random_ltd = random_ltd_.get();
     }
   }
+  // Matches DeepSpeed: before the first step each forward switches on what starts at step 0
+  // (and MoQ quantizes then).
+  if (compression_ && global_steps_ == 0) compression_->step(/*step_zero_check=*/true);
+  if (moq_ && global_steps_ == 0 && compression_->weight_quantization_enabled()) {
+    at::NoGradGuard no_grad;
+    moq_->quantize(/*overflow=*/false);
+  }
   if (autotuning_) autotuning_->forward_begin();
   // Matches DeepSpeed: the profiler records the forward of global step profile_step on rank 0.
   if (flops_profiler_ && comm::get_rank() == 0 &&
@@ -651,8 +660,11 @@ void Engine::step() {
     torch::NoGradGuard no_grad;
     bool applied = false;
     with_memory_report("optimizer step", [&] { applied = take_model_step(); });
+    // Matches DeepSpeed: MoQ quantizes the updated 16-bit weights (not after an overflow).
+    if (moq_ && compression_->weight_quantization_enabled()) moq_->quantize(!applied);
     zero_grad();
-    // Matches DeepSpeed: the schedule advances after the optimizer, never on skipped steps.
+    // Matches DeepSpeed: the schedules advance after the optimizer, never on skipped steps.
+    if (compression_ && applied) compression_->step();
     if (lr_scheduler_ && applied) lr_scheduler_->step();
     progress = step_logging_ && config_.steps_per_print &&
                (global_steps_ + 1) % *config_.steps_per_print == 0;

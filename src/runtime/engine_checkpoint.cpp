@@ -27,6 +27,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/data_sampling.h"
+#include "deepspeed/compression.h"
 #include "deepspeed/engine.h"
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
@@ -697,6 +698,18 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
     // last boundary before the save set it, so that a resumed run trains as an uninterrupted
     // one. The curriculum needs nothing: each forward recomputes it from global_steps.
     if (pld_ && global_steps_ > 0) pld_->update_state(global_steps_ - 1);
+    // Ours, not DeepSpeed's (whose compression scheduler and MoQ restart from step 0, the
+    // techniques off until their offsets come round again): both resume at the applied steps.
+    if (compression_) {
+      const int64_t applied = global_steps_ - skipped_steps_;
+      compression_->set_training_steps(applied);
+      if (moq_ && compression_->weight_quantization_enabled()) {
+        // MoQ also quantized in each training forward of global step 0 when on from step 0.
+        const bool from_zero = compression_->config().weight_quantization.schedule_offset == 0;
+        moq_->set_steps(applied + (from_zero ? config_.batch.gradient_accumulation_steps : 0));
+      }
+      restored.push_back("compression schedule (step " + std::to_string(applied) + ")");
+    }
   }
   if (plan.cuda_rng_state && device_.is_cuda()) {
     at::Generator gen = compat::default_cuda_generator(device_.index());
