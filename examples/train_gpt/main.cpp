@@ -386,6 +386,7 @@ int run(const Args& a) {
   // Under ZeRO-3 the blocks are partitioned as they are built (DeepSpeed's zero.Init), so no
   // rank ever holds the whole model.
   std::shared_ptr<deepspeed::examples::GptImpl> model;
+  ds::compression::CompressionConfig compression;  // compression_training (non-pipeline runs)
   std::shared_ptr<ds::ModuleEngine<deepspeed::examples::GptImpl>> dp_engine;
   std::shared_ptr<ds::pipe::PipelineEngine> pp_engine;
   int64_t num_parameters = 0;
@@ -409,6 +410,10 @@ int run(const Args& a) {
         deepspeed::examples::gpt_pipeline_specs(gcfg), po);
     config = ds::load_config(a.deepspeed_config, module->mpu().get());
     if (tp > 1) deepspeed::examples::request_autotp(&config, tp);
+    if (ds::compression::compression_config(config).any_enabled()) {
+      throw ds::UsageError("train_gpt: compression_training with --pipeline_parallel_size is not "
+                           "supported (the stages' layers are built by the PipelineModule)");
+    }
     // The config's activation_checkpointing section applies to the checkpointed layers.
     if (a.activation_checkpointing) ds::checkpointing::configure(module->mpu().get(), &config);
     pp_engine = ds::pipe::initialize(module, config);
@@ -442,6 +447,10 @@ int run(const Args& a) {
       model = std::make_shared<deepspeed::examples::GptImpl>(gcfg);
     }
     if (tp > 1) num_parameters = model->num_parameters();  // the full model, before AutoTP
+    // compression_training: DeepSpeed's init_compression before the engine is built (the
+    // optimizer must see the topk scores); redundancy_clean after training, below.
+    compression = ds::compression::compression_config(config);
+    if (compression.any_enabled()) ds::compression::init_compression(*model, compression);
     if (a.exp_avg_mask) {
       const auto mask = unused_token_mask(split.train, vocab_size, a.n_embd);
       if (rank == 0) {
@@ -752,6 +761,20 @@ int run(const Args& a) {
     std::printf("train_gpt: done: %lld steps | first training loss %.4f | held-out loss %.4f -> "
                 "%.4f\n",
                 static_cast<long long>(a.steps), first_loss, initial_val, final_val);
+  }
+  if (compression.any_enabled() && model) {
+    // The masks multiplied in and pruned rows cut out (with related_modules): the model as it
+    // would be exported, scored again.
+    const int64_t before = model->num_parameters();
+    ds::compression::redundancy_clean(*model, compression);
+    const double cleaned_val = eval_loss();
+    if (rank == 0) {
+      std::printf("train_gpt: redundancy_clean: %lld -> %lld parameters | held-out loss %.4f\n",
+                  static_cast<long long>(before), static_cast<long long>(model->num_parameters()),
+                  cleaned_val);
+    }
+  }
+  if (rank == 0) {
     if (!a.plot.empty()) {
       write_plot(a.plot, plot_steps, plot_losses, plot_lrs);
       std::printf("train_gpt: wrote loss and lr curves to %s\n", a.plot.c_str());

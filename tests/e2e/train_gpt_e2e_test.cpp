@@ -387,6 +387,57 @@ TEST(TrainGptE2E, DynamicBatchingPacksDocumentsScalesTheRateAndResumesExactly) {
   }
 }
 
+// compression_training from the ds_config (ZeRO-2, 2 ranks): 8-bit weights from step 2, topk
+// row pruning of each MLP from step 4 with its projection as related layer. A run resumed at
+// step 3 trains steps 4-6 as the uninterrupted one (the scheduler goes on at the saved step);
+// redundancy_clean then halves each MLP's hidden rows, and the cleaned model scores as the
+// trained one.
+TEST(TrainGptE2E, CompressionResumesExactlyAndRedundancyCleanShrinksTheMlp) {
+  testing::TempDir dir;
+  const std::string cfg = R"({"train_micro_batch_size_per_gpu": 2, "steps_per_print": 100,
+      "zero_optimization": {"stage": 2},
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+      "compression_training": {
+        "weight_quantization": {
+          "shared_parameters": {"enabled": true, "quantize_weight_in_forward": true,
+                                "quantize_groups": 4, "schedule_offset": 2},
+          "different_groups": {"w8": {"params": {"start_bits": 8, "target_bits": 8},
+                                      "modules": ["attn.c_attn", "mlp.c_proj"]}}},
+        "row_pruning": {
+          "shared_parameters": {"enabled": true, "method": "topk", "schedule_offset": 4},
+          "different_groups": {"mlp": {"params": {"dense_ratio": 0.5}, "modules": ["mlp.c_fc"],
+                                       "related_modules": [["mlp.c_proj"]]}}}}})";
+  auto full = run_command(launch(dir, cfg, 6, "full.jsonl", "", 2));
+  ASSERT_EQ(full.exit_code, 0) << full.out << full.err;
+  EXPECT_NE(full.out.find("Row pruning is enabled at step 4"), std::string::npos) << full.out;
+  // Two blocks: each MLP's c_fc loses 64 of its 128 rows (with their biases and row scores)
+  // and c_proj 64 of its 128 input columns: 2 * (64 * 32 + 64 + 128 + 64 * 32) = 8576.
+  const auto at = full.out.find("redundancy_clean: ");
+  ASSERT_NE(at, std::string::npos) << full.out;
+  long long before = 0, after = 0;
+  double cleaned = 0.0;
+  ASSERT_EQ(std::sscanf(full.out.c_str() + at, "redundancy_clean: %lld -> %lld parameters | "
+                        "held-out loss %lf", &before, &after, &cleaned), 3) << full.out;
+  EXPECT_EQ(before - after, 8576);
+  const auto trained_at = full.out.find(" -> ", full.out.find("train_gpt: done"));
+  ASSERT_NE(trained_at, std::string::npos);
+  EXPECT_NEAR(std::stod(full.out.substr(trained_at + 4)), cleaned, 1e-4) << full.out;
+
+  const auto want = read_rows(dir.file("full.jsonl"));
+  ASSERT_EQ(want.size(), 6u);
+  auto first =
+      run_command(launch(dir, cfg, 3, "first.jsonl", "--save_dir " + dir.file("ckpt"), 2));
+  ASSERT_EQ(first.exit_code, 0) << first.out << first.err;
+  auto second =
+      run_command(launch(dir, cfg, 6, "second.jsonl", "--load_dir " + dir.file("ckpt"), 2));
+  ASSERT_EQ(second.exit_code, 0) << second.out << second.err;
+  const auto got = read_rows(dir.file("second.jsonl"));
+  ASSERT_EQ(got.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(got[i]["loss"].get<double>(), want[i + 3]["loss"].get<double>()) << "step " << i + 4;
+  }
+}
+
 // The same curriculum in a pipeline of 2 stages with 2 data-parallel replicas (4 ranks): the
 // first and last stages each draw the windows over their replicas (a broadcast per global
 // batch), alike, and a resumed run repeats the uninterrupted one.
