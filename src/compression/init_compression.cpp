@@ -138,6 +138,25 @@ void student_initialization(torch::nn::Module& student, torch::nn::Module& teach
   for (const std::string& name : lr.other_module_name) copy(name, name);
 }
 
+// Matches DeepSpeed: its compression_preparation rebuilds every Linear and Embedding as a
+// LinearLayer_Compress / Embedding_Compress, whose constructors draw fresh initial weights
+// (kaiming-uniform weight and uniform bias; normal table) before the old ones are copied in.
+// The same draws here leave the generator where DeepSpeed leaves it, so that a seeded run
+// draws the same topk scores, and the same data after init_compression, as DeepSpeed's.
+void draw_as_deepspeed_rebuilds(const torch::nn::Module& model) {
+  at::NoGradGuard no_grad;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    if (const auto* l = dynamic_cast<const torch::nn::LinearImpl*>(item.value().get())) {
+      const int64_t in = l->options.in_features(), out = l->options.out_features();
+      at::empty({out, in}).uniform_(-1.0, 1.0);
+      if (l->options.bias()) at::empty({out}).uniform_(-1.0, 1.0);
+    } else if (const auto* e = dynamic_cast<const torch::nn::EmbeddingImpl*>(
+                   item.value().get())) {
+      at::empty({e->options.num_embeddings(), e->options.embedding_dim()}).normal_();
+    }
+  }
+}
+
 }  // namespace
 
 std::string CompressionPlan::describe() const {
@@ -160,6 +179,7 @@ CompressionPlan init_compression(torch::nn::Module& model, const CompressionConf
              "the teacher model (init_compression's third argument)");
     student_initialization(model, *teacher, config.layer_reduction);
   }
+  draw_as_deepspeed_rebuilds(model);
   CompressionPlan plan;
   for (const auto& [technique, t] : config.techniques()) {
     std::set<std::string> seen;

@@ -4,8 +4,8 @@
 // and 1 (binary) bits, symmetric and asymmetric, grouped and token-wise on an embedding;
 // activation quantization dynamic and static, symmetric and asymmetric; sparse, row and head
 // pruning by l1 and topk, with and without related modules. From the same initial weights:
-// - init_compression registers the same tensors under the same names, and the l1 masks equal
-//   DeepSpeed's (its random topk scores are then taken over);
+// - init_compression registers the same tensors under the same names, its l1 masks equal
+//   DeepSpeed's and, from the same seed, its random topk scores too;
 // - six SGD steps with the compression scheduler stepped as DeepSpeed's engine steps it give
 //   the same losses and weights;
 // - redundancy_clean leaves the same state dict (shapes after cutting pruned rows and heads
@@ -120,16 +120,17 @@ void run_case(const std::string& config_text) {
     const auto initial = dict_at(saved, "initial");
     for (auto& p : net->named_parameters()) p.value().copy_(initial.at(p.key()));
   }
+  // The generator where the script's is at init_compression: seeded, then the initial
+  // weights and the data drawn.
+  torch::manual_seed(7);
+  Net drawn;
+  torch::randint(0, 16, {4, 6});
+  torch::randn({4, 6, 8});
   init_compression(*net, config);
-  // The same tensors under the same names; l1 masks computed alike; topk scores taken over.
+  // The same tensors under the same names: l1 masks computed alike, and topk scores drawn
+  // alike (init_compression leaves the generator where DeepSpeed's leaves it).
   const auto after_init = dict_at(saved, "after_init");
   ASSERT_EQ(keys(state_of(*net)), keys(after_init));
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : net->named_parameters()) {
-      if (p.key().find("scores") != std::string::npos) p.value().copy_(after_init.at(p.key()));
-    }
-  }
   expect_states_equal(state_of(*net), after_init, "after init_compression", 0.0);
 
   const at::Tensor idx = tensor_at(saved, "idx");
