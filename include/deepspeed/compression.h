@@ -1,6 +1,6 @@
 // DeepSpeed Compression (compression_training): weight quantization (in the forward, or MoQ
-// after each fp16 optimizer step), activation quantization, sparse, row and head pruning, and
-// layer reduction, scheduled by training step. As in DeepSpeed:
+// after each fp16 optimizer step), activation quantization, sparse, row, head and channel
+// pruning, and layer reduction, scheduled by training step. As in DeepSpeed:
 //
 //   auto cfg = deepspeed::compression::compression_config(ds_config);
 //   deepspeed::compression::init_compression(*model, cfg);   // before deepspeed::initialize
@@ -9,12 +9,12 @@
 //   deepspeed::compression::redundancy_clean(*model, cfg);   // masks applied, layers shrunk
 //
 // Python DeepSpeed swaps each nn.Linear for a LinearLayer_Compress. C++ modules keep their
-// typed members, so here the layer stays a torch::nn::Linear (or Embedding), DeepSpeed's
+// typed members, so here the layer stays a torch::nn::Linear (Embedding, Conv2d), DeepSpeed's
 // masks and scores are registered on it under DeepSpeed's names (sparse_pruning_mask,
 // row_mask_scores, head_pruning_scores, ...: checkpoints carry them), and the model calls the
-// compressed forward through compression::linear() / compression::embedding() (or
-// tensor_parallel::linear(), which falls back to it). A layer init_compression did not touch
-// runs its plain forward.
+// compressed forward through compression::linear() / embedding() / conv2d() (or
+// tensor_parallel::linear(), which falls back to linear()). A layer init_compression did not
+// touch runs its plain forward.
 #pragma once
 
 #include <map>
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 
@@ -60,6 +61,9 @@ void redundancy_clean(torch::nn::Module& model, const CompressionConfig& config)
 at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x);
 /// Embedding_Compress.forward: the table quantized token-wise when switched on.
 at::Tensor embedding(const torch::nn::Embedding& layer, const at::Tensor& indices);
+/// Conv2dLayer_Compress.forward: the weight quantized, masked by sparse and channel pruning,
+/// the input quantized per sample (dynamic) or over a running range (static).
+at::Tensor conv2d(const torch::nn::Conv2d& layer, const at::Tensor& x);
 /// Whether init_compression set up `layer`.
 bool is_compressed(const torch::nn::Module& layer);
 

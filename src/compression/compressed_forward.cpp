@@ -1,12 +1,16 @@
 // The compressed forwards (DeepSpeed's LinearLayer_Compress.forward and
 // Embedding_Compress.forward) and the masks they apply.
 #include <ATen/ATen.h>
+#include <torch/enum.h>
+#include <torch/nn/functional/conv.h>
 #include <torch/nn/functional/embedding.h>
 
 #include "compression/layer_masks.h"
 #include "compression/layer_state.h"
 #include "compression/quantizers.h"
 #include "deepspeed/compression.h"
+#include "deepspeed/errors.h"
+#include "util/check.h"
 
 namespace deepspeed::compression {
 namespace {
@@ -14,7 +18,7 @@ namespace {
 // QuantAct: the static range follows each training batch's min and max with momentum 0.95,
 // starting from the first batch's.
 StaticRange static_range(const LayerState& s, const at::Tensor& x) {
-  const auto quant_act = s.linear->named_children()["activation_quantizer"];
+  const auto quant_act = s.module.lock()->named_children()["activation_quantizer"];
   at::Tensor range = quant_act->named_buffers()["x_min_max"];
   if (s.training()) {
     at::NoGradGuard no_grad;
@@ -43,7 +47,8 @@ at::Tensor quantize_activation(const LayerState& s, const at::Tensor& x) {
     at::NoGradGuard no_grad;
     const at::Tensor in = computable(x.detach());
     if (s.activation_method.find("dynamic") != std::string::npos) {
-      const int64_t groups = x.numel() / x.size(-1);  // token-wise
+      // Token-wise for a Linear layer, sample-wise for a convolution.
+      const int64_t groups = s.conv ? x.size(0) : x.numel() / x.size(-1);
       q = symmetric ? quantize_symmetric(in, s.activation_bits, groups)
                     : quantize_asymmetric(in, s.activation_bits, groups);
     } else {
@@ -107,6 +112,38 @@ at::Tensor embedding(const torch::nn::Embedding& layer, const at::Tensor& indice
   namespace F = torch::nn::functional;
   return F::detail::embedding(indices, quantized_weight(*state), o.padding_idx(), o.max_norm(),
                               o.norm_type(), o.scale_grad_by_freq(), o.sparse());
+}
+
+at::Tensor conv2d(const torch::nn::Conv2d& layer, const at::Tensor& x) {
+  const auto state = find_layer_state(layer.get());
+  if (!state) return layer.ptr()->forward(x);
+  const LayerState& s = *state;
+  const auto& o = layer->options;
+  DS_CHECK(torch::enumtype::get_enum_name(o.padding_mode()) == "kZeros", NotSupportedError,
+           "compression: ", s.name, ": a compressed Conv2d with a padding_mode other than "
+           "zeros is not supported yet");
+  at::Tensor weight = s.weight_quantization && s.quantize_in_forward &&
+                              s.weight_quantization_enabled
+                          ? quantized_weight(s)
+                          : layer->weight;
+  at::Tensor bias = layer->bias;
+  if (s.sparse_pruning_enabled && !s.sparse_method.empty()) {
+    weight = weight * sparse_mask(s).view(layer->weight.sizes());
+  }
+  if (s.channel_pruning_enabled && !s.channel_method.empty()) {
+    const at::Tensor mask = channel_mask(s);
+    weight = weight * mask.view({-1, 1, 1, 1});
+    if (bias.defined()) bias = bias * mask.view({-1});
+  }
+  at::Tensor input = x;
+  if (s.activation_quantization_enabled) input = quantize_activation(s, x);
+  namespace F = torch::nn::functional;
+  return F::conv2d(input, weight, F::Conv2dFuncOptions()
+                                      .bias(bias)
+                                      .stride(o.stride())
+                                      .padding(o.padding())
+                                      .dilation(o.dilation())
+                                      .groups(o.groups()));
 }
 
 }  // namespace deepspeed::compression

@@ -29,20 +29,34 @@ at::Tensor kaiming_scores(at::IntArrayRef sizes, const at::Tensor& like) {
   return scores;
 }
 
+std::vector<int64_t> conv_weight_shape(const torch::nn::Conv2dImpl& c) {
+  const auto& o = c.options;
+  return {o.out_channels(), o.in_channels() / o.groups(), o.kernel_size()->at(0),
+          o.kernel_size()->at(1)};
+}
+
 void check_whole(const LayerState& s) {
   const at::Tensor& w = s.weight();
-  const int64_t expected =
-      s.linear ? s.linear->options.in_features() * s.linear->options.out_features()
-               : s.embedding->options.num_embeddings() * s.embedding->options.embedding_dim();
+  int64_t expected = 1;
+  if (s.linear) {
+    expected = s.linear->options.in_features() * s.linear->options.out_features();
+  } else if (s.embedding) {
+    expected = s.embedding->options.num_embeddings() * s.embedding->options.embedding_dim();
+  } else {
+    for (int64_t d : conv_weight_shape(*s.conv)) expected *= d;
+  }
   DS_CHECK(w.numel() == expected, UsageError, "init_compression: ", s.name,
            "'s weight holds ", w.numel(), " of its ", expected, " elements (partitioned by "
            "ZeRO-3?); run init_compression on the whole model before deepspeed::initialize "
            "and outside zero::Init");
 }
 
-void require_linear(const LayerState& s, const char* technique) {
-  DS_CHECK(s.linear != nullptr, ConfigError, "compression_training.", technique, ": ", s.name,
-           " is an Embedding layer, which supports weight_quantization only");
+// DeepSpeed's layers have only some techniques: an Embedding_Compress weight quantization, a
+// Conv2dLayer_Compress no row or head pruning, a LinearLayer_Compress no channel pruning.
+void require(bool has_it, const LayerState& s, const std::string& technique) {
+  const char* kind = s.linear ? "a Linear" : s.embedding ? "an Embedding" : "a Conv2d";
+  DS_CHECK(has_it, ConfigError, "compression_training.", technique, ": ", s.name, " is ", kind,
+           " layer, which has no ", technique);
 }
 
 void enable(LayerState& s, const std::string& technique, const TechniqueConfig& t,
@@ -64,11 +78,16 @@ void enable(LayerState& s, const std::string& technique, const TechniqueConfig& 
     s.quantization_type = t.quantization_type;
     // DeepSpeed quantizes an embedding token by token.
     s.quantize_groups = s.embedding ? w.size(0) : t.quantize_groups;
+    // Matches DeepSpeed's Conv2dLayer_Compress assertion.
+    DS_CHECK(!(s.conv && s.quantize_in_forward && g.target_bits < 4), ConfigError,
+             "compression_training.weight_quantization.different_groups.", g.name, ": ", s.name,
+             " is a Conv2d layer, quantized in the forward to 4 bits or more only (target_bits ",
+             g.target_bits, ")");
     DS_CHECK(w.numel() % s.quantize_groups == 0, ConfigError,
              "compression_training.weight_quantization.shared_parameters.quantize_groups: ",
              s.quantize_groups, " does not divide ", s.name, "'s ", w.numel(), " weights");
   } else if (technique == "activation_quantization") {
-    require_linear(s, technique.c_str());
+    require(!s.embedding, s, technique);
     already(!s.activation_method.empty());
     s.activation_bits = g.bits;
     s.activation_method = t.quantization_type + "_" + t.range_calibration;
@@ -76,7 +95,7 @@ void enable(LayerState& s, const std::string& technique, const TechniqueConfig& 
       module->register_module("activation_quantizer", std::make_shared<QuantActImpl>());
     }
   } else if (technique == "sparse_pruning") {
-    require_linear(s, technique.c_str());
+    require(!s.embedding, s, technique);
     already(!s.sparse_method.empty());
     s.sparse_method = t.method;
     s.sparse_ratio = g.dense_ratio;
@@ -87,7 +106,7 @@ void enable(LayerState& s, const std::string& technique, const TechniqueConfig& 
       module->register_parameter("sparse_mask_scores", kaiming_scores(w.sizes(), w));
     }
   } else if (technique == "row_pruning") {
-    require_linear(s, technique.c_str());
+    require(s.linear != nullptr, s, technique);
     already(!s.row_method.empty());
     s.row_method = t.method;
     s.row_ratio = g.dense_ratio;
@@ -99,7 +118,7 @@ void enable(LayerState& s, const std::string& technique, const TechniqueConfig& 
       module->register_parameter("row_mask_scores", kaiming_scores({w.size(0), 1}, w));
     }
   } else if (technique == "head_pruning") {
-    require_linear(s, technique.c_str());
+    require(s.linear != nullptr, s, technique);
     already(!s.head_method.empty());
     DS_CHECK(w.size(1) % t.num_heads == 0, ConfigError,
              "compression_training.head_pruning.shared_parameters.num_heads: ", t.num_heads,
@@ -108,6 +127,20 @@ void enable(LayerState& s, const std::string& technique, const TechniqueConfig& 
     s.head_ratio = g.dense_ratio;
     s.num_heads = t.num_heads;
     module->register_parameter("head_pruning_scores", kaiming_scores({1, t.num_heads}, w));
+  } else if (technique == "channel_pruning") {
+    require(s.conv != nullptr, s, technique);
+    already(!s.channel_method.empty());
+    s.channel_method = t.method;
+    s.channel_ratio = g.dense_ratio;
+    if (t.method == "l1") {
+      // The L1 norm of each output channel's kernels. (DeepSpeed's torch.linalg.norm over three
+      // dimensions raises; this is the norm it means.)
+      const at::Tensor norms = w.abs().sum({1, 2, 3});
+      module->register_buffer("channel_pruning_mask",
+                              topk_binarize(norms, g.dense_ratio).view({-1, 1, 1, 1}));
+    } else {
+      module->register_parameter("channel_mask_scores", kaiming_scores({w.size(0), 1, 1, 1}, w));
+    }
   } else {
     throw NotSupportedError("compression_training." + technique + " is not supported yet");
   }
@@ -140,7 +173,8 @@ void student_initialization(torch::nn::Module& student, torch::nn::Module& teach
 
 // Matches DeepSpeed: its compression_preparation rebuilds every Linear and Embedding as a
 // LinearLayer_Compress / Embedding_Compress, whose constructors draw fresh initial weights
-// (kaiming-uniform weight and uniform bias; normal table) before the old ones are copied in.
+// (kaiming-uniform weights and uniform biases; normal tables; BatchNorm2d draws nothing)
+// before the old ones are copied in.
 // The same draws here leave the generator where DeepSpeed leaves it, so that a seeded run
 // draws the same topk scores, and the same data after init_compression, as DeepSpeed's.
 void draw_as_deepspeed_rebuilds(const torch::nn::Module& model) {
@@ -153,6 +187,9 @@ void draw_as_deepspeed_rebuilds(const torch::nn::Module& model) {
     } else if (const auto* e = dynamic_cast<const torch::nn::EmbeddingImpl*>(
                    item.value().get())) {
       at::empty({e->options.num_embeddings(), e->options.embedding_dim()}).normal_();
+    } else if (const auto* c = dynamic_cast<const torch::nn::Conv2dImpl*>(item.value().get())) {
+      at::empty(conv_weight_shape(*c)).uniform_(-1.0, 1.0);
+      if (c->options.bias()) at::empty({c->options.out_channels()}).uniform_(-1.0, 1.0);
     }
   }
 }
@@ -188,7 +225,8 @@ CompressionPlan init_compression(torch::nn::Module& model, const CompressionConf
       // DeepSpeed checks the related modules' patterns too; they are used by redundancy_clean.
       for (const auto& related : g.related_modules) {
         for (const std::string& pattern : related) {
-          matching_layers(model, pattern, std::string(technique) + ".different_groups." + g.name);
+          matching_layers(model, pattern, std::string(technique) + ".different_groups." + g.name,
+                          /*related=*/true);
         }
       }
       for (const auto& names : group_layers(model, technique, g, seen, /*strict=*/true)) {

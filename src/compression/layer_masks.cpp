@@ -27,6 +27,11 @@ at::Tensor row_mask(const LayerState& s) {
   return topk_binarize(registered(s, "row_mask_scores"), s.row_ratio);
 }
 
+at::Tensor channel_mask(const LayerState& s) {
+  if (s.channel_method == "l1") return registered(s, "channel_pruning_mask");
+  return topk_binarize(registered(s, "channel_mask_scores"), s.channel_ratio);
+}
+
 at::Tensor head_mask(const LayerState& s) {
   return topk_binarize(registered(s, "head_pruning_scores"), s.head_ratio);
 }

@@ -15,6 +15,8 @@ at::Tensor sparse_mask(const LayerState& s);
 at::Tensor row_mask(const LayerState& s);
 /// [1, num_heads] (head_pruning_scores binarized).
 at::Tensor head_mask(const LayerState& s);
+/// [out_channels, 1, 1, 1] (channel_pruning_mask, or channel_mask_scores binarized).
+at::Tensor channel_mask(const LayerState& s);
 
 /// The weight with the input columns of masked heads zeroed (head_pruning_reshape).
 at::Tensor mask_heads(const at::Tensor& weight, const at::Tensor& mask, int64_t num_heads);

@@ -25,11 +25,11 @@ std::unordered_map<const torch::nn::Module*, std::shared_ptr<LayerState>>& state
 
 }  // namespace
 
-at::Tensor& LayerState::weight() const { return linear ? linear->weight : embedding->weight; }
-
-bool LayerState::training() const {
-  return linear ? linear->is_training() : embedding->is_training();
+at::Tensor& LayerState::weight() const {
+  return linear ? linear->weight : embedding ? embedding->weight : conv->weight;
 }
+
+bool LayerState::training() const { return module.lock()->is_training(); }
 
 std::shared_ptr<LayerState> find_layer_state(const torch::nn::Module* module) {
   std::lock_guard<std::mutex> lock(states_mutex());
@@ -50,8 +50,9 @@ std::shared_ptr<LayerState> layer_state(const std::shared_ptr<torch::nn::Module>
   state->module = module;
   state->linear = dynamic_cast<torch::nn::LinearImpl*>(module.get());
   state->embedding = dynamic_cast<torch::nn::EmbeddingImpl*>(module.get());
-  DS_CHECK(state->linear || state->embedding, UsageError, "compression: ", name,
-           " is neither a Linear nor an Embedding layer");
+  state->conv = dynamic_cast<torch::nn::Conv2dImpl*>(module.get());
+  DS_CHECK(state->linear || state->embedding || state->conv, UsageError, "compression: ", name,
+           " is not a Linear, Embedding or Conv2d layer");
   std::lock_guard<std::mutex> lock(states_mutex());
   states()[module.get()] = state;
   return state;
@@ -59,16 +60,17 @@ std::shared_ptr<LayerState> layer_state(const std::shared_ptr<torch::nn::Module>
 
 bool is_compressible(const torch::nn::Module& module) {
   return dynamic_cast<const torch::nn::LinearImpl*>(&module) != nullptr ||
-         dynamic_cast<const torch::nn::EmbeddingImpl*>(&module) != nullptr;
+         dynamic_cast<const torch::nn::EmbeddingImpl*>(&module) != nullptr ||
+         dynamic_cast<const torch::nn::Conv2dImpl*>(&module) != nullptr || is_batch_norm(module);
 }
 
-bool is_unsupported_compressible(const torch::nn::Module& module) {
-  return dynamic_cast<const torch::nn::Conv2dImpl*>(&module) != nullptr ||
-         dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module) != nullptr;
+bool is_batch_norm(const torch::nn::Module& module) {
+  return dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&module) != nullptr;
 }
 
 std::vector<std::string> matching_layers(const torch::nn::Module& model,
-                                         const std::string& pattern, const std::string& what) {
+                                         const std::string& pattern, const std::string& what,
+                                         bool related) {
   std::optional<std::regex> re;
   if (pattern != "*") {
     try {
@@ -83,10 +85,10 @@ std::vector<std::string> matching_layers(const torch::nn::Module& model,
     const std::string& name = item.key();
     if (re && !std::regex_search(name, *re)) continue;
     const torch::nn::Module& m = *item.value();
-    if (is_unsupported_compressible(m)) {
-      throw NotSupportedError("compression_training." + what + ": " + name + " is a " +
-                              m.name() + " layer; compressing Conv2d and BatchNorm2d layers " +
-                              "is not supported yet (Linear and Embedding layers are)");
+    // DeepSpeed fails on it too (its BNLayer_Compress has no technique of its own).
+    if (is_batch_norm(m) && !related) {
+      throw ConfigError("compression_training." + what + ": " + name + " is a BatchNorm2d " +
+                        "layer, which shrinks only as a related module of channel pruning");
     }
     if (is_compressible(m)) out.push_back(name);
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <torch/nn/module.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 
@@ -21,8 +22,9 @@ namespace deepspeed::compression {
 struct LayerState {
   std::string name;  // the module name init_compression found it under
   std::weak_ptr<torch::nn::Module> module;
-  torch::nn::LinearImpl* linear = nullptr;        // one of these two
+  torch::nn::LinearImpl* linear = nullptr;        // one of these three
   torch::nn::EmbeddingImpl* embedding = nullptr;
+  torch::nn::Conv2dImpl* conv = nullptr;
 
   // weight_quantization (DeepSpeed's weight.start_bits / target_bits / q_period)
   bool weight_quantization = false;  // configured
@@ -32,12 +34,12 @@ struct LayerState {
   int64_t quantize_groups = 1;
   bool weight_quantization_enabled = false;  // switched on by the scheduler
 
-  // sparse_pruning / row_pruning / head_pruning: method "" once fixed (or never configured)
-  std::string sparse_method, row_method, head_method;
-  double sparse_ratio = 0.0, row_ratio = 0.0, head_ratio = 0.0;
+  // sparse / row / head / channel pruning: method "" once fixed (or never configured)
+  std::string sparse_method, row_method, head_method, channel_method;
+  double sparse_ratio = 0.0, row_ratio = 0.0, head_ratio = 0.0, channel_ratio = 0.0;
   int64_t num_heads = 0;
   bool sparse_pruning_enabled = false, row_pruning_enabled = false,
-       head_pruning_enabled = false;
+       head_pruning_enabled = false, channel_pruning_enabled = false;
 
   // activation_quantization: "symmetric_dynamic", "asymmetric_static", ...
   std::string activation_method;
@@ -54,16 +56,17 @@ std::shared_ptr<LayerState> find_layer_state(const torch::nn::Module* module);
 std::shared_ptr<LayerState> layer_state(const std::shared_ptr<torch::nn::Module>& module,
                                         const std::string& name);
 
-/// DeepSpeed's is_module_compressible for what this build compresses: Linear and Embedding.
+/// DeepSpeed's is_module_compressible: Linear, Embedding, Conv2d and BatchNorm2d (which only
+/// shrinks with a channel-pruned convolution, as a related module).
 bool is_compressible(const torch::nn::Module& module);
-/// Conv2d and BatchNorm2d, which DeepSpeed compresses and this build does not.
-bool is_unsupported_compressible(const torch::nn::Module& module);
+bool is_batch_norm(const torch::nn::Module& module);
 
 /// The module names of `model` (named_modules order) whose name `pattern` is found in, each
-/// compressible; "*" alone matches all of them. Unsupported compressible layers it matches are
-/// an error naming `what` (the technique and group).
+/// compressible; "*" alone matches all of them. A BatchNorm2d found where it is not a
+/// `related` module is an error naming `what` (the technique and group).
 std::vector<std::string> matching_layers(const torch::nn::Module& model,
-                                         const std::string& pattern, const std::string& what);
+                                         const std::string& pattern, const std::string& what,
+                                         bool related = false);
 
 /// DeepSpeed's get_module_name over a group's patterns: per pattern, the layers it finds, each
 /// once per technique. `seen` holds the technique's layers so far; strict (init_compression,

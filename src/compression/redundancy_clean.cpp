@@ -1,6 +1,7 @@
 // redundancy_clean (DeepSpeed's compress.py and LinearLayer_Compress.fix_*): the compression
 // made permanent, technique by technique in DeepSpeed's order.
 #include <ATen/ATen.h>
+#include <torch/nn/modules/batchnorm.h>
 
 #include "compression/layer_masks.h"
 #include "compression/layer_state.h"
@@ -14,9 +15,9 @@ namespace deepspeed::compression {
 namespace {
 
 // The order redundancy_clean applies the techniques in (activation quantization stays in the
-// forward; channel pruning is refused at config load).
+// forward).
 constexpr const char* kOrder[] = {"weight_quantization", "sparse_pruning", "row_pruning",
-                                  "head_pruning"};
+                                  "head_pruning", "channel_pruning"};
 
 void replace(at::Tensor& param, const at::Tensor& value) {
   at::NoGradGuard no_grad;
@@ -115,6 +116,52 @@ at::Tensor fix_heads(const std::shared_ptr<torch::nn::Module>& m, const std::str
   return heads;
 }
 
+// Channel pruning. Without `mask`: the convolution's own output channels (cut out with
+// dim_reduction, else zeroed); returns the mask. With it: a related convolution's input
+// channels, or a BatchNorm2d's channels, cut out.
+at::Tensor fix_channels(const std::shared_ptr<torch::nn::Module>& m, const std::string& name,
+                        const at::Tensor& mask, bool dim_reduction) {
+  if (auto* bn = dynamic_cast<torch::nn::BatchNorm2dImpl*>(m.get())) {
+    DS_CHECK(mask.defined(), ConfigError, "redundancy_clean: ", name, " is a BatchNorm2d layer, "
+             "which shrinks only as a related module of channel pruning");
+    for (at::Tensor* t : {&bn->weight, &bn->bias, &bn->running_mean, &bn->running_var}) {
+      if (t->defined()) replace(*t, t->detach().index_select(0, kept(mask)));
+    }
+    bn->options.num_features(bn->running_mean.defined() ? bn->running_mean.size(0)
+                                                        : bn->weight.size(0));
+    return at::Tensor();
+  }
+  auto* conv = dynamic_cast<torch::nn::Conv2dImpl*>(m.get());
+  DS_CHECK(conv != nullptr, ConfigError, "redundancy_clean: compression_training.channel_pruning "
+           "shrinks ", name, ", which is neither a Conv2d nor a BatchNorm2d layer");
+  auto s = find_layer_state(m.get());
+  if (mask.defined()) {
+    replace(conv->weight, conv->weight.detach().index_select(1, kept(mask)));
+    conv->options.in_channels(conv->weight.size(1) * conv->options.groups());
+    if (s) s->channel_pruning_enabled = false;
+    return at::Tensor();
+  }
+  s = state_of(m, name, "channel_pruning");
+  check_unfixed(!s->channel_method.empty(), name, "channel_pruning");
+  const at::Tensor channels = channel_mask(*s).detach().to(at::kBool);
+  if (dim_reduction) {
+    replace(conv->weight, conv->weight.detach().index_select(0, kept(channels)));
+    if (conv->bias.defined()) {
+      replace(conv->bias, conv->bias.detach().index_select(0, kept(channels)));
+    }
+    conv->options.out_channels(conv->weight.size(0));
+  } else {
+    const at::Tensor keep = channels.to(conv->weight.scalar_type());
+    replace(conv->weight, conv->weight.detach() * keep.view({-1, 1, 1, 1}));
+    if (conv->bias.defined()) replace(conv->bias, conv->bias.detach() * keep.view({-1}));
+  }
+  nn::erase_buffer(*conv, "channel_pruning_mask");
+  nn::erase_parameter(*conv, "channel_mask_scores");
+  s->channel_method.clear();
+  s->channel_pruning_enabled = false;
+  return channels;
+}
+
 void fix_sparse(const std::shared_ptr<torch::nn::Module>& m, const std::string& name) {
   auto s = state_of(m, name, "sparse_pruning");
   check_unfixed(!s->sparse_method.empty(), name, "sparse_pruning");
@@ -161,15 +208,17 @@ void redundancy_clean(torch::nn::Module& model, const CompressionConfig& config)
             fix_sparse(m, name);
           } else if (tech == "row_pruning") {
             masks.push_back(fix_rows(m, name, at::Tensor(), shrink));
-          } else {
+          } else if (tech == "head_pruning") {
             masks.push_back(fix_heads(m, name, at::Tensor(), t->num_heads, shrink));
+          } else {
+            masks.push_back(fix_channels(m, name, at::Tensor(), shrink));
           }
         }
         if (!shrink) continue;
         // The j-th layer a related pattern finds shrinks with the j-th layer of this pattern.
         for (const std::string& pattern : g.related_modules[i]) {
           const std::string what = std::string(technique) + ".different_groups." + g.name;
-          const auto related = matching_layers(model, pattern, what);
+          const auto related = matching_layers(model, pattern, what, /*related=*/true);
           DS_CHECK(related.size() <= masks.size(), ConfigError, "redundancy_clean: ",
                    "compression_training.", what, ": related pattern \"", pattern, "\" finds ",
                    related.size(), " layers for the ", masks.size(), " layers of \"",
@@ -178,8 +227,10 @@ void redundancy_clean(torch::nn::Module& model, const CompressionConfig& config)
             auto m = module_named(model, related[j], "redundancy_clean");
             if (std::string(technique) == "row_pruning") {
               fix_rows(m, related[j], masks[j], true);
-            } else {
+            } else if (std::string(technique) == "head_pruning") {
               fix_heads(m, related[j], masks[j], t->num_heads, true);
+            } else {
+              fix_channels(m, related[j], masks[j], true);
             }
           }
         }

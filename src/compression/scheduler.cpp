@@ -25,6 +25,7 @@ bool& flag_of(LayerState& s, const std::string& technique) {
   if (technique == "sparse_pruning") return s.sparse_pruning_enabled;
   if (technique == "row_pruning") return s.row_pruning_enabled;
   if (technique == "head_pruning") return s.head_pruning_enabled;
+  if (technique == "channel_pruning") return s.channel_pruning_enabled;
   throw NotSupportedError("compression_training." + technique + " is not supported yet");
 }
 

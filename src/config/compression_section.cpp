@@ -2,7 +2,7 @@
 // defaults, and its assertions as errors naming the key. DeepSpeed reads only the keys it knows
 // and checks some only when a layer is built; here all are checked at config load. What this
 // build lacks is refused by name (c.unimplemented_requests): snip_momentum pruning (Intel
-// Neural Compressor's pruners), channel pruning (Conv2d layers) and the CUDA quantizer kernel.
+// Neural Compressor's pruners) and the CUDA quantizer kernel.
 #include "config/feature_sections.h"
 #include "deepspeed/compression_config.h"
 
@@ -178,9 +178,6 @@ TechniqueConfig read_technique(ConfigReader& ct, const char* name, Kind kind,
       t.method = s.get_string("method", "l1");
       require_one_of(s, "method", t.method, {"l1", "topk"});
       t.schedule_offset = s.get_int("schedule_offset", 1000, 0);
-      if (kind == Kind::kChannel && t.enabled) {
-        unimplemented.push_back(path + " (Conv2d layers)");
-      }
       break;
     case Kind::kHead:
       t.method = s.get_string("method", "topk");

@@ -1,9 +1,9 @@
 """DeepSpeed Compression's run of deepspeed_compression_interop_test.
 
-Usage: deepspeed_compression_interop.py CONFIG.json OUT.pt
+Usage: deepspeed_compression_interop.py CONFIG.json OUT.pt [mlp|cnn]
 
-Builds the test's small network (an embedding, four attention projections, a two-layer MLP)
-from seed 7, runs DeepSpeed's init_compression with CONFIG, trains 6 SGD steps with DeepSpeed's
+Builds the test's small network (mlp: an embedding, four attention projections, a two-layer
+MLP; cnn: two convolutions with a BatchNorm2d between them and a linear head) from seed 7, runs DeepSpeed's init_compression with CONFIG, trains 6 SGD steps with DeepSpeed's
 compression scheduler stepped as its engine steps it, then runs redundancy_clean, and saves
 every intermediate the C++ side compares against.
 """
@@ -53,14 +53,34 @@ class Net(nn.Module):
         return x + self.mlp.c_proj(torch.relu(self.mlp.c_fc(x)))
 
 
+class Cnn(nn.Module):
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        return self.fc(torch.relu(self.conv2(x)).mean((2, 3)))
+
+
 def main():
     config_path, out_path = sys.argv[1], sys.argv[2]
+    kind = sys.argv[3] if len(sys.argv) > 3 else "mlp"
     with open(config_path) as f:
         config = json.load(f)
     torch.manual_seed(7)
-    model = Net()
-    idx = torch.randint(0, 16, (4, 6))
-    target = torch.randn(4, 6, 8)
+    if kind == "cnn":
+        model = Cnn()
+        idx = torch.randn(4, 3, 6, 6)
+        target = torch.randn(4, 4)
+    else:
+        model = Net()
+        idx = torch.randint(0, 16, (4, 6))
+        target = torch.randn(4, 6, 8)
     initial = {k: v.clone() for k, v in model.state_dict().items()}
 
     model = init_compression(model, json.loads(json.dumps(config)))

@@ -65,6 +65,39 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
+// The script's Cnn.
+struct CnnImpl : torch::nn::Module {
+  CnnImpl()
+      : conv1(register_module("conv1",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 8, 3).padding(1)))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(8))),
+        conv2(register_module("conv2",
+                              torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 8, 3).padding(1)))),
+        fc(register_module("fc", torch::nn::Linear(8, 4))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    const at::Tensor h = torch::relu(bn1(conv2d(conv1, x)));
+    return linear(fc, torch::relu(conv2d(conv2, h)).mean({2, 3}));
+  }
+  torch::nn::Conv2d conv1;
+  torch::nn::BatchNorm2d bn1;
+  torch::nn::Conv2d conv2;
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(Cnn);
+
+// The script's draws between its seed and init_compression: the model's initial weights,
+// then the inputs and targets.
+void draw_as_the_script(const Net&) {
+  Net drawn;
+  torch::randint(0, 16, {4, 6});
+  torch::randn({4, 6, 8});
+}
+void draw_as_the_script(const Cnn&) {
+  Cnn drawn;
+  torch::randn({4, 3, 6, 6});
+  torch::randn({4, 4});
+}
+
 std::map<std::string, at::Tensor> state_of(torch::nn::Module& m) {
   std::map<std::string, at::Tensor> out;
   for (const auto& p : m.named_parameters()) out[p.key()] = p.value().detach();
@@ -103,18 +136,19 @@ void expect_states_equal(const std::map<std::string, at::Tensor>& ours,
   }
 }
 
-void run_case(const std::string& config_text) {
+template <typename Model>
+void run_case(const std::string& config_text, const std::string& kind = "mlp") {
   testing::TempDir dir("ds_compression_interop");
   const std::string config_path = dir.file("config.json");
   std::ofstream(config_path) << config_text;
   const auto run = testing::run_command(std::string("OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu ") +
                                         DS_DEEPSPEED_PYTHON + " " + DS_INTEROP_SCRIPT + " " +
-                                        config_path + " " + dir.file("ds.pt"));
+                                        config_path + " " + dir.file("ds.pt") + " " + kind);
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   const c10::IValue saved = checkpoint::load(dir.file("ds.pt"));
   const CompressionConfig config = read_compression_config(json::parse(config_text), "config");
 
-  Net net;
+  Model net;
   {
     torch::NoGradGuard no_grad;
     const auto initial = dict_at(saved, "initial");
@@ -123,9 +157,7 @@ void run_case(const std::string& config_text) {
   // The generator where the script's is at init_compression: seeded, then the initial
   // weights and the data drawn.
   torch::manual_seed(7);
-  Net drawn;
-  torch::randint(0, 16, {4, 6});
-  torch::randn({4, 6, 8});
+  draw_as_the_script(net);
   init_compression(*net, config);
   // The same tensors under the same names: l1 masks computed alike, and topk scores drawn
   // alike (init_compression leaves the generator where DeepSpeed's leaves it).
@@ -161,7 +193,7 @@ void run_case(const std::string& config_text) {
 // pruning, topk row pruning of the MLP with its projection shrinking, topk head pruning of the
 // output projection with q, k and v shrinking.
 TEST(DeepSpeedCompressionInterop, PruningThatShrinksLayersEqualsDeepSpeeds) {
-  run_case(R"({"compression_training": {
+  run_case<Net>(R"({"compression_training": {
     "weight_quantization": {
       "shared_parameters": {"enabled": true, "quantize_weight_in_forward": true,
                             "quantization_type": "symmetric", "quantize_groups": 2,
@@ -190,7 +222,7 @@ TEST(DeepSpeedCompressionInterop, PruningThatShrinksLayersEqualsDeepSpeeds) {
 // Ternary and binary weights and a token-wise 4-bit embedding, static asymmetric 4-bit
 // activations, topk sparse pruning switched on within its window, l1 row pruning that masks.
 TEST(DeepSpeedCompressionInterop, TernaryBinaryStaticRangesAndMasksEqualDeepSpeeds) {
-  run_case(R"({"compression_training": {
+  run_case<Net>(R"({"compression_training": {
     "weight_quantization": {
       "shared_parameters": {"enabled": true, "quantize_weight_in_forward": true,
                             "schedule_offset": 1},
@@ -215,7 +247,7 @@ TEST(DeepSpeedCompressionInterop, TernaryBinaryStaticRangesAndMasksEqualDeepSpee
 
 // Asymmetric 5-bit weights in 4 groups, static symmetric activations.
 TEST(DeepSpeedCompressionInterop, AsymmetricWeightsAndStaticRangesEqualDeepSpeeds) {
-  run_case(R"({"compression_training": {
+  run_case<Net>(R"({"compression_training": {
     "weight_quantization": {
       "shared_parameters": {"enabled": true, "quantize_weight_in_forward": true,
                             "quantization_type": "asymmetric", "quantize_groups": 4,
@@ -226,6 +258,35 @@ TEST(DeepSpeedCompressionInterop, AsymmetricWeightsAndStaticRangesEqualDeepSpeed
       "shared_parameters": {"enabled": true, "range_calibration": "static",
                             "schedule_offset": 1},
       "different_groups": {"aq": {"params": {"bits": 8}, "modules": ["mlp.c_fc"]}}}}})");
+}
+
+// A convolutional network: topk channel pruning of conv1 cutting its channels out of bn1 and
+// conv2's input, 4-bit asymmetric weights, l1 sparse pruning and dynamic per-sample 8-bit
+// activations on conv2, topk row pruning of the head.
+TEST(DeepSpeedCompressionInterop, ChannelPruningOfAConvNetEqualsDeepSpeeds) {
+  run_case<Cnn>(R"({"compression_training": {
+    "weight_quantization": {
+      "shared_parameters": {"enabled": true, "quantize_weight_in_forward": true,
+                            "quantization_type": "asymmetric", "quantize_groups": 2,
+                            "schedule_offset": 0},
+      "different_groups": {"w4": {"params": {"start_bits": 8, "target_bits": 4},
+                                  "modules": ["conv2"]}}},
+    "activation_quantization": {
+      "shared_parameters": {"enabled": true, "quantization_type": "asymmetric",
+                            "schedule_offset": 1},
+      "different_groups": {"aq": {"params": {"bits": 8}, "modules": ["conv2"]}}},
+    "sparse_pruning": {
+      "shared_parameters": {"enabled": true, "method": "l1", "schedule_offset": 2,
+                            "schedule_offset_end": 2},
+      "different_groups": {"sp": {"params": {"dense_ratio": 0.5}, "modules": ["conv2"]}}},
+    "row_pruning": {
+      "shared_parameters": {"enabled": true, "method": "topk", "schedule_offset": 3},
+      "different_groups": {"rp": {"params": {"dense_ratio": 0.5}, "modules": ["fc"]}}},
+    "channel_pruning": {
+      "shared_parameters": {"enabled": true, "method": "topk", "schedule_offset": 1},
+      "different_groups": {"cp": {"params": {"dense_ratio": 0.5}, "modules": ["conv1"],
+                                  "related_modules": [["bn1", "conv2"]]}}}}})",
+                "cnn");
 }
 
 }  // namespace

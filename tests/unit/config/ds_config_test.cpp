@@ -514,9 +514,6 @@ TEST(DsConfig, ConfigAndEngineRefuseTheSameThings) {
   refuse(R"({"train_batch_size": 8, "zero_optimization": {"stage": 2, "zenflow": {"topk_ratio": 0.1}}})",
          "zero_optimization.zenflow (ZenFlow) is not supported yet");
   // compression_training is implemented (compression.h) but for these.
-  refuse(R"({"train_batch_size": 8, "compression_training": {"channel_pruning":
-            {"shared_parameters": {"enabled": true}, "different_groups": {}}}})",
-         "compression_training.channel_pruning (Conv2d layers) is not supported yet");
   refuse(R"({"train_batch_size": 8, "compression_training": {"sparse_pruning":
             {"shared_parameters": {"enabled": true, "method": "snip_momentum"}}}})",
          "compression_training.sparse_pruning.shared_parameters.method \"snip_momentum\"");

@@ -150,7 +150,7 @@ TEST(InitCompression, RefusesWhatItCannotDo) {
                     ConfigError, "sparse_pruning.different_groups.g: c_fc is already added");
   EXPECT_THROW_WITH(
       init_compression(*MlpNet(), config("row_pruning", R"({"dense_ratio": 0.5})", R"(["emb"])")),
-      ConfigError, "emb is an Embedding layer, which supports weight_quantization only");
+      ConfigError, "emb is an Embedding layer, which has no row_pruning");
   EXPECT_THROW_WITH(
       init_compression(*MlpNet(), config("sparse_pruning", R"({"dense_ratio": 0.5})", R"(["("])")),
       ConfigError, "the module pattern \"(\" is not a valid regular expression");
@@ -160,10 +160,17 @@ TEST(InitCompression, RefusesWhatItCannotDo) {
                     "c_fc, which init_compression did not set up");
   init_compression(*net, rows);
   EXPECT_THROW_WITH(init_compression(*net, rows), UsageError, "already has row_pruning");
-  torch::nn::Sequential conv(torch::nn::Conv2d(1, 1, 1));
+  torch::nn::Sequential cnn(torch::nn::Conv2d(1, 2, 1), torch::nn::BatchNorm2d(2));
   EXPECT_THROW_WITH(
-      init_compression(*conv, config("sparse_pruning", R"({"dense_ratio": 0.5})", R"(["0"])")),
-      NotSupportedError, "0 is a torch::nn::Conv2dImpl layer");
+      init_compression(*cnn, config("row_pruning", R"({"dense_ratio": 0.5})", R"(["0"])")),
+      ConfigError, "row_pruning: 0 is a Conv2d layer, which has no row_pruning");
+  EXPECT_THROW_WITH(
+      init_compression(*cnn, config("channel_pruning", R"({"dense_ratio": 0.5})", R"(["1"])")),
+      ConfigError, "1 is a BatchNorm2d layer, which shrinks only as a related module");
+  EXPECT_THROW_WITH(
+      init_compression(*MlpNet(), config("channel_pruning", R"({"dense_ratio": 0.5})",
+                                         R"(["c_fc"])")),
+      ConfigError, "c_fc is a Linear layer, which has no channel_pruning");
   EXPECT_THROW_WITH(init_compression(*MlpNet(), parse(R"({"compression_training": {
       "layer_reduction": {"enabled": true, "keep_number_layer": 1, "module_name_prefix": "h",
                           "teacher_layer": [0]}}})")),
@@ -211,6 +218,41 @@ TEST(RedundancyClean, ShrinksTheMlpToWhatTheMaskKept) {
   EXPECT_EQ(names.count("c_fc.row_pruning_mask"), 0u);
   EXPECT_TRUE(torch::allclose(net->forward(idx), masked, 1e-6, 1e-6));
   EXPECT_THROW_WITH(redundancy_clean(*net, cfg), UsageError, "already fixed");
+}
+
+// l1 channel pruning (DeepSpeed's raises in torch.linalg.norm, so the interop test has topk
+// only): the kept channels are the largest by kernel L1 norm, and cutting them out of the
+// convolution, its BatchNorm2d and the next convolution's input leaves the output unchanged.
+TEST(RedundancyClean, ShrinksChannelsOfAConvItsBatchNormAndTheNextConv) {
+  torch::manual_seed(6);
+  torch::nn::Conv2d conv1(torch::nn::Conv2dOptions(3, 6, 3).padding(1));
+  torch::nn::BatchNorm2d bn1(6);
+  torch::nn::Conv2d conv2(torch::nn::Conv2dOptions(6, 4, 3).padding(1));
+  torch::nn::Sequential net;
+  net->push_back("conv1", conv1);
+  net->push_back("bn1", bn1);
+  net->push_back("conv2", conv2);
+  const auto cfg = parse(R"({"compression_training": {"channel_pruning": {
+      "shared_parameters": {"enabled": true, "schedule_offset": 0},
+      "different_groups": {"c": {"params": {"dense_ratio": 0.5}, "modules": ["conv1"],
+                                 "related_modules": [["bn1", "conv2"]]}}}}})");
+  init_compression(*net, cfg);
+  CompressionScheduler scheduler(*net, cfg);
+  scheduler.step(true);
+  const at::Tensor original = conv1->weight.detach().clone();
+  const at::Tensor kept = std::get<0>(std::get<1>(original.abs().sum({1, 2, 3}).topk(3)).sort());
+  net->eval();
+  torch::NoGradGuard no_grad;
+  const at::Tensor x = torch::randn({2, 3, 5, 5});
+  const at::Tensor masked = conv2d(conv2, bn1(conv2d(conv1, x)));
+  redundancy_clean(*net, cfg);
+  EXPECT_TRUE(torch::equal(conv1->weight, original.index_select(0, kept)));
+  EXPECT_EQ(conv1->options.out_channels(), 3);
+  EXPECT_EQ(bn1->running_mean.sizes(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(bn1->options.num_features(), 3);
+  EXPECT_EQ(conv2->weight.sizes(), (std::vector<int64_t>{4, 3, 3, 3}));
+  EXPECT_EQ(conv2->options.in_channels(), 3);
+  EXPECT_TRUE(torch::allclose(net->forward(x), masked, 1e-5, 1e-6));
 }
 
 TEST(MoqQuantizer, LowersThePrecisionEachPeriod) {
