@@ -2,10 +2,11 @@
 
 Usage: deepspeed_compression_interop.py CONFIG.json OUT.pt [mlp|cnn]
 
-Builds the test's small network (mlp: an embedding, four attention projections, a two-layer
-MLP; cnn: two convolutions with a BatchNorm2d between them and a linear head) from seed 7, runs DeepSpeed's init_compression with CONFIG, trains 6 SGD steps with DeepSpeed's
-compression scheduler stepped as its engine steps it, then runs redundancy_clean, and saves
-every intermediate the C++ side compares against.
+Builds the test's small network (mlp: an embedding, four attention projections, a two-layer MLP;
+cnn: two convolutions with a BatchNorm2d between them and a linear head) from seed 7, runs
+DeepSpeed's init_compression with CONFIG, trains 6 SGD steps with DeepSpeed's compression
+scheduler stepped as its engine steps it, then runs redundancy_clean, and saves every
+intermediate the C++ side compares against.
 """
 import json
 import sys
