@@ -1,7 +1,7 @@
 // compression_training on 2 Gloo ranks against one process accumulating both ranks' micro-
 // batches: the same parameters after K steps
 // - with weight quantization in the forward, topk row pruning and l1 sparse pruning switched on
-//   at their offsets, under ZeRO 1 and 2, and resumed from a checkpoint in the middle (the
+//   at their offsets, under ZeRO 1, 2 and 3, and resumed from a checkpoint in the middle (the
 //   scheduler goes on at the saved step: a technique due after the save still switches on
 //   when it should);
 // - with MoQ (fp16 weights quantized after each step, 6 bits down to 4) under ZeRO 0 and 2.
@@ -154,6 +154,15 @@ void train_and_resume_on_two_ranks(int stage) {
   const auto expected = params_of(*reference);
   expect_same(straight, expected, "ZeRO-" + std::to_string(stage));
   expect_same(resumed, expected, "ZeRO-" + std::to_string(stage) + " resumed");
+  // The compression took effect: without it the same steps end elsewhere.
+  json plain_config = in_forward_config(stage, 2);
+  plain_config.erase("compression_training");
+  auto plain = make_engine(plain_config, false);
+  train(*plain, 0, kSteps, 0, 1, at::kFloat);
+  const auto uncompressed = params_of(*plain);
+  // c_fc's weight, bias (and, compressed, row scores), then c_proj's weight.
+  EXPECT_FALSE(torch::allclose(uncompressed[0], expected[0], 1e-3, 1e-3));
+  EXPECT_FALSE(torch::allclose(uncompressed[2], expected[3], 1e-3, 1e-3));
 }
 
 void moq_on_two_ranks(int stage) {
@@ -179,6 +188,7 @@ void moq_on_two_ranks(int stage) {
 
 TEST(CompressionDist, TrainAndResumeAsOneProcessZero1) { train_and_resume_on_two_ranks(1); }
 TEST(CompressionDist, TrainAndResumeAsOneProcessZero2) { train_and_resume_on_two_ranks(2); }
+TEST(CompressionDist, TrainAndResumeAsOneProcessZero3) { train_and_resume_on_two_ranks(3); }
 TEST(CompressionDist, MoqQuantizesAsOneProcessZero0) { moq_on_two_ranks(0); }
 TEST(CompressionDist, MoqQuantizesAsOneProcessZero2) { moq_on_two_ranks(2); }
 
