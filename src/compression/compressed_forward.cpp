@@ -1,5 +1,7 @@
 // The compressed forwards (DeepSpeed's LinearLayer_Compress.forward and
 // Embedding_Compress.forward) and the masks they apply.
+#include <vector>
+
 #include <ATen/ATen.h>
 #include <torch/enum.h>
 #include <torch/nn/functional/conv.h>
@@ -71,6 +73,28 @@ at::Tensor quantized_weight(const LayerState& s) {
   return straight_through(w, q.to(w.scalar_type()));
 }
 
+bool quantizes_in_forward(const LayerState& s) {
+  return s.weight_quantization && s.quantize_in_forward && s.weight_quantization_enabled;
+}
+
+// The weight every compressed forward starts from, in DeepSpeed's order: quantized when that
+// is switched on, then masked by sparse pruning.
+at::Tensor quantized_sparse_weight(const LayerState& s) {
+  at::Tensor weight = quantizes_in_forward(s) ? quantized_weight(s) : s.weight();
+  if (s.sparse_pruning_enabled && !s.sparse_method.empty()) {
+    weight = weight * sparse_mask(s).view(s.weight().sizes());
+  }
+  return weight;
+}
+
+// Row (Linear) or channel (Conv2d) pruning: the masked outputs' weights and biases zeroed.
+void mask_outputs(at::Tensor& weight, at::Tensor& bias, const at::Tensor& mask) {
+  std::vector<int64_t> shape(weight.dim(), 1);
+  shape[0] = -1;
+  weight = weight * mask.view(shape);
+  if (bias.defined()) bias = bias * mask.view({-1});
+}
+
 }  // namespace
 
 bool is_compressed(const torch::nn::Module& layer) {
@@ -81,19 +105,9 @@ at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
   const auto state = find_layer_state(layer.get());
   if (!state) return layer.ptr()->forward(x);
   const LayerState& s = *state;
-  at::Tensor weight = s.weight_quantization && s.quantize_in_forward &&
-                              s.weight_quantization_enabled
-                          ? quantized_weight(s)
-                          : layer->weight;
+  at::Tensor weight = quantized_sparse_weight(s);
   at::Tensor bias = layer->bias;
-  if (s.sparse_pruning_enabled && !s.sparse_method.empty()) {
-    weight = weight * sparse_mask(s).view(layer->weight.sizes());
-  }
-  if (s.row_pruning_enabled && !s.row_method.empty()) {
-    const at::Tensor mask = row_mask(s);
-    weight = weight * mask.view({-1, 1});
-    if (bias.defined()) bias = bias * mask.view({-1});
-  }
+  if (s.row_pruning_enabled && !s.row_method.empty()) mask_outputs(weight, bias, row_mask(s));
   if (s.head_pruning_enabled && !s.head_method.empty()) {
     weight = mask_heads(weight, head_mask(s), s.num_heads);
   }
@@ -104,10 +118,7 @@ at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
 
 at::Tensor embedding(const torch::nn::Embedding& layer, const at::Tensor& indices) {
   const auto state = find_layer_state(layer.get());
-  if (!state || !(state->weight_quantization && state->quantize_in_forward &&
-                  state->weight_quantization_enabled)) {
-    return layer.ptr()->forward(indices);
-  }
+  if (!state || !quantizes_in_forward(*state)) return layer.ptr()->forward(indices);
   const auto& o = layer->options;
   namespace F = torch::nn::functional;
   return F::detail::embedding(indices, quantized_weight(*state), o.padding_idx(), o.max_norm(),
@@ -122,18 +133,10 @@ at::Tensor conv2d(const torch::nn::Conv2d& layer, const at::Tensor& x) {
   DS_CHECK(torch::enumtype::get_enum_name(o.padding_mode()) == "kZeros", NotSupportedError,
            "compression: ", s.name, ": a compressed Conv2d with a padding_mode other than "
            "zeros is not supported yet");
-  at::Tensor weight = s.weight_quantization && s.quantize_in_forward &&
-                              s.weight_quantization_enabled
-                          ? quantized_weight(s)
-                          : layer->weight;
+  at::Tensor weight = quantized_sparse_weight(s);
   at::Tensor bias = layer->bias;
-  if (s.sparse_pruning_enabled && !s.sparse_method.empty()) {
-    weight = weight * sparse_mask(s).view(layer->weight.sizes());
-  }
   if (s.channel_pruning_enabled && !s.channel_method.empty()) {
-    const at::Tensor mask = channel_mask(s);
-    weight = weight * mask.view({-1, 1, 1, 1});
-    if (bias.defined()) bias = bias * mask.view({-1});
+    mask_outputs(weight, bias, channel_mask(s));
   }
   at::Tensor input = x;
   if (s.activation_quantization_enabled) input = quantize_activation(s, x);
