@@ -10,6 +10,7 @@
 #include "deepspeed/config.h"
 #include "deepspeed/data_sampling_config.h"
 #include "deepspeed/dynamic_batching_config.h"
+#include "deepspeed/sparse_attention_config.h"
 
 namespace deepspeed::config_detail {
 
@@ -43,6 +44,9 @@ void resolve_data_efficiency(const DeepSpeedConfig& c, json& out);
 /// to `unimplemented`.
 compression::CompressionConfig read_compression_training(ConfigReader& top,
                                                         std::vector<std::string>& unimplemented);
+
+/// Reads sparse_attention (sparse_attention_section.cpp); nullopt when absent.
+std::optional<sparse_attention::SparseAttentionConfig> read_sparse_attention(ConfigReader& top);
 
 /// Reads the sections of features this build does not implement (amp, compression_training,
 /// compile, tensor_parallel, ...) far enough to fill c.unimplemented_requests.

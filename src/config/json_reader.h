@@ -69,6 +69,11 @@ class ConfigReader {
   /// Reports keys never read: ConfigError in strict sections, a warning otherwise.
   void finish();
 
+  /// Adds "<source>: <path>.<key> <message>" to the warnings.
+  void warn(const std::string& key, const std::string& message) const {
+    warnings_->push_back(where(key) + " " + message);
+  }
+
   /// "<source>: <path>.<key>" for messages.
   std::string where(const std::string& key) const;
   [[noreturn]] void fail(const std::string& key, const std::string& message) const;

@@ -26,10 +26,7 @@ void parse_unimplemented_sections(ConfigReader& top, DeepSpeedConfig& c) {
                     "compression_training.weight_quantization with quantize_weight_in_forward "
                     "false, docs/compression.md)");
   }
-  // Matches DeepSpeed: a sparse_attention section turns sparse attention on.
-  if (top.section("sparse_attention", Strictness::kWarnUnknown).present()) {
-    on.emplace_back("sparse_attention");
-  }
+  read_sparse_attention(top);  // validated whole; the model builds its attention from it
   read_compression_training(top, on);  // validated whole; what this build lacks is refused
   if (top.section("compile", Strictness::kWarnUnknown).get_bool("deepcompile", false)) {
     on.emplace_back("compile.deepcompile");
