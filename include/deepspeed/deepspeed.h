@@ -24,6 +24,7 @@
 #include "deepspeed/param_group.h"
 #include "deepspeed/progressive_layer_drop.h"
 #include "deepspeed/random_ltd.h"
+#include "deepspeed/sparse_attention.h"
 #include "deepspeed/variable_batch.h"
 #include "deepspeed/version.h"
 
