@@ -31,6 +31,37 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& cfg)
               ") must be divisible by n_head (", cfg.n_head, ")");
   c_attn = register_module("c_attn", torch::nn::Linear(cfg.n_embd, 3 * cfg.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(cfg.n_embd, cfg.n_embd));
+  if (cfg.sparse_attention) {
+    sparse_self_attention = register_module(
+        "sparse_self_attention",
+        sparse_attention::SparseSelfAttention(
+            sparse_attention::SparsityConfig(cfg.n_head, *cfg.sparse_attention,
+                                             cfg.sparse_attention_seed),
+            sparse_attention::MaskMode::kAdd, sparse_attention::MaskMode::kMul, cfg.block_size));
+  }
+}
+
+torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& q, const torch::Tensor& k,
+                                              const torch::Tensor& v) {
+  if (!sparse_self_attention) {
+    return deepspeed::nn::causal_attention(q, k, v, dropout_, is_training());
+  }
+  const int64_t nh = q.size(1);
+  at::Tensor layout = sparse_self_attention->layout(q.size(2));
+  // Under tensor or sequence parallelism this rank attends with nh of the n_head heads; one
+  // layout shared by all heads serves them, per-head layouts would need the heads' offsets.
+  if (nh != layout.size(0)) {
+    TORCH_CHECK(!sparse_self_attention->sparsity().config().different_layout_per_head,
+                "sparse_attention.different_layout_per_head with tensor or sequence parallelism "
+                "is not supported (each rank holds ", nh, " of the ", layout.size(0), " heads)");
+    layout = layout.slice(0, 0, nh);
+  }
+  sparse_attention::AttentionExtras extras;
+  extras.causal = true;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  return sparse_attention::block_sparse_attention(q, k, v, layout,
+                                                  sparse_self_attention->sparsity().block(),
+                                                  scale, extras);
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
@@ -42,9 +73,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto qkv = qkv_all.split(C, /*dim=*/2);
   // [B, T, nh, hd] in, [B, T, nh, hd] out; the attention itself works on [B, nh, T, hd].
   auto attend = [this](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return deepspeed::nn::causal_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                           v.transpose(1, 2), dropout_, is_training())
-        .transpose(1, 2);
+    return this->attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2);
   };
   auto q = qkv[0].view({B, T, nh, hd});
   auto k = qkv[1].view({B, T, nh, hd});

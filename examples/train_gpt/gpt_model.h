@@ -18,6 +18,7 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/forward_kwargs.h"
 #include "deepspeed/random_ltd.h"
+#include "deepspeed/sparse_attention.h"
 #include "deepspeed/zero3.h"
 #include "gpt_moe.h"
 
@@ -36,6 +37,13 @@ struct GptConfig {
   bool activation_checkpointing = false;
   /// Mixture of Experts (off by default): which blocks' MLPs become MoE layers (gpt_moe.h).
   GptMoeConfig moe;
+  /// DeepSpeed's sparse attention (ds_config's sparse_attention section): each block attends
+  /// through block_sparse_attention over the pattern's layout for n_head heads, with a causal
+  /// mask (no dropout on the attention weights, as DeepSpeed's). block_size and every
+  /// sequence length trained on must be multiples of its block. nullopt: dense attention.
+  std::optional<sparse_attention::SparseAttentionConfig> sparse_attention;
+  /// Seeds the pattern's random blocks (as Python's random.seed).
+  uint64_t sparse_attention_seed = 0;
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
@@ -46,10 +54,16 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  /// With GptConfig::sparse_attention: the layout for block_size tokens, registered as
+  /// "sparse_self_attention" (its master_layout buffer in the state dict, as DeepSpeed's).
+  sparse_attention::SparseSelfAttention sparse_self_attention{nullptr};
   /// DeepSpeed-Ulysses' group (GptImpl::set_sequence_parallel_group); nullopt: none.
   std::optional<comm::Group> sequence_group;
 
  private:
+  /// softmax(q k^T / sqrt(hd)) v, causal, over [B, nh, T, hd]: dense, or block-sparse.
+  torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
   int64_t n_head_;
   double dropout_;
 };

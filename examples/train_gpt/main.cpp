@@ -381,6 +381,15 @@ int run(const Args& a) {
   gcfg.n_embd = a.n_embd;
   gcfg.dropout = a.dropout;
   gcfg.moe = a.moe;
+  // sparse_attention: DeepSpeed's block-sparse attention in every block (read from the file
+  // here: a pipeline's stages are built before the engine's config is).
+  gcfg.sparse_attention = ds::sparse_attention::read_sparse_attention_config(a.deepspeed_config);
+  gcfg.sparse_attention_seed = static_cast<uint64_t>(a.seed);
+  if (gcfg.sparse_attention && a.seq_len % gcfg.sparse_attention->block != 0) {
+    throw ds::UsageError("train_gpt: --seq_len " + std::to_string(a.seq_len) +
+                         " is not a multiple of sparse_attention.block " +
+                         std::to_string(gcfg.sparse_attention->block));
+  }
   // A pipeline checkpoints its layers itself (activation_checkpoint_interval 1: each block).
   gcfg.activation_checkpointing = a.activation_checkpointing && !pipelined;
   // Under ZeRO-3 the blocks are partitioned as they are built (DeepSpeed's zero.Init), so no
