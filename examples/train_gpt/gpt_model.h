@@ -43,7 +43,7 @@ struct GptConfig {
   /// sequence length trained on must be multiples of its block. nullopt: dense attention.
   std::optional<sparse_attention::SparseAttentionConfig> sparse_attention;
   /// Seeds the pattern's random blocks (as Python's random.seed).
-  uint64_t sparse_attention_seed = 0;
+  int64_t sparse_attention_seed = 0;
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {

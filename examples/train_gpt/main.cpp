@@ -384,7 +384,7 @@ int run(const Args& a) {
   // sparse_attention: DeepSpeed's block-sparse attention in every block (read from the file
   // here: a pipeline's stages are built before the engine's config is).
   gcfg.sparse_attention = ds::sparse_attention::read_sparse_attention_config(a.deepspeed_config);
-  gcfg.sparse_attention_seed = static_cast<uint64_t>(a.seed);
+  gcfg.sparse_attention_seed = a.seed;
   if (gcfg.sparse_attention && a.seq_len % gcfg.sparse_attention->block != 0) {
     throw ds::UsageError("train_gpt: --seq_len " + std::to_string(a.seq_len) +
                          " is not a multiple of sparse_attention.block " +

@@ -35,7 +35,7 @@ class SparsityConfig {
   /// `seed` seeds the random blocks (variable, bigbird) as Python's random.seed(seed) does:
   /// the layout equals DeepSpeed's built after random.seed(seed), and every rank builds the
   /// same one (DeepSpeed broadcasts rank 0's instead).
-  SparsityConfig(int64_t num_heads, SparseAttentionConfig config, uint64_t seed = 0);
+  SparsityConfig(int64_t num_heads, SparseAttentionConfig config, int64_t seed = 0);
 
   /// DeepSpeed's make_layout: [num_heads, T / block, T / block] int64, 1 where a block of
   /// queries attends to a block of keys. T must be a multiple of block.
@@ -48,7 +48,7 @@ class SparsityConfig {
  private:
   int64_t num_heads_;
   SparseAttentionConfig config_;
-  uint64_t seed_;
+  int64_t seed_;
 };
 
 /// How a mask enters the scores (DeepSpeed's key_padding_mask_mode / attn_mask_mode): "add"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "deepspeed/sparse_attention.h"
-#include "sparse_attention/python_random.h"
+#include "util/python_random.h"
 
 namespace deepspeed::sparse_attention {
 namespace {
@@ -68,7 +68,7 @@ void fixed_global(const SparseAttentionConfig& c, int64_t h, HeadLayout& l) {
   }
 }
 
-void random_blocks(const SparseAttentionConfig& c, PythonRandom& rng, bool causal_range,
+void random_blocks(const SparseAttentionConfig& c, std::mt19937& rng, bool causal_range,
                    HeadLayout& l) {
   const int64_t n = l.size();
   if (n < c.num_random_blocks) {
@@ -80,7 +80,9 @@ void random_blocks(const SparseAttentionConfig& c, PythonRandom& rng, bool causa
     // BigBird's unidirectional draw is from the row's past only; DeepSpeed's random.sample
     // fails on rows with fewer blocks than it asks for, here such a row takes all it has.
     const int64_t range = causal_range ? row + 1 : n;
-    for (int64_t col : rng.sample(range, std::min(range, c.num_random_blocks))) l.set(row, col);
+    for (int64_t col : util::python_sample(rng, range, std::min(range, c.num_random_blocks))) {
+      l.set(row, col);
+    }
   }
 }
 
@@ -131,7 +133,7 @@ void sliding_window(const SparseAttentionConfig& c, bool causal, HeadLayout& l) 
   }
 }
 
-HeadLayout head_layout(const SparseAttentionConfig& c, int64_t h, int64_t n, PythonRandom& rng) {
+HeadLayout head_layout(const SparseAttentionConfig& c, int64_t h, int64_t n, std::mt19937& rng) {
   HeadLayout l(n);
   const std::string& m = c.mode;
   if (m == "dense") {
@@ -166,7 +168,7 @@ HeadLayout head_layout(const SparseAttentionConfig& c, int64_t h, int64_t n, Pyt
 
 }  // namespace
 
-SparsityConfig::SparsityConfig(int64_t num_heads, SparseAttentionConfig config, uint64_t seed)
+SparsityConfig::SparsityConfig(int64_t num_heads, SparseAttentionConfig config, int64_t seed)
     : num_heads_(num_heads), config_(std::move(config)), seed_(seed) {
   if (num_heads < 1) {
     throw std::invalid_argument("SparsityConfig: num_heads is " + std::to_string(num_heads) +
@@ -184,7 +186,7 @@ at::Tensor SparsityConfig::make_layout(int64_t seq_len) const {
                                 std::to_string(config_.block));
   }
   const int64_t n = seq_len / config_.block;
-  PythonRandom rng(seed_);
+  std::mt19937 rng = util::python_random(seed_);
   // DeepSpeed fills one layout, or one per head, and copies head 0's to the rest.
   const int64_t distinct = config_.different_layout_per_head ? num_heads_ : 1;
   at::Tensor layout = at::zeros({num_heads_, n, n}, at::kLong);

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "deepspeed/errors.h"
-#include "runtime/data_efficiency/python_random.h"
+#include "util/python_random.h"
 #include "util/check.h"
 #include "util/logging.h"
 
@@ -39,9 +39,9 @@ std::vector<Metric> picked_in_order(const std::vector<int64_t>& seqlens,
   }
   const std::string& order = options.sequence_picking_order;
   if (order == "random") {
-    std::mt19937 gen = options.seed ? detail::python_random(*options.seed)
+    std::mt19937 gen = options.seed ? util::python_random(*options.seed)
                                     : std::mt19937(std::random_device{}());
-    detail::python_shuffle(metrics, gen);
+    util::python_shuffle(metrics, gen);
   } else if (order == "seqlen") {
     std::sort(metrics.begin(), metrics.end());
   } else {

@@ -10,7 +10,7 @@
 #include <limits>
 
 #include "deepspeed/deepspeed.h"
-#include "sparse_attention/python_random.h"
+#include "util/python_random.h"
 #include "support/expect_throw.h"
 
 namespace deepspeed::sparse_attention {
@@ -147,14 +147,14 @@ TEST(SparsityLayout, RandomBlocksFollowTheSeed) {
 TEST(PythonRandomTest, EqualsCPythonsDraws) {
   // Values printed by CPython: random.Random(3).getrandbits(32) three times; Random(42)'s
   // sample(range(8), 3) (the pool path) then sample(range(100), 7) (the set path).
-  PythonRandom r(3);
-  EXPECT_EQ(r.next_uint32(), 1022050301U);
-  EXPECT_EQ(r.next_uint32(), 2545373330U);
-  EXPECT_EQ(r.next_uint32(), 2337446730U);
-  PythonRandom s(42);
-  EXPECT_EQ(s.sample(8, 3), (std::vector<int64_t>{1, 0, 5}));
-  EXPECT_EQ(s.sample(100, 7), (std::vector<int64_t>{35, 31, 28, 17, 94, 13, 86}));
-  EXPECT_EQ(PythonRandom(123456789012ULL).getrandbits(32), 1619264890U);  // a two-word seed
+  std::mt19937 r = util::python_random(3);
+  EXPECT_EQ(r(), 1022050301U);
+  EXPECT_EQ(r(), 2545373330U);
+  EXPECT_EQ(r(), 2337446730U);
+  std::mt19937 s = util::python_random(42);
+  EXPECT_EQ(util::python_sample(s, 8, 3), (std::vector<int64_t>{1, 0, 5}));
+  EXPECT_EQ(util::python_sample(s, 100, 7), (std::vector<int64_t>{35, 31, 28, 17, 94, 13, 86}));
+  EXPECT_EQ(util::python_random(123456789012LL)(), 1619264890U);  // a two-word seed
 }
 
 TEST(BlockSparseAttention, EqualsDenseAttentionMaskedToTheLayout) {

@@ -13,7 +13,7 @@
 
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/indexed_dataset.h"
-#include "runtime/data_efficiency/python_random.h"
+#include "util/python_random.h"
 #include "support/expect_throw.h"
 #include "support/temp_dir.h"
 #include "support/tiny_model.h"
@@ -39,8 +39,8 @@ TEST(PythonRandom, ShufflesAsRandomRandomSeedShuffle) {
   for (const auto& [seed, want] : cases) {
     std::vector<int> x(20);
     for (int i = 0; i < 20; ++i) x[static_cast<size_t>(i)] = i;
-    std::mt19937 gen = detail::python_random(seed);
-    detail::python_shuffle(x, gen);
+    std::mt19937 gen = util::python_random(seed);
+    util::python_shuffle(x, gen);
     EXPECT_EQ(x, want) << "seed " << seed;
   }
 }
