@@ -46,20 +46,18 @@ torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& q, const torc
   if (!sparse_self_attention) {
     return deepspeed::nn::causal_attention(q, k, v, dropout_, is_training());
   }
-  const int64_t nh = q.size(1);
-  at::Tensor layout = sparse_self_attention->layout(q.size(2));
+  const int64_t nh = q.size(1), n_head = sparse_self_attention->sparsity().num_heads();
   // Under tensor or sequence parallelism this rank attends with nh of the n_head heads; one
   // layout shared by all heads serves them, per-head layouts would need the heads' offsets.
-  if (nh != layout.size(0)) {
-    TORCH_CHECK(!sparse_self_attention->sparsity().config().different_layout_per_head,
-                "sparse_attention.different_layout_per_head with tensor or sequence parallelism "
-                "is not supported (each rank holds ", nh, " of the ", layout.size(0), " heads)");
-    layout = layout.slice(0, 0, nh);
-  }
+  const bool per_head = sparse_self_attention->sparsity().config().different_layout_per_head;
+  TORCH_CHECK(nh == n_head || !per_head,
+              "sparse_attention.different_layout_per_head with tensor or sequence parallelism "
+              "is not supported (each rank holds ", nh, " of the ", n_head, " heads)");
   sparse_attention::AttentionExtras extras;
   extras.causal = true;
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-  return sparse_attention::block_sparse_attention(q, k, v, layout,
+  return sparse_attention::block_sparse_attention(q, k, v,
+                                                  sparse_self_attention->plan(q.size(2), nh),
                                                   sparse_self_attention->sparsity().block(),
                                                   scale, extras);
 }

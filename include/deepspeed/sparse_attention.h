@@ -21,8 +21,10 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "deepspeed/sparse_attention_config.h"
 
@@ -70,9 +72,36 @@ struct AttentionExtras {
   bool causal = false;
 };
 
-/// The computation itself: softmax(q k^T * scale + extras) v over the blocks `layout`
+namespace detail {
+struct RowGroup;
+}  // namespace detail
+
+/// What block_sparse_attention needs of a layout: for each row of query blocks, the key blocks
+/// it keeps, rows grouped by how many. Made once per layout (SparseSelfAttention keeps one per
+/// sequence length), so that a forward neither reads the layout back from the device nor walks
+/// it again.
+class BlockSparsePlan {
+ public:
+  /// `layout`: [H, n, n], non-zero where a block of queries attends to a block of keys.
+  explicit BlockSparsePlan(const at::Tensor& layout);
+  int64_t heads() const { return heads_; }
+  int64_t blocks() const { return blocks_; }
+  const std::vector<detail::RowGroup>& groups() const { return *groups_; }
+
+ private:
+  int64_t heads_, blocks_;
+  std::shared_ptr<const std::vector<detail::RowGroup>> groups_;
+};
+
+/// The computation itself: softmax(q k^T * scale + extras) v over the blocks `plan`'s layout
 /// ([H, T/block, T/block]) keeps, for q, k, v of [B, H, T, D]. Rows whose every block is masked
 /// give NaN (as DeepSpeed's kernels). Differentiable in q, k and v.
+at::Tensor block_sparse_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const BlockSparsePlan& plan, int64_t block, double scale,
+                                  const AttentionExtras& extras = {},
+                                  MaskMode key_padding_mask_mode = MaskMode::kAdd,
+                                  MaskMode attn_mask_mode = MaskMode::kMul);
+/// The same from the layout itself (its plan made for this call).
 at::Tensor block_sparse_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& layout, int64_t block, double scale,
                                   const AttentionExtras& extras = {},
@@ -96,6 +125,9 @@ class SparseSelfAttentionImpl : public torch::nn::Module {
 
   /// The layout a forward on `seq_len` tokens uses: [H, T/block, T/block] int64.
   at::Tensor layout(int64_t seq_len) const;
+  /// Its plan for the first `heads` heads (all when -1), made on first use and kept until
+  /// master_layout changes (a loaded state dict, say).
+  const BlockSparsePlan& plan(int64_t seq_len, int64_t heads = -1);
   const SparsityConfig& sparsity() const { return sparsity_; }
 
   at::Tensor master_layout;
@@ -103,6 +135,8 @@ class SparseSelfAttentionImpl : public torch::nn::Module {
  private:
   SparsityConfig sparsity_;
   MaskMode key_padding_mask_mode_, attn_mask_mode_;
+  std::map<std::pair<int64_t, int64_t>, BlockSparsePlan> plans_;  // by (seq_len, heads)
+  std::pair<const void*, int64_t> plans_of_{nullptr, -1};  // master_layout's data and version
 };
 TORCH_MODULE(SparseSelfAttention);
 

@@ -17,12 +17,7 @@
 #include "deepspeed/sparse_attention.h"
 
 namespace deepspeed::sparse_attention {
-namespace {
-
-using at::indexing::Slice;
-
-// Rows grouped by width: at most this many groups.
-constexpr int64_t kMaxRowGroups = 4;
+namespace detail {
 
 // The kept column blocks of a group of row blocks, per head (or one set for all heads when
 // every head has the same layout).
@@ -34,12 +29,20 @@ struct RowGroup {
   bool has_empty_row = false;
 };
 
+}  // namespace detail
+namespace {
+
+using at::indexing::Slice;
+using detail::RowGroup;
+
+// Rows grouped by width: at most this many groups.
+constexpr int64_t kMaxRowGroups = 4;
+
 bool heads_share_layout(const at::Tensor& layout) {
   return layout.size(0) == 1 || at::equal(layout, layout[0].expand_as(layout));
 }
 
-std::vector<RowGroup> group_rows(const at::Tensor& layout_in) {
-  const at::Tensor layout = layout_in.to(at::kCPU, at::kLong).contiguous();
+std::vector<RowGroup> group_rows(const at::Tensor& layout) {
   const bool shared = heads_share_layout(layout);
   const at::Tensor l = shared ? layout.slice(0, 0, 1) : layout;
   const int64_t H = l.size(0), n = l.size(1);
@@ -156,7 +159,7 @@ at::Tensor group_bias(const RowGroup& g, const AttentionExtras& e, int64_t B, in
 }
 
 void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  const at::Tensor& layout, int64_t block) {
+                  const BlockSparsePlan& plan, int64_t block) {
   if (q.dim() != 4) {
     throw std::invalid_argument(
         "sparse attention: query must be [batch, heads, tokens, "
@@ -174,8 +177,7 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 " is not a multiple of the block size " + std::to_string(block));
   }
   const int64_t n = T / block;
-  if (layout.dim() != 3 || layout.size(0) != q.size(1) || layout.size(1) != n ||
-      layout.size(2) != n) {
+  if (plan.heads() != q.size(1) || plan.blocks() != n) {
     throw std::invalid_argument("sparse attention: the layout must be [heads, " +
                                 std::to_string(n) + ", " + std::to_string(n) + "] for " +
                                 std::to_string(q.size(1)) + " heads and " + std::to_string(T) +
@@ -185,11 +187,29 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 }  // namespace
 
+BlockSparsePlan::BlockSparsePlan(const at::Tensor& layout_in) {
+  if (layout_in.dim() != 3 || layout_in.size(1) != layout_in.size(2)) {
+    throw std::invalid_argument("sparse attention: a layout is [heads, blocks, blocks]");
+  }
+  const at::Tensor layout = layout_in.to(at::kCPU, at::kLong).contiguous();
+  heads_ = layout.size(0);
+  blocks_ = layout.size(1);
+  groups_ = std::make_shared<const std::vector<RowGroup>>(group_rows(layout));
+}
+
 at::Tensor block_sparse_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& layout, int64_t block, double scale,
                                   const AttentionExtras& extras, MaskMode key_padding_mask_mode,
                                   MaskMode attn_mask_mode) {
-  check_inputs(q, k, v, layout, block);
+  return block_sparse_attention(q, k, v, BlockSparsePlan(layout), block, scale, extras,
+                                key_padding_mask_mode, attn_mask_mode);
+}
+
+at::Tensor block_sparse_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  const BlockSparsePlan& plan, int64_t block, double scale,
+                                  const AttentionExtras& extras, MaskMode key_padding_mask_mode,
+                                  MaskMode attn_mask_mode) {
+  check_inputs(q, k, v, plan, block);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), n = T / block;
   // The products run in the inputs' dtype on GPUs (which accumulate 16-bit products in fp32)
   // and in fp32 on CPUs (whose 16-bit GEMMs may accumulate in 16 bits); the softmax in fp32.
@@ -200,16 +220,16 @@ at::Tensor block_sparse_attention(const at::Tensor& q, const at::Tensor& k, cons
 
   std::vector<at::Tensor> contexts;
   std::vector<at::Tensor> row_order;
-  for (const RowGroup& g : group_rows(layout)) {
+  for (const RowGroup& g : plan.groups()) {
     const at::Tensor cols = g.cols.to(q.device()), rows = g.rows.to(q.device());
     // The scale goes into the queries (a pass over them, not over the scores).
     const at::Tensor qg = q5.index_select(2, rows) * scale;  // [B, H, R, blk, D]
-    const at::Tensor kg = gather_blocks(k5, cols);   // [B, H, R, K*blk, D]
+    const at::Tensor kg = gather_blocks(k5, cols);           // [B, H, R, K*blk, D]
     const at::Tensor vg = gather_blocks(v5, cols);
     at::Tensor scores = at::matmul(qg, kg.transpose(-1, -2)).to(at::kFloat);
     // In place: the product's backward needs its inputs, not its output.
-    scores.add_(group_bias(g, extras, B, H, n, block, key_padding_mask_mode, attn_mask_mode,
-                           q.device()));
+    scores.add_(
+        group_bias(g, extras, B, H, n, block, key_padding_mask_mode, attn_mask_mode, q.device()));
     at::Tensor probs = at::softmax(scores, -1);
     if (g.has_empty_row) {  // rows keeping no block attend to nothing: zero context
       probs = probs.masked_fill(g.empty.to(q.device()).view({1, -1, g.empty.size(1), 1, 1}), 0.0);

@@ -36,6 +36,26 @@ at::Tensor SparseSelfAttentionImpl::layout(int64_t seq_len) const {
   return master_layout.slice(1, 0, n).slice(2, 0, n).to(at::kLong);
 }
 
+const BlockSparsePlan& SparseSelfAttentionImpl::plan(int64_t seq_len, int64_t heads) {
+  const std::pair<const void*, int64_t> now{master_layout.data_ptr(), master_layout._version()};
+  if (now != plans_of_) {  // a new layout: the plans of the old one go
+    plans_.clear();
+    plans_of_ = now;
+  }
+  const int64_t all = master_layout.size(0);
+  if (heads < 0) heads = all;
+  if (heads < 1 || heads > all) {
+    throw std::invalid_argument("SparseSelfAttention: " + std::to_string(heads) +
+                                " heads asked of a layout of " + std::to_string(all));
+  }
+  const auto key = std::make_pair(seq_len, heads);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    it = plans_.emplace(key, BlockSparsePlan(layout(seq_len).slice(0, 0, heads))).first;
+  }
+  return it->second;
+}
+
 at::Tensor SparseSelfAttentionImpl::forward(const at::Tensor& q, const at::Tensor& k_in,
                                             const at::Tensor& v, const AttentionExtras& extras) {
   if (q.dim() != 4) {
@@ -65,7 +85,7 @@ at::Tensor SparseSelfAttentionImpl::forward(const at::Tensor& q, const at::Tenso
     e.attn_mask = e.attn_mask.reshape({T, T});
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-  return block_sparse_attention(q, k, v, layout(T), sparsity_.block(), scale, e,
+  return block_sparse_attention(q, k, v, plan(T, q.size(1)), sparsity_.block(), scale, e,
                                 key_padding_mask_mode_, attn_mask_mode_);
 }
 

@@ -10,8 +10,8 @@
 #include <limits>
 
 #include "deepspeed/deepspeed.h"
-#include "util/python_random.h"
 #include "support/expect_throw.h"
+#include "util/python_random.h"
 
 namespace deepspeed::sparse_attention {
 namespace {
@@ -264,6 +264,15 @@ TEST(SparseSelfAttentionModule, UsesTheLeadingBlocksOfItsRegisteredLayout) {
   EXPECT_TRUE(torch::allclose(out.to(at::kDouble), expected, 1e-5, 1e-5));
   // Keys already transposed, and the module cast to 16 bits (its integer buffer too).
   EXPECT_TRUE(torch::allclose(attn(x.q, x.k.transpose(2, 3), x.v, e), out));
+  // One plan per length, kept until the layout changes.
+  const BlockSparsePlan* kept = &attn->plan(32);
+  EXPECT_EQ(&attn->plan(32), kept);
+  EXPECT_EQ(attn->plan(32, 1).heads(), 1);
+  attn->master_layout.slice(2, 1).zero_();  // a loaded layout: only column block 0 is kept
+  const at::Tensor first_only = attn(x.q, x.k, x.v, e);
+  EXPECT_TRUE(torch::allclose(first_only.slice(2, 0, 4), out.slice(2, 0, 4)));
+  EXPECT_FALSE(torch::allclose(first_only.slice(2, 4), out.slice(2, 4)));
+  attn->master_layout.copy_(SparsityConfig(2, c).make_layout(64));
   attn->to(at::kBFloat16);
   EXPECT_TRUE(torch::equal(attn->layout(32), SparsityConfig(2, c).make_layout(32)));
   EXPECT_THROW_WITH(
