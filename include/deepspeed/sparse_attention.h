@@ -15,6 +15,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
@@ -22,9 +23,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "deepspeed/sparse_attention_config.h"
 
@@ -73,7 +74,7 @@ struct AttentionExtras {
 };
 
 namespace detail {
-struct RowGroup;
+struct PlanTables;
 }  // namespace detail
 
 /// What block_sparse_attention needs of a layout: for each row of query blocks, the key blocks
@@ -82,15 +83,17 @@ struct RowGroup;
 /// it again.
 class BlockSparsePlan {
  public:
-  /// `layout`: [H, n, n], non-zero where a block of queries attends to a block of keys.
-  explicit BlockSparsePlan(const at::Tensor& layout);
+  /// `layout`: [H, n, n], non-zero where a block of queries attends to a block of keys. The
+  /// tables are kept on `device` (the layout's when nullopt): forwards there copy nothing.
+  explicit BlockSparsePlan(const at::Tensor& layout,
+                           std::optional<at::Device> device = std::nullopt);
   int64_t heads() const { return heads_; }
   int64_t blocks() const { return blocks_; }
-  const std::vector<detail::RowGroup>& groups() const { return *groups_; }
+  const detail::PlanTables& tables() const { return *tables_; }
 
  private:
   int64_t heads_, blocks_;
-  std::shared_ptr<const std::vector<detail::RowGroup>> groups_;
+  std::shared_ptr<const detail::PlanTables> tables_;
 };
 
 /// The computation itself: softmax(q k^T * scale + extras) v over the blocks `plan`'s layout

@@ -22,11 +22,16 @@ namespace detail {
 // The kept column blocks of a group of row blocks, per head (or one set for all heads when
 // every head has the same layout).
 struct RowGroup {
-  at::Tensor rows;   // [R] int64: the group's row blocks
-  at::Tensor cols;   // [H', R, K] int64: kept column blocks, padded with block 0
-  at::Tensor valid;  // [H', R, K] bool: false on padding
-  at::Tensor empty;  // [H', R] bool: rows that keep no block (their context is zero)
+  at::Tensor rows;     // [R] int64: the group's row blocks
+  at::Tensor cols;     // [H', R, K] int64: kept column blocks, padded with block 0
+  at::Tensor padding;  // [H', R, K] bool: true on the padding of rows that keep a block
+  at::Tensor empty;    // [H', R] bool: rows that keep no block (their context is zero)
   bool has_empty_row = false;
+};
+
+struct PlanTables {
+  std::vector<RowGroup> groups;
+  at::Tensor inverse;  // [n] int64: from the groups' row order back to the sequence's
 };
 
 }  // namespace detail
@@ -69,11 +74,11 @@ std::vector<RowGroup> group_rows(const at::Tensor& layout) {
     RowGroup group;
     group.rows = at::empty({R}, at::kLong);
     group.cols = at::zeros({H, R, K}, at::kLong);
-    group.valid = at::zeros({H, R, K}, at::kBool);
+    at::Tensor valid = at::zeros({H, R, K}, at::kBool);
     group.empty = at::zeros({H, R}, at::kBool);
     auto rows = group.rows.accessor<int64_t, 1>();
     auto cols = group.cols.accessor<int64_t, 3>();
-    auto valid = group.valid.accessor<bool, 3>();
+    auto kept = valid.accessor<bool, 3>();
     auto empty = group.empty.accessor<bool, 2>();
     for (int64_t i = 0; i < R; ++i) {
       const int64_t r = order[begin + i];
@@ -83,13 +88,16 @@ std::vector<RowGroup> group_rows(const at::Tensor& layout) {
         for (int64_t c = 0; c < n; ++c) {
           if (a[h][r][c] == 0) continue;
           cols[h][i][j] = c;
-          valid[h][i][j] = true;
+          kept[h][i][j] = true;
           ++j;
         }
         empty[h][i] = j == 0;
         group.has_empty_row = group.has_empty_row || j == 0;
       }
     }
+    // A row keeping no block keeps finite scores (its probabilities are zeroed after the
+    // softmax), so that no NaN reaches the gradients.
+    group.padding = valid.logical_not().logical_and(group.empty.logical_not().unsqueeze(-1));
     out.push_back(std::move(group));
   }
   return out;
@@ -113,17 +121,16 @@ at::Tensor gather_blocks(const at::Tensor& x5, const at::Tensor& cols) {
   return at::gather(flat, 2, index).view({B, H, R, K * blk, D});
 }
 
-// What the extras add to a group's scores [B, H, R, blk, K*blk] (float; undefined if nothing).
+// What the padding and the extras add to a group's scores [B, H, R, blk, K*blk] (in fp32).
 at::Tensor group_bias(const RowGroup& g, const AttentionExtras& e, int64_t B, int64_t H, int64_t n,
-                      int64_t blk, MaskMode kp_mode, MaskMode attn_mode, const at::Device& device) {
-  const int64_t Hg = g.cols.size(0), R = g.cols.size(1), K = g.cols.size(2);
-  const at::Tensor cols = g.cols.to(device), rows = g.rows.to(device);
+                      int64_t blk, MaskMode kp_mode, MaskMode attn_mode) {
+  const at::Tensor& cols = g.cols;
+  const at::Tensor& rows = g.rows;
+  const int64_t Hg = cols.size(0), R = cols.size(1), K = cols.size(2);
   const float inf = std::numeric_limits<float>::infinity();
-  // Padding: [1, H', R, 1, K*blk]. A row keeping no block keeps finite scores (its
-  // probabilities are zeroed after the softmax), so that no NaN reaches the gradients.
-  const at::Tensor padding = g.valid.logical_not().logical_and(g.empty.logical_not().unsqueeze(-1));
-  at::Tensor bias = at::zeros({Hg, R, K}, at::TensorOptions(at::kFloat).device(device))
-                        .masked_fill(padding.to(device), -inf)
+  // Padding: [1, H', R, 1, K*blk].
+  at::Tensor bias = at::zeros({Hg, R, K}, cols.options().dtype(at::kFloat))
+                        .masked_fill(g.padding, -inf)
                         .view({1, Hg, R, 1, K, 1})
                         .expand({1, Hg, R, 1, K, blk})
                         .reshape({1, Hg, R, 1, K * blk});
@@ -161,15 +168,13 @@ at::Tensor group_bias(const RowGroup& g, const AttentionExtras& e, int64_t B, in
 void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const BlockSparsePlan& plan, int64_t block) {
   if (q.dim() != 4) {
-    throw std::invalid_argument(
-        "sparse attention: query must be [batch, heads, tokens, "
-        "head_dim]; it has " +
-        std::to_string(q.dim()) + " dimensions");
+    const std::string dims = std::to_string(q.dim());
+    throw std::invalid_argument("sparse attention: query must be [batch, heads, tokens, "
+                                "head_dim]; it has " + dims + " dimensions");
   }
   if (!q.sizes().equals(k.sizes()) || !k.sizes().equals(v.sizes())) {
-    throw std::invalid_argument(
-        "sparse attention: only self-attention is supported (query, "
-        "key and value of one shape)");
+    throw std::invalid_argument("sparse attention: only self-attention is supported "
+                                "(query, key and value of one shape)");
   }
   const int64_t T = q.size(2);
   if (block < 1 || T % block != 0) {
@@ -187,21 +192,31 @@ void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 }  // namespace
 
-BlockSparsePlan::BlockSparsePlan(const at::Tensor& layout_in) {
+BlockSparsePlan::BlockSparsePlan(const at::Tensor& layout_in, std::optional<at::Device> device) {
   if (layout_in.dim() != 3 || layout_in.size(1) != layout_in.size(2)) {
     throw std::invalid_argument("sparse attention: a layout is [heads, blocks, blocks]");
   }
   const at::Tensor layout = layout_in.to(at::kCPU, at::kLong).contiguous();
   heads_ = layout.size(0);
   blocks_ = layout.size(1);
-  groups_ = std::make_shared<const std::vector<RowGroup>>(group_rows(layout));
+  // The tables live where the forwards run: there a forward copies nothing.
+  const at::Device on = device.value_or(layout_in.device());
+  detail::PlanTables tables;
+  tables.groups = group_rows(layout);
+  std::vector<at::Tensor> rows;
+  for (RowGroup& g : tables.groups) {
+    for (at::Tensor* t : {&g.rows, &g.cols, &g.padding, &g.empty}) *t = t->to(on);
+    rows.push_back(g.rows);
+  }
+  tables.inverse = at::argsort(at::cat(rows));
+  tables_ = std::make_shared<const detail::PlanTables>(std::move(tables));
 }
 
 at::Tensor block_sparse_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& layout, int64_t block, double scale,
                                   const AttentionExtras& extras, MaskMode key_padding_mask_mode,
                                   MaskMode attn_mask_mode) {
-  return block_sparse_attention(q, k, v, BlockSparsePlan(layout), block, scale, extras,
+  return block_sparse_attention(q, k, v, BlockSparsePlan(layout, q.device()), block, scale, extras,
                                 key_padding_mask_mode, attn_mask_mode);
 }
 
@@ -219,28 +234,30 @@ at::Tensor block_sparse_attention(const at::Tensor& q, const at::Tensor& k, cons
   const at::Tensor v5 = v.to(compute).reshape({B, H, n, block, D});
 
   std::vector<at::Tensor> contexts;
-  std::vector<at::Tensor> row_order;
-  for (const RowGroup& g : plan.groups()) {
-    const at::Tensor cols = g.cols.to(q.device()), rows = g.rows.to(q.device());
+  const at::Device device = q.device();
+  for (RowGroup g : plan.tables().groups) {
+    // No copies where the plan was made for this device.
+    for (at::Tensor* t : {&g.rows, &g.cols, &g.padding, &g.empty}) *t = t->to(device);
+    const at::Tensor& cols = g.cols;
+    const at::Tensor& rows = g.rows;
     // The scale goes into the queries (a pass over them, not over the scores).
     const at::Tensor qg = q5.index_select(2, rows) * scale;  // [B, H, R, blk, D]
     const at::Tensor kg = gather_blocks(k5, cols);           // [B, H, R, K*blk, D]
     const at::Tensor vg = gather_blocks(v5, cols);
     at::Tensor scores = at::matmul(qg, kg.transpose(-1, -2)).to(at::kFloat);
     // In place: the product's backward needs its inputs, not its output.
-    scores.add_(
-        group_bias(g, extras, B, H, n, block, key_padding_mask_mode, attn_mask_mode, q.device()));
+    scores.add_(group_bias(g, extras, B, H, n, block, key_padding_mask_mode, attn_mask_mode));
     at::Tensor probs = at::softmax(scores, -1);
     if (g.has_empty_row) {  // rows keeping no block attend to nothing: zero context
-      probs = probs.masked_fill(g.empty.to(q.device()).view({1, -1, g.empty.size(1), 1, 1}), 0.0);
+      probs = probs.masked_fill(g.empty.view({1, -1, g.empty.size(1), 1, 1}), 0.0);
     }
     contexts.push_back(at::matmul(probs.to(compute), vg));  // [B, H, R, blk, D]
-    row_order.push_back(rows);
   }
   // Back in row order.
   const at::Tensor context = at::cat(contexts, 2);
-  const at::Tensor inverse = at::argsort(at::cat(row_order));
-  return context.index_select(2, inverse).reshape({B, H, T, D}).to(q.scalar_type());
+  return context.index_select(2, plan.tables().inverse.to(device))
+      .reshape({B, H, T, D})
+      .to(q.scalar_type());
 }
 
 }  // namespace deepspeed::sparse_attention
