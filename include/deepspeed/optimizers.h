@@ -31,11 +31,12 @@ namespace deepspeed::optim {
 // has the partition's size. A parameter whose grad is undefined is skipped and gets no state.
 
 /// Per-group hyper-parameters: "lr" plus named numbers ("eps", "weight_decay", ...), flags
-/// ("bias_correction") and pairs ("betas"), in the order Python's param_groups list them.
+/// ("bias_correction"), pairs ("betas") and texts (Muon's "ns_method"), in the order Python's
+/// param_groups list them.
 /// Schedulers set lr through OptimizerOptions::set_lr and beta1 through set_betas() below.
 class GroupOptions : public torch::optim::OptimizerCloneableOptions<GroupOptions> {
  public:
-  using Value = std::variant<double, bool, std::pair<double, double>>;
+  using Value = std::variant<double, bool, std::pair<double, double>, std::string>;
 
   /// Sets `name`, adding it at the end when new: set("eps", 1e-8), set("betas", {0.9, 0.99}).
   GroupOptions& set(const std::string& name, Value value);
@@ -45,6 +46,7 @@ class GroupOptions : public torch::optim::OptimizerCloneableOptions<GroupOptions
   double number(const std::string& name) const;
   bool flag(const std::string& name) const;
   std::pair<double, double> pair(const std::string& name) const;
+  const std::string& text(const std::string& name) const;
 
   double get_lr() const override { return number("lr"); }
   void set_lr(const double lr) override { set("lr", lr); }
@@ -102,6 +104,12 @@ class DsOptimizer : public torch::optim::Optimizer {
   virtual std::vector<std::string> state_names() const = 0;
   /// Whether the per-parameter state holds a "step" (torch.optim.SGD's does not).
   virtual bool counts_steps() const { return true; }
+  /// The same for the parameters of one group: an optimizer whose groups run different updates
+  /// (Muon's Newton-Schulz groups beside its Adam ones) keeps different state in each.
+  virtual std::vector<std::string> state_names(const GroupOptions& /*group*/) const {
+    return state_names();
+  }
+  virtual bool counts_steps(const GroupOptions& /*group*/) const { return counts_steps(); }
 
   /// The state of `param` (keyed by its TensorImpl), or nullptr before its first update.
   ParamState* find_state(const at::Tensor& param);

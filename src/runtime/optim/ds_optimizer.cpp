@@ -16,6 +16,7 @@ namespace {
 const char* kind_name(const GroupOptions::Value& v) {
   if (std::holds_alternative<double>(v)) return "a number";
   if (std::holds_alternative<bool>(v)) return "a flag";
+  if (std::holds_alternative<std::string>(v)) return "a text";
   return "a pair";
 }
 
@@ -64,6 +65,10 @@ std::pair<double, double> GroupOptions::pair(const std::string& name) const {
   return typed<std::pair<double, double>>(find(name), name, "a pair");
 }
 
+const std::string& GroupOptions::text(const std::string& name) const {
+  return typed<std::string>(find(name), name, "a text");
+}
+
 // --- ParamState -----------------------------------------------------------------------------
 
 at::Tensor& ParamState::tensor(const std::string& name) {
@@ -109,7 +114,7 @@ ParamState& DsOptimizer::get_or_create_state(const at::Tensor& param, const Grou
   auto it = state_.find(key);
   if (it != state_.end()) return static_cast<ParamState&>(*it->second);
   auto state = std::make_unique<ParamState>();
-  for (const auto& name : state_names()) {
+  for (const auto& name : state_names(group)) {
     state->tensors.emplace_back(name, initial_state(name, param.detach(), group));
   }
   ParamState& ref = *state;

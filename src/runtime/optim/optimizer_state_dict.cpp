@@ -82,6 +82,12 @@ std::pair<double, double> as_pair(const IValue& v, const std::string& where) {
   return {as_number(items[0], where + "[0]"), as_number(items[1], where + "[1]")};
 }
 
+std::string as_text(const IValue& v, const std::string& where) {
+  DS_CHECK(v.isString(), CheckpointError, "optimizer state dict: ", where, " is a ", v.tagKind(),
+           ", expected a string");
+  return v.toStringRef();
+}
+
 int64_t as_step(const IValue& v, const std::string& where) {
   return static_cast<int64_t>(std::llround(as_number(v, where)));
 }
@@ -119,7 +125,9 @@ struct Family {
   std::function<Dict(const torch::optim::OptimizerOptions&)> save_group;
   std::function<void(torch::optim::OptimizerOptions&, const Dict&, const std::string&)> load_group;
   // The saved state of `param`, or nullopt when it has none.
-  std::function<std::optional<Dict>(const at::Tensor& param)> save_state;
+  std::function<std::optional<Dict>(const at::Tensor& param,
+                                    const torch::optim::OptimizerOptions& options)>
+      save_state;
   // Loads the state of `param`, whose group will have `options` (already loaded).
   std::function<void(const at::Tensor& param, const torch::optim::OptimizerOptions& options,
                      const Dict&, const std::string&)>
@@ -139,6 +147,7 @@ Family ds_family(DsOptimizer& opt) {
       if (auto* p = std::get_if<std::pair<double, double>>(&value)) {
         d.insert(name, pair_value(p->first, p->second));
       }
+      if (auto* t = std::get_if<std::string>(&value)) d.insert(name, *t);
     }
     return d;
   };
@@ -154,13 +163,15 @@ Family ds_family(DsOptimizer& opt) {
       if (std::holds_alternative<std::pair<double, double>>(value)) {
         options.set(name, as_pair(*v, where));
       }
+      if (std::holds_alternative<std::string>(value)) options.set(name, as_text(*v, where));
     }
   };
-  f.save_state = [&opt](const at::Tensor& p) -> std::optional<Dict> {
+  f.save_state = [&opt](const at::Tensor& p,
+                        const torch::optim::OptimizerOptions& options) -> std::optional<Dict> {
     ParamState* s = opt.find_state(p);
     if (s == nullptr) return std::nullopt;
     Dict d = string_dict();
-    if (opt.counts_steps()) d.insert("step", s->step);
+    if (opt.counts_steps(static_cast<const GroupOptions&>(options))) d.insert("step", s->step);
     for (const auto& [name, t] : s->tensors) {
       if (t.defined()) d.insert(name, t);
     }
@@ -169,8 +180,9 @@ Family ds_family(DsOptimizer& opt) {
   };
   f.load_state = [&opt](const at::Tensor& p, const torch::optim::OptimizerOptions& options,
                         const Dict& saved, const std::string& at) {
-    ParamState& s = opt.get_or_create_state(p, static_cast<const GroupOptions&>(options));
-    if (opt.counts_steps()) s.step = as_step(require(saved, "step", at), at + ".step");
+    const auto& group = static_cast<const GroupOptions&>(options);
+    ParamState& s = opt.get_or_create_state(p, group);
+    if (opt.counts_steps(group)) s.step = as_step(require(saved, "step", at), at + ".step");
     for (auto& [name, t] : s.tensors) {
       if (const IValue* v = lookup(saved, name)) {
         t = as_state_tensor(*v, p, t, at + "." + name);
@@ -210,7 +222,8 @@ Family torch_adam_family(torch::optim::Optimizer& opt) {
     }
     if (auto* v = lookup(saved, "amsgrad")) o.amsgrad(as_flag(*v, at + ".amsgrad"));
   };
-  f.save_state = [&opt](const at::Tensor& p) -> std::optional<Dict> {
+  f.save_state = [&opt](const at::Tensor& p,
+                        const torch::optim::OptimizerOptions&) -> std::optional<Dict> {
     auto it = opt.state().find(detail::state_key(p));
     if (it == opt.state().end()) return std::nullopt;
     const auto& s = static_cast<const State&>(*it->second);
@@ -261,7 +274,8 @@ Family torch_sgd_family(torch::optim::Optimizer& opt) {
     }
     if (auto* v = lookup(saved, "nesterov")) o.nesterov(as_flag(*v, at + ".nesterov"));
   };
-  f.save_state = [&opt](const at::Tensor& p) -> std::optional<Dict> {
+  f.save_state = [&opt](const at::Tensor& p,
+                        const torch::optim::OptimizerOptions&) -> std::optional<Dict> {
     auto it = opt.state().find(detail::state_key(p));
     if (it == opt.state().end()) return std::nullopt;
     const auto& s = static_cast<const torch::optim::SGDParamState&>(*it->second);
@@ -308,7 +322,8 @@ Family torch_adagrad_family(torch::optim::Optimizer& opt) {
       o.initial_accumulator_value(as_number(*v, at + ".initial_accumulator_value"));
     }
   };
-  f.save_state = [&opt](const at::Tensor& p) -> std::optional<Dict> {
+  f.save_state = [&opt](const at::Tensor& p,
+                        const torch::optim::OptimizerOptions&) -> std::optional<Dict> {
     auto it = opt.state().find(detail::state_key(p));
     if (it == opt.state().end()) return std::nullopt;
     const auto& s = static_cast<const torch::optim::AdagradParamState&>(*it->second);
@@ -355,7 +370,7 @@ IValue optimizer_state_dict(torch::optim::Optimizer& optimizer) {
     Dict g = family.save_group(group.options());
     List ids = any_list();
     for (const auto& p : group.params()) {
-      if (auto s = family.save_state(p)) state.insert(index, *s);
+      if (auto s = family.save_state(p, group.options())) state.insert(index, *s);
       ids.push_back(index++);
     }
     g.insert("params", ids);
