@@ -21,6 +21,7 @@
 #include "deepspeed/errors.h"
 #include "deepspeed/lr_schedules.h"
 #include "deepspeed/mpu.h"
+#include "deepspeed/muon.h"
 #include "deepspeed/param_group.h"
 #include "deepspeed/progressive_layer_drop.h"
 #include "deepspeed/random_ltd.h"

@@ -222,6 +222,8 @@ class Adam : public DsOptimizer {
   bool applies_grad_scale(const ParamUpdate& u) const override;
 
  private:
+  friend class Muon;  // runs its Adam half through this class's update
+
   bool adam_w_mode_;
   bool fp32_optimizer_states_ = false;
 };
