@@ -473,6 +473,9 @@ void Engine::build_optimizer(std::unique_ptr<torch::optim::Optimizer> client,
     if (model_parameters.empty()) model_parameters.push_back(ParamGroup{trainable_params_, json::object()});
     optim::OptimizerBuildOptions options;
     options.offload = config_.zero_optimization.optimizer_offload() != OffloadDevice::kNone;
+    for (size_t i = 0; i < trainable_params_.size(); ++i) {
+      options.param_names[trainable_params_[i].unsafeGetTensorImpl()] = trainable_names_[i];
+    }
     optimizer_ = optim::build_optimizer(config_.optimizer, model_parameters, config_.source,
                                         options);
   }

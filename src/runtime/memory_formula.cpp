@@ -95,7 +95,9 @@ ModelStateInputs model_state_inputs(const DeepSpeedConfig& c, int64_t num_params
   } else if (type == "lion" || type == "adagrad" || type == "sgd") {
     in.optimizer_state_bytes_per_param = 4;
   } else {
-    in.optimizer_state_bytes_per_param = 8;  // the Adam family and LAMB: two fp32 moments
+    // The Adam family and LAMB: two fp32 moments. Muon's matrices keep one, its Adam half
+    // two: the formula takes the bound.
+    in.optimizer_state_bytes_per_param = 8;
   }
   const bool bf16_masters = c.bf16.enabled && c.bf16.bf16_master_weights_and_grads;
   in.low_precision_masters =

@@ -1,12 +1,16 @@
 // Optimizer construction from a resolved config section and the model's param groups.
 #include "runtime/optim/optimizer_factory.h"
 
+#include <algorithm>
+#include <cctype>
+#include <optional>
 #include <unordered_map>
 
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
+#include "deepspeed/muon.h"
 #include "deepspeed/optimizers.h"
 #include "runtime/optim/optimizer_params.h"
 #include "util/check.h"
@@ -36,6 +40,76 @@ std::unique_ptr<torch::optim::Optimizer> make_torch_adam(std::vector<OptimizerPa
                                           *torch_adam_options<TorchOptions>(defaults));
 }
 
+// Matches DeepSpeed's set_optimizer_flags: Muon for matrices whose name mentions neither an
+// embedding nor the output head.
+bool muon_by_name(const at::Tensor& p, const std::string& name) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return p.dim() >= 2 && lower.find("embed") == std::string::npos &&
+         lower.find("lm_head") == std::string::npos;
+}
+
+// DeepSpeed's _muon_param_groups: each incoming group split into its Muon and Adam halves
+// ("<prefix>-muon-params", "<prefix>-adam-params"), each half resolved by resolve_muon_half.
+// A group's "use_muon" (ours: C++ parameters carry no attributes) puts all of it in one half.
+std::unique_ptr<torch::optim::Optimizer> build_muon(const OptimizerSpec& spec,
+                                                    const OptimizerConfig& config,
+                                                    const std::vector<ParamGroup>& groups,
+                                                    const std::string& source,
+                                                    const OptimizerBuildOptions& options) {
+  std::vector<OptimizerParamGroup> torch_groups;
+  size_t listed = 0;
+  for (const auto& g : groups) listed += g.params.empty() ? 0 : 1;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::string where = source + ": param group " + std::to_string(g) + ": ";
+    const json& overrides = groups[g].options;
+    std::optional<bool> forced;
+    std::string prefix = listed > 1 ? "group" + std::to_string(g) : "";
+    if (overrides.is_object()) {
+      if (auto it = overrides.find("use_muon"); it != overrides.end() && !it->is_null()) {
+        DS_CHECK(it->is_boolean(), ConfigError, where, "use_muon is ", it->dump(),
+                 "; expected true or false");
+        forced = it->get<bool>();
+      }
+      if (auto it = overrides.find("name"); it != overrides.end() && !it->is_null()) {
+        DS_CHECK(it->is_string(), ConfigError, where, "name is ", it->dump(),
+                 "; expected a string");
+        prefix = it->get<std::string>();
+      }
+    }
+    std::vector<at::Tensor> halves[2];  // [0]: Adam, [1]: Muon
+    for (const auto& p : groups[g].params) {
+      if (!p.requires_grad()) continue;
+      bool use_muon = false;
+      if (forced) {
+        use_muon = *forced;
+      } else {
+        auto name = options.param_names.find(p.unsafeGetTensorImpl());
+        DS_CHECK(name != options.param_names.end(), ConfigError, where, "a parameter of shape ",
+                 p.sizes(), " is not one of the model's; Muon chooses its half by the "
+                 "parameter's name (as DeepSpeed's use_muon tags), so pass it as part of the "
+                 "model or give its param group \"use_muon\": true or false");
+        use_muon = muon_by_name(p, name->second);
+      }
+      halves[use_muon ? 1 : 0].push_back(p);
+    }
+    for (bool use_muon : {true, false}) {
+      auto& params = halves[use_muon ? 1 : 0];
+      if (params.empty()) continue;
+      GroupOptions o;
+      const std::string label = use_muon ? "muon-params" : "adam-params";
+      o.set("use_muon", use_muon).set("name", prefix.empty() ? label : prefix + "-" + label);
+      const GroupOptions half = resolve_muon_half(config, use_muon, overrides, where);
+      for (const auto& [key, value] : half.items()) o.set(key, value);
+      torch_groups.emplace_back(std::move(params), std::make_unique<GroupOptions>(o));
+    }
+  }
+  DS_CHECK(!torch_groups.empty(), UsageError, source, ": optimizer ", config.type,
+           " has no parameters to train (every param group is empty)");
+  return std::make_unique<Muon>(std::move(torch_groups), spec.adam_w_mode);
+}
+
 }  // namespace
 
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& config,
@@ -43,6 +117,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& 
                                                          const std::string& source,
                                                          const OptimizerBuildOptions& options) {
   const OptimizerSpec spec = resolve_optimizer(config, source, options.offload);
+  if (spec.kind == OptimizerKind::kMuon) return build_muon(spec, config, groups, source, options);
 
   std::vector<OptimizerParamGroup> torch_groups;
   std::vector<GroupOptions> group_options;
@@ -117,6 +192,8 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& 
       opt = std::make_unique<onebit::ZeroOneAdam>(std::move(torch_groups), spec.defaults,
                                                   spec.onebit);
       break;
+    case OptimizerKind::kMuon:
+      DS_INTERNAL_ASSERT(false, "Muon is built by build_muon");
   }
   // Python's defaults are the constructor's kwargs, i.e. optimizer.params: a group added later
   // without options gets them.
@@ -140,7 +217,7 @@ void check_optimizer_supported(const OptimizerConfig& config, const std::string&
 bool is_zero_supported_optimizer(const torch::optim::Optimizer& optimizer) {
   const auto* o = &optimizer;
   return dynamic_cast<const Adam*>(o) != nullptr || dynamic_cast<const Adagrad*>(o) != nullptr ||
-         dynamic_cast<const Lion*>(o) != nullptr ||
+         dynamic_cast<const Lion*>(o) != nullptr || dynamic_cast<const Muon*>(o) != nullptr ||
          dynamic_cast<const torch::optim::Adam*>(o) != nullptr ||
          dynamic_cast<const torch::optim::AdamW*>(o) != nullptr ||
          dynamic_cast<const torch::optim::Adagrad*>(o) != nullptr;

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "deepspeed/config.h"
@@ -26,6 +27,9 @@ struct OptimizerBuildOptions {
   /// optimizers (DeepSpeedCPUAdam/Adagrad/Lion): Adagrad's update changes (reference §3.5) and
   /// the accepted params differ (fp32_optimizer_states, no set_grad_none/lr_decay).
   bool offload = false;
+  /// The module's name of each trainable parameter (by TensorImpl). Muon chooses its half by
+  /// name as DeepSpeed's set_optimizer_flags does; the others ignore it.
+  std::unordered_map<const void*, std::string> param_names;
 };
 
 /// Builds the optimizer over `groups`: each group's `options` override optimizer.params for that
@@ -49,8 +53,8 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const OptimizerConfig& 
 void check_optimizer_supported(const OptimizerConfig& config, const std::string& source);
 
 /// Whether ZeRO runs `optimizer` without "zero_allow_untested_optimizer": true. Matches
-/// DeepSpeed's list: Adam/AdamW (ours, torch's), Adagrad (ours, torch's), Lion. Lamb and SGD
-/// are untested with ZeRO in DeepSpeed.
+/// DeepSpeed's list: Adam/AdamW (ours, torch's), Adagrad (ours, torch's), Lion, Muon. Lamb and
+/// SGD are untested with ZeRO in DeepSpeed.
 bool is_zero_supported_optimizer(const torch::optim::Optimizer& optimizer);
 
 /// The lr a group gets from `config` (optimizer.params.lr or the selected class's default).

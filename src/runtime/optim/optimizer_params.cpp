@@ -9,12 +9,14 @@
 #include <vector>
 
 #include "config/json_reader.h"
+#include "deepspeed/muon.h"
 #include "util/check.h"
 
 namespace deepspeed::optim {
 namespace {
 
-constexpr const char* kSupported = "Adam, AdamW, Lamb, Lion, Adagrad, SGD, OneBitAdam, ZeroOneAdam, OneBitLamb";
+constexpr const char* kSupported =
+    "Adam, AdamW, Lamb, Lion, Adagrad, SGD, OneBitAdam, ZeroOneAdam, OneBitLamb, Muon";
 // torch.optim classes DeepSpeed would fall back to (by attribute name, case-sensitive).
 constexpr const char* kTorchOptimNames[] = {"Adadelta", "Adafactor", "Adagrad", "Adam",
                                             "Adamax",   "AdamW",     "ASGD",    "LBFGS",
@@ -38,6 +40,7 @@ enum class Rule {
   kWideCount,    // an optimizer-wide integer >= 0 (freeze_step), read by resolve_optimizer
   kWideString,   // an optimizer-wide string (comm_backend_name), read by resolve_optimizer
   kWideNumber,   // an optimizer-wide number (coeff_beta...), read by resolve_optimizer
+  kNsMethod,     // Muon's ns_method: "gram" or "standard", a text in the group
 };
 // Which of DeepSpeed's classes takes the key: its CPU optimizer (offload_optimizer on) or the
 // other one.
@@ -181,7 +184,28 @@ const std::vector<KeyRule>& rules_for(const OptimizerSpec& spec) {
       {"factor_min", Rule::kWideNumber},
       {"factor_threshold", Rule::kWideNumber},
   };
+  // DeepSpeed's Muon keys (engine._muon_param_groups): the halves' shared keys, the per-half
+  // learning rates, and the optimizer-wide choices of its Adam half and of per-head Muon.
+  static const std::vector<KeyRule> muon = {
+      {"lr", Rule::kNumber},
+      {"momentum", Rule::kNumber},
+      {"weight_decay", Rule::kNumber},
+      {"ns_method", Rule::kNsMethod},
+      {"muon_lr", Rule::kWideNumber},
+      {"adam_lr", Rule::kWideNumber},
+      {"betas", Rule::kPair},
+      {"eps", Rule::kNumber},
+      {"adam_w_mode", Rule::kWideFlag},
+      {"torch_adam", Rule::kMustBeFalse, Avail::kAlways,
+       "Muon's Adam half is DeepSpeed's Adam here (torch.optim.AdamW's is not built for it)",
+       true},
+      {"per_head_muon", Rule::kMustBeFalse, Avail::kAlways,
+       "per-head Newton-Schulz (attention heads found from a Hugging Face config) is not "
+       "supported yet",
+       true},
+  };
   switch (spec.kind) {
+    case OptimizerKind::kMuon: return muon;
     case OptimizerKind::kOneBitLamb: return onebit_lamb;
     case OptimizerKind::kOneBitAdam: return onebit_adam;
     case OptimizerKind::kZeroOneAdam: return zero_one_adam;
@@ -239,6 +263,13 @@ std::string backend_name(const json& v, const std::string& where) {
   return name;
 }
 
+std::string ns_method(const json& v, const std::string& where) {
+  refuse_auto(v, where, "\"gram\" or \"standard\"");
+  DS_CHECK(v.is_string(), ConfigError, where, " is ", v.dump(), "; expected \"gram\" or "
+           "\"standard\"");
+  return ns_method_name(parse_ns_method(v.get<std::string>(), where));
+}
+
 std::pair<double, double> number_pair(const json& v, const std::string& where) {
   refuse_auto(v, where, "two numbers [beta1, beta2]");
   DS_CHECK(v.is_array() && v.size() == 2, ConfigError, where, " is ", v.dump(),
@@ -279,6 +310,7 @@ void apply_params(const OptimizerSpec& spec, const json& params, GroupOptions& g
       case Rule::kNumber: group.set(key, number(v, where)); break;
       case Rule::kFlag: group.set(key, boolean(v, where)); break;
       case Rule::kPair: group.set(key, number_pair(v, where)); break;
+      case Rule::kNsMethod: group.set(key, ns_method(v, where)); break;
       case Rule::kInert: refuse_auto(v, where, "a value"); break;
       case Rule::kMustBeFalse:
       case Rule::kMustBeTrue: {
@@ -340,8 +372,7 @@ OptimizerKind resolve_kind(const std::string& type, const std::string& source) {
   if (name == "onebitlamb") return OptimizerKind::kOneBitLamb;
   DS_CHECK(name != "muadam" && name != "muadamw" && name != "musgd", NotSupportedError, head,
            " is not supported yet (muP optimizers from the mup package; ", supported, ")");
-  DS_CHECK(name != "muon", NotSupportedError, head, " is not supported yet (MuonWithAuxAdam; ",
-           supported, ")");
+  if (name == "muon") return OptimizerKind::kMuon;
   if (type == "SGD") return OptimizerKind::kSGD;
   std::string hint;
   for (const char* torch_name : kTorchOptimNames) {
@@ -373,6 +404,13 @@ GroupOptions default_group(const OptimizerSpec& spec, std::optional<bool> offloa
     case OptimizerKind::kLion: return LionOptions{}.group();
     case OptimizerKind::kAdagrad: return AdagradOptions{}.group(offload.value_or(false));
     case OptimizerKind::kSGD: return SGDOptions{}.group();
+    case OptimizerKind::kMuon: {
+      // Validation only: each half is resolved by resolve_muon_half. lr is the Muon half's.
+      GroupOptions g = MuonOptions{}.group();
+      const GroupOptions adam = MuonAdamOptions{}.group();
+      g.set("betas", adam.pair("betas")).set("eps", adam.number("eps"));
+      return g;
+    }
     case OptimizerKind::kOneBitLamb: {
       // OnebitLamb's defaults dict, in its order.
       GroupOptions g;
@@ -416,6 +454,7 @@ OptimizerSpec resolve_optimizer(const OptimizerConfig& config, const std::string
     spec.adam_w_mode = lower(config.type) == "adamw" || adam_w_mode;
   }
   if (spec.kind == OptimizerKind::kLamb) spec.eps_inside_sqrt = wide_flag("eps_inside_sqrt", false);
+  if (spec.kind == OptimizerKind::kMuon) spec.adam_w_mode = wide_flag("adam_w_mode", true);
   if (spec.kind == OptimizerKind::kOneBitAdam || spec.kind == OptimizerKind::kZeroOneAdam ||
       spec.kind == OptimizerKind::kOneBitLamb) {
     auto wide = [&](const char* key) -> const json* {
@@ -462,6 +501,58 @@ GroupOptions resolve_group_options(const OptimizerSpec& spec, const json& overri
   apply_params(spec, overrides, g, where, offload, /*in_param_group=*/true);
   check_values(spec, g, where);
   return g;
+}
+
+GroupOptions resolve_muon_half(const OptimizerConfig& config, bool use_muon,
+                               const json& overrides, const std::string& where) {
+  static const std::vector<std::string> muon_keys = {"lr", "momentum", "weight_decay",
+                                                     "ns_method"};
+  static const std::vector<std::string> adam_keys = {"lr", "betas", "eps", "weight_decay"};
+  const auto& keys = use_muon ? muon_keys : adam_keys;
+  OptimizerSpec spec = resolve_optimizer(config, where, std::nullopt);
+  DS_INTERNAL_ASSERT(spec.kind == OptimizerKind::kMuon, "resolve_muon_half: not a Muon config");
+  const json& params = config.params.is_null() ? json::object() : config.params;
+  GroupOptions half = use_muon ? MuonOptions{}.group() : MuonAdamOptions{}.group();
+  // resolve_optimizer checked every value: copy the half's keys from its merged defaults.
+  for (const auto& key : keys) {
+    auto it = params.find(key);
+    if (it == params.end() || is_unset(*it)) continue;
+    if (key == "betas") {
+      half.set(key, spec.defaults.pair(key));
+    } else if (key == "ns_method") {
+      half.set(key, spec.defaults.text(key));
+    } else {
+      half.set(key, spec.defaults.number(key));
+    }
+  }
+  const char* lr_key = use_muon ? "muon_lr" : "adam_lr";
+  if (auto it = params.find(lr_key); it != params.end() && !is_unset(*it)) {
+    half.set("lr", number(*it, where + ": optimizer.params." + lr_key));
+  }
+  if (overrides.is_null()) return half;
+  DS_CHECK(overrides.is_object(), ConfigError, where, "the options are ", overrides.dump(),
+           "; expected an object of optimizer parameters");
+  for (auto it = overrides.begin(); it != overrides.end(); ++it) {
+    const std::string& key = it.key();
+    const json& v = it.value();
+    if (key == "use_muon" || key == "name" || is_unset(v)) continue;  // read by the caller
+    const bool muon_key = std::find(muon_keys.begin(), muon_keys.end(), key) != muon_keys.end();
+    const bool adam_key = std::find(adam_keys.begin(), adam_keys.end(), key) != adam_keys.end();
+    DS_CHECK(muon_key || adam_key, ConfigError, where, key,
+             " is not a param-group key of Muon (known: lr, momentum, weight_decay, ns_method "
+             "for its Muon half; lr, betas, eps, weight_decay for its Adam half; use_muon, "
+             "name)");
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) continue;  // the other half's
+    if (key == "betas") {
+      half.set(key, number_pair(v, where + key));
+    } else if (key == "ns_method") {
+      half.set(key, ns_method(v, where + key));
+    } else {
+      half.set(key, number(v, where + key));
+    }
+  }
+  check_values(spec, half, where);
+  return half;
 }
 
 }  // namespace deepspeed::optim

@@ -12,7 +12,9 @@
 
 namespace deepspeed::optim {
 
-enum class OptimizerKind { kAdam, kLamb, kLion, kAdagrad, kSGD, kOneBitAdam, kZeroOneAdam, kOneBitLamb };
+enum class OptimizerKind {
+  kAdam, kLamb, kLion, kAdagrad, kSGD, kOneBitAdam, kZeroOneAdam, kOneBitLamb, kMuon
+};
 
 /// The optimizer a config section asks for.
 struct OptimizerSpec {
@@ -22,6 +24,8 @@ struct OptimizerSpec {
   bool torch_adam = false;       // Adam: torch.optim.Adam/AdamW instead of DeepSpeed's
   bool eps_inside_sqrt = false;  // Lamb
   onebit::OneBitSettings onebit;  // OneBitAdam, ZeroOneAdam, OneBitLamb: optimizer-wide params
+  /// Muon: its Adam half's decoupled weight decay (adam_w_mode, default true) is adam_w_mode
+  /// above; the two halves' hyper-parameters are muon_group() / muon_adam_group().
   /// The hyper-parameters of a group without overrides: defaults overridden by optimizer.params.
   GroupOptions defaults;
 };
@@ -40,5 +44,14 @@ OptimizerSpec resolve_optimizer(const OptimizerConfig& config, const std::string
 /// Optimizer-wide settings (adam_w_mode, torch_adam, eps_inside_sqrt) are refused there.
 GroupOptions resolve_group_options(const OptimizerSpec& spec, const json& overrides,
                                    const std::string& where, std::optional<bool> offload);
+
+/// Muon (MuonWithAuxAdam): the hyper-parameters of one half of a param group, as DeepSpeed's
+/// _muon_param_groups resolves them: the half's defaults (MuonOptions / MuonAdamOptions), then
+/// optimizer.params' shared keys of that half (Muon: lr, momentum, weight_decay, ns_method;
+/// Adam: lr, betas, eps, weight_decay), then muon_lr / adam_lr, then the group's `overrides`
+/// (the same keys, plus "use_muon" and "name", which the caller reads). ConfigError names a key
+/// the group may not set or a bad value.
+GroupOptions resolve_muon_half(const OptimizerConfig& config, bool use_muon,
+                               const json& overrides, const std::string& where);
 
 }  // namespace deepspeed::optim
