@@ -2,8 +2,8 @@
 // "Muon" builds MuonWithAuxAdam, which runs Muon on the hidden matrices and Adam on everything
 // else (embeddings, the output head, biases and norms), chosen by parameter name and shape as
 // DeepSpeed's set_optimizer_flags chooses. Under ZeRO 1/2 a Muon group's parameter is a flat
-// partition; ZeRO orthogonalizes the gradients before the step (runtime/zero's
-// MuonOrthogonalizer) and the step only applies them. See docs/optimizers.md "Muon".
+// partition; ZeRO orthogonalizes the gradients before the step (src/runtime/zero/
+// muon_orthogonalizer.h) and the step only applies them. See docs/optimizers.md "Muon".
 #pragma once
 
 #include <memory>

@@ -43,6 +43,7 @@
 #include "runtime/memory_budget.h"
 #include "runtime/memory_formula.h"
 #include "runtime/moe_params.h"
+#include "runtime/muon_combinations.h"
 #include "runtime/optim/optimizer_factory.h"
 #include "runtime/timers.h"
 #include "runtime/zero/master_weights.h"
@@ -303,6 +304,12 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     ctx.hpz_group = runtime::make_hpz_group(config_, dp_group_, mpu_ != nullptr);
     ctx.qgz_groups = runtime::make_qgz_groups(config_, dp_group_, mpu_ != nullptr);
     ctx.pipeline = dynamic_cast<const pipe::PipelineModule*>(module_.get()) != nullptr;
+    runtime::MuonSetting muon;
+    muon.pipeline = ctx.pipeline;
+    muon.experts = !ctx.expert_params.empty();
+    muon.model_parallel_size =
+        std::max(mpu_ ? mpu_->get_model_parallel_world_size() : 1, runtime::autotp_size(config_));
+    runtime::check_muon_combinations(*optimizer_, config_, muon);
     warn_if_immediate_grad_update_idle(config_, ctx.pipeline);
     warn_if_parallel_write_idle(config_, ctx.pipeline);
     if (config_.sparse_gradients) {

@@ -18,6 +18,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/muon.h"
 #include "deepspeed/onebit.h"
 #include "deepspeed/optimizers.h"
 #include "runtime/accelerator/accelerator.h"
@@ -28,6 +29,7 @@
 #include "runtime/zero/host_offload.h"
 #include "runtime/zero/bf16_optimizer_layout.h"
 #include "runtime/zero/moe_param_groups.h"
+#include "runtime/zero/muon_orthogonalizer.h"
 #include "runtime/zero/partitioned_reducer.h"
 #include "runtime/zero/flat_zero_optimizer.h"
 #include "runtime/zero/fp32_grad_accumulator.h"
@@ -165,6 +167,7 @@ class Stage12 final : public FlatZeroOptimizer {
       masters_.push_back(master);
       group.params() = {master};
       if (compressed_ != nullptr) use_onebit_masters(group, optimizer_group);
+      use_muon_orthogonalizer(optimizer_group, groups_.size() - 1);
       ++optimizer_group;
     }
     std::vector<std::string> orphans;
@@ -244,6 +247,7 @@ class Stage12 final : public FlatZeroOptimizer {
       if (r->armed()) r->finish();
     }
     if (local_boundary_) take_local_gradients();
+    if (boundary && !local_boundary_) orthogonalize_muon_gradients();
     if (boundary) last_boundary_reduced_ = !local_boundary_;
     if (host_) host_->end_backward(boundary, !local_boundary_);
     local_boundary_ = false;
@@ -441,6 +445,31 @@ class Stage12 final : public FlatZeroOptimizer {
   // gets views of the flat master, one per parameter in its shape, with views of the gradient
   // partition as their gradients. A group's exp_avg_mask (one per parameter's numel) becomes
   // the flat master's mask (padding masked) or stays as it is for the views.
+  // Muon's groups step orthogonalized gradients (muon_orthogonalizer.h): flat group `g`, the
+  // inner optimizer's group `optimizer_group`, gets them from orthogonalize_muon_gradients().
+  void use_muon_orthogonalizer(size_t optimizer_group, size_t g) {
+    auto* muon = dynamic_cast<optim::Muon*>(optimizer_);
+    if (muon == nullptr || !optim::Muon::is_muon_group(muon->group_options(optimizer_group))) {
+      return;
+    }
+    muon->mark_orthogonalized(masters_[g]);
+    muon_groups_.emplace_back(g, optimizer_group);
+  }
+
+  void orthogonalize_muon_gradients() {
+    auto* muon = dynamic_cast<optim::Muon*>(optimizer_);
+    for (auto& [g, optimizer_group] : muon_groups_) {
+      // Looked up each time: loading a checkpoint replaces the groups' options.
+      const optim::GroupOptions& options = muon->group_options(optimizer_group);
+      at::Tensor& momentum =
+          muon->get_or_create_state(masters_[g], options).tensor("momentum_buffer");
+      orthogonalize_muon_partition(groups_[g], grad_partitions_[g], momentum,
+                                   options.number("momentum"),
+                                   optim::parse_ns_method(options.text("ns_method"), "ns_method"),
+                                   comm_[g].group);
+    }
+  }
+
   void use_onebit_masters(torch::optim::OptimizerParamGroup& group, size_t optimizer_group) {
     const size_t g = groups_.size() - 1;
     const FlatGroup& fg = groups_[g];
@@ -556,6 +585,8 @@ class Stage12 final : public FlatZeroOptimizer {
     int expert = -1;     // index in experts_; -1 for a dense group
   };
   std::vector<FlatComm> comm_;  // per flat group
+  // Muon's flat groups, each with its inner optimizer param group.
+  std::vector<std::pair<size_t, size_t>> muon_groups_;
   bool offload_ = false;  // offload_optimizer.device "cpu" or "nvme" (docs/offload.md)
   // Offload with the parameters on a GPU: the host masters and gradients (host_offload.h).
   std::unique_ptr<HostOffload> host_;

@@ -1,0 +1,37 @@
+#include "runtime/muon_combinations.h"
+
+#include <string>
+
+#include "deepspeed/muon.h"
+#include "util/check.h"
+
+namespace deepspeed::runtime {
+
+void check_muon_combinations(const torch::optim::Optimizer& optimizer,
+                             const DeepSpeedConfig& config, const MuonSetting& setting) {
+  if (dynamic_cast<const optim::Muon*>(&optimizer) == nullptr) return;
+  const auto& z = config.zero_optimization;
+  const std::string head = config.source + ": the Muon optimizer with ";
+  DS_CHECK(z.stage != 3, NotSupportedError, head,
+           "zero_optimization.stage 3 is not supported yet (its parameters are partitioned one "
+           "by one; stages 0-2 are)");
+  DS_CHECK(z.optimizer_offload() == OffloadDevice::kNone, NotSupportedError, head,
+           "zero_optimization.offload_optimizer is not supported yet (the orthogonalization "
+           "runs where the gradients are reduced)");
+  DS_CHECK(!config.fp16.enabled, NotSupportedError, head,
+           "fp16.enabled is not supported yet: its gradients are loss-scaled when Newton-Schulz "
+           "would read them (bf16 is)");
+  DS_CHECK(!setting.pipeline, NotSupportedError, head,
+           "pipeline parallelism is not supported yet");
+  DS_CHECK(setting.model_parallel_size <= 1, NotSupportedError, head,
+           "tensor parallelism (model-parallel size ", setting.model_parallel_size,
+           ") is not supported yet: each rank holds a shard of a matrix, and Newton-Schulz on "
+           "a shard is not the shard of Newton-Schulz on the matrix");
+  DS_CHECK(!setting.experts, NotSupportedError, head,
+           "MoE expert parameters is not supported yet (DeepSpeed orthogonalizes each expert's "
+           "matrix of a grouped tensor apart)");
+  DS_CHECK(config.sequence_parallel_size <= 1, NotSupportedError, head,
+           "sequence_parallel_size ", config.sequence_parallel_size, " is not supported yet");
+}
+
+}  // namespace deepspeed::runtime

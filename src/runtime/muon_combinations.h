@@ -1,0 +1,25 @@
+// What the Muon optimizer (deepspeed::optim::Muon) runs with, checked when the engine is built.
+// Newton-Schulz needs each matrix whole: ZeRO 1/2 gather a Muon group's gradients for it
+// (zero/muon_orthogonalizer.h); the rest is refused by name until it does the same.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include "deepspeed/config.h"
+
+namespace deepspeed::runtime {
+
+struct MuonSetting {
+  bool pipeline = false;        // a PipelineModule
+  bool experts = false;         // MoE expert parameters
+  int model_parallel_size = 1;  // the mpu's tensor-parallel size, or AutoTP's
+};
+
+/// Throws NotSupportedError naming the setting when `optimizer` is a Muon and the engine would
+/// run it with ZeRO-3, optimizer offload, fp16 (loss-scaled gradients would reach
+/// Newton-Schulz), pipeline or tensor parallelism (sharded matrices), MoE experts or
+/// sequence parallelism. Does nothing for other optimizers.
+void check_muon_combinations(const torch::optim::Optimizer& optimizer,
+                             const DeepSpeedConfig& config, const MuonSetting& setting);
+
+}  // namespace deepspeed::runtime
