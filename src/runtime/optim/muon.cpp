@@ -1,5 +1,7 @@
 // MuonWithAuxAdam: Muon groups through muon_update (newton_schulz.cpp), Adam groups through
 // deepspeed::optim::Adam's update, one state map for both.
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "deepspeed/muon.h"
@@ -27,6 +29,16 @@ std::vector<torch::optim::OptimizerParamGroup> with_defaults(
     if (use_muon) {
       (void)parse_ns_method(options->text("ns_method"),
                             "MuonWithAuxAdam: param group " + std::to_string(g) + " ns_method");
+      // Matches MuonWithAuxAdam: largest matrix first (Python's sorted(params, key=size,
+      // reverse=True) compares sizes as tuples and keeps ties in order), which sets the state's
+      // indices and ZeRO's flattening order.
+      std::stable_sort(group.params().begin(), group.params().end(),
+                       [](const at::Tensor& a, const at::Tensor& b) {
+                         const auto sa = a.sizes();
+                         const auto sb = b.sizes();
+                         return std::lexicographical_compare(sb.begin(), sb.end(), sa.begin(),
+                                                             sa.end());
+                       });
       for (const auto& p : group.params()) {
         DS_CHECK(p.dim() >= 2, UsageError, "MuonWithAuxAdam: param group ", g,
                  " runs Muon (use_muon true) but holds a parameter of shape ", p.sizes(),

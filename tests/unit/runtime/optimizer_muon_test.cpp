@@ -132,6 +132,26 @@ TEST(MuonOptimizer, RunsMuonAndAdamGroupsWithDeepSpeedsDefaults) {
   EXPECT_TRUE(torch::allclose(opt.find_state(w)->tensor("momentum_buffer"), momentum));
 }
 
+TEST(MuonOptimizer, ListsAMuonGroupsMatricesLargestFirst) {
+  const at::Tensor square = torch::zeros({8, 8});
+  const at::Tensor tall = torch::zeros({20, 8});
+  const at::Tensor wide = torch::zeros({8, 20});
+  const at::Tensor tall2 = torch::zeros({20, 8});
+  const at::Tensor bias = torch::zeros({8});
+  GroupOptions m;
+  m.set("use_muon", true);
+  GroupOptions a;
+  a.set("use_muon", false);
+  Muon opt({group_of({square, tall, wide, tall2}, m), group_of({bias, square.t()}, a)});
+  // As Python sorts torch.Size tuples, descending, ties in their order; Adam groups as given.
+  const auto& muon = opt.param_groups()[0].params();
+  EXPECT_TRUE(muon[0].is_same(tall));
+  EXPECT_TRUE(muon[1].is_same(tall2));
+  EXPECT_TRUE(muon[2].is_same(wide));
+  EXPECT_TRUE(muon[3].is_same(square));
+  EXPECT_TRUE(opt.param_groups()[1].params()[0].is_same(bias));
+}
+
 TEST(MuonOptimizer, OrthogonalizedPartitionsStepTheirGradientAsItIs) {
   at::Tensor flat = torch::ones({10}).requires_grad_();
   GroupOptions o;
