@@ -41,3 +41,22 @@ train_gpt_run() {
     --metrics_file "$out/$name.jsonl" "${model_flags[@]}" > "$out/$name.log" 2>&1 ||
     die "$name failed; see $out/$name.log"
 }
+
+# run_rotated_rounds KIND...: ROUNDS rounds of every kind on 2 ranks, named KIND_ROUND, the order
+# rotated each round so that no kind always runs first on a warming machine. A kind ds_X runs
+# the DeepSpeed peer with the config path in $X_cfg; any other kind X runs train_gpt with $X_cfg.
+run_rotated_rounds() {
+  local kinds=("$@") n=$# r i k cfg_var
+  for r in $(seq 1 "$ROUNDS"); do
+    for i in $(seq 0 $((n - 1))); do
+      k=${kinds[$(((i + r) % n))]}
+      if [[ $k == ds_* ]]; then
+        cfg_var="${k#ds_}_cfg"
+        train_gpt_run "${k}_$r" 2 "${!cfg_var}" "$DS_VENV/bin/python" "$peer"
+      else
+        cfg_var="${k}_cfg"
+        train_gpt_run "${k}_$r" 2 "${!cfg_var}" "$ours" --eval_batches 1
+      fi
+    done
+  done
+}

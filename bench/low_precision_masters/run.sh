@@ -49,8 +49,6 @@ PYEOF
   echo "$path"
 }
 
-run() { train_gpt_run "$1" 2 "${@:2}"; }  # run NAME CONFIG PROGRAM...
-
 fp32_cfg=$(config fp32)
 bf16_cfg=$(config bf16)
 bf16_states_cfg=$(config bf16_states)
@@ -60,21 +58,7 @@ bf16_states_cfg=$(config bf16_states)
   die "warm-up failed; see $out/warmup.log"
 kinds=(fp32 bf16 bf16_states)
 [ "$DS_VENV" != none ] && kinds+=(ds_fp32 ds_bf16 ds_bf16_states)
-n=${#kinds[@]}
-for r in $(seq 1 "$ROUNDS"); do
-  # Rotate the order so that no kind always runs first on a warming machine.
-  for i in $(seq 0 $((n - 1))); do
-    k=${kinds[$(((i + r) % n))]}
-    case $k in
-      ds_*)
-        cfg_var="${k#ds_}_cfg"
-        run "${k}_$r" "${!cfg_var}" "$DS_VENV/bin/python" "$peer" ;;
-      *)
-        cfg_var="${k}_cfg"
-        run "${k}_$r" "${!cfg_var}" "$ours" --eval_batches 1 ;;
-    esac
-  done
-done
+run_rotated_rounds "${kinds[@]}"
 
 "$PY" bench/common/summarize_runs.py "$out" "$ROUNDS" "$SKIP" "${kinds[@]}" -- \
   "fp32/ds_fp32:fp32 masters, ours against DeepSpeed's" \

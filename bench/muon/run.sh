@@ -46,8 +46,6 @@ PYEOF
   echo "$path"
 }
 
-run() { train_gpt_run "$1" 2 "${@:2}"; }  # run NAME CONFIG PROGRAM...
-
 muon_cfg=$(config muon)
 adamw_cfg=$(config adamw)
 # train_gpt writes the token cache the peer reads.
@@ -56,21 +54,7 @@ adamw_cfg=$(config adamw)
   die "warm-up failed; see $out/warmup.log"
 kinds=(muon adamw)
 [ "$DS_VENV" != none ] && kinds+=(ds_muon ds_adamw)
-n=${#kinds[@]}
-for r in $(seq 1 "$ROUNDS"); do
-  # Rotate the order so that no kind always runs first on a warming machine.
-  for i in $(seq 0 $((n - 1))); do
-    k=${kinds[$(((i + r) % n))]}
-    case $k in
-      ds_*)
-        cfg_var="${k#ds_}_cfg"
-        run "${k}_$r" "${!cfg_var}" "$DS_VENV/bin/python" "$peer" ;;
-      *)
-        cfg_var="${k}_cfg"
-        run "${k}_$r" "${!cfg_var}" "$ours" --eval_batches 1 ;;
-    esac
-  done
-done
+run_rotated_rounds "${kinds[@]}"
 
 pairs=("muon/adamw:Muon against AdamW (ours)")
 if [ "$DS_VENV" != none ]; then
