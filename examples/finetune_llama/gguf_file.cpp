@@ -159,10 +159,13 @@ GgufFile GgufFile::open(const std::string& path) {
     t.type = c.pod<uint32_t>(what + " (type)");
     t.offset = c.pod<uint64_t>(what + " (offset)");
     const auto nbytes = ggml_type_nbytes(t.type, t.numel());
+    DS_CHECK(ggml_block_values(t.type) != 0, ModelFileError, "GGUF file ", path, ": tensor '",
+             t.name, "' has ggml type ", t.type, " (", ggml_type_name(t.type),
+             "); this reader decodes ", ggml_decoded_type_names(),
+             "; re-quantize the model to one of them");
     DS_CHECK(nbytes.has_value(), ModelFileError, "GGUF file ", path, ": tensor '", t.name,
-             "' has ggml type ", t.type, " (", ggml_type_name(t.type), ") with ", t.numel(),
-             " values; this reader decodes F32, F16, BF16, Q4_0, Q4_1 and Q8_0 (whole 32-value "
-             "blocks); re-quantize the model to one of them");
+             "' has ", t.numel(), " values of ggml type ", ggml_type_name(t.type),
+             ", not a whole number of its ", ggml_block_values(t.type), "-value blocks");
     t.nbytes = *nbytes;
     f.tensors_.push_back(std::move(t));
   }

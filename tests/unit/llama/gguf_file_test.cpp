@@ -158,10 +158,21 @@ TEST(GgufFile, TruncatedFileNamesFileAndWhatWasBeingRead) {
 TEST(GgufFile, UnknownTensorTypeNamesTensorAndType) {
   TempDir dir;
   GgufTestWriter w;
-  w.tensor("blk.0.attn_q.weight", {256, 1}, 12, std::vector<uint8_t>(144));  // Q4_K
+  w.tensor("blk.0.attn_q.weight", {256, 1}, 16, std::vector<uint8_t>(66));  // IQ2_XXS
   w.write(dir.file("k.gguf"));
   EXPECT_THROW_WITH(GgufFile::open(dir.file("k.gguf")), ModelFileError,
-                    "tensor 'blk.0.attn_q.weight' has ggml type 12");
+                    "tensor 'blk.0.attn_q.weight' has ggml type 16 (IQ2_XXS); this reader decodes "
+                    "F32, F16, BF16, Q4_0");
+}
+
+TEST(GgufFile, PartialBlockNamesTensorTypeAndBlockSize) {
+  TempDir dir;
+  GgufTestWriter w;
+  w.tensor("blk.0.ffn_down.weight", {128, 1}, 12, std::vector<uint8_t>(144));  // Q4_K
+  w.write(dir.file("k.gguf"));
+  EXPECT_THROW_WITH(GgufFile::open(dir.file("k.gguf")), ModelFileError,
+                    "tensor 'blk.0.ffn_down.weight' has 128 values of ggml type Q4_K, not a whole "
+                    "number of its 256-value blocks");
 }
 
 TEST(GgufFile, RejectsOtherFormats) {
