@@ -6,6 +6,37 @@
 
 namespace deepspeed::examples {
 
+namespace {
+
+// llama.cpp's metadata for a stretched context: rope.scaling.type and .factor (older files:
+// rope.scale_linear), or for Llama 3.1/3.2 the tensor rope_freqs.weight with one divisor per
+// frequency.
+RopeScaling gguf_rope_scaling(const GgufFile& f, const std::string& p, const LlamaConfig& c) {
+  RopeScaling s;
+  std::string type = f.has(p + "rope.scaling.type") ? f.get_string(p + "rope.scaling.type") : "";
+  if (type.empty() && f.has(p + "rope.scale_linear")) {
+    s.rope_type = "linear";
+    s.factor = f.get_float(p + "rope.scale_linear");
+  } else if (type == "linear") {
+    s.rope_type = "linear";
+    s.factor = f.get_float(p + "rope.scaling.factor");
+  } else {
+    DS_CHECK(type.empty() || type == "none", NotSupportedError, "GGUF file ", f.path(),
+             ": metadata '", p, "rope.scaling.type' is '", type, "'; finetune_llama reads "
+             "'none' and 'linear' (llama.cpp's yarn differs from transformers')");
+  }
+  if (f.find_tensor("rope_freqs.weight") != nullptr) {
+    DS_CHECK(s.is_default(), ModelFileError, "GGUF file ", f.path(), ": both linear rope scaling "
+             "and the tensor rope_freqs.weight are present");
+    const at::Tensor t = f.load_tensor("rope_freqs.weight", at::kFloat).contiguous();
+    std::vector<float> factors(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+    s = RopeScaling::from_gguf_freq_factors(std::move(factors), c.rope_theta, c.head_dim);
+  }
+  return s;
+}
+
+}  // namespace
+
 LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
   DS_CHECK(arch == "llama", ModelFileError, "GGUF file ", f.path(), ": general.architecture is '",
@@ -28,6 +59,7 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   }
   if (f.has(p + "context_length")) c.max_position_embeddings = f.get_int(p + "context_length");
   if (f.has(p + "rope.freq_base")) c.rope_theta = f.get_float(p + "rope.freq_base");
+  c.rope_scaling = gguf_rope_scaling(f, p, c);
   c.rms_norm_eps = f.get_float(p + "attention.layer_norm_rms_epsilon");
 
   const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
@@ -88,8 +120,7 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.rope_theta = j.value("rope_theta", c.rope_theta);
   c.rms_norm_eps = j.value("rms_norm_eps", c.rms_norm_eps);
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);  // LlamaConfig's default
-  DS_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), NotSupportedError, path,
-           ": rope_scaling is set; finetune_llama implements the default rotary embedding only");
+  if (j.contains("rope_scaling")) c.rope_scaling = RopeScaling::from_hf_json(j["rope_scaling"], path);
   DS_CHECK(!j.value("attention_bias", false) && !j.value("mlp_bias", false), NotSupportedError,
            path, ": attention_bias / mlp_bias are set; finetune_llama's Llama has no biases");
   c.bos_token_id = json_token_id(j, "bos_token_id");
@@ -110,6 +141,7 @@ void LlamaConfig::validate(const std::string& source) const {
            "heads (", num_key_value_heads, ")");
   DS_CHECK(head_dim % 2 == 0, ModelFileError, source, ": head size ", head_dim,
            " is odd; rotary embeddings need an even one");
+  rope_scaling.validate(head_dim, source);
 }
 
 nlohmann::json LlamaConfig::to_hf_json() const {
@@ -125,7 +157,7 @@ nlohmann::json LlamaConfig::to_hf_json() const {
       {"head_dim", head_dim},
       {"max_position_embeddings", max_position_embeddings},
       {"rope_theta", rope_theta},
-      {"rope_scaling", nullptr},
+      {"rope_scaling", rope_scaling.to_hf_json()},
       {"rms_norm_eps", rms_norm_eps},
       {"hidden_act", "silu"},
       {"attention_bias", false},

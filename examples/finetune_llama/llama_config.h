@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "rope_scaling.h"
+
 namespace deepspeed::examples {
 
 class GgufFile;
@@ -21,6 +23,7 @@ struct LlamaConfig {
   int64_t head_dim = 0;             // hidden_size / num_attention_heads unless given
   int64_t max_position_embeddings = 2048;  // the context length
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;  // none unless config.json or the GGUF file says otherwise
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
   int64_t bos_token_id = -1;         // -1: none
@@ -29,9 +32,12 @@ struct LlamaConfig {
 
   /// From a GGUF file's metadata ({arch}.block_count, .embedding_length, .feed_forward_length,
   /// .attention.head_count(_kv), .rope.freq_base, .attention.layer_norm_rms_epsilon,
-  /// .context_length, .vocab_size or the token list's length, .rope.dimension_count) and its
-  /// tensor table (tied when there is no output.weight). Throws ModelFileError naming the file
-  /// and key when general.architecture is not "llama" or a key is missing or inconsistent.
+  /// .context_length, .vocab_size or the token list's length, .rope.dimension_count,
+  /// .rope.scaling.type "none"/"linear" with .rope.scaling.factor, or the older
+  /// .rope.scale_linear) and its tensor table (tied when there is no output.weight; the
+  /// rope_freqs.weight divisors of a Llama 3.1/3.2 conversion, see RopeScaling). Throws
+  /// ModelFileError naming the file and key when general.architecture is not "llama" or a key is
+  /// missing or inconsistent, NotSupportedError for yarn and other scaling types.
   static LlamaConfig from_gguf(const GgufFile& file);
   /// From a Hugging Face config.json (model_type "llama"); `path` names the file in errors.
   static LlamaConfig from_hf_json(const nlohmann::json& json, const std::string& path);

@@ -144,11 +144,10 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& 
   norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
   fill_parameters(*embed_tokens, "model.embed_tokens.", weights);
   fill_parameters(*norm, "model.norm.", weights);
-  // transformers: 1 / theta^(2i / d), the exponent's numerator an integer range made float.
-  inv_freq_ = 1.0 / torch::pow(cfg.rope_theta,
-                               torch::arange(0, cfg.head_dim, 2, torch::kLong).to(torch::kFloat) /
-                                   static_cast<double>(cfg.head_dim));
-  inv_freq_ = inv_freq_.to(torch::kFloat);
+  auto rope = rope_frequencies(cfg.rope_scaling, cfg.rope_theta, cfg.head_dim,
+                               cfg.max_position_embeddings);
+  inv_freq_ = rope.inv_freq;
+  rope_attention_scaling_ = rope.attention_scaling;
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* cache) {
@@ -168,6 +167,10 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* ca
   auto freqs = torch::outer(pos, inv_freq_);      // [T, hd/2]
   auto emb = torch::cat({freqs, freqs}, -1);       // [T, hd]
   auto cos = emb.cos(), sin = emb.sin();
+  if (rope_attention_scaling_ != 1.0) {  // yarn: transformers scales both
+    cos = cos * rope_attention_scaling_;
+    sin = sin * rope_attention_scaling_;
+  }
   auto x = embed_tokens(ids);
   const bool checkpoint = activation_checkpointing_ && cache == nullptr && torch::GradMode::is_enabled();
   for (const auto& layer : units) {

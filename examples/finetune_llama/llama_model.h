@@ -99,6 +99,7 @@ class LlamaModelImpl : public torch::nn::Module {
  private:
   LlamaConfig cfg_;
   torch::Tensor inv_freq_;  // [head_dim / 2]; derived, so neither a parameter nor a buffer
+  double rope_attention_scaling_ = 1.0;  // cos and sin multiplier (rope_scaling.h)
   bool activation_checkpointing_ = false;
 };
 TORCH_MODULE(LlamaModel);

@@ -123,12 +123,14 @@ int run(const Args& a) {
   engine->set_step_logging(false);  // one line per step is this program's
   if (rank == 0) {
     const auto& c = ck.config;
+    const std::string scaling =
+        c.rope_scaling.is_default() ? "" : " (" + c.rope_scaling.rope_type + " scaling)";
     std::printf("finetune_llama: %s: %lld layers, hidden %lld, %lld heads (%lld kv), vocab %lld, "
-                "context %lld, rope theta %g, %d ranks, ZeRO stage %d\n",
+                "context %lld, rope theta %g%s, %d ranks, ZeRO stage %d\n",
                 a.model.c_str(), (long long)c.num_hidden_layers, (long long)c.hidden_size,
                 (long long)c.num_attention_heads, (long long)c.num_key_value_heads,
-                (long long)c.vocab_size, (long long)c.max_position_embeddings, c.rope_theta, world,
-                config.zero_optimization.stage);
+                (long long)c.vocab_size, (long long)c.max_position_embeddings, c.rope_theta,
+                scaling.c_str(), world, config.zero_optimization.stage);
   }
 
   if (!a.score_file.empty()) {

@@ -1,0 +1,70 @@
+// How a Llama's rotary position embedding is stretched past the context it was trained on:
+// Hugging Face's `rope_scaling` (transformers' modeling_rope_utils) and llama.cpp's GGUF form of
+// it. Owns reading, checking and writing the parameters and turning them into the rotary
+// frequencies; the model applies them (llama_model.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+namespace deepspeed::examples {
+
+struct RopeScaling {
+  /// "default" (none), "linear", "llama3", "yarn" as transformers names them; "freq_factors" for
+  /// a GGUF file's per-frequency divisors (rope_freqs.weight) that are not llama3's own.
+  std::string rope_type = "default";
+  double factor = 1.0;                              // linear, llama3, yarn
+  double low_freq_factor = 0.0;                     // llama3
+  double high_freq_factor = 0.0;                    // llama3
+  int64_t original_max_position_embeddings = 0;     // llama3
+  std::optional<double> attention_factor;           // yarn; unset: 0.1 ln(factor) + 1
+  std::optional<double> beta_fast, beta_slow;       // yarn; unset: 32 and 1
+  std::vector<float> freq_factors;                  // freq_factors: one per frequency
+
+  bool is_default() const { return rope_type == "default"; }
+
+  /// config.json's `rope_scaling` (null or absent: default). The type comes from `rope_type`
+  /// or its older spelling `type`. Throws ModelFileError naming `path` and the key for a missing
+  /// or mistyped parameter, NotSupportedError for "dynamic" and "longrope" and for keys the type
+  /// does not read (yarn's newer `original_max_position_embeddings`, `mscale`, ... change its
+  /// meaning across transformers versions).
+  static RopeScaling from_hf_json(const nlohmann::json& rope_scaling, const std::string& path);
+  /// What config.json's `rope_scaling` holds: null for the default. Throws NotSupportedError for
+  /// "freq_factors", which transformers' config cannot express.
+  nlohmann::json to_hf_json() const;
+
+  /// llama.cpp's per-frequency divisors for llama3 scaling (what its converter writes to
+  /// rope_freqs.weight), in its arithmetic.
+  static std::vector<float> llama3_freq_factors(double rope_theta, int64_t head_dim,
+                                                double factor, double low_freq_factor,
+                                                double high_freq_factor,
+                                                int64_t original_max_position_embeddings);
+  /// From a GGUF file's rope_freqs.weight: llama3 with Llama 3.1/3.2's parameters (low 1,
+  /// high 4, 8,192 original positions, factor the largest divisor) when the divisors are theirs
+  /// to 1e-6, else "freq_factors".
+  static RopeScaling from_gguf_freq_factors(std::vector<float> factors, double rope_theta,
+                                            int64_t head_dim);
+
+  /// Throws ModelFileError naming `source` unless the parameters are usable (factor >= 1, for
+  /// llama3 high_freq_factor > low_freq_factor > 0 and original positions > 0, for freq_factors
+  /// head_dim / 2 positive divisors).
+  void validate(int64_t head_dim, const std::string& source) const;
+};
+
+/// The rotary frequencies transformers' LlamaRotaryEmbedding uses, fp32 [head_dim / 2], and the
+/// factor its cos and sin are multiplied by (yarn's attention factor; 1 otherwise). Each type in
+/// transformers 4.47's operation order, so the frequencies are bit-identical to its. Yarn reads
+/// the model's context length (`max_position_embeddings`), as transformers 4.47 does.
+struct RopeFrequencies {
+  at::Tensor inv_freq;
+  double attention_scaling = 1.0;
+};
+RopeFrequencies rope_frequencies(const RopeScaling& scaling, double rope_theta, int64_t head_dim,
+                                 int64_t max_position_embeddings);
+
+}  // namespace deepspeed::examples

@@ -1,0 +1,58 @@
+"""transformers' Llama with each rope_scaling type finetune_llama implements, as the reference
+of rope_scaling_parity_test.
+
+For each case writes OUT/<case>/: the model as a Hugging Face folder (random weights, saved by
+save_pretrained), inv_freq.bin (the rotary embedding's fp32 frequencies), logits.bin (fp32
+[T, vocab] of ids) and meta.json (ids, attention_scaling, the logits' shape). Positions run past
+the shortest wavelengths so that every branch of each scaling shows in the logits.
+Produced with transformers 4.47.1 on torch 1.13 (scripts/setup_python_refs.sh).
+Usage: rope_scaling_reference.py OUT
+"""
+import json
+import os
+import sys
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+CASES = {
+    # The older spelling "type" for rope_type.
+    "linear": dict(rope_theta=10000.0, rope_scaling={"type": "linear", "factor": 2.5}),
+    # Head size 32, wavelengths 6, 14, 33, 75, 172, 393, 860, 1880 on: three kept, four blended,
+    # the rest divided by the factor.
+    "llama3": dict(rope_theta=500000.0, num_attention_heads=2, num_key_value_heads=1,
+                   rope_scaling={"rope_type": "llama3", "factor": 6.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 16.0, "original_max_position_embeddings": 1024}),
+    "yarn": dict(rope_theta=10000.0, rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+    "yarn_tuned": dict(rope_theta=10000.0, rope_scaling={
+        "rope_type": "yarn", "factor": 3.0, "attention_factor": 1.2, "beta_fast": 16.0,
+        "beta_slow": 2.0}),
+}
+SEQ = 300
+
+
+def main():
+    out = sys.argv[1]
+    for i, (name, kwargs) in enumerate(CASES.items()):
+        shape = dict(num_attention_heads=4, num_key_value_heads=2)
+        shape.update(kwargs)
+        config = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=96,
+                             num_hidden_layers=2, max_position_embeddings=2048,
+                             tie_word_embeddings=False, attn_implementation="eager", **shape)
+        torch.manual_seed(1000 + i)
+        model = LlamaForCausalLM(config).eval()
+        folder = os.path.join(out, name)
+        model.save_pretrained(folder, safe_serialization=True)
+        ids = torch.randint(0, config.vocab_size, (1, SEQ), generator=torch.Generator().manual_seed(i))
+        with torch.no_grad():
+            logits = model(ids).logits[0].float().contiguous()
+        rotary = model.model.rotary_emb
+        rotary.inv_freq.float().contiguous().numpy().tofile(os.path.join(folder, "inv_freq.bin"))
+        logits.numpy().tofile(os.path.join(folder, "logits.bin"))
+        with open(os.path.join(folder, "meta.json"), "w") as f:
+            json.dump({"ids": ids[0].tolist(), "attention_scaling": rotary.attention_scaling,
+                       "shape": list(logits.shape)}, f)
+
+
+if __name__ == "__main__":
+    main()
