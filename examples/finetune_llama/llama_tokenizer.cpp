@@ -89,6 +89,7 @@ void LlamaTokenizer::build(const std::vector<std::string>& tokens,
     vocab_.emplace(tokens[i], static_cast<int64_t>(i));
     auto bytes = is_special_[i] ? std::nullopt : alphabet_to_bytes(tokens[i], inv);
     token_bytes_[i] = bytes ? *bytes : tokens[i];
+    if (bytes) bytes_vocab_.emplace(*bytes, static_cast<int64_t>(i));
   }
   // A vocabulary may lack some bytes (SmolLM2's has no token for most control bytes); such a
   // byte becomes the unknown token, as in transformers' BPE.
@@ -162,11 +163,10 @@ LlamaTokenizer LlamaTokenizer::from_hf_json(const std::string& path) {
   const auto& model = j.at("model");
   DS_CHECK(model.value("type", "") == "BPE", ModelFileError, path, ": model.type is '",
            model.value("type", ""), "'; expected BPE");
-  const auto& pre = j["pre_tokenizer"];
-  const bool byte_level =
-      pre.is_object() && pre.value("type", "") == "ByteLevel" && !pre.value("add_prefix_space", false);
-  DS_CHECK(byte_level, NotSupportedError, path, ": pre_tokenizer is ", pre.dump().substr(0, 200),
-           "; finetune_llama supports ByteLevel without add_prefix_space");
+  DS_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(), NotSupportedError, path,
+           ": normalizer is ", j["normalizer"].dump().substr(0, 200),
+           "; finetune_llama's byte-level BPE supports none");
+  const WordSplit split = word_split_from_hf_json(j["pre_tokenizer"], path);
   const auto& vocab = model.at("vocab");
   std::vector<std::string> tokens(vocab.size());
   for (const auto& [tok, id] : vocab.items()) {
@@ -188,20 +188,33 @@ LlamaTokenizer LlamaTokenizer::from_hf_json(const std::string& path) {
                                    : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
   }
   LlamaTokenizer t;
+  t.split_ = split;
+  t.ignore_merges_ = model.value("ignore_merges", false);
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     auto it = std::find(tokens.begin(), tokens.end(), model["unk_token"].get<std::string>());
     if (it != tokens.end()) t.unk_id_ = it - tokens.begin();
   }
   t.build(tokens, merges, special, "tokenizer file " + path);
+  // The template's special tokens around the text; a ByteLevel step only adjusts offsets.
   const auto& post = j["post_processor"];
-  if (post.is_object() && post.value("type", "") == "TemplateProcessing") {
+  auto read_post = [&](const nlohmann::json& step) {
+    const std::string type = step.value("type", "");
+    if (type == "ByteLevel") return;
+    DS_CHECK(type == "TemplateProcessing", NotSupportedError, path, ": post_processor ",
+             step.dump().substr(0, 200), " is not supported; finetune_llama reads "
+             "TemplateProcessing and ByteLevel");
     bool after = false;
-    for (const auto& item : post.at("single")) {
+    for (const auto& item : step.at("single")) {
       if (item.contains("Sequence")) { after = true; continue; }
       const std::string name = item.at("SpecialToken").at("id").get<std::string>();
-      for (const auto& id : post.at("special_tokens").at(name).at("ids"))
+      for (const auto& id : step.at("special_tokens").at(name).at("ids"))
         (after ? t.suffix_ : t.prefix_).push_back(id.get<int64_t>());
     }
+  };
+  if (post.is_object() && post.value("type", "") == "Sequence") {
+    for (const auto& step : post.at("processors")) read_post(step);
+  } else if (!post.is_null()) {
+    read_post(post);
   }
   if (!t.prefix_.empty()) t.bos_id_ = t.prefix_.front();
   return t;
@@ -213,6 +226,12 @@ void LlamaTokenizer::encode_word(std::string_view word, std::vector<int64_t>* ou
     auto it = cache_->ids.find(std::string(word));
     if (it != cache_->ids.end()) {
       out->insert(out->end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  if (ignore_merges_) {
+    if (auto it = bytes_vocab_.find(std::string(word)); it != bytes_vocab_.end()) {
+      out->push_back(it->second);
       return;
     }
   }
@@ -253,13 +272,8 @@ std::vector<int64_t> LlamaTokenizer::encode(std::string_view text) const {
   std::vector<int64_t> out(prefix_);
   size_t start = 0, pos = 0;
   auto flush = [&](size_t end) {
-    std::string_view seg = text.substr(start, end - start);
-    size_t p = 0;
-    while (p < seg.size()) {
-      const size_t e = gpt2_word_end(seg, p);
-      encode_word(seg.substr(p, e - p), &out);
-      p = e;
-    }
+    for_each_word(split_, text.substr(start, end - start),
+                  [&](std::string_view word) { encode_word(word, &out); });
   };
   while (pos < text.size()) {
     int64_t hit = -1;
@@ -316,8 +330,7 @@ nlohmann::json LlamaTokenizer::to_hf_json() const {
       {"padding", nullptr},
       {"added_tokens", added},
       {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                         {"use_regex", true}}},
+      {"pre_tokenizer", word_split_to_hf_json(split_)},
       {"post_processor", {{"type", "TemplateProcessing"}, {"single", single}, {"pair", single},
                           {"special_tokens", special_tokens}}},
       {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
@@ -326,7 +339,7 @@ nlohmann::json LlamaTokenizer::to_hf_json() const {
                  {"unk_token", unk_id_ >= 0 ? nlohmann::json(token_strings_[static_cast<size_t>(unk_id_)])
                                             : nlohmann::json(nullptr)},
                  {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                 {"fuse_unk", true}, {"byte_fallback", false}, {"ignore_merges", false},
+                 {"fuse_unk", true}, {"byte_fallback", false}, {"ignore_merges", ignore_merges_},
                  {"vocab", vocab}, {"merges", merge_list_}}},
   };
 }

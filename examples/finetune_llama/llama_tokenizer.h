@@ -1,9 +1,11 @@
 // The byte-level BPE tokenizer of a Llama model (GPT-2 style, as SmolLM2 and Llama 3 use), built
 // from GGUF metadata (tokenizer.ggml.tokens / merges / token_type, model "gpt2") or from a
-// Hugging Face tokenizer.json (BPE model, ByteLevel pre-tokenizer). Encodes as transformers'
-// fast tokenizer does with its default special-token handling: special tokens in the text are
-// matched first (longest first), the rest is split with GPT-2's pattern and merged by rank, and
-// the template's prefix (the BOS token for a GGUF) is prepended.
+// Hugging Face tokenizer.json (BPE model; the pre-tokenizers of word_split.h). Encodes as
+// transformers' fast tokenizer does with its default special-token handling: special tokens in
+// the text are matched first (longest first), the rest is split into words (GPT-2's pattern for a
+// GGUF, as transformers' GGUF loader does; tokenizer.json's pre-tokenizer otherwise) and merged
+// by rank (with tokenizer.json's ignore_merges, a word the vocabulary holds whole is one token),
+// and the template's prefix (the BOS token for a GGUF) is prepended.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "word_split.h"
+
 namespace deepspeed::examples {
 
 class GgufFile;
@@ -27,7 +31,9 @@ class LlamaTokenizer {
   /// tokenizer.ggml.add_bos_token says; this does the same. Throws ModelFileError naming the file
   /// and key for a missing key, a model other than "gpt2" or a merge of unknown tokens.
   static LlamaTokenizer from_gguf(const GgufFile& file);
-  /// From a Hugging Face tokenizer.json at `path`.
+  /// From a Hugging Face tokenizer.json at `path`. Throws NotSupportedError naming the file for a
+  /// normalizer, a pre-tokenizer word_split.h does not know, or a post-processor other than
+  /// TemplateProcessing and ByteLevel (alone or in a Sequence).
   static LlamaTokenizer from_hf_json(const std::string& path);
 
   /// Token ids of `text` (UTF-8), template prefix/suffix included.
@@ -52,6 +58,9 @@ class LlamaTokenizer {
   std::vector<std::string> token_bytes_;    // raw bytes (special tokens: their text)
   std::vector<std::string> merge_list_;     // "left right", rank order
   std::unordered_map<std::string, int64_t> vocab_;
+  std::unordered_map<std::string, int64_t> bytes_vocab_;  // raw bytes -> id, special tokens aside
+  WordSplit split_ = WordSplit::kGpt2;
+  bool ignore_merges_ = false;
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (l << 32 | r) -> rank, id
   int64_t byte_token_[256] = {};
   std::vector<int64_t> special_ids_;   // matched in text before pre-tokenization

@@ -19,4 +19,12 @@ size_t gpt2_word_end(std::string_view text, size_t pos);
 // All words of `text`, as views into it.
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 
+// The same for Llama 3's pattern (tokenizer.json's Split pre-tokenizer, llama3_pretokenizer.cpp):
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+//   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// Unlike GPT-2's: contractions in any case, one leading space or symbol joins a run of letters,
+// numbers go in groups of at most `max_digits` (3; Qwen2's variant of the pattern has 1), and
+// line breaks close a run of symbols or whitespace.
+size_t llama3_word_end(std::string_view text, size_t pos, int max_digits = 3);
+
 }  // namespace deepspeed::examples

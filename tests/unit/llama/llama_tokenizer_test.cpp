@@ -5,6 +5,7 @@
 #include "llama_tokenizer.h"
 
 #include <fstream>
+#include <functional>
 
 #include <gtest/gtest.h>
 
@@ -89,6 +90,48 @@ TEST(LlamaTokenizer, HfJsonExportEncodesTheSame) {
   for (const char* s : {"hello hello", "he<s>xhe</s>", "a  b\n\nc 123"})
     EXPECT_EQ(back.encode(s), tok.encode(s)) << s;
   EXPECT_EQ(back.bos_token_id(), 259);
+}
+
+// tokenizer.json of `tok` with `edit` applied, written to dir/name.
+std::string edited_json(const TempDir& dir, const LlamaTokenizer& tok, const std::string& name,
+                        const std::function<void(nlohmann::json&)>& edit) {
+  auto j = tok.to_hf_json();
+  edit(j);
+  std::ofstream(dir.file(name)) << j.dump();
+  return dir.file(name);
+}
+
+TEST(LlamaTokenizer, HfJsonPreTokenizersIgnoreMergesAndRefusals) {
+  TempDir dir;
+  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(write_vocab(dir)));
+  // SmolLM's Digits + ByteLevel: digits split one by one before BPE.
+  const auto digits = LlamaTokenizer::from_hf_json(edited_json(dir, tok, "d.json", [](auto& j) {
+    j["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}},
+                                             j["pre_tokenizer"]}}};
+  }));
+  EXPECT_EQ(digits.to_hf_json()["pre_tokenizer"]["pretokenizers"][0]["type"], "Digits");
+  // ignore_merges: a word the vocabulary holds whole is one token, even without its merges.
+  const auto whole = LlamaTokenizer::from_hf_json(edited_json(dir, tok, "w.json", [](auto& j) {
+    j["model"]["ignore_merges"] = true;
+    j["model"]["merges"] = nlohmann::json::array();
+  }));
+  EXPECT_EQ(whole.encode("hell"), (std::vector<int64_t>{259, 258}));  // BOS, the whole word
+  EXPECT_EQ(whole.encode("hello"), (std::vector<int64_t>{259, 'h', 'e', 'l', 'l', 'o'}));
+
+  EXPECT_THROW_WITH(
+      LlamaTokenizer::from_hf_json(edited_json(dir, tok, "m.json", [](auto& j) {
+        j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}};
+      })),
+      NotSupportedError, "m.json: pre_tokenizer is {\"replacement\"");
+  EXPECT_THROW_WITH(LlamaTokenizer::from_hf_json(edited_json(dir, tok, "n.json", [](auto& j) {
+                      j["normalizer"] = {{"type", "NFC"}};
+                    })),
+                    NotSupportedError, "n.json: normalizer is {\"type\":\"NFC\"}");
+  EXPECT_THROW_WITH(LlamaTokenizer::from_hf_json(edited_json(dir, tok, "p.json", [](auto& j) {
+                      j["post_processor"] = {{"type", "BertProcessing"}};
+                    })),
+                    NotSupportedError, "post_processor {\"type\":\"BertProcessing\"}");
 }
 
 TEST(LlamaTokenizer, RejectsOtherTokenizerModels) {

@@ -1,4 +1,5 @@
-// GPT-2's split pattern, rule by rule (the golden file in bpe_tokenizer_test covers the rest).
+// GPT-2's and Llama 3's split patterns, rule by rule (the golden file in bpe_tokenizer_test and
+// llama_tokenizer_parity_test against Hugging Face tokenizers cover the rest).
 #include "pretokenizer.h"
 
 #include <gtest/gtest.h>
@@ -62,6 +63,34 @@ TEST(Pretokenizer, InvalidUtf8IsSplitAndKeptByteForByte) {
   for (const auto& w : split(text)) joined += w;
   EXPECT_EQ(joined, text);
   EXPECT_EQ(split("ab\xFF\xFE"), (Words{"ab", "\xFF\xFE"}));
+}
+
+std::vector<std::string> split_llama3(std::string_view text, int max_digits = 3) {
+  std::vector<std::string> out;
+  for (size_t p = 0; p < text.size();) {
+    const size_t e = llama3_word_end(text, p, max_digits);
+    out.emplace_back(text.substr(p, e - p));
+    p = e;
+  }
+  return out;
+}
+
+TEST(Llama3Pretokenizer, ContractionsInAnyCaseAndOneLeaderBeforeLetters) {
+  EXPECT_EQ(split_llama3("I'M don'T we'Re"), (Words{"I", "'M", " don", "'T", " we", "'Re"}));
+  EXPECT_EQ(split_llama3("(hello) 'quoted"), (Words{"(hello", ")", " '", "quoted"}));
+  EXPECT_EQ(split_llama3("\thello\nworld"), (Words{"\thello", "\n", "world"}));
+}
+
+TEST(Llama3Pretokenizer, NumbersInGroupsOfThree) {
+  EXPECT_EQ(split_llama3("x 1234567 y"), (Words{"x", " ", "123", "456", "7", " y"}));
+  EXPECT_EQ(split_llama3("1234", 1), (Words{"1", "2", "3", "4"}));  // Qwen2's variant
+}
+
+TEST(Llama3Pretokenizer, LineBreaksCloseSymbolsAndWhitespace) {
+  EXPECT_EQ(split_llama3("end.\n\nNext"), (Words{"end", ".\n\n", "Next"}));
+  EXPECT_EQ(split_llama3("a  \n\n  b"), (Words{"a", "  \n\n", " ", " b"}));
+  EXPECT_EQ(split_llama3("a  b"), (Words{"a", " ", " b"}));
+  EXPECT_EQ(split_llama3("end   "), (Words{"end", "   "}));
 }
 
 }  // namespace

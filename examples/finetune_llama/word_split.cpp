@@ -1,0 +1,83 @@
+// tokenizer.json's pre-tokenizers recognised and written back (see word_split.h).
+#include "word_split.h"
+
+#include "util/check.h"
+
+namespace deepspeed::examples {
+namespace {
+
+// As Llama 3's and Qwen2's tokenizer.json spell their Split patterns.
+constexpr const char* kLlama3Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kQwen2Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+bool is_type(const nlohmann::json& j, const char* type) {
+  return j.is_object() && j.value("type", "") == type;
+}
+
+// ByteLevel without a prefix space; `use_regex` as wanted (absent reads as true).
+bool is_byte_level(const nlohmann::json& j, bool use_regex) {
+  return is_type(j, "ByteLevel") && !j.value("add_prefix_space", false) &&
+         j.value("use_regex", true) == use_regex;
+}
+
+nlohmann::json byte_level(bool use_regex) {
+  return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+          {"use_regex", use_regex}};
+}
+
+}  // namespace
+
+WordSplit word_split_from_hf_json(const nlohmann::json& pre, const std::string& path) {
+  if (is_byte_level(pre, true)) return WordSplit::kGpt2;
+  if (is_type(pre, "Sequence") && pre.contains("pretokenizers") &&
+      pre["pretokenizers"].is_array() && pre["pretokenizers"].size() == 2) {
+    const auto& first = pre["pretokenizers"][0];
+    const auto& second = pre["pretokenizers"][1];
+    if (is_type(first, "Digits") && first.value("individual_digits", false) &&
+        is_byte_level(second, true)) {
+      return WordSplit::kGpt2IndividualDigits;
+    }
+    if (is_type(first, "Split") && first.value("behavior", "") == "Isolated" &&
+        !first.value("invert", false) && is_byte_level(second, false) &&
+        first.contains("pattern") && first["pattern"].contains("Regex")) {
+      const auto pattern = first["pattern"]["Regex"].get<std::string>();
+      if (pattern == kLlama3Pattern) return WordSplit::kLlama3;
+      if (pattern == kQwen2Pattern) return WordSplit::kQwen2;
+    }
+  }
+  DS_CHECK(false, NotSupportedError, path, ": pre_tokenizer is ", pre.dump().substr(0, 300),
+           "; finetune_llama supports ByteLevel without add_prefix_space (GPT-2's pattern), "
+           "Digits(individual_digits) + ByteLevel (SmolLM), and Llama 3's or Qwen2's Split + "
+           "ByteLevel");
+  return WordSplit::kGpt2;
+}
+
+nlohmann::json word_split_to_hf_json(WordSplit split) {
+  auto split_on = [](const char* pattern) {
+    return nlohmann::json{{"type", "Split"},
+                          {"pattern", {{"Regex", pattern}}},
+                          {"behavior", "Isolated"},
+                          {"invert", false}};
+  };
+  switch (split) {
+    case WordSplit::kGpt2IndividualDigits:
+      return {{"type", "Sequence"},
+              {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}},
+                                 byte_level(true)}}};
+    case WordSplit::kLlama3:
+      return {{"type", "Sequence"},
+              {"pretokenizers", {split_on(kLlama3Pattern), byte_level(false)}}};
+    case WordSplit::kQwen2:
+      return {{"type", "Sequence"},
+              {"pretokenizers", {split_on(kQwen2Pattern), byte_level(false)}}};
+    case WordSplit::kGpt2:
+      break;
+  }
+  return byte_level(true);
+}
+
+}  // namespace deepspeed::examples

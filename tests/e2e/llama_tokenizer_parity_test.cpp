@@ -1,0 +1,117 @@
+// LlamaTokenizer against Hugging Face tokenizers on the pre-tokenizers of real models (SmolLM's
+// individual digits, Llama 3's split pattern with ignore_merges and a Sequence post-processor):
+// tokenizer_pretokenizers_reference.py trains a small BPE with each, saves its tokenizer.json,
+// pre-tokenizes and encodes the texts; we load the same file and must split every text into the
+// same words (BPE alone would hide most splitting errors) and give the same ids. The texts
+// are a few by hand and 400 random strings over letters, digits of several scripts, every kind of
+// whitespace and line break, contractions in both cases and symbols. The Python environment comes
+// from the CTest fixture llama_python_refs.
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "llama_tokenizer.h"
+#include "word_split.h"
+#include "support/run_command.h"
+#include "support/temp_dir.h"
+
+namespace deepspeed::examples {
+namespace {
+
+using testing::run_command;
+using testing::TempDir;
+
+const std::string kPython = std::string(DS_SOURCE_DIR) + "/.venv/bin/python";
+const std::string kCorpus = std::string(DS_SOURCE_DIR) + "/tests/data/austen_slice.txt";
+
+std::vector<std::string> texts() {
+  std::vector<std::string> t = {
+      "It is a truth universally acknowledged, that a single man in possession of a good fortune",
+      "I'M here, it's 12345 ok; WE'RE done. They'LL see 3.14159 and 1,000,000!",
+      "  x\n\n  y \r\n\tz   \n", "(hello) [world] {Elizabeth}", "<|begin_of_text|>hi<|end_of_text|>",
+      "trailing spaces   ", "\n\n\n", "caf\xC3\xA9 na\xC3\xAFve \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x99\x82",
+  };
+  const std::vector<std::string> pieces = {
+      "a", "b", "Q", "\xC3\xA9", "\xC3\x9F", "\xC5\xBF", "\xD0\x96", "\xE4\xB8\xAD", "\xD8\xB9",
+      "0", "7", "\xD9\xA3", "\xE2\x85\xAB", "\xC2\xBD", " ", "  ", "\t", "\n", "\r", "\r\n",
+      "\xC2\xA0", "\xE3\x80\x80", "\xC2\x85", "\x1C", "\xE2\x80\xA8", "'", "'s", "'S", "'Re",
+      "'LL", "'ve", "'D", "'t", ".", ",", "!", "(", "-", "\xF0\x9F\x98\x80", "\xCC\x81", "$",
+      "_", "12345", "hello", "World", " possession", "\x0B"};
+  std::mt19937 rng(20261206);
+  for (int i = 0; i < 400; ++i) {
+    std::string s;
+    const int n = 1 + static_cast<int>(rng() % 20);
+    for (int k = 0; k < n; ++k) s += pieces[rng() % pieces.size()];
+    t.push_back(s);
+  }
+  return t;
+}
+
+// Where each word of `text` ends, counted in code points as tokenizers' offsets are.
+std::vector<int64_t> word_ends_in_code_points(WordSplit split, const std::string& text) {
+  std::vector<int64_t> ends;
+  int64_t code_points = 0;
+  for_each_word(split, text, [&](std::string_view word) {
+    for (unsigned char c : word) code_points += (c & 0xC0) != 0x80;
+    ends.push_back(code_points);
+  });
+  return ends;
+}
+
+TEST(LlamaTokenizerParity, PreTokenizersOfRealModelsEncodeAsHuggingFaceTokenizers) {
+  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " (run scripts/setup_python_refs.sh)";
+  TempDir dir("llama_tokenizer_parity");
+  const auto all = texts();
+  std::ofstream(dir.file("texts.json")) << nlohmann::json(all).dump();
+  const auto r = run_command(kPython + " " + DS_TOKENIZER_REFERENCE_PY + " " + kCorpus + " '" +
+                             dir.file("texts.json") + "' '" + dir.path() + "' 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const std::string name : {"llama3", "smollm"}) {
+    SCOPED_TRACE(name);
+    const std::string json_path = dir.file(name + "/tokenizer.json");
+    const auto tok = LlamaTokenizer::from_hf_json(json_path);
+    std::ifstream in(dir.file(name + "/ids.json"));
+    const auto want = nlohmann::json::parse(in);
+    ASSERT_EQ(want.size(), all.size());
+    const WordSplit split = word_split_from_hf_json(
+        nlohmann::json::parse(std::ifstream(json_path))["pre_tokenizer"], json_path);
+    std::ifstream words_in(dir.file(name + "/words.json"));
+    const auto want_words = nlohmann::json::parse(words_in);
+    int split_mismatches = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const auto expected = want_words[i].get<std::vector<int64_t>>();
+      if (word_ends_in_code_points(split, all[i]) != expected && ++split_mismatches <= 5) {
+        ADD_FAILURE() << "text " << i << " " << nlohmann::json(all[i]).dump() << ": word ends "
+                      << nlohmann::json(word_ends_in_code_points(split, all[i])).dump()
+                      << ", tokenizers " << nlohmann::json(expected).dump();
+      }
+    }
+    EXPECT_EQ(split_mismatches, 0);
+    int mismatches = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const auto expected = want[i].get<std::vector<int64_t>>();
+      if (tok.encode(all[i]) != expected && ++mismatches <= 5) {
+        ADD_FAILURE() << "text " << i << " " << nlohmann::json(all[i]).dump() << ": got "
+                      << nlohmann::json(tok.encode(all[i])).dump() << ", tokenizers "
+                      << nlohmann::json(expected).dump();
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+
+    // What --save_hf writes reads back to a tokenizer that encodes the same.
+    std::ifstream original_in(json_path);
+    const auto original = nlohmann::json::parse(original_in);
+    const auto exported = tok.to_hf_json();
+    EXPECT_EQ(exported["pre_tokenizer"], original["pre_tokenizer"]);
+    EXPECT_EQ(exported["model"]["ignore_merges"], original["model"].value("ignore_merges", false));
+    std::ofstream(dir.file(name + "/exported.json")) << exported.dump();
+    const auto again = LlamaTokenizer::from_hf_json(dir.file(name + "/exported.json"));
+    for (size_t i = 0; i < 50; ++i) EXPECT_EQ(again.encode(all[i]), tok.encode(all[i])) << i;
+  }
+}
+
+}  // namespace
+}  // namespace deepspeed::examples

@@ -1,0 +1,77 @@
+"""tokenizer.json files with the pre-tokenizers of real Llama-architecture models, and how the
+`tokenizers` library encodes texts with them, as the reference of llama_tokenizer_parity_test.
+
+Each case trains a small byte-level BPE on the corpus with a real model's pre-tokenizer:
+  llama3: Llama 3's Split regex then ByteLevel without its own regex; BPE with ignore_merges and
+          a few whole words in the vocabulary that no merge makes (so ignore_merges shows);
+          Sequence[ByteLevel, TemplateProcessing] post-processor adding <|begin_of_text|>.
+  smollm: SmolLM/SmolLM2's Digits(individual_digits) then ByteLevel with GPT-2's regex; no
+          template.
+and writes OUT/<case>/tokenizer.json, OUT/<case>/ids.json (the ids of each text of TEXTS.json)
+and OUT/<case>/words.json (where the pre-tokenizer ends each word of each text, in code points).
+Usage: tokenizer_pretokenizers_reference.py CORPUS TEXTS.json OUT
+Produced with tokenizers 0.21 (scripts/setup_python_refs.sh).
+"""
+import json
+import os
+import sys
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Whole words added to llama3's vocabulary without merges: BPE alone would split them.
+WHOLE_WORDS = ["Ġpossession", "Ġuniversally", "Ġacknowledged", "ĠElizabeth"]
+
+
+def train(corpus, pre_tokenizer, specials):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train([corpus], trainer)
+    return tok
+
+
+def llama3(corpus):
+    tok = train(corpus, pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+        ["<|begin_of_text|>", "<|end_of_text|>"])
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                      special_tokens=[("<|begin_of_text|>", 0)])])
+    j = json.loads(tok.to_str())
+    j["model"]["ignore_merges"] = True
+    vocab = j["model"]["vocab"]
+    for w in WHOLE_WORDS:
+        vocab.setdefault(w, len(vocab))
+    return Tokenizer.from_str(json.dumps(j))
+
+
+def smollm(corpus):
+    return train(corpus, pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]),
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+
+
+def main():
+    corpus, texts_path, out = sys.argv[1:4]
+    with open(texts_path, encoding="utf-8") as f:
+        texts = json.load(f)
+    for name, make in (("llama3", llama3), ("smollm", smollm)):
+        tok = make(corpus)
+        os.makedirs(os.path.join(out, name), exist_ok=True)
+        tok.save(os.path.join(out, name, "tokenizer.json"))
+        with open(os.path.join(out, name, "ids.json"), "w") as f:
+            json.dump([tok.encode(t).ids for t in texts], f)
+        with open(os.path.join(out, name, "words.json"), "w") as f:
+            json.dump([[end for _, (_, end) in tok.pre_tokenizer.pre_tokenize_str(t)]
+                       for t in texts], f)
+
+
+if __name__ == "__main__":
+    main()
