@@ -12,9 +12,6 @@ void check_muon_combinations(const torch::optim::Optimizer& optimizer,
   if (dynamic_cast<const optim::Muon*>(&optimizer) == nullptr) return;
   const auto& z = config.zero_optimization;
   const std::string head = config.source + ": the Muon optimizer with ";
-  DS_CHECK(z.stage != 3, NotSupportedError, head,
-           "zero_optimization.stage 3 is not supported yet (its parameters are partitioned one "
-           "by one; stages 0-2 are)");
   DS_CHECK(z.optimizer_offload() == OffloadDevice::kNone, NotSupportedError, head,
            "zero_optimization.offload_optimizer is not supported yet (the orthogonalization "
            "runs where the gradients are reduced)");

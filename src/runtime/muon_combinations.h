@@ -1,6 +1,7 @@
 // What the Muon optimizer (deepspeed::optim::Muon) runs with, checked when the engine is built.
-// Newton-Schulz needs each matrix whole: ZeRO 1/2 gather a Muon group's gradients for it
-// (zero/muon_orthogonalizer.h); the rest is refused by name until it does the same.
+// Newton-Schulz needs each matrix whole: ZeRO 1/2 and 3 gather a Muon group's gradients for it
+// (zero/muon_orthogonalizer.h, zero/stage3_muon.h); the rest is refused by name until it does
+// the same.
 #pragma once
 
 #include <torch/optim/optimizer.h>
@@ -16,7 +17,7 @@ struct MuonSetting {
 };
 
 /// Throws NotSupportedError naming the setting when `optimizer` is a Muon and the engine would
-/// run it with ZeRO-3, optimizer offload, fp16 (loss-scaled gradients would reach
+/// run it with optimizer offload, fp16 (loss-scaled gradients would reach
 /// Newton-Schulz), pipeline or tensor parallelism (sharded matrices), MoE experts or
 /// sequence parallelism. Does nothing for other optimizers.
 void check_muon_combinations(const torch::optim::Optimizer& optimizer,

@@ -1,8 +1,9 @@
 // The Muon optimizer on 2 Gloo ranks against one process accumulating both ranks' micro-batches
-// (the same parameters after K steps): fp32 under ZeRO 0, 1 and 2 and bf16 under ZeRO 0 and 1
-// (the flat partitions, orthogonalized by muon_orthogonalizer.h: a matrix straddles the two
-// ranks' slices), with gradient clipping and weight decay, resumed from a checkpoint in the
-// middle. One step of ZeRO-2 moves the straddling matrix by lr times a near-orthogonal matrix,
+// (the same parameters after K steps): fp32 under ZeRO 0, 1, 2 and 3 and bf16 under ZeRO 0, 1
+// and 3 (the flat partitions, orthogonalized by muon_orthogonalizer.h: a matrix straddles the two
+// ranks' slices; ZeRO-3's shards of every matrix, by stage3_muon.h: one sub-group and bucket,
+// or a bucket per matrix so that the round-robin owners alternate, or a sub-group per matrix),
+// with gradient clipping and weight decay, resumed from a checkpoint in the middle. One step of ZeRO-2 moves the straddling matrix by lr times a near-orthogonal matrix,
 // not by its gradient. What Muon does not run with yet is refused by name.
 #include <string>
 #include <vector>
@@ -76,35 +77,45 @@ void expect_same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>
   }
 }
 
-void train_and_resume_on_two_ranks(int stage, bool bf16) {
-  const std::string name = "stage" + std::to_string(stage) + (bf16 ? "_bf16" : "");
+void train_and_resume_on_two_ranks(int stage, bool bf16, const json& zero_keys = json::object(),
+                                   const std::string& variant = "") {
+  const std::string name = "stage" + std::to_string(stage) + (bf16 ? "_bf16" : "") + variant;
   const auto dir = [name] { return rank_output_dir() + "/" + name; };
+  const auto config = [&](int accumulation) {
+    json c = muon_config(stage, accumulation, bf16);
+    c["zero_optimization"].update(zero_keys);
+    return c;
+  };
   run_ranks(2, [&](int rank, int world) {
-    auto engine = make_engine(muon_config(stage, 1, bf16));
+    auto engine = make_engine(config(1));
     ASSERT_NE(dynamic_cast<optim::Muon*>(engine->optimizer()), nullptr);
     train(*engine, 0, kSteps, rank, world);
     if (rank == 0) torch::save(params_of(*engine), dir() + "_straight.pt");
-    auto first = make_engine(muon_config(stage, 1, bf16));
+    auto first = make_engine(config(1));
     train(*first, 0, 3, rank, world);
     first->save_checkpoint(dir() + "_ckpt");
-    auto resumed = make_engine(muon_config(stage, 1, bf16));
+    auto resumed = make_engine(config(1));
     resumed->load_checkpoint(dir() + "_ckpt");
     train(*resumed, 3, kSteps, rank, world);
     if (rank == 0) torch::save(params_of(*resumed), dir() + "_resumed.pt");
   });
-  auto reference = make_engine(muon_config(stage, 2, bf16));
+  // ZeRO-3's reference is one process under ZeRO-2 (another orthogonalizer; the same order:
+  // clipping sees the updates). Stage 0 in fp32 clips the gradients before its step instead.
+  const int reference_stage = stage == 3 ? 2 : stage;
+  auto reference = make_engine(muon_config(reference_stage, 2, bf16));
   train(*reference, 0, kSteps, 0, 1);
   std::vector<at::Tensor> straight, resumed;
   torch::load(straight, dir() + "_straight.pt");
   torch::load(resumed, dir() + "_resumed.pt");
   const auto expected = params_of(*reference);
   // bf16 weights: the two ranks may sum the micro-batches in another order than one process
-  // (equal here; a matrix orthogonalized from its own slice alone is 5e-3 off).
-  const double tol = bf16 ? 1e-3 : 2e-5;
+  // (equal under ZeRO 0-2; a matrix orthogonalized from its own slice alone is 5e-3 off). ZeRO-3
+  // reduce-scatters each micro-batch's bf16 gradients: a bias ends one bf16 step (2e-3) apart.
+  const double tol = !bf16 ? 2e-5 : stage == 3 ? 4e-3 : 1e-3;
   expect_same(straight, expected, name, tol);
   expect_same(resumed, straight, name + " resumed", bf16 ? 1e-3 : 1e-6);
   // Muon took effect: Adam on every parameter ends elsewhere.
-  json adam = muon_config(stage, 2, bf16);
+  json adam = muon_config(reference_stage, 2, bf16);
   adam["optimizer"] = {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}};
   auto plain = make_engine(adam);
   train(*plain, 0, kSteps, 0, 1);
@@ -116,6 +127,16 @@ TEST(MuonDist, TrainsAndResumesAsOneProcessZero1) { train_and_resume_on_two_rank
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero2) { train_and_resume_on_two_ranks(2, false); }
 TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero0) { train_and_resume_on_two_ranks(0, true); }
 TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero1) { train_and_resume_on_two_ranks(1, true); }
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero3) { train_and_resume_on_two_ranks(3, false); }
+TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero3) { train_and_resume_on_two_ranks(3, true); }
+// c_fc, c_proj and mix in buckets of their own: owners rank 0, 1, 0.
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero3BucketPerMatrix) {
+  train_and_resume_on_two_ranks(3, false, {{"reduce_bucket_size", 200}}, "_buckets");
+}
+// A sub-group per parameter: rank 0 orthogonalizes every matrix.
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero3SubGroupPerMatrix) {
+  train_and_resume_on_two_ranks(3, false, {{"sub_group_size", 1}}, "_subgroups");
+}
 
 // One ZeRO-2 step without clipping or decay from a zero momentum: c_proj (8 x 20, split between
 // the ranks' slices) moves by -lr * orthogonalize(g), g its averaged gradient.
@@ -154,8 +175,7 @@ TEST(MuonDist, RefusesWhatItDoesNotRunWithByName) {
   auto refused = [](json cfg, const std::string& what) {
     EXPECT_THROW_WITH(make_engine(cfg), NotSupportedError, what);
   };
-  refused(muon_config(3, 1, false), "the Muon optimizer with zero_optimization.stage 3");
-  json offload = muon_config(2, 1, false);
+  json offload = muon_config(3, 1, false);
   offload["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
   refused(offload, "the Muon optimizer with zero_optimization.offload_optimizer");
   json fp16 = muon_config(1, 1, false);

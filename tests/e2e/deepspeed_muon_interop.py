@@ -78,8 +78,11 @@ def main():
                 loss = engine(torch.tensor(tokens), torch.tensor(targets))
                 engine.backward(loss)
                 engine.step()
-        results.append({name: p.detach().float().flatten().tolist()
-                        for name, p in engine.module.named_parameters()})
+        # ZeRO-3 partitions the parameters: gather them to read them.
+        params = list(engine.module.parameters())
+        with deepspeed.zero.GatheredParameters(params, enabled=case["zero_optimization"]["stage"] == 3):
+            results.append({name: p.detach().float().flatten().tolist()
+                            for name, p in engine.module.named_parameters()})
         if hasattr(engine, "destroy"):
             engine.destroy()
     json.dump({"params": results}, open(f"{work}/deepspeed.json", "w"))

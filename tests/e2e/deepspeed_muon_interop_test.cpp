@@ -6,7 +6,9 @@
 //   DeepSpeed's defaults but lr, unclipped;
 // - at ZeRO stage 1 ("standard" Newton-Schulz) and stage 2 (with muon_lr / adam_lr, weight decay
 //   and gradient clipping, which DeepSpeed's ZeRO applies to the orthogonalized updates), where
-//   DeepSpeed orthogonalizes in its flat partition and we in ours.
+//   DeepSpeed orthogonalizes in its flat partition and we in ours;
+// - at ZeRO stage 3 (its reduce_scatter off: DeepSpeed's stage-3 Muon requires it; ours takes
+//   either), where both gather each matrix's shards and orthogonalize it whole.
 // Which parameters Muon takes is DeepSpeed's name rule on both sides. Newton-Schulz runs in fp32
 // on both (see the script).
 #include <fstream>
@@ -38,13 +40,15 @@ json configs() {
               {"optimizer", {{"type", "Muon"}, {"params", json::parse(params)}}},
               {"zero_optimization", {{"stage", stage}}}};
     c["gradient_clipping"] = clip ? 0.5 : 0.0;  // both sides default to 1.0
+    if (stage == 3) c["zero_optimization"]["reduce_scatter"] = false;
     return c;
   };
   return json::array(
       {with(0, R"({"lr": 0.01})", false),
        with(1, R"({"lr": 0.02, "ns_method": "standard", "momentum": 0.9})", false),
        with(2, R"({"muon_lr": 0.03, "adam_lr": 0.005, "weight_decay": 0.05,
-                   "betas": [0.8, 0.98]})", true)});
+                   "betas": [0.8, 0.98]})", true),
+       with(3, R"({"lr": 0.02, "weight_decay": 0.01})", true)});
 }
 
 // kSteps steps of 2 micro-batches: [step][micro] -> (tokens, targets).

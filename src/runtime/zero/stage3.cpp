@@ -15,6 +15,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/muon.h"
 #include "deepspeed/optimizers.h"
 #include "runtime/checkpoint/shared_file_writers.h"
 #include "runtime/grad_clip.h"
@@ -27,6 +28,7 @@
 #include "runtime/zero/stage3.h"
 #include "runtime/zero/stage3_grad_reducer.h"
 #include "runtime/zero/stage3_init.h"
+#include "runtime/zero/stage3_muon.h"
 #include "runtime/zero/stage3_units.h"
 #include "util/check.h"
 #include "util/env.h"
@@ -126,6 +128,9 @@ class Stage3 final : public Stage3ZeroOptimizer {
       }
       optimizer_->param_groups()[g].params() = std::move(masters);
     }
+    if (auto* muon = dynamic_cast<optim::Muon*>(optimizer_)) {
+      muon_ = std::make_unique<Stage3Muon>(*muon, sub_groups_, z.reduce_bucket_numel());
+    }
     optimizer_states_->start(make_master);
     start_coordinator(std::move(units), found);
     if (param_nvme) start_shard_store();
@@ -169,6 +174,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     if (reducer_ && reducer_->armed()) reducer_->finish();
     coordinator_->end_iteration();
     if (boundary) all_reduce_across_replicas();
+    if (boundary && muon_) muon_->orthogonalize(sub_groups_, params_, dp_group_);
   }
 
   double grad_norm_squared() override {
@@ -642,6 +648,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
 
   const DeepSpeedConfig& config_;
   torch::optim::Optimizer* optimizer_;
+  std::unique_ptr<Stage3Muon> muon_;  // Muon's sub-groups step orthogonalized gradients
   double step_grad_scale_ = 1.0;  // scale_gradients' coefficient, for the optimizer's step
   std::shared_ptr<torch::nn::Module> module_;
   int global_rank() const { return dp_group_.global_rank(rank_); }
