@@ -12,9 +12,10 @@ void check_muon_combinations(const torch::optim::Optimizer& optimizer,
   if (dynamic_cast<const optim::Muon*>(&optimizer) == nullptr) return;
   const auto& z = config.zero_optimization;
   const std::string head = config.source + ": the Muon optimizer with ";
-  DS_CHECK(z.optimizer_offload() == OffloadDevice::kNone, NotSupportedError, head,
-           "zero_optimization.offload_optimizer is not supported yet (the orthogonalization "
-           "runs where the gradients are reduced)");
+  DS_CHECK(z.stage != 3 || z.optimizer_offload() != OffloadDevice::kNvme, NotSupportedError,
+           head, "zero_optimization.offload_optimizer.device \"nvme\" at stage 3 is not "
+           "supported yet (the momentum is swapped out when the orthogonalization needs it); "
+           "\"cpu\" is");
   DS_CHECK(!config.fp16.enabled, NotSupportedError, head,
            "fp16.enabled is not supported yet: its gradients are loss-scaled when Newton-Schulz "
            "would read them (bf16 is)");

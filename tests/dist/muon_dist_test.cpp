@@ -133,6 +133,14 @@ TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero3) { train_and_resume_on_two_
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero3BucketPerMatrix) {
   train_and_resume_on_two_ranks(3, false, {{"reduce_bucket_size", 200}}, "_buckets");
 }
+// ZeRO-Offload: the partitions, masters and momentum in host memory, the step's clipping
+// coefficient applied inside it.
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero2OffloadCpu) {
+  train_and_resume_on_two_ranks(2, false, {{"offload_optimizer", {{"device", "cpu"}}}}, "_cpu");
+}
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero3OffloadCpu) {
+  train_and_resume_on_two_ranks(3, false, {{"offload_optimizer", {{"device", "cpu"}}}}, "_cpu");
+}
 // A sub-group per parameter: rank 0 orthogonalizes every matrix.
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero3SubGroupPerMatrix) {
   train_and_resume_on_two_ranks(3, false, {{"sub_group_size", 1}}, "_subgroups");
@@ -176,8 +184,10 @@ TEST(MuonDist, RefusesWhatItDoesNotRunWithByName) {
     EXPECT_THROW_WITH(make_engine(cfg), NotSupportedError, what);
   };
   json offload = muon_config(3, 1, false);
-  offload["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
-  refused(offload, "the Muon optimizer with zero_optimization.offload_optimizer");
+  offload["zero_optimization"]["offload_optimizer"] = {{"device", "nvme"},
+                                                       {"nvme_path", rank_output_dir()}};
+  refused(offload, "the Muon optimizer with zero_optimization.offload_optimizer.device \"nvme\" "
+                   "at stage 3");
   json fp16 = muon_config(1, 1, false);
   fp16["fp16"] = {{"enabled", true}};
   refused(fp16, "the Muon optimizer with fp16.enabled");
