@@ -78,7 +78,8 @@ void expect_same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>
 }
 
 void train_and_resume_on_two_ranks(int stage, bool bf16, const json& zero_keys = json::object(),
-                                   const std::string& variant = "") {
+                                   const std::string& variant = "",
+                                   const testing::RunOptions& options = {}) {
   const std::string name = "stage" + std::to_string(stage) + (bf16 ? "_bf16" : "") + variant;
   const auto dir = [name] { return rank_output_dir() + "/" + name; };
   const auto config = [&](int accumulation) {
@@ -98,7 +99,7 @@ void train_and_resume_on_two_ranks(int stage, bool bf16, const json& zero_keys =
     resumed->load_checkpoint(dir() + "_ckpt");
     train(*resumed, 3, kSteps, rank, world);
     if (rank == 0) torch::save(params_of(*resumed), dir() + "_resumed.pt");
-  });
+  }, options);
   // ZeRO-3's reference is one process under ZeRO-2 (another orthogonalizer; the same order:
   // clipping sees the updates). Stage 0 in fp32 clips the gradients before its step instead.
   const int reference_stage = stage == 3 ? 2 : stage;
@@ -134,12 +135,25 @@ TEST(MuonDist, TrainsAndResumesAsOneProcessZero3BucketPerMatrix) {
   train_and_resume_on_two_ranks(3, false, {{"reduce_bucket_size", 200}}, "_buckets");
 }
 // ZeRO-Offload: the partitions, masters and momentum in host memory, the step's clipping
-// coefficient applied inside it.
+// coefficient applied inside it; with DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU, the path of a model on
+// a GPU (gradients streamed to host buffers during the backward, before Muon rewrites them).
+testing::RunOptions host_buffers_on_cpu() {
+  testing::RunOptions options;
+  options.env = {{"DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU", "1"}};
+  return options;
+}
+const json kOffloadCpu = {{"offload_optimizer", {{"device", "cpu"}}}};
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero2OffloadCpu) {
-  train_and_resume_on_two_ranks(2, false, {{"offload_optimizer", {{"device", "cpu"}}}}, "_cpu");
+  train_and_resume_on_two_ranks(2, false, kOffloadCpu, "_cpu");
+}
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero2OffloadHostBuffers) {
+  train_and_resume_on_two_ranks(2, false, kOffloadCpu, "_host", host_buffers_on_cpu());
 }
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero3OffloadCpu) {
-  train_and_resume_on_two_ranks(3, false, {{"offload_optimizer", {{"device", "cpu"}}}}, "_cpu");
+  train_and_resume_on_two_ranks(3, false, kOffloadCpu, "_cpu");
+}
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero3OffloadHostBuffers) {
+  train_and_resume_on_two_ranks(3, false, kOffloadCpu, "_host", host_buffers_on_cpu());
 }
 // A sub-group per parameter: rank 0 orthogonalizes every matrix.
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero3SubGroupPerMatrix) {

@@ -249,7 +249,8 @@ class Stage12 final : public FlatZeroOptimizer {
     if (local_boundary_) take_local_gradients();
     if (boundary && !local_boundary_) orthogonalize_muon_gradients();
     if (boundary) last_boundary_reduced_ = !local_boundary_;
-    if (host_) host_->end_backward(boundary, !local_boundary_);
+    // Muon rewrote the device partitions after they went to the host: the step copies them.
+    if (host_) host_->end_backward(boundary, !local_boundary_ && muon_groups_.empty());
     local_boundary_ = false;
   }
 
