@@ -747,6 +747,7 @@ bool Engine::take_model_step() {
     }
   }
   const double used_scale = loss_scale();
+  zero_->before_grad_norm(used_scale);
   const double norm = std::sqrt(model_parallel_norm_squared(zero_->grad_norm_squared())) / used_scale;
   global_grad_norm_ = norm;
   if (!std::isfinite(norm)) warn_non_finite_grad_norm(norm, global_steps_ + 1, interval_loss());

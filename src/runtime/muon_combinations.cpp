@@ -16,9 +16,6 @@ void check_muon_combinations(const torch::optim::Optimizer& optimizer,
            head, "zero_optimization.offload_optimizer.device \"nvme\" at stage 3 is not "
            "supported yet (the momentum is swapped out when the orthogonalization needs it); "
            "\"cpu\" is");
-  DS_CHECK(!config.fp16.enabled, NotSupportedError, head,
-           "fp16.enabled is not supported yet: its gradients are loss-scaled when Newton-Schulz "
-           "would read them (bf16 is)");
   DS_CHECK(!setting.pipeline, NotSupportedError, head,
            "pipeline parallelism is not supported yet");
   DS_CHECK(setting.model_parallel_size <= 1, NotSupportedError, head,

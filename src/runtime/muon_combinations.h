@@ -17,9 +17,8 @@ struct MuonSetting {
 };
 
 /// Throws NotSupportedError naming the setting when `optimizer` is a Muon and the engine would
-/// run it with NVMe optimizer offload at stage 3, fp16 (loss-scaled gradients would reach
-/// Newton-Schulz), pipeline or tensor parallelism (sharded matrices), MoE experts or
-/// sequence parallelism. Does nothing for other optimizers.
+/// run it with NVMe optimizer offload at stage 3, pipeline or tensor parallelism (sharded
+/// matrices), MoE experts or sequence parallelism. Does nothing for other optimizers.
 void check_muon_combinations(const torch::optim::Optimizer& optimizer,
                              const DeepSpeedConfig& config, const MuonSetting& setting);
 

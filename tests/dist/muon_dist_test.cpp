@@ -1,10 +1,12 @@
 // The Muon optimizer on 2 Gloo ranks against one process accumulating both ranks' micro-batches
-// (the same parameters after K steps): fp32 under ZeRO 0, 1, 2 and 3 and bf16 under ZeRO 0, 1
-// and 3 (the flat partitions, orthogonalized by muon_orthogonalizer.h: a matrix straddles the two
-// ranks' slices; ZeRO-3's shards of every matrix, by stage3_muon.h: one sub-group and bucket,
-// or a bucket per matrix so that the round-robin owners alternate, or a sub-group per matrix),
-// with gradient clipping and weight decay, resumed from a checkpoint in the middle. One step of ZeRO-2 moves the straddling matrix by lr times a near-orthogonal matrix,
-// not by its gradient. What Muon does not run with yet is refused by name.
+// (the same parameters after K steps), with gradient clipping and weight decay, resumed from a
+// checkpoint in the middle: fp32 under ZeRO 0-3, bf16 under 0, 1 and 3, fp16 under 0, 2 and 3
+// (also against fp32: the loss scale must not reach the steps; an overflowing step leaves the
+// momentum alone), ZeRO-2/3 with CPU offload. Under ZeRO 1/2 a matrix straddles the two ranks'
+// flat slices (muon_orthogonalizer.h); under ZeRO-3 every matrix is sharded (stage3_muon.h): one
+// sub-group and bucket, a bucket per matrix so that the round-robin owners alternate, or a
+// sub-group per matrix. One step of ZeRO-2 moves the straddling matrix by lr times a
+// near-orthogonal matrix, not by its gradient. What Muon does not run with yet is refused by name.
 #include <string>
 #include <vector>
 
@@ -27,7 +29,15 @@ using testing::run_ranks;
 
 constexpr int kSteps = 5;
 
+enum class Precision { kFp32, kBf16, kFp16 };
+
+json muon_config(int stage, int accumulation, Precision precision, bool clip = true);
+
 json muon_config(int stage, int accumulation, bool bf16, bool clip = true) {
+  return muon_config(stage, accumulation, bf16 ? Precision::kBf16 : Precision::kFp32, clip);
+}
+
+json muon_config(int stage, int accumulation, Precision precision, bool clip) {
   json c = json::parse(R"({
     "train_micro_batch_size_per_gpu": 4,
     "optimizer": {"type": "Muon",
@@ -36,7 +46,9 @@ json muon_config(int stage, int accumulation, bool bf16, bool clip = true) {
   c["gradient_accumulation_steps"] = accumulation;
   c["zero_optimization"] = {{"stage", stage}};
   c["gradient_clipping"] = clip ? 1.0 : 0.0;  // DeepSpeed 0.19's default is 1.0
-  if (bf16) c["bf16"] = {{"enabled", true}};
+  if (precision == Precision::kBf16) c["bf16"] = {{"enabled", true}};
+  // A dynamic scale from 2^12: large enough that Newton-Schulz would see scaled gradients.
+  if (precision == Precision::kFp16) c["fp16"] = {{"enabled", true}, {"initial_scale_power", 12}};
   return c;
 }
 
@@ -77,13 +89,16 @@ void expect_same(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>
   }
 }
 
-void train_and_resume_on_two_ranks(int stage, bool bf16, const json& zero_keys = json::object(),
+void train_and_resume_on_two_ranks(int stage, Precision precision,
+                                   const json& zero_keys = json::object(),
                                    const std::string& variant = "",
                                    const testing::RunOptions& options = {}) {
-  const std::string name = "stage" + std::to_string(stage) + (bf16 ? "_bf16" : "") + variant;
+  const bool bf16 = precision == Precision::kBf16, fp16 = precision == Precision::kFp16;
+  const std::string name = "stage" + std::to_string(stage) + (bf16 ? "_bf16" : "") +
+                           (fp16 ? "_fp16" : "") + variant;
   const auto dir = [name] { return rank_output_dir() + "/" + name; };
   const auto config = [&](int accumulation) {
-    json c = muon_config(stage, accumulation, bf16);
+    json c = muon_config(stage, accumulation, precision);
     c["zero_optimization"].update(zero_keys);
     return c;
   };
@@ -103,7 +118,7 @@ void train_and_resume_on_two_ranks(int stage, bool bf16, const json& zero_keys =
   // ZeRO-3's reference is one process under ZeRO-2 (another orthogonalizer; the same order:
   // clipping sees the updates). Stage 0 in fp32 clips the gradients before its step instead.
   const int reference_stage = stage == 3 ? 2 : stage;
-  auto reference = make_engine(muon_config(reference_stage, 2, bf16));
+  auto reference = make_engine(muon_config(reference_stage, 2, precision));
   train(*reference, 0, kSteps, 0, 1);
   std::vector<at::Tensor> straight, resumed;
   torch::load(straight, dir() + "_straight.pt");
@@ -112,27 +127,47 @@ void train_and_resume_on_two_ranks(int stage, bool bf16, const json& zero_keys =
   // bf16 weights: the two ranks may sum the micro-batches in another order than one process
   // (equal under ZeRO 0-2; a matrix orthogonalized from its own slice alone is 5e-3 off). ZeRO-3
   // reduce-scatters each micro-batch's bf16 gradients: a bias ends one bf16 step (2e-3) apart.
-  const double tol = !bf16 ? 2e-5 : stage == 3 ? 4e-3 : 1e-3;
+  // fp16 weights: one fp16 step (1e-3 at 1).
+  const double tol = bf16 ? (stage == 3 ? 4e-3 : 1e-3) : fp16 ? 1e-3 : 2e-5;
   expect_same(straight, expected, name, tol);
-  expect_same(resumed, straight, name + " resumed", bf16 ? 1e-3 : 1e-6);
+  expect_same(resumed, straight, name + " resumed", bf16 || fp16 ? 1e-3 : 1e-6);
+  if (fp16) {
+    // The loss scale is gone from the steps: fp32 ends within fp16's rounding (without the
+    // update scaled back up, the Muon matrices would hardly move). 16-bit stage 0 steps flat
+    // partitions like ZeRO-2 (fp32 stage 0 clips before orthogonalizing).
+    auto fp32 = make_engine(muon_config(stage == 0 ? 2 : reference_stage, 2, Precision::kFp32));
+    train(*fp32, 0, kSteps, 0, 1);
+    expect_same(straight, params_of(*fp32), name + " against fp32", 5e-3);
+  }
   // Muon took effect: Adam on every parameter ends elsewhere.
-  json adam = muon_config(reference_stage, 2, bf16);
+  json adam = muon_config(reference_stage, 2, precision);
   adam["optimizer"] = {{"type", "AdamW"}, {"params", {{"lr", 0.01}}}};
   auto plain = make_engine(adam);
   train(*plain, 0, kSteps, 0, 1);
   EXPECT_FALSE(torch::allclose(params_of(*plain)[1], expected[1], 1e-3, 1e-3));
 }
 
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero0) { train_and_resume_on_two_ranks(0, false); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero1) { train_and_resume_on_two_ranks(1, false); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero2) { train_and_resume_on_two_ranks(2, false); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero0) { train_and_resume_on_two_ranks(0, true); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero1) { train_and_resume_on_two_ranks(1, true); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero3) { train_and_resume_on_two_ranks(3, false); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero3) { train_and_resume_on_two_ranks(3, true); }
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero0) { train_and_resume_on_two_ranks(0, Precision::kFp32); }
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero1) { train_and_resume_on_two_ranks(1, Precision::kFp32); }
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero2) { train_and_resume_on_two_ranks(2, Precision::kFp32); }
+TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero0) { train_and_resume_on_two_ranks(0, Precision::kBf16); }
+TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero1) { train_and_resume_on_two_ranks(1, Precision::kBf16); }
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero3) { train_and_resume_on_two_ranks(3, Precision::kFp32); }
+TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero3) { train_and_resume_on_two_ranks(3, Precision::kBf16); }
+// fp16: the gradients, and so the momentum, carry the loss scale (as in DeepSpeed); the update
+// is scaled back up so that unscaling and clipping treat it as a gradient.
+TEST(MuonDist, TrainsAndResumesAsOneProcessFp16Zero0) {
+  train_and_resume_on_two_ranks(0, Precision::kFp16);
+}
+TEST(MuonDist, TrainsAndResumesAsOneProcessFp16Zero2) {
+  train_and_resume_on_two_ranks(2, Precision::kFp16);
+}
+TEST(MuonDist, TrainsAndResumesAsOneProcessFp16Zero3) {
+  train_and_resume_on_two_ranks(3, Precision::kFp16);
+}
 // c_fc, c_proj and mix in buckets of their own: owners rank 0, 1, 0.
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero3BucketPerMatrix) {
-  train_and_resume_on_two_ranks(3, false, {{"reduce_bucket_size", 200}}, "_buckets");
+  train_and_resume_on_two_ranks(3, Precision::kFp32, {{"reduce_bucket_size", 200}}, "_buckets");
 }
 // ZeRO-Offload: the partitions, masters and momentum in host memory, the step's clipping
 // coefficient applied inside it; with DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU, the path of a model on
@@ -144,20 +179,20 @@ testing::RunOptions host_buffers_on_cpu() {
 }
 const json kOffloadCpu = {{"offload_optimizer", {{"device", "cpu"}}}};
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero2OffloadCpu) {
-  train_and_resume_on_two_ranks(2, false, kOffloadCpu, "_cpu");
+  train_and_resume_on_two_ranks(2, Precision::kFp32, kOffloadCpu, "_cpu");
 }
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero2OffloadHostBuffers) {
-  train_and_resume_on_two_ranks(2, false, kOffloadCpu, "_host", host_buffers_on_cpu());
+  train_and_resume_on_two_ranks(2, Precision::kFp32, kOffloadCpu, "_host", host_buffers_on_cpu());
 }
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero3OffloadCpu) {
-  train_and_resume_on_two_ranks(3, false, kOffloadCpu, "_cpu");
+  train_and_resume_on_two_ranks(3, Precision::kFp32, kOffloadCpu, "_cpu");
 }
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero3OffloadHostBuffers) {
-  train_and_resume_on_two_ranks(3, false, kOffloadCpu, "_host", host_buffers_on_cpu());
+  train_and_resume_on_two_ranks(3, Precision::kFp32, kOffloadCpu, "_host", host_buffers_on_cpu());
 }
 // A sub-group per parameter: rank 0 orthogonalizes every matrix.
 TEST(MuonDist, TrainsAndResumesAsOneProcessZero3SubGroupPerMatrix) {
-  train_and_resume_on_two_ranks(3, false, {{"sub_group_size", 1}}, "_subgroups");
+  train_and_resume_on_two_ranks(3, Precision::kFp32, {{"sub_group_size", 1}}, "_subgroups");
 }
 
 // One ZeRO-2 step without clipping or decay from a zero momentum: c_proj (8 x 20, split between
@@ -193,6 +228,34 @@ TEST(MuonDist, ZeroTwoStepIsTheOrthogonalizedGradient) {
   EXPECT_LT(s.max().item<double>(), 1.6);
 }
 
+// An overflowing fp16 step is skipped before Muon runs: the momentum stays zero, on every rank
+// and stage (DeepSpeed checks the overflow first too).
+TEST(MuonDist, Fp16OverflowLeavesTheMomentumAlone) {
+  for (int stage : {1, 3}) {
+    json cfg = muon_config(stage, 1, Precision::kFp16);
+    // 2^20: the largest gradients overflow fp16, not all of them, so a rank whose slice stays
+    // finite would advance its momentum if Muon ran before the overflow vote.
+    cfg["fp16"]["initial_scale_power"] = 20;
+    run_ranks(2, [&](int rank, int world) {
+      auto engine = make_engine(cfg);
+      train(*engine, 0, 1, rank, world);
+      EXPECT_EQ(engine->skipped_steps(), 1) << "stage " << stage;
+      auto* muon = dynamic_cast<optim::Muon*>(engine->optimizer());
+      for (const auto& group : muon->param_groups()) {
+        for (const auto& p : group.params()) {
+          optim::ParamState* state = muon->find_state(p);
+          if (state == nullptr) continue;  // no step has made it
+          for (auto& [name, t] : state->tensors) {
+            if (name == "momentum_buffer" && t.defined()) {
+              EXPECT_EQ(t.abs().max().item<double>(), 0.0) << "stage " << stage;
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
 TEST(MuonDist, RefusesWhatItDoesNotRunWithByName) {
   auto refused = [](json cfg, const std::string& what) {
     EXPECT_THROW_WITH(make_engine(cfg), NotSupportedError, what);
@@ -202,9 +265,6 @@ TEST(MuonDist, RefusesWhatItDoesNotRunWithByName) {
                                                        {"nvme_path", rank_output_dir()}};
   refused(offload, "the Muon optimizer with zero_optimization.offload_optimizer.device \"nvme\" "
                    "at stage 3");
-  json fp16 = muon_config(1, 1, false);
-  fp16["fp16"] = {{"enabled", true}};
-  refused(fp16, "the Muon optimizer with fp16.enabled");
 }
 
 }  // namespace

@@ -19,11 +19,19 @@ struct MuonNetImpl : torch::nn::Module {
         lm_head(register_module("lm_head", torch::nn::Linear(8, kMuonVocab))) {}
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets) {
     const at::Tensor x = embed(tokens);
-    const at::Tensor h = torch::tanh(c_fc(x));
-    const at::Tensor y = x + c_proj(h) + 0.5 * mix(x);
-    const at::Tensor logits = lm_head(y).to(at::kFloat);
+    const at::Tensor h = torch::tanh(linear(c_fc, x));
+    const at::Tensor y = x + linear(c_proj, h) + 0.5 * linear(mix, x);
+    const at::Tensor logits = linear(lm_head, y).to(at::kFloat);
     return torch::nn::functional::cross_entropy(logits.view({-1, kMuonVocab}), targets.view(-1));
   }
+  // Debian's LibTorch 1.13 has no fp16 matmul on CPU: fp16 weights compute in fp32 there (their
+  // gradients still come back in fp16, which is what loss scaling is about).
+  static at::Tensor linear(torch::nn::Linear& l, const at::Tensor& x) {
+    if (l->weight.scalar_type() != at::kHalf) return l(x.to(l->weight.scalar_type()));
+    const at::Tensor bias = l->bias.defined() ? l->bias.to(at::kFloat) : at::Tensor();
+    return torch::nn::functional::linear(x.to(at::kFloat), l->weight.to(at::kFloat), bias);
+  }
+
   torch::nn::Embedding embed;
   torch::nn::Linear c_fc, c_proj, mix, lm_head;
 };

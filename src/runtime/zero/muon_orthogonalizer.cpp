@@ -9,7 +9,7 @@ namespace deepspeed::runtime {
 
 void orthogonalize_muon_partition(const FlatGroup& group, at::Tensor& grad_partition,
                                   at::Tensor& momentum, double beta, optim::NsMethod method,
-                                  const comm::Group& comm_group) {
+                                  double loss_scale, const comm::Group& comm_group) {
   at::NoGradGuard no_grad;
   const int64_t slice = group.partition_numel();
   DS_INTERNAL_ASSERT(grad_partition.numel() == slice && momentum.numel() == slice,
@@ -35,6 +35,7 @@ void orthogonalize_muon_partition(const FlatGroup& group, at::Tensor& grad_parti
     out.narrow(0, piece.partition_offset, piece.numel)
         .copy_(update.reshape({-1}).narrow(0, piece.param_offset, piece.numel));
   }
+  if (loss_scale != 1.0) out.mul_(loss_scale);
   grad_partition.copy_(at::where(finite, out, grad));
 }
 

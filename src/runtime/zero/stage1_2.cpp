@@ -247,7 +247,6 @@ class Stage12 final : public FlatZeroOptimizer {
       if (r->armed()) r->finish();
     }
     if (local_boundary_) take_local_gradients();
-    if (boundary && !local_boundary_) orthogonalize_muon_gradients();
     if (boundary) last_boundary_reduced_ = !local_boundary_;
     // Muon rewrote the device partitions after they went to the host: the step copies them.
     if (host_) host_->end_backward(boundary, !local_boundary_ && muon_groups_.empty());
@@ -457,7 +456,11 @@ class Stage12 final : public FlatZeroOptimizer {
     muon_groups_.emplace_back(g, optimizer_group);
   }
 
-  void orthogonalize_muon_gradients() {
+  void before_grad_norm(double loss_scale) override {
+    if (last_boundary_reduced_) orthogonalize_muon_gradients(loss_scale);
+  }
+
+  void orthogonalize_muon_gradients(double loss_scale) {
     auto* muon = dynamic_cast<optim::Muon*>(optimizer_);
     for (auto& [g, optimizer_group] : muon_groups_) {
       // Looked up each time: loading a checkpoint replaces the groups' options.
@@ -467,7 +470,7 @@ class Stage12 final : public FlatZeroOptimizer {
       orthogonalize_muon_partition(groups_[g], grad_partitions_[g], momentum,
                                    options.number("momentum"),
                                    optim::parse_ns_method(options.text("ns_method"), "ns_method"),
-                                   comm_[g].group);
+                                   loss_scale, comm_[g].group);
     }
   }
 

@@ -174,7 +174,10 @@ class Stage3 final : public Stage3ZeroOptimizer {
     if (reducer_ && reducer_->armed()) reducer_->finish();
     coordinator_->end_iteration();
     if (boundary) all_reduce_across_replicas();
-    if (boundary && muon_) muon_->orthogonalize(sub_groups_, params_, dp_group_);
+  }
+
+  void before_grad_norm(double loss_scale) override {
+    if (muon_) muon_->orthogonalize(sub_groups_, params_, dp_group_, loss_scale);
   }
 
   double grad_norm_squared() override {

@@ -73,7 +73,7 @@ Stage3Muon::Stage3Muon(optim::Muon& muon, const std::vector<Stage3SubGroup>& sub
 
 void Stage3Muon::orthogonalize(std::vector<Stage3SubGroup>& sub_groups,
                                const std::vector<PartitionedParam>& params,
-                               const comm::Group& group) {
+                               const comm::Group& group, double loss_scale) {
   at::NoGradGuard no_grad;
   for (size_t index : sub_groups_) {
     Stage3SubGroup& sg = sub_groups[index];
@@ -113,6 +113,7 @@ void Stage3Muon::orthogonalize(std::vector<Stage3SubGroup>& sub_groups,
       orthogonalize_bucket(sg, first, last, params, gathered, segment, out, method, group);
       first = last;
     }
+    if (loss_scale != 1.0) out.mul_(loss_scale);
     sg.grad.copy_(at::where(finite, out, grad));
   }
 }

@@ -1,7 +1,8 @@
 // Muon under ZeRO-3, where every parameter is cut into one shard per rank and a sub-group's flat
 // holds this rank's shard of each. Newton-Schulz needs whole matrices, so at the accumulation
-// boundary, once the gradients are reduced and before the norm (DeepSpeed's stage-3 order:
-// clipping sees the orthogonalized updates), for each sub-group of a Muon param group:
+// boundary, after the overflow check and before the norm (DeepSpeed's stage-3 order: an overflow
+// leaves the momentum alone, clipping sees the orthogonalized updates), for each sub-group of a
+// Muon param group:
 //  1. each rank advances its shards of the momentum from its shards of the averaged gradient
 //     and blends them (Nesterov), elementwise, as under ZeRO 1/2 (muon_orthogonalizer.h): the
 //     momentum stays partitioned like any other per-element optimizer state;
@@ -33,10 +34,12 @@ class Stage3Muon {
   bool empty() const { return sub_groups_.empty(); }
 
   /// Replaces the gradients of the Muon sub-groups by this rank's shards of their orthogonalized
-  /// updates, advancing the momentum. Collective over `group` (the partition group: rank r holds
-  /// shard r of every parameter).
+  /// updates, advancing the momentum; the gradients carry `loss_scale`, and so do the momentum and
+  /// the updates (see orthogonalize_muon_partition). Collective over `group` (the partition
+  /// group: rank r holds shard r of every parameter).
   void orthogonalize(std::vector<Stage3SubGroup>& sub_groups,
-                     const std::vector<PartitionedParam>& params, const comm::Group& group);
+                     const std::vector<PartitionedParam>& params, const comm::Group& group,
+                     double loss_scale);
 
  private:
   optim::Muon& muon_;

@@ -110,6 +110,10 @@ class ZeroOptimizer {
         "tensor-parallel parameters with ZeRO stage 3: the gradient norm cannot leave the "
         "replicated parameters out of its sum; use ZeRO stage 0, 1 or 2 (as DeepSpeed's AutoTP)");
   }
+  /// The boundary's gradients passed the overflow vote (where there is one) and are about to be
+  /// measured and stepped; they carry `loss_scale` (1 without loss scaling). Muon's groups are
+  /// orthogonalized here: DeepSpeed's order, after the overflow check and before the norm.
+  virtual void before_grad_norm(double /*loss_scale*/) {}
   virtual void scale_gradients(double coef) = 0;
   virtual void optimizer_step() = 0;
   virtual void zero_grad() = 0;
