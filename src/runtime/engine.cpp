@@ -45,9 +45,7 @@
 #include "runtime/moe_params.h"
 #include "runtime/muon_combinations.h"
 #include "runtime/optim/optimizer_factory.h"
-#include "runtime/timers.h"
-#include "runtime/zero/master_weights.h"
-#include "runtime/zero/zero_optimizer.h"
+#include "runtime/pipe/pipe_engine_mpu.h"
 #include "runtime/precision/autocast_params.h"
 #include "runtime/precision/cpu_bf16_matmul.h"
 #include "runtime/precision/grad_scaler.h"
@@ -55,6 +53,9 @@
 #include "runtime/precision/overflow_check.h"
 #include "runtime/sparse_grad.h"
 #include "runtime/tensor_parallel/engine_autotp.h"
+#include "runtime/timers.h"
+#include "runtime/zero/master_weights.h"
+#include "runtime/zero/zero_optimizer.h"
 #include "util/check.h"
 #include "util/env.h"
 #include "util/logging.h"
@@ -305,10 +306,13 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     ctx.qgz_groups = runtime::make_qgz_groups(config_, dp_group_, mpu_ != nullptr);
     ctx.pipeline = dynamic_cast<const pipe::PipelineModule*>(module_.get()) != nullptr;
     runtime::MuonSetting muon;
-    muon.pipeline = ctx.pipeline;
-    muon.experts = !ctx.expert_params.empty();
-    muon.model_parallel_size =
-        std::max(mpu_ ? mpu_->get_model_parallel_world_size() : 1, runtime::autotp_size(config_));
+    // A pipeline's mpu spans its stages as the "model-parallel" group; its tensor-parallel
+    // group is the topology's model axis.
+    int mpu_tp = mpu_ ? mpu_->get_model_parallel_world_size() : 1;
+    if (const auto* p = dynamic_cast<const pipe::PipeEngineMpu*>(mpu_.get())) {
+      mpu_tp = p->tensor_group().size();
+    }
+    muon.model_parallel_size = std::max(mpu_tp, runtime::autotp_size(config_));
     runtime::check_muon_combinations(*optimizer_, config_, muon);
     warn_if_immediate_grad_update_idle(config_, ctx.pipeline);
     warn_if_parallel_write_idle(config_, ctx.pipeline);

@@ -11,14 +11,12 @@
 namespace deepspeed::runtime {
 
 struct MuonSetting {
-  bool pipeline = false;        // a PipelineModule
-  bool experts = false;         // MoE expert parameters
   int model_parallel_size = 1;  // the mpu's tensor-parallel size, or AutoTP's
 };
 
 /// Throws NotSupportedError naming the setting when `optimizer` is a Muon and the engine would
-/// run it with NVMe optimizer offload at stage 3, pipeline or tensor parallelism (sharded
-/// matrices), MoE experts or sequence parallelism. Does nothing for other optimizers.
+/// run it with NVMe optimizer offload at stage 3 or tensor parallelism (sharded matrices). Does
+/// nothing for other optimizers.
 void check_muon_combinations(const torch::optim::Optimizer& optimizer,
                              const DeepSpeedConfig& config, const MuonSetting& setting);
 

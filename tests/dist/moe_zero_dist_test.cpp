@@ -4,6 +4,7 @@
 //    and 4 on 4 ranks end with the same parameters and gradient norms (within 1e-5) as ep_size 1
 //    at ZeRO 0, with gradient clipping.
 //  - bf16 and fp16 at ZeRO 0/1/2: ep_size 2 tracks ep_size 1 of the same stage and dtype.
+//  - Muon at ZeRO 1/2: ep_size 2 equals ep_size 1.
 //  - An inf in one rank's expert gradient skips the step on every rank (the overflow vote covers
 //    expert partitions) and halves the loss scale.
 //  - Checkpoints: DeepSpeed's MoE layout with zero_pp_rank files (ZeRO 1/2) or the expp_rank files
@@ -76,6 +77,50 @@ TEST(MoEZeroDist, Zero2EpSizes2And4On4RanksEqualReplicatedExpertsAtZero0) {
   for (int64_t ep : {2, 4}) {
     const std::string tag = train(4, ep, c);
     if (!testing::in_rank_process()) expect_same_training(ref_tag, tag);
+  }
+}
+
+// Muon: each expert's matrices are whole on the ranks that hold the expert, so the expert flat
+// groups orthogonalize over their expert-data-parallel group like any other. ep_size 2 at ZeRO
+// 1/2 equals ep_size 1 at the same stage (Muon's ZeRO stages clip its updates, stage 0 in fp32
+// the gradients).
+TEST(MoEZeroDist, MuonEpSize2On2RanksEqualsReplicatedExperts) {
+  share_dir();
+  // The experts' matrices sit in Muon groups of their own (split off for their group), their
+  // biases in Adam ones.
+  run_ranks(2, [](int, int) {
+    moe::MoEOptions o;
+    o.num_experts = kExperts;
+    o.ep_size = 2;
+    auto model = std::make_shared<MoENetImpl>(o, 0.01);
+    model->moe->set_deepspeed_parallelism();
+    Case c;
+    c.muon = true;
+    auto engine = initialize(model, case_config(c, kTokensPerRank)).engine;
+    auto* muon = dynamic_cast<optim::Muon*>(engine->optimizer());
+    ASSERT_NE(muon, nullptr);
+    int expert_matrices = 0;
+    for (const auto& p : model->moe->deepspeed_moe->experts->parameters()) {
+      for (size_t g = 0; g < muon->param_groups().size(); ++g) {
+        for (const auto& q : muon->param_groups()[g].params()) {
+          if (!q.is_same(p)) continue;
+          EXPECT_EQ(optim::Muon::is_muon_group(muon->group_options(g)), p.dim() == 2);
+          expert_matrices += p.dim() == 2;
+        }
+      }
+    }
+    EXPECT_EQ(expert_matrices, 2 * kExperts / 2);  // fc1 and fc2 of each local expert
+  });
+  for (int stage : {1, 2}) {
+    Case c{2, true, 0.05};
+    c.stage = stage;
+    c.muon = true;
+    const std::string ep1 = train(2, 1, c);
+    const std::string ep2 = train(2, 2, c);
+    if (!testing::in_rank_process()) {
+      expect_same_training(ep1, ep2);
+      expect_trained(ep2);
+    }
   }
 }
 

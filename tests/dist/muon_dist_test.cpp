@@ -147,13 +147,27 @@ void train_and_resume_on_two_ranks(int stage, Precision precision,
   EXPECT_FALSE(torch::allclose(params_of(*plain)[1], expected[1], 1e-3, 1e-3));
 }
 
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero0) { train_and_resume_on_two_ranks(0, Precision::kFp32); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero1) { train_and_resume_on_two_ranks(1, Precision::kFp32); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero2) { train_and_resume_on_two_ranks(2, Precision::kFp32); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero0) { train_and_resume_on_two_ranks(0, Precision::kBf16); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero1) { train_and_resume_on_two_ranks(1, Precision::kBf16); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero3) { train_and_resume_on_two_ranks(3, Precision::kFp32); }
-TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero3) { train_and_resume_on_two_ranks(3, Precision::kBf16); }
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero0) {
+  train_and_resume_on_two_ranks(0, Precision::kFp32);
+}
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero1) {
+  train_and_resume_on_two_ranks(1, Precision::kFp32);
+}
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero2) {
+  train_and_resume_on_two_ranks(2, Precision::kFp32);
+}
+TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero0) {
+  train_and_resume_on_two_ranks(0, Precision::kBf16);
+}
+TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero1) {
+  train_and_resume_on_two_ranks(1, Precision::kBf16);
+}
+TEST(MuonDist, TrainsAndResumesAsOneProcessZero3) {
+  train_and_resume_on_two_ranks(3, Precision::kFp32);
+}
+TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero3) {
+  train_and_resume_on_two_ranks(3, Precision::kBf16);
+}
 // fp16: the gradients, and so the momentum, carry the loss scale (as in DeepSpeed); the update
 // is scaled back up so that unscaling and clipping treat it as a gradient.
 TEST(MuonDist, TrainsAndResumesAsOneProcessFp16Zero0) {

@@ -1,8 +1,8 @@
 // PipelineEngine on Gloo ranks against the single-process engine: P=2 on 2 ranks, P=4 on 4
 // ranks and P=2 x DP=2 on 4 ranks train a tiny GPT-shaped model (tied embedding and head,
 // several micro-batches, gradient clipping active) and must end with the single-process
-// parameters, loss and gradient norm after K steps; bf16 tracks fp32. Bad inputs fail with
-// messages naming the problem.
+// parameters, loss and gradient norm after K steps, with SGD and with Muon; bf16 tracks fp32.
+// Bad inputs fail with messages naming the problem.
 #include "deepspeed/pipe.h"
 
 #include <algorithm>
@@ -32,6 +32,13 @@ std::string shared_dir() { return std::getenv("DS_PIPE_OUT"); }
 constexpr int kMicro = 2;
 constexpr int kSteps = 4;
 
+// DS_PIPE_MUON=1: the Muon optimizer instead of SGD. Each stage holds its matrices whole; the
+// tied embedding stays on Muon's Adam half by DeepSpeed's name rule.
+bool muon_run() {
+  const char* v = std::getenv("DS_PIPE_MUON");
+  return v != nullptr && std::string(v) == "1";
+}
+
 json pipe_config(int gas, int dp, int stage, const std::string& dtype = "fp32") {
   json c{{"train_batch_size", kMicro * gas * dp},
          {"train_micro_batch_size_per_gpu", kMicro},
@@ -42,6 +49,10 @@ json pipe_config(int gas, int dp, int stage, const std::string& dtype = "fp32") 
   if (dtype == "bf16") c["bf16"] = {{"enabled", true}};
   if (dtype == "bf16_immediate") c["bf16"] = {{"enabled", true}, {"immediate_grad_update", true}};
   if (stage > 0) c["zero_allow_untested_optimizer"] = true;  // SGD under ZeRO, as DeepSpeed asks
+  if (muon_run()) {
+    c["optimizer"] = {{"type", "Muon"},
+                      {"params", {{"lr", 0.02}, {"adam_lr", 0.01}, {"momentum", 0.9}}}};
+  }
   return c;
 }
 
@@ -98,7 +109,10 @@ NamedParams load_named(const std::string& dir, const std::string& name, double* 
 // fp32 gradient accumulation, which sums the micro-steps in fp32 (DeepSpeed's BF16_Optimizer).
 void train_reference(int gas, int dp, const std::string& dtype) {
   auto model = std::make_shared<testing::TinyPipeReferenceImpl>();
-  json config = pipe_config(gas * dp, 1, 0, dtype);
+  // Muon's ZeRO stages clip its updates, stage 0 in fp32 the gradients: the reference takes the
+  // pipeline's stage.
+  const int stage = muon_run() ? std::atoi(std::getenv("DS_PIPE_ZERO")) : 0;
+  json config = pipe_config(gas * dp, 1, stage, dtype);
   if (dtype == "bf16_fp32_sums") {
     config = pipe_config(gas * dp, 1, 1, "bf16");
     config["data_types"] = {{"grad_accum_dtype", "fp32"}};
@@ -211,10 +225,11 @@ void compare(const std::string& dir, int stages, double rtol) {
 void check_against_reference(int world, int stages, int gas, int zero_stage,
                              const std::string& dtype, double rtol, int ckpt_interval = 0,
                              bool curriculum = false,
-                             const std::string& reference_dtype = "fp32") {
+                             const std::string& reference_dtype = "fp32", bool muon = false) {
   new_shared_dir();
   testing::RunOptions o;
-  o.env = {{"DS_PIPE_REFERENCE_DTYPE", reference_dtype},
+  o.env = {{"DS_PIPE_MUON", muon ? "1" : "0"},
+           {"DS_PIPE_REFERENCE_DTYPE", reference_dtype},
            {"DS_PIPE_CURRICULUM", curriculum ? "1" : "0"},
            {"DS_PIPE_CKPT_INTERVAL", std::to_string(ckpt_interval)},
            {"DS_PIPE_STAGES", std::to_string(stages)},
@@ -249,6 +264,16 @@ TEST(PipeDist, P2xDP2MatchesSingleProcessAfter4Steps_Fp32) {
 
 TEST(PipeDist, P2xDP2MatchesSingleProcessAfter4Steps_Zero1) {
   check_against_reference(4, 2, 3, 1, "fp32", 1e-5);
+}
+
+// Muon: at stage 0 in fp32 each stage's optimizer orthogonalizes its own matrices after the
+// pipeline-wide clipping; under ZeRO-1 each stage's data-parallel pair orthogonalizes its flat
+// slices (all-gathered over the pair) before it.
+TEST(PipeDist, P2MuonMatchesSingleProcess_Fp32) {
+  check_against_reference(2, 2, 4, 0, "fp32", 1e-5, 0, false, "fp32", /*muon=*/true);
+}
+TEST(PipeDist, P2xDP2MuonMatchesSingleProcess_Zero1) {
+  check_against_reference(4, 2, 2, 1, "fp32", 1e-5, 0, false, "fp32", /*muon=*/true);
 }
 
 TEST(PipeDist, P2WithActivationCheckpointsMatchesSingleProcess) {

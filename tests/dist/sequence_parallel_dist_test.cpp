@@ -174,14 +174,22 @@ std::map<std::string, at::Tensor> reference(int replicas) {
   return params_of(model);
 }
 
-json sp_config(int stage, int sp_size) {
-  return {{"train_micro_batch_size_per_gpu", kBatch},
-          {"gradient_accumulation_steps", kGas},
-          {"gradient_clipping", kClip},
-          {"sequence_parallel_size", sp_size},
-          {"zero_allow_untested_optimizer", true},
-          {"optimizer", {{"type", "SGD"}, {"params", {{"lr", kLr}, {"momentum", 0.9}}}}},
-          {"zero_optimization", {{"stage", stage}}}};
+json sp_config(int stage, int sp_size, bool muon = false) {
+  json c = {{"train_micro_batch_size_per_gpu", kBatch},
+            {"gradient_accumulation_steps", kGas},
+            {"gradient_clipping", kClip},
+            {"sequence_parallel_size", sp_size},
+            {"zero_allow_untested_optimizer", true},
+            {"optimizer", {{"type", "SGD"}, {"params", {{"lr", kLr}, {"momentum", 0.9}}}}},
+            {"zero_optimization", {{"stage", stage}}}};
+  if (muon) {
+    // The key part of qkv's bias gets no gradient but rounding noise (softmax ignores a shift
+    // common to all keys), which Adam's default eps of 1e-10 would blow up to +-lr: a larger one.
+    c["optimizer"] = {{"type", "Muon"},
+                      {"params", {{"lr", 0.02}, {"adam_lr", 0.01}, {"momentum", 0.9},
+                                  {"eps", 1e-3}}}};
+  }
+  return c;
 }
 
 // Optimizer steps [from, to) of the engine's training, each rank on its chunk of its replica's
@@ -203,9 +211,9 @@ void train_steps(const EnginePtr& engine, SpNet& model, int from, int to) {
 // kSteps steps; with `checkpoint_dir`, the last one by a new engine (on a model initialized
 // otherwise) resumed from a checkpoint saved before it.
 std::map<std::string, at::Tensor> train(int stage, int sp_size,
-                                        const std::string& checkpoint_dir = "") {
+                                        const std::string& checkpoint_dir = "", bool muon = false) {
   auto model = std::make_shared<SpNet>();
-  auto [engine, opt, sched] = initialize(model, sp_config(stage, sp_size));
+  auto [engine, opt, sched] = initialize(model, sp_config(stage, sp_size, muon));
   EXPECT_EQ(engine->sequence_parallel_size(), sp_size);
   EXPECT_EQ(engine->train_batch_size(),
             kBatch * kGas * comm::get_world_size() / sp_size);  // world / sp replicas
@@ -254,6 +262,40 @@ TEST(SequenceParallelDist, TwoReplicasOfTwoSequenceRanksTrainAsOneProcessOnBothS
     }
     (void)rank;
   });
+}
+
+// Muon: each sequence rank holds the matrices whole; the ZeRO partitions over every rank are
+// orthogonalized from the reduced gradients as without sequence parallelism. The reference is
+// one process on the whole sequences, at the same ZeRO stage (its clipping order).
+TEST(SequenceParallelDist, MuonTrainsAsOneProcessOnTheWholeSequence) {
+  const std::string dir = testing::new_shared_run_dir("DS_TEST_SEQUENCE_PARALLEL_DIR");
+  const auto file = [](int stage) {
+    return std::string(std::getenv("DS_TEST_SEQUENCE_PARALLEL_DIR")) + "/muon" +
+           std::to_string(stage) + ".pt";
+  };
+  auto values = [](const std::map<std::string, at::Tensor>& ps) {
+    std::vector<at::Tensor> out;
+    for (const auto& [name, t] : ps) out.push_back(t);
+    return out;
+  };
+  run_ranks(1, [&](int, int) {
+    for (int stage : {1, 3}) torch::save(values(train(stage, 1, "", true)), file(stage));
+  });
+  run_ranks(2, [&](int, int) {
+    for (int stage : {1, 3}) {
+      SCOPED_TRACE("stage " + std::to_string(stage));
+      std::vector<at::Tensor> want;
+      torch::load(want, file(stage));
+      const auto got = values(train(stage, 2, "", true));
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-4, 1e-6))
+            << "parameter " << i << ": max difference "
+            << (got[i] - want[i]).abs().max().item<double>();
+      }
+    }
+  });
+  (void)dir;
 }
 
 TEST(SequenceParallelDist, CheckpointsResumeExactly) {

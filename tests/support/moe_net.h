@@ -90,6 +90,7 @@ struct Case {
   double aux_coef = 0.01;
   int stage = 0;                 // zero_optimization.stage
   std::string dtype = "fp32";    // "fp32", "bf16" or "fp16"
+  bool muon = false;             // the Muon optimizer instead of SGD
 };
 
 inline json case_config(const Case& c, int64_t tokens_per_rank) {
@@ -100,6 +101,10 @@ inline json case_config(const Case& c, int64_t tokens_per_rank) {
               {"zero_optimization", {{"stage", c.stage}}}};
   // SGD is not among ZeRO's tested optimizers.
   if (c.stage > 0) config["zero_allow_untested_optimizer"] = true;
+  if (c.muon) {
+    config["optimizer"] = {{"type", "Muon"},
+                           {"params", {{"lr", 0.05}, {"adam_lr", 0.02}, {"momentum", 0.9}}}};
+  }
   if (c.dtype == "bf16") config["bf16"] = {{"enabled", true}};
   // A fixed scale: the comparison is about the reduction, not the scaler's first overflows.
   if (c.dtype == "fp16") config["fp16"] = {{"enabled", true}, {"loss_scale", 128}};
