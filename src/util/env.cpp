@@ -43,18 +43,25 @@ std::optional<std::string> launcher_fallback(const std::string& name) {
   struct Alias {
     const char* name;
     const char* open_mpi;
-    const char* slurm;  // nullptr: computed
+    const char* slurm;    // nullptr: computed
+    const char* mvapich;  // MVAPICH's mpirun
+    const char* hydra;    // MPICH's and Intel MPI's mpirun (Hydra's PMI)
   };
   static constexpr Alias kAliases[] = {
-      {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"},
-      {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"},
-      {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS"},
-      {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr},
+      {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "MV2_COMM_WORLD_RANK", "PMI_RANK"},
+      {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MV2_COMM_WORLD_LOCAL_RANK",
+       "MPI_LOCALRANKID"},
+      {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS", "MV2_COMM_WORLD_SIZE",
+       "PMI_SIZE"},
+      {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, "MV2_COMM_WORLD_LOCAL_SIZE",
+       "MPI_LOCALNRANKS"},
   };
   for (const Alias& alias : kAliases) {
     if (name != alias.name) continue;
     if (raw("OMPI_COMM_WORLD_SIZE")) return raw(alias.open_mpi);
     if (raw("SLURM_STEP_NUM_TASKS")) return alias.slurm != nullptr ? raw(alias.slurm) : slurm_tasks_on_this_node();
+    if (raw("MV2_COMM_WORLD_SIZE")) return raw(alias.mvapich);
+    if (raw("PMI_RANK") && raw("PMI_SIZE")) return raw(alias.hydra);
     return std::nullopt;
   }
   return std::nullopt;

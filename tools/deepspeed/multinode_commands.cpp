@@ -52,27 +52,32 @@ std::vector<std::string> whole_hosts(const std::string& text, const std::string&
 
 }  // namespace
 
+bool is_mpirun_launcher(const std::string& l) {
+  return l == kOpenMpiLauncher || l == kMpichLauncher || l == kImpiLauncher || l == kMvapichLauncher;
+}
+
 void validate_launcher_name(const std::string& l) {
-  if (l == kPdshLauncher || l == kOpenMpiLauncher || l == kSlurmLauncher) return;
-  if (l == "mpich" || l == "impi" || l == "mvapich" || l == "jsrun") {
+  if (l == kPdshLauncher || l == kSlurmLauncher || is_mpirun_launcher(l)) return;
+  if (l == "jsrun") {
     throw UsageError("--launcher " + l + " is not supported by deepspeed-cpp; use pdsh (ssh to each host), "
-                     "openmpi (mpirun) or slurm (srun)");
+                     "openmpi, mpich, impi or mvapich (mpirun) or slurm (srun)");
   }
-  throw UsageError("--launcher '" + l + "': unknown launcher; expected pdsh, openmpi or slurm");
+  throw UsageError("--launcher '" + l + "': unknown launcher; expected pdsh, openmpi, mpich, impi, mvapich "
+                   "or slurm");
 }
 
 void validate_multinode_options(const LauncherOptions& o) {
   const std::string& l = o.launcher;
   validate_launcher_name(l);
   if (l == kPdshLauncher) return;
-  if (l == kOpenMpiLauncher) {
-    // Matches DeepSpeed's OpenMPIRunner.validate_args.
+  if (is_mpirun_launcher(l)) {
+    // Matches DeepSpeed's OpenMPIRunner (and MPICH/IMPI/MVAPICH) validate_args.
     if (!o.include.empty() || !o.exclude.empty()) {
-      throw UsageError("--launcher openmpi does not support worker include/exclusion (--include/--exclude); "
+      throw UsageError("--launcher " + l + " does not support worker include/exclusion (--include/--exclude); "
                        "write the hosts to use in the hostfile");
     }
     if (o.num_nodes != -1 || o.num_gpus != -1) {
-      throw UsageError("--launcher openmpi does not support limiting num nodes/gpus (--num_nodes/--num_gpus); "
+      throw UsageError("--launcher " + l + " does not support limiting num nodes/gpus (--num_nodes/--num_gpus); "
                        "write the hosts and slots to use in the hostfile");
     }
     refuse_per_node_flags(o);
@@ -169,6 +174,91 @@ std::vector<std::string> mpirun_argv(const MultiNodeJob& job) {
     argv.emplace_back("-x");
     argv.push_back(name + "=" + value);
   }
+  return with_program(argv, o);
+}
+
+namespace {
+
+// The slots of every host, which mpich, impi and mvapich pass as one -ppn (DeepSpeed's check).
+int slots_per_host(const MultiNodeJob& job, const std::string& mpi) {
+  const int slots = job.pool.front().slots;
+  for (const HostSlots& h : job.pool) {
+    if (h.slots != slots) {
+      throw UsageError(mpi + " requires same number of devices per node: the hostfile gives " + job.pool.front().host +
+                       " " + std::to_string(slots) + " slots and " + h.host + " " + std::to_string(h.slots));
+    }
+  }
+  return slots;
+}
+
+std::string host_list(const ResourcePool& pool) {
+  std::vector<std::string> hosts;
+  for (const HostSlots& h : pool) hosts.push_back(h.host);
+  return join(hosts, ",");
+}
+
+// Hydra's (MPICH, Intel MPI) -genv exports: the job's, then the rendezvous and the sizes.
+void add_genv(std::vector<std::string>& argv, const MultiNodeJob& job, int ppn) {
+  std::vector<EnvVar> exports = job.exports;
+  set_var(exports, "MASTER_ADDR", job.master_addr);
+  set_var(exports, "MASTER_PORT", std::to_string(job.options.master_port));
+  set_var(exports, "WORLD_SIZE", std::to_string(total_slots(job.pool)));
+  set_var(exports, "LOCAL_SIZE", std::to_string(ppn));
+  for (const auto& [name, value] : exports) argv.insert(argv.end(), {"-genv", name, value});
+}
+
+}  // namespace
+
+std::vector<std::string> mpich_argv(const MultiNodeJob& job) {
+  const LauncherOptions& o = job.options;
+  const int ppn = slots_per_host(job, "MPICH");
+  std::vector<std::string> argv = {"mpirun", "-n", std::to_string(total_slots(job.pool)), "-ppn", std::to_string(ppn)};
+  for (std::string& word : split_shell_words(o.launcher_args, "--launcher_args")) argv.push_back(word);
+  add_genv(argv, job, ppn);
+  argv.insert(argv.end(), {"-hosts", host_list(job.pool)});
+  return with_program(argv, o);
+}
+
+std::vector<std::string> impi_argv(const MultiNodeJob& job) {
+  const LauncherOptions& o = job.options;
+  const int ppn = slots_per_host(job, "Intel MPI");
+  std::vector<std::string> argv = {"mpirun", "-ppn", std::to_string(ppn)};
+  for (std::string& word : split_shell_words(o.launcher_args, "--launcher_args")) argv.push_back(word);
+  add_genv(argv, job, ppn);
+  // Matches DeepSpeed: Intel MPI's own core pinning off.
+  argv.insert(argv.end(), {"-genv", "I_MPI_PIN", "0", "-hosts", host_list(job.pool)});
+  // One MPMD section a rank, which tells it its RANK and LOCAL_RANK.
+  for (int rank = 0; rank < total_slots(job.pool); ++rank) {
+    if (rank > 0) argv.emplace_back(":");
+    argv.insert(argv.end(), {"-n", "1", "-env", "RANK", std::to_string(rank), "-env", "LOCAL_RANK",
+                             std::to_string(rank % ppn)});
+    argv = with_program(argv, o);
+  }
+  return argv;
+}
+
+std::string mvapich_hosts_file_text(const MultiNodeJob& job) {
+  std::string text;
+  for (const HostSlots& h : job.pool) text += h.host + "\n";
+  return text;
+}
+
+std::vector<std::string> mvapich_argv(const MultiNodeJob& job, const std::string& hosts_file) {
+  const LauncherOptions& o = job.options;
+  const int ppn = slots_per_host(job, "mvapich");
+  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(total_slots(job.pool)), "-ppn",
+                                   std::to_string(ppn), "--hostfile", hosts_file};
+  for (std::string& word : split_shell_words(o.launcher_args, "--launcher_args")) argv.push_back(word);
+  // DeepSpeed's MVAPICHRunner exports these first (MV2_USE_CUDA too on a CUDA accelerator: the
+  // ranks here decide their device themselves).
+  std::vector<EnvVar> exports = {{"MV2_SMP_USE_CMA", "0"},         {"MV2_DEBUG_SHOW_BACKTRACE", "1"},
+                                 {"MV2_SUPPORT_DL", "1"},          {"MV2_ENABLE_AFFINITY", "0"},
+                                 {"MV2_INTER_ALLGATHER_TUNING", "5"}, {"MV2_CUDA_USE_NAIVE", "0"}};
+  for (const auto& [name, value] : job.exports) set_var(exports, name, value);
+  // Not in DeepSpeed's command (its ranks rendezvous through MPI): ours through MASTER_ADDR.
+  set_var(exports, "MASTER_ADDR", job.master_addr);
+  set_var(exports, "MASTER_PORT", std::to_string(o.master_port));
+  for (const auto& [name, value] : exports) argv.insert(argv.end(), {"-env", name + "=" + value});
   return with_program(argv, o);
 }
 

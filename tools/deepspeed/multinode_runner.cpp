@@ -1,6 +1,10 @@
 // The multi-node controller: see multinode_runner.h.
 #include "multinode_runner.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 #include <sstream>
 
 #include "command_capture.h"
@@ -44,9 +48,17 @@ std::string first_host_address(const LauncherOptions& o, const std::string& firs
 }
 
 std::string backend_program(const std::string& launcher) {
-  if (launcher == kOpenMpiLauncher) return "mpirun";
+  if (is_mpirun_launcher(launcher)) return "mpirun";
   if (launcher == kSlurmLauncher) return "srun";
   return "ssh";
+}
+
+// Where Debian has the backend's program.
+std::string install_hint(const std::string& launcher) {
+  if (launcher == kPdshLauncher) return " (Debian: apt-get install openssh-client)";
+  if (launcher == kOpenMpiLauncher) return " (Debian: apt-get install openmpi-bin)";
+  if (launcher == kMpichLauncher) return " (Debian: apt-get install mpich)";
+  return "";
 }
 
 }  // namespace
@@ -58,8 +70,7 @@ int run_multinode(const LauncherOptions& options, const WorldInfo& world, const 
   std::optional<std::string> program_path = find_on_path(program, host.path_env);
   if (!program_path) {
     throw UsageError("launcher '" + options.launcher + "' not installed: '" + program + "' is not on PATH" +
-                     (program == "ssh" ? " (Debian: apt-get install openssh-client)"
-                                       : program == "mpirun" ? " (Debian: apt-get install openmpi-bin)" : ""));
+                     install_hint(options.launcher));
   }
 
   MultiNodeJob job;
@@ -104,12 +115,25 @@ int run_multinode(const LauncherOptions& options, const WorldInfo& world, const 
   ChildSpec child;
   child.label = program;
   child.exec_path = *program_path;
-  child.argv = options.launcher == kOpenMpiLauncher ? mpirun_argv(job) : srun_argv(job);
+  // mvapich's mpirun reads the hosts from a file, one a line (DeepSpeed writes
+  // /tmp/deepspeed_mvapich_hostfile; this one is per launch and goes with it).
+  std::string hosts_file;
+  if (options.launcher == kMvapichLauncher) {
+    hosts_file = "/tmp/deepspeed_mvapich_hostfile." + std::to_string(::getpid());
+    std::ofstream(hosts_file) << mvapich_hosts_file_text(job);
+  }
+  if (options.launcher == kOpenMpiLauncher) child.argv = mpirun_argv(job);
+  if (options.launcher == kMpichLauncher) child.argv = mpich_argv(job);
+  if (options.launcher == kImpiLauncher) child.argv = impi_argv(job);
+  if (options.launcher == kMvapichLauncher) child.argv = mvapich_argv(job, hosts_file);
+  if (options.launcher == kSlurmLauncher) child.argv = srun_argv(job);
   log_info("cmd = " + shell_join(child.argv));
   RunnerOptions runner;
   runner.kill_grace_s = kill_grace_s;
   runner.unit = program;
-  return run_processes({child}, runner);
+  const int rc = run_processes({child}, runner);
+  if (!hosts_file.empty()) std::remove(hosts_file.c_str());
+  return rc;
 }
 
 }  // namespace deepspeed::launcher

@@ -1,7 +1,8 @@
 // run_multinode(): a launch across hosts from this machine (the controller). Resolves the master
 // address and checks passwordless ssh as DeepSpeed's runner does, then either starts one ssh per
 // host running that host's per-node launcher (--launcher pdsh) and watches them all, or hands the
-// job to mpirun (openmpi) or srun (slurm). See docs/launcher.md for the failure semantics.
+// job to mpirun (openmpi, mpich, impi, mvapich) or srun (slurm). See docs/launcher.md for the
+// failure semantics.
 #pragma once
 
 #include "host_info.h"

@@ -392,6 +392,33 @@ TEST(LauncherVariables, SlurmRanksComeFromTheSrunStep) {
   }
 }
 
+// What MPICH's and Intel MPI's mpirun (Hydra) set, and MVAPICH's.
+TEST(LauncherVariables, HydraAndMvapichRanksComeFromTheirVariables) {
+  for (const std::string mpi : {"hydra", "mvapich"}) {
+    SCOPED_TRACE(mpi);
+    const std::string port = std::to_string(master_port());
+    std::vector<Env> env;
+    for (int r = 0; r < 2; ++r) {
+      const std::string rank = std::to_string(r);
+      if (mpi == "hydra") {
+        env.push_back({{"PMI_RANK", rank}, {"MPI_LOCALRANKID", rank}, {"PMI_SIZE", "2"},
+                       {"MPI_LOCALNRANKS", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+      } else {
+        env.push_back({{"MV2_COMM_WORLD_RANK", rank}, {"MV2_COMM_WORLD_LOCAL_RANK", rank},
+                       {"MV2_COMM_WORLD_SIZE", "2"}, {"MV2_COMM_WORLD_LOCAL_SIZE", "2"},
+                       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+      }
+    }
+    auto results = run_two_ranks(env);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(results[r].exit_code, 0) << results[r].out << results[r].err;
+      EXPECT_TRUE(contains(results[r].out, "rank=" + std::to_string(r) + " where world=2 local_rank=" +
+                                               std::to_string(r) + " local_world=2"))
+          << results[r].out;
+    }
+  }
+}
+
 TEST(LauncherVariables, SlurmBatchScriptAloneIsASingleProcess) {
   // A batch script has SLURM_PROCID=0 and SLURM_NTASKS=4 but is no srun step: no peers to wait for.
   ProcessResult r = testing::run_process({collective_probe(), "--steps=1"},

@@ -136,9 +136,16 @@ TEST_P(CliRejectsFlag, NamingTheFlag) {
 
 INSTANTIATE_TEST_SUITE_P(Elastic, CliRejectsFlag,
                          ::testing::Values(Args{"--min_elastic_nodes", "1"}, Args{"--max_elastic_nodes", "2"},
-                                           Args{"--elastic_training"},
-                                           Args{"--launcher", "mpich"}, Args{"--launcher=impi"},
-                                           Args{"--launcher", "MVAPICH"}, Args{"--launcher", "jsrun"}));
+                                           Args{"--elastic_training"}, Args{"--launcher", "jsrun"},
+                                           Args{"--launcher=JSRUN"}));
+
+TEST(Cli, MpiLaunchersAreTakenInAnyCase) {
+  for (const char* l : {"mpich", "IMPI", "MVAPICH"}) {
+    std::string lower = l;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    EXPECT_EQ(parse_command_line({"--launcher", l, "prog"}).options.launcher, lower);
+  }
+}
 
 TEST(Cli, Autotuning_TakesTuneOrRun) {
   EXPECT_EQ(parse_command_line({"--autotuning", "tune", "prog"}).options.autotuning, "tune");
@@ -148,7 +155,8 @@ TEST(Cli, Autotuning_TakesTuneOrRun) {
 }
 
 TEST(Cli, UnknownLauncher_ListsTheSupportedOnes) {
-  expect_usage_error({"--launcher", "pbs", "prog"}, {"--launcher 'pbs'", "pdsh, openmpi or slurm"});
+  expect_usage_error({"--launcher", "pbs", "prog"},
+                     {"--launcher 'pbs'", "pdsh, openmpi, mpich, impi, mvapich or slurm"});
 }
 
 TEST(Cli, BadSshPort_IsNamed) {

@@ -126,6 +126,54 @@ TEST(MpirunArgv, UserInterfaceChoiceReplacesEth0) {
   EXPECT_TRUE(contains(argv, {"^openib", "--allow-run-as-root", "-mca", "btl_tcp_if_include", "veth0", "-x"}));
 }
 
+TEST(MpichArgv, IsDeepSpeedsCommandWithGenvPairs) {
+  MultiNodeJob job = job_for("mpich");
+  job.options.launcher_args = "-bind-to core";
+  EXPECT_EQ(mpich_argv(job),
+            (Words{"mpirun", "-n", "4", "-ppn", "2", "-bind-to", "core", "-genv", "NCCL_DEBUG", "INFO", "-genv",
+                   "PYTHONPATH", "/work/my job", "-genv", "MASTER_ADDR", "10.0.0.1", "-genv", "MASTER_PORT", "29600",
+                   "-genv", "WORLD_SIZE", "4", "-genv", "LOCAL_SIZE", "2", "-hosts", "worker-0,worker-1",
+                   "./train_gpt", "--deepspeed_config", "ds config.json"}));
+}
+
+TEST(ImpiArgv, GivesEachRankItsSectionWithRankAndLocalRank) {
+  MultiNodeJob job = job_for("impi");
+  const Words argv = impi_argv(job);
+  EXPECT_EQ(Words(argv.begin(), argv.begin() + 3), (Words{"mpirun", "-ppn", "2"}));
+  EXPECT_TRUE(contains(argv, {"-genv", "WORLD_SIZE", "4", "-genv", "LOCAL_SIZE", "2", "-genv", "I_MPI_PIN", "0",
+                              "-hosts", "worker-0,worker-1", "-n", "1", "-env", "RANK", "0", "-env", "LOCAL_RANK",
+                              "0", "./train_gpt", "--deepspeed_config", "ds config.json", ":", "-n", "1", "-env",
+                              "RANK", "1", "-env", "LOCAL_RANK", "1", "./train_gpt"}));
+  EXPECT_TRUE(contains(argv, {":", "-n", "1", "-env", "RANK", "3", "-env", "LOCAL_RANK", "1", "./train_gpt",
+                              "--deepspeed_config", "ds config.json"}));
+  EXPECT_EQ(argv.back(), "ds config.json");
+  EXPECT_EQ(std::count(argv.begin(), argv.end(), ":"), 3);
+}
+
+TEST(MvapichArgv, IsDeepSpeedsCommandWithItsTuningAndAHostsFile) {
+  MultiNodeJob job = job_for("mvapich");
+  EXPECT_EQ(mvapich_hosts_file_text(job), "worker-0\nworker-1\n");
+  EXPECT_EQ(mvapich_argv(job, "/tmp/hosts"),
+            (Words{"mpirun", "-np", "4", "-ppn", "2", "--hostfile", "/tmp/hosts", "-env", "MV2_SMP_USE_CMA=0", "-env",
+                   "MV2_DEBUG_SHOW_BACKTRACE=1", "-env", "MV2_SUPPORT_DL=1", "-env", "MV2_ENABLE_AFFINITY=0", "-env",
+                   "MV2_INTER_ALLGATHER_TUNING=5", "-env", "MV2_CUDA_USE_NAIVE=0", "-env", "NCCL_DEBUG=INFO", "-env",
+                   "PYTHONPATH=/work/my job", "-env", "MASTER_ADDR=10.0.0.1", "-env", "MASTER_PORT=29600",
+                   "./train_gpt", "--deepspeed_config", "ds config.json"}));
+}
+
+TEST(MpiArgv, UnequalSlotsPerHostAreRefusedByName) {
+  for (const std::string launcher : {"mpich", "impi", "mvapich"}) {
+    MultiNodeJob job = job_for(launcher);
+    job.pool = {{"worker-0", 2, 1}, {"worker-1", 3, 2}};
+    auto build = [&] {
+      if (launcher == "mpich") mpich_argv(job);
+      if (launcher == "impi") impi_argv(job);
+      if (launcher == "mvapich") mvapich_argv(job, "/tmp/hosts");
+    };
+    expect_usage_error(build, {"requires same number of devices per node", "worker-0 2 slots and worker-1 3"});
+  }
+}
+
 TEST(SrunArgv, IsDeepSpeedsCommandWithNodelist) {
   MultiNodeJob job = job_for("slurm");
   EXPECT_EQ(srun_argv(job), (Words{"srun", "-n", "4",
@@ -169,7 +217,14 @@ TEST(ValidateMultiNode, RefusesWhatABackendCannotHonour) {
   o.enable_each_rank_log = "/logs";
   expect_usage_error([&] { validate_multinode_options(o); }, {"--enable_each_rank_log is not supported with --launcher slurm"});
   o.launcher = "mpich";
-  expect_usage_error([&] { validate_multinode_options(o); }, {"--launcher mpich is not supported"});
+  expect_usage_error([&] { validate_multinode_options(o); }, {"--enable_each_rank_log is not supported with --launcher mpich"});
+  o.enable_each_rank_log.clear();
+  o.launcher = "impi";
+  o.exclude = "a";
+  expect_usage_error([&] { validate_multinode_options(o); }, {"impi does not support worker include/exclusion"});
+  o.exclude.clear();
+  o.launcher = "jsrun";
+  expect_usage_error([&] { validate_multinode_options(o); }, {"--launcher jsrun is not supported"});
   o.launcher = "pdsh";
   o.include = "a";
   o.bind_cores_to_rank = true;
