@@ -144,10 +144,7 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& 
   norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
   fill_parameters(*embed_tokens, "model.embed_tokens.", weights);
   fill_parameters(*norm, "model.norm.", weights);
-  auto rope = rope_frequencies(cfg.rope_scaling, cfg.rope_theta, cfg.head_dim,
-                               cfg.max_position_embeddings);
-  inv_freq_ = rope.inv_freq;
-  rope_attention_scaling_ = rope.attention_scaling;
+  rope_.emplace(cfg.rope_scaling, cfg.rope_theta, cfg.head_dim, cfg.max_position_embeddings);
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* cache) {
@@ -160,16 +157,17 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* ca
     }
     start = cache->length();
   }
-  DS_CHECK(start + T <= cfg_.max_position_embeddings, UsageError, "sequence of ", start + T,
-           " tokens exceeds the model's context length (max_position_embeddings ",
-           cfg_.max_position_embeddings, ")");
+  // Dynamic rope scaling stretches the rotation past the context instead.
+  DS_CHECK(start + T <= cfg_.max_position_embeddings || rope_->extends_context(), UsageError,
+           "sequence of ", start + T, " tokens exceeds the model's context length "
+           "(max_position_embeddings ", cfg_.max_position_embeddings, ")");
   auto pos = torch::arange(start, start + T, torch::kLong).to(torch::kFloat);
-  auto freqs = torch::outer(pos, inv_freq_);      // [T, hd/2]
+  auto freqs = torch::outer(pos, rope_->for_length(start + T));  // [T, hd/2]
   auto emb = torch::cat({freqs, freqs}, -1);       // [T, hd]
   auto cos = emb.cos(), sin = emb.sin();
-  if (rope_attention_scaling_ != 1.0) {  // yarn: transformers scales both
-    cos = cos * rope_attention_scaling_;
-    sin = sin * rope_attention_scaling_;
+  if (rope_->attention_scaling() != 1.0) {  // yarn: transformers scales both
+    cos = cos * rope_->attention_scaling();
+    sin = sin * rope_->attention_scaling();
   }
   auto x = embed_tokens(ids);
   const bool checkpoint = activation_checkpointing_ && cache == nullptr && torch::GradMode::is_enabled();

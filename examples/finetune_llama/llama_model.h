@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,8 +99,8 @@ class LlamaModelImpl : public torch::nn::Module {
 
  private:
   LlamaConfig cfg_;
-  torch::Tensor inv_freq_;  // [head_dim / 2]; derived, so neither a parameter nor a buffer
-  double rope_attention_scaling_ = 1.0;  // cos and sin multiplier (rope_scaling.h)
+  // Derived, so neither parameters nor buffers; set once the config is validated.
+  std::optional<RotaryFrequencies> rope_;
   bool activation_checkpointing_ = false;
 };
 TORCH_MODULE(LlamaModel);

@@ -94,7 +94,7 @@ RopeScaling RopeScaling::from_hf_json(const nlohmann::json& rs, const std::strin
   s.rope_type = rs.at(type_key).get<std::string>();
   std::set<std::string> known = {"type", "rope_type"};
   if (s.rope_type == "default") {
-  } else if (s.rope_type == "linear") {
+  } else if (s.rope_type == "linear" || s.rope_type == "dynamic") {
     s.factor = json_number(rs, "factor", path);
     known.insert("factor");
   } else if (s.rope_type == "llama3") {
@@ -115,12 +115,11 @@ RopeScaling RopeScaling::from_hf_json(const nlohmann::json& rs, const std::strin
     s.beta_slow = optional_number(rs, "beta_slow", path);
     known.insert({"factor", "attention_factor", "beta_fast", "beta_slow"});
   } else {
-    DS_CHECK(s.rope_type != "dynamic" && s.rope_type != "longrope", NotSupportedError, path,
-             ": rope_scaling.rope_type '", s.rope_type, "' is not supported yet (its frequencies "
-             "depend on the sequence length); finetune_llama implements default, linear, llama3 "
-             "and yarn");
+    DS_CHECK(s.rope_type != "longrope", NotSupportedError, path,
+             ": rope_scaling.rope_type 'longrope' is not supported yet; finetune_llama implements "
+             "default, linear, dynamic, llama3 and yarn");
     DS_CHECK(false, ModelFileError, path, ": rope_scaling.rope_type '", s.rope_type,
-             "' is unknown; expected default, linear, llama3 or yarn");
+             "' is unknown; expected default, linear, dynamic, llama3 or yarn");
   }
   for (const auto& [key, value] : rs.items()) {
     DS_CHECK(known.count(key) != 0, NotSupportedError, path, ": rope_scaling.", key,
@@ -216,6 +215,44 @@ void RopeScaling::validate(int64_t head_dim, const std::string& source) const {
                f, "; expected positive divisors");
     }
   }
+}
+
+namespace {
+
+// transformers 4.47's _compute_dynamic_ntk_parameters for a sequence of `seq_len` positions past
+// the context, in its tensor arithmetic: the length is an int64 tensor there, so the new base is
+// an fp32 one.
+at::Tensor dynamic_ntk_inv_freq(const RopeScaling& s, double theta, int64_t head_dim,
+                                int64_t max_positions, int64_t seq_len) {
+  const auto dim = static_cast<double>(head_dim);
+  const at::Tensor length = at::scalar_tensor(seq_len, at::kLong);
+  const at::Tensor base =
+      ((length * s.factor / max_positions) - (s.factor - 1)).pow(dim / (dim - 2)) * theta;
+  const at::Tensor exponent = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / dim;
+  return rdiv(1.0, at::pow(base, exponent));
+}
+
+}  // namespace
+
+RotaryFrequencies::RotaryFrequencies(const RopeScaling& scaling, double rope_theta,
+                                     int64_t head_dim, int64_t max_position_embeddings)
+    : scaling_(scaling), theta_(rope_theta), head_dim_(head_dim),
+      max_positions_(max_position_embeddings),
+      original_(rope_frequencies(scaling, rope_theta, head_dim, max_position_embeddings)),
+      current_(original_), cached_length_(max_position_embeddings) {}
+
+const at::Tensor& RotaryFrequencies::for_length(int64_t seq_len) {
+  if (!extends_context()) return current_.inv_freq;
+  if (seq_len > cached_length_) {  // longer than any before: the base grows
+    current_.inv_freq =
+        dynamic_ntk_inv_freq(scaling_, theta_, head_dim_, max_positions_, seq_len);
+    cached_length_ = seq_len;
+  }
+  if (seq_len < max_positions_ && cached_length_ > max_positions_) {  // fits again: reset
+    current_ = original_;
+    cached_length_ = max_positions_;
+  }
+  return current_.inv_freq;
 }
 
 RopeFrequencies rope_frequencies(const RopeScaling& s, double rope_theta, int64_t head_dim,

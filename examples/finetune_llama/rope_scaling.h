@@ -15,10 +15,11 @@
 namespace deepspeed::examples {
 
 struct RopeScaling {
-  /// "default" (none), "linear", "llama3", "yarn" as transformers names them; "freq_factors" for
-  /// a GGUF file's per-frequency divisors (rope_freqs.weight) that are not llama3's own.
+  /// "default" (none), "linear", "dynamic", "llama3", "yarn" as transformers names them;
+  /// "freq_factors" for a GGUF file's per-frequency divisors (rope_freqs.weight) that are not
+  /// llama3's own.
   std::string rope_type = "default";
-  double factor = 1.0;                              // linear, llama3, yarn
+  double factor = 1.0;                              // linear, dynamic, llama3, yarn
   double low_freq_factor = 0.0;                     // llama3
   double high_freq_factor = 0.0;                    // llama3
   int64_t original_max_position_embeddings = 0;     // llama3
@@ -30,8 +31,8 @@ struct RopeScaling {
 
   /// config.json's `rope_scaling` (null or absent: default). The type comes from `rope_type`
   /// or its older spelling `type`. Throws ModelFileError naming `path` and the key for a missing
-  /// or mistyped parameter, NotSupportedError for "dynamic" and "longrope" and for keys the type
-  /// does not read (yarn's newer `original_max_position_embeddings`, `mscale`, ... change its
+  /// or mistyped parameter, NotSupportedError for "longrope" and for keys the type does not read
+  /// (yarn's and dynamic's newer `original_max_position_embeddings`, `mscale`, ... change their
   /// meaning across transformers versions).
   static RopeScaling from_hf_json(const nlohmann::json& rope_scaling, const std::string& path);
   /// What config.json's `rope_scaling` holds: null for the default. Throws NotSupportedError for
@@ -66,5 +67,29 @@ struct RopeFrequencies {
 };
 RopeFrequencies rope_frequencies(const RopeScaling& scaling, double rope_theta, int64_t head_dim,
                                  int64_t max_position_embeddings);
+
+/// The frequencies a model rotates with, kept between forwards: fixed for every type but
+/// "dynamic", whose frequencies follow the sequence once it runs past the context (NTK-aware
+/// scaling: the base grows with the length), as transformers 4.47's LlamaRotaryEmbedding keeps
+/// them: recomputed when a sequence is longer than any before, back to the original ones when a
+/// sequence fits the context again after that. A KV cache's keys keep the rotation they were
+/// computed with, as in transformers.
+class RotaryFrequencies {
+ public:
+  RotaryFrequencies(const RopeScaling& scaling, double rope_theta, int64_t head_dim,
+                    int64_t max_position_embeddings);
+  /// The frequencies for a forward whose last position is `seq_len` - 1.
+  const at::Tensor& for_length(int64_t seq_len);
+  double attention_scaling() const { return current_.attention_scaling; }
+  /// Whether sequences may run past max_position_embeddings ("dynamic").
+  bool extends_context() const { return scaling_.rope_type == "dynamic"; }
+
+ private:
+  RopeScaling scaling_;
+  double theta_;
+  int64_t head_dim_, max_positions_;
+  RopeFrequencies original_, current_;
+  int64_t cached_length_;  // transformers' max_seq_len_cached
+};
 
 }  // namespace deepspeed::examples

@@ -1,7 +1,9 @@
-// finetune_llama's rope_scaling against transformers: for linear, llama3 and yarn (its defaults
-// and its tuned keys), rope_scaling_reference.py builds a small random LlamaForCausalLM, saves it
-// as a Hugging Face folder and writes its rotary frequencies and the logits of 300 tokens. We load
-// the folder: the frequencies must be the same floats and the logits equal to 2e-5 of their scale.
+// finetune_llama's rope_scaling against transformers: for linear, llama3, yarn (its defaults and
+// its tuned keys) and dynamic, rope_scaling_reference.py builds a small random LlamaForCausalLM,
+// saves it as a Hugging Face folder and writes its rotary frequencies and the logits of 300
+// tokens, then of the first 100. We load the folder: the frequencies must be the same floats and
+// the logits of both forwards equal to 2e-5 of their scale (dynamic's context is 256: the first
+// forward stretches its frequencies, the second puts them back, as transformers does).
 // The Python environment comes from the CTest fixture llama_python_refs.
 #include <filesystem>
 #include <fstream>
@@ -67,10 +69,15 @@ TEST_P(RopeScalingParity, FrequenciesAndLogitsEqualTransformers) {
   const auto want = read_floats(folder + "/logits.bin", meta["shape"].get<std::vector<int64_t>>());
   const double scale = want.abs().max().item<double>();
   EXPECT_LE((got - want).abs().max().item<double>(), 2e-5 * scale);
+  const auto short_ids = ids.narrow(1, 0, meta["short_shape"][0].get<int64_t>());
+  const auto want_short = read_floats(folder + "/logits_short.bin",
+                                      meta["short_shape"].get<std::vector<int64_t>>());
+  EXPECT_LE((model->logits(short_ids)[0] - want_short).abs().max().item<double>(), 2e-5 * scale);
 
   // The default rotary embedding gives other logits: the scaling is what made them equal.
   LlamaConfig plain = c;
   plain.rope_scaling = RopeScaling{};
+  plain.max_position_embeddings = std::max(plain.max_position_embeddings, ids.size(1));
   LlamaForCausalLM unscaled(plain, ck.weights);
   EXPECT_GT((unscaled->logits(ids)[0] - want).abs().max().item<double>(), 1e-3 * scale);
 
@@ -82,7 +89,7 @@ TEST_P(RopeScalingParity, FrequenciesAndLogitsEqualTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, RopeScalingParity,
-                         ::testing::Values("linear", "llama3", "yarn", "yarn_tuned"));
+                         ::testing::Values("linear", "llama3", "yarn", "yarn_tuned", "dynamic"));
 
 }  // namespace
 }  // namespace deepspeed::examples

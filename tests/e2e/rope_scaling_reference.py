@@ -3,8 +3,10 @@ of rope_scaling_parity_test.
 
 For each case writes OUT/<case>/: the model as a Hugging Face folder (random weights, saved by
 save_pretrained), inv_freq.bin (the rotary embedding's fp32 frequencies), logits.bin (fp32
-[T, vocab] of ids) and meta.json (ids, attention_scaling, the logits' shape). Positions run past
-the shortest wavelengths so that every branch of each scaling shows in the logits.
+[T, vocab] of ids), logits_short.bin (of the first SHORT ids, the forward after) and meta.json
+(ids, attention_scaling, the logits' shapes). Positions run past the shortest wavelengths so
+that every branch of each scaling shows in the logits; dynamic's context is 256, so the first
+forward stretches its frequencies and the second puts them back.
 Produced with transformers 4.47.1 on torch 1.13 (scripts/setup_python_refs.sh).
 Usage: rope_scaling_reference.py OUT
 """
@@ -24,21 +26,23 @@ CASES = {
                    rope_scaling={"rope_type": "llama3", "factor": 6.0, "low_freq_factor": 1.0,
                                  "high_freq_factor": 16.0, "original_max_position_embeddings": 1024}),
     "yarn": dict(rope_theta=10000.0, rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+    "dynamic": dict(rope_theta=10000.0, max_position_embeddings=256,
+                    rope_scaling={"rope_type": "dynamic", "factor": 3.0}),
     "yarn_tuned": dict(rope_theta=10000.0, rope_scaling={
         "rope_type": "yarn", "factor": 3.0, "attention_factor": 1.2, "beta_fast": 16.0,
         "beta_slow": 2.0}),
 }
-SEQ = 300
+SEQ, SHORT = 300, 100
 
 
 def main():
     out = sys.argv[1]
     for i, (name, kwargs) in enumerate(CASES.items()):
-        shape = dict(num_attention_heads=4, num_key_value_heads=2)
+        shape = dict(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
         shape.update(kwargs)
         config = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=96,
-                             num_hidden_layers=2, max_position_embeddings=2048,
-                             tie_word_embeddings=False, attn_implementation="eager", **shape)
+                             num_hidden_layers=2, tie_word_embeddings=False,
+                             attn_implementation="eager", **shape)
         torch.manual_seed(1000 + i)
         model = LlamaForCausalLM(config).eval()
         folder = os.path.join(out, name)
@@ -46,12 +50,14 @@ def main():
         ids = torch.randint(0, config.vocab_size, (1, SEQ), generator=torch.Generator().manual_seed(i))
         with torch.no_grad():
             logits = model(ids).logits[0].float().contiguous()
+            short = model(ids[:, :SHORT]).logits[0].float().contiguous()
         rotary = model.model.rotary_emb
         rotary.inv_freq.float().contiguous().numpy().tofile(os.path.join(folder, "inv_freq.bin"))
         logits.numpy().tofile(os.path.join(folder, "logits.bin"))
+        short.numpy().tofile(os.path.join(folder, "logits_short.bin"))
         with open(os.path.join(folder, "meta.json"), "w") as f:
             json.dump({"ids": ids[0].tolist(), "attention_scaling": rotary.attention_scaling,
-                       "shape": list(logits.shape)}, f)
+                       "shape": list(logits.shape), "short_shape": list(short.shape)}, f)
 
 
 if __name__ == "__main__":

@@ -55,11 +55,15 @@ TEST(RopeScaling, ReadsEachTypeAndWritesItBack) {
 }
 
 TEST(RopeScaling, RefusesWhatItDoesNotImplementByName) {
-  EXPECT_THROW_WITH(RopeScaling::from_hf_json(json{{"rope_type", "dynamic"}, {"factor", 2.0}},
-                                              "m/config.json"),
-                    NotSupportedError, "m/config.json: rope_scaling.rope_type 'dynamic'");
-  EXPECT_THROW_WITH(RopeScaling::from_hf_json(json{{"rope_type", "longrope"}}, "c"),
-                    NotSupportedError, "'longrope' is not supported yet");
+  EXPECT_THROW_WITH(RopeScaling::from_hf_json(json{{"rope_type", "longrope"}}, "m/config.json"),
+                    NotSupportedError,
+                    "m/config.json: rope_scaling.rope_type 'longrope' is not supported yet");
+  EXPECT_THROW_WITH(
+      RopeScaling::from_hf_json(json{{"rope_type", "dynamic"}, {"factor", 2.0},
+                                     {"original_max_position_embeddings", 4096}},
+                                "c"),
+      NotSupportedError, "rope_scaling.original_max_position_embeddings is not read for rope_type "
+                         "'dynamic'");
   EXPECT_THROW_WITH(RopeScaling::from_hf_json(json{{"rope_type", "ntk"}}, "c"), ModelFileError,
                     "'ntk' is unknown");
   EXPECT_THROW_WITH(
@@ -116,6 +120,26 @@ TEST(RopeScaling, FrequenciesFollowEachDefinition) {
   EXPECT_FLOAT_EQ(y.inv_freq[7].item<float>(), plain[7].item<float>() / 4);
   yarn.attention_factor = 1.25;
   EXPECT_EQ(rope_frequencies(yarn, 10000.0, 16, 1024).attention_scaling, 1.25);
+}
+
+// Dynamic NTK scaling: the original frequencies within the context; past it the base grows
+// with the longest sequence seen; back to the original ones once a sequence fits again.
+TEST(RopeScaling, DynamicFrequenciesFollowTheLongestSequenceAndReset) {
+  RopeScaling dynamic;
+  dynamic.rope_type = "dynamic";
+  dynamic.factor = 2;
+  RotaryFrequencies rope(dynamic, 10000.0, 16, 128);
+  EXPECT_TRUE(rope.extends_context());
+  const auto original = default_frequencies(10000.0, 16);
+  EXPECT_TRUE(torch::equal(rope.for_length(100), original));
+  const auto at_300 = rope.for_length(300).clone();
+  // base' = base * (2 * 300 / 128 - 1)^(16 / 14): every frequency but the first is lower.
+  const double grown = 10000.0 * std::pow(2.0 * 300 / 128 - 1, 16.0 / 14);
+  EXPECT_FLOAT_EQ(at_300[1].item<float>(), static_cast<float>(1 / std::pow(grown, 2.0 / 16)));
+  EXPECT_EQ(at_300[0].item<float>(), 1.0f);
+  EXPECT_TRUE(torch::equal(rope.for_length(200), at_300));  // shorter, still past the context
+  EXPECT_TRUE(torch::equal(rope.for_length(100), original));  // fits again
+  EXPECT_FALSE(RotaryFrequencies(RopeScaling{}, 10000.0, 16, 128).extends_context());
 }
 
 TEST(RopeScaling, GgufFreqFactorsOfLlama3BecomeItsParameters) {
