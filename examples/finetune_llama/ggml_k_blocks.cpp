@@ -40,6 +40,19 @@ int nibble_k4(const uint8_t* qs, int v) {
   return (qs[chunk * 32 + v % 32] >> (4 * high)) & 0x0F;
 }
 
+// Q4_K's and Q5_K's common frame: d, dmin, the packed scales and mins at byte 4; `quant(v)` reads
+// value v's unsigned quant.
+template <class Quant>
+void decode_k4(const uint8_t* block, float* out, Quant quant) {
+  const float d = half_at(block), dmin = half_at(block + 2);
+  for (int s = 0; s < 8; ++s) {
+    int scale = 0, min = 0;
+    scale_min_k4(block + 4, s, scale, min);
+    const float dl = d * static_cast<float>(scale), ml = dmin * static_cast<float>(min);
+    for (int v = s * 32; v < s * 32 + 32; ++v) out[v] = dl * static_cast<float>(quant(v)) - ml;
+  }
+}
+
 // The 2-bit field of value v in Q2_K's and Q3_K's quant bytes: two halves of 128 values over 32
 // bytes each; within a half, value r takes bits 2 * (r / 32) of byte r % 32.
 int crumb(const uint8_t* qs, int v) {
@@ -82,32 +95,16 @@ void q3_k(const uint8_t* block, float* out) {
 }
 
 void q4_k(const uint8_t* block, float* out) {
-  const float d = half_at(block), dmin = half_at(block + 2);
   const uint8_t* qs = block + 16;
-  for (int s = 0; s < 8; ++s) {
-    int scale = 0, min = 0;
-    scale_min_k4(block + 4, s, scale, min);
-    const float dl = d * static_cast<float>(scale), ml = dmin * static_cast<float>(min);
-    for (int v = s * 32; v < s * 32 + 32; ++v) {
-      out[v] = dl * static_cast<float>(nibble_k4(qs, v)) - ml;
-    }
-  }
+  decode_k4(block, out, [qs](int v) { return nibble_k4(qs, v); });
 }
 
 void q5_k(const uint8_t* block, float* out) {
-  const float d = half_at(block), dmin = half_at(block + 2);
   const uint8_t* qh = block + 16;
   const uint8_t* qs = block + 48;
-  for (int s = 0; s < 8; ++s) {
-    int scale = 0, min = 0;
-    scale_min_k4(block + 4, s, scale, min);
-    const float dl = d * static_cast<float>(scale), ml = dmin * static_cast<float>(min);
-    for (int v = s * 32; v < s * 32 + 32; ++v) {
-      // The fifth bit of sub-block s's value i is bit s of byte i.
-      const int q = nibble_k4(qs, v) | ((qh[v % 32] >> s) & 1) << 4;
-      out[v] = dl * static_cast<float>(q) - ml;
-    }
-  }
+  // The fifth bit of sub-block s's value i is bit s of byte i.
+  decode_k4(block, out,
+            [qh, qs](int v) { return nibble_k4(qs, v) | ((qh[v % 32] >> (v / 32)) & 1) << 4; });
 }
 
 void q6_k(const uint8_t* block, float* out) {

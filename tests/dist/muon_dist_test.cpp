@@ -147,67 +147,47 @@ void train_and_resume_on_two_ranks(int stage, Precision precision,
   EXPECT_FALSE(torch::allclose(params_of(*plain)[1], expected[1], 1e-3, 1e-3));
 }
 
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero0) {
-  train_and_resume_on_two_ranks(0, Precision::kFp32);
-}
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero1) {
-  train_and_resume_on_two_ranks(1, Precision::kFp32);
-}
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero2) {
-  train_and_resume_on_two_ranks(2, Precision::kFp32);
-}
-TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero0) {
-  train_and_resume_on_two_ranks(0, Precision::kBf16);
-}
-TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero1) {
-  train_and_resume_on_two_ranks(1, Precision::kBf16);
-}
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero3) {
-  train_and_resume_on_two_ranks(3, Precision::kFp32);
-}
-TEST(MuonDist, TrainsAndResumesAsOneProcessBf16Zero3) {
-  train_and_resume_on_two_ranks(3, Precision::kBf16);
-}
-// fp16: the gradients, and so the momentum, carry the loss scale (as in DeepSpeed); the update
-// is scaled back up so that unscaling and clipping treat it as a gradient.
-TEST(MuonDist, TrainsAndResumesAsOneProcessFp16Zero0) {
-  train_and_resume_on_two_ranks(0, Precision::kFp16);
-}
-TEST(MuonDist, TrainsAndResumesAsOneProcessFp16Zero2) {
-  train_and_resume_on_two_ranks(2, Precision::kFp16);
-}
-TEST(MuonDist, TrainsAndResumesAsOneProcessFp16Zero3) {
-  train_and_resume_on_two_ranks(3, Precision::kFp16);
-}
-// c_fc, c_proj and mix in buckets of their own: owners rank 0, 1, 0.
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero3BucketPerMatrix) {
-  train_and_resume_on_two_ranks(3, Precision::kFp32, {{"reduce_bucket_size", 200}}, "_buckets");
-}
 // ZeRO-Offload: the partitions, masters and momentum in host memory, the step's clipping
-// coefficient applied inside it; with DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU, the path of a model on
-// a GPU (gradients streamed to host buffers during the backward, before Muon rewrites them).
-testing::RunOptions host_buffers_on_cpu() {
+// coefficient applied inside it; with host buffers (DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU), the path
+// of a model on a GPU: gradients streamed to host buffers during the backward, before Muon
+// rewrites them. fp16: the gradients, and so the momentum, carry the loss scale (as in
+// DeepSpeed); the update is scaled back up so that unscaling and clipping treat it as a gradient.
+struct MuonCase {
+  const char* name;
+  int stage;
+  Precision precision;
+  json zero_keys = json::object();
+  bool host_buffers = false;
+};
+
+class MuonTraining : public ::testing::TestWithParam<MuonCase> {};
+
+TEST_P(MuonTraining, TrainsAndResumesAsOneProcess) {
+  const MuonCase& c = GetParam();
   testing::RunOptions options;
-  options.env = {{"DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU", "1"}};
-  return options;
+  if (c.host_buffers) options.env = {{"DS_TEST_OFFLOAD_HOST_BUFFERS_ON_CPU", "1"}};
+  train_and_resume_on_two_ranks(c.stage, c.precision, c.zero_keys, std::string("_") + c.name,
+                                options);
 }
+
 const json kOffloadCpu = {{"offload_optimizer", {{"device", "cpu"}}}};
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero2OffloadCpu) {
-  train_and_resume_on_two_ranks(2, Precision::kFp32, kOffloadCpu, "_cpu");
-}
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero2OffloadHostBuffers) {
-  train_and_resume_on_two_ranks(2, Precision::kFp32, kOffloadCpu, "_host", host_buffers_on_cpu());
-}
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero3OffloadCpu) {
-  train_and_resume_on_two_ranks(3, Precision::kFp32, kOffloadCpu, "_cpu");
-}
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero3OffloadHostBuffers) {
-  train_and_resume_on_two_ranks(3, Precision::kFp32, kOffloadCpu, "_host", host_buffers_on_cpu());
-}
-// A sub-group per parameter: rank 0 orthogonalizes every matrix.
-TEST(MuonDist, TrainsAndResumesAsOneProcessZero3SubGroupPerMatrix) {
-  train_and_resume_on_two_ranks(3, Precision::kFp32, {{"sub_group_size", 1}}, "_subgroups");
-}
+INSTANTIATE_TEST_SUITE_P(
+    Muon, MuonTraining,
+    ::testing::Values(
+        MuonCase{"Zero0", 0, Precision::kFp32}, MuonCase{"Zero1", 1, Precision::kFp32},
+        MuonCase{"Zero2", 2, Precision::kFp32}, MuonCase{"Zero3", 3, Precision::kFp32},
+        MuonCase{"Bf16Zero0", 0, Precision::kBf16}, MuonCase{"Bf16Zero1", 1, Precision::kBf16},
+        MuonCase{"Bf16Zero3", 3, Precision::kBf16}, MuonCase{"Fp16Zero0", 0, Precision::kFp16},
+        MuonCase{"Fp16Zero2", 2, Precision::kFp16}, MuonCase{"Fp16Zero3", 3, Precision::kFp16},
+        // c_fc, c_proj and mix in buckets of their own: owners rank 0, 1, 0.
+        MuonCase{"Zero3BucketPerMatrix", 3, Precision::kFp32, {{"reduce_bucket_size", 200}}},
+        // A sub-group per parameter: rank 0 orthogonalizes every matrix.
+        MuonCase{"Zero3SubGroupPerMatrix", 3, Precision::kFp32, {{"sub_group_size", 1}}},
+        MuonCase{"Zero2OffloadCpu", 2, Precision::kFp32, kOffloadCpu},
+        MuonCase{"Zero2OffloadHostBuffers", 2, Precision::kFp32, kOffloadCpu, true},
+        MuonCase{"Zero3OffloadCpu", 3, Precision::kFp32, kOffloadCpu},
+        MuonCase{"Zero3OffloadHostBuffers", 3, Precision::kFp32, kOffloadCpu, true}),
+    [](const ::testing::TestParamInfo<MuonCase>& info) { return std::string(info.param.name); });
 
 // One ZeRO-2 step without clipping or decay from a zero momentum: c_proj (8 x 20, split between
 // the ranks' slices) moves by -lr * orthogonalize(g), g its averaged gradient.

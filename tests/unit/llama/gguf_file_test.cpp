@@ -155,24 +155,21 @@ TEST(GgufFile, TruncatedFileNamesFileAndWhatWasBeingRead) {
   EXPECT_THROW_WITH(GgufFile::open(path), ModelFileError, "the magic");
 }
 
-TEST(GgufFile, UnknownTensorTypeNamesTensorAndType) {
+// An undecoded type (IQ2_XXS) and a partial block (128 values of 256-value Q4_K) are named with
+// the tensor.
+TEST(GgufFile, UnknownTypeAndPartialBlockNameTensorAndType) {
   TempDir dir;
-  GgufTestWriter w;
-  w.tensor("blk.0.attn_q.weight", {256, 1}, 16, std::vector<uint8_t>(66));  // IQ2_XXS
-  w.write(dir.file("k.gguf"));
-  EXPECT_THROW_WITH(GgufFile::open(dir.file("k.gguf")), ModelFileError,
-                    "tensor 'blk.0.attn_q.weight' has ggml type 16 (IQ2_XXS); this reader decodes "
-                    "F32, F16, BF16, Q4_0");
-}
-
-TEST(GgufFile, PartialBlockNamesTensorTypeAndBlockSize) {
-  TempDir dir;
-  GgufTestWriter w;
-  w.tensor("blk.0.ffn_down.weight", {128, 1}, 12, std::vector<uint8_t>(144));  // Q4_K
-  w.write(dir.file("k.gguf"));
-  EXPECT_THROW_WITH(GgufFile::open(dir.file("k.gguf")), ModelFileError,
-                    "tensor 'blk.0.ffn_down.weight' has 128 values of ggml type Q4_K, not a whole "
-                    "number of its 256-value blocks");
+  for (const auto& [type, values, words] :
+       {std::tuple<uint32_t, uint64_t, std::string>{
+            16, 256, "tensor 'w' has ggml type 16 (IQ2_XXS); this reader decodes F32, F16, BF16"},
+        std::tuple<uint32_t, uint64_t, std::string>{
+            12, 128, "tensor 'w' has 128 values of ggml type Q4_K, not a whole number of its "
+                     "256-value blocks"}}) {
+    GgufTestWriter w;
+    w.tensor("w", {values, 1}, type, std::vector<uint8_t>(144));
+    w.write(dir.file("k.gguf"));
+    EXPECT_THROW_WITH(GgufFile::open(dir.file("k.gguf")), ModelFileError, words);
+  }
 }
 
 TEST(GgufFile, RejectsOtherFormats) {
