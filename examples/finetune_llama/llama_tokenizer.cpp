@@ -1,14 +1,18 @@
-// Byte-level BPE for Llama models (see llama_tokenizer.h). GPT-2's byte alphabet maps each byte
+// BPE for Llama models (see llama_tokenizer.h). Byte-level: GPT-2's byte alphabet maps each byte
 // to a printable code point (printable Latin-1 bytes to themselves, the others to U+0100 on), so
-// vocabulary strings are UTF-8 text; merges combine two vocabulary strings in rank order.
+// vocabulary strings are UTF-8 text. SentencePiece-style: vocabulary strings are the text itself,
+// with "▁" for a space and <0xXX> for a byte. Either way merges combine two vocabulary strings in
+// rank order.
 #include "llama_tokenizer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <optional>
 
 #include "gguf_file.h"
+#include "merges_from_scores.h"
 #include "pretokenizer.h"
 #include "util/check.h"
 
@@ -65,6 +69,54 @@ std::optional<std::string> alphabet_to_bytes(const std::string& s,
   return out;
 }
 
+// Whether `s` is UTF-8 as Rust's String::from_utf8 accepts it (no overlong forms, surrogates or
+// code points past U+10FFFF): tokenizers' ByteFallback decodes a run of byte tokens only then.
+bool is_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) { ++i; continue; }
+    if ((c >> 5) == 6) { n = 2; cp = c & 0x1F; }
+    else if ((c >> 4) == 14) { n = 3; cp = c & 0x0F; }
+    else if ((c >> 3) == 30) { n = 4; cp = c & 0x07; }
+    else { return false; }
+    if (i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n;
+  }
+  return true;
+}
+
+// The byte a "<0xXX>" token stands for (hex in either case, as ByteFallback parses it), or -1.
+int byte_of_token(const std::string& t) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
+  int v = 0;
+  for (int k = 3; k < 5; ++k) {
+    const char c = t[static_cast<size_t>(k)];
+    const int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+std::string byte_token_name(int b) {
+  char name[8];
+  std::snprintf(name, sizeof(name), "<0x%02X>", b);
+  return name;
+}
+
 std::vector<std::string> string_array(const nlohmann::json& arr) {
   std::vector<std::string> out;
   out.reserve(arr.size());
@@ -72,47 +124,90 @@ std::vector<std::string> string_array(const nlohmann::json& arr) {
   return out;
 }
 
+// tokenizer.json's merges: "left right" strings (one space, as tokenizers requires) or, since
+// tokenizers 0.20, [left, right] pairs.
+std::vector<std::pair<std::string, std::string>> parse_merges(const nlohmann::json& arr,
+                                                              const std::string& source) {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(arr.size());
+  for (const auto& m : arr) {
+    if (m.is_array() && m.size() == 2) {
+      out.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+      continue;
+    }
+    const std::string s = m.is_string() ? m.get<std::string>() : std::string();
+    const size_t sp = s.find(' ');
+    DS_CHECK(sp != std::string::npos && s.find(' ', sp + 1) == std::string::npos, ModelFileError,
+             source, ": merge ", out.size(), " (", m.dump(), ") is not two tokens separated by "
+             "one space");
+    out.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+  }
+  return out;
+}
+
 }  // namespace
 
-void LlamaTokenizer::build(const std::vector<std::string>& tokens,
-                           const std::vector<std::string>& merges,
+void LlamaTokenizer::build(const std::vector<std::string>& tokens, const MergeList& merges,
                            const std::vector<int64_t>& special_ids, const std::string& source) {
-  const auto cps = byte_alphabet();
-  std::unordered_map<uint32_t, uint8_t> inv;
-  for (int b = 0; b < 256; ++b) inv[cps[b]] = static_cast<uint8_t>(b);
   token_strings_ = tokens;
   token_bytes_.resize(tokens.size());
+  byte_value_.assign(tokens.size(), -1);
   is_special_.assign(tokens.size(), false);
   for (int64_t id : special_ids) is_special_.at(static_cast<size_t>(id)) = true;
   special_ids_ = special_ids;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    vocab_.emplace(tokens[i], static_cast<int64_t>(i));
-    auto bytes = is_special_[i] ? std::nullopt : alphabet_to_bytes(tokens[i], inv);
-    token_bytes_[i] = bytes ? *bytes : tokens[i];
-    if (bytes) bytes_vocab_.emplace(*bytes, static_cast<int64_t>(i));
-  }
-  // A vocabulary may lack some bytes (SmolLM2's has no token for most control bytes); such a
-  // byte becomes the unknown token, as in transformers' BPE.
-  int n_bytes = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) vocab_.emplace(tokens[i], static_cast<int64_t>(i));
   for (int b = 0; b < 256; ++b) {
-    auto it = vocab_.find(utf8(cps[b]));
-    byte_token_[b] = it != vocab_.end() ? it->second : -1;
-    n_bytes += it != vocab_.end();
+    auto it = vocab_.find(byte_token_name(b));
+    byte_fallback_token_[b] = it != vocab_.end() ? it->second : -1;
   }
-  DS_CHECK(n_bytes >= 128, ModelFileError, source, ": only ", n_bytes,
-           " of the 256 bytes have a token of their own; not a byte-level BPE vocabulary");
+  if (metaspace_) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const int b = is_special_[i] ? -1 : byte_of_token(tokens[i]);
+      byte_value_[i] = static_cast<int16_t>(b);
+      if (b >= 0 || is_special_[i]) {
+        token_bytes_[i] = b >= 0 ? std::string(1, static_cast<char>(b)) : tokens[i];
+        continue;
+      }
+      // The decoder's Replace: each replacement reads as a space.
+      std::string text;
+      const std::string& r = metaspace_->replacement;
+      for (size_t p = 0; p < tokens[i].size();) {
+        if (tokens[i].compare(p, r.size(), r) == 0) { text += ' '; p += r.size(); }
+        else { text += tokens[i][p++]; }
+      }
+      token_bytes_[i] = std::move(text);
+    }
+  } else {
+    const auto cps = byte_alphabet();
+    std::unordered_map<uint32_t, uint8_t> inv;
+    for (int b = 0; b < 256; ++b) inv[cps[b]] = static_cast<uint8_t>(b);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      auto bytes = is_special_[i] ? std::nullopt : alphabet_to_bytes(tokens[i], inv);
+      token_bytes_[i] = bytes ? *bytes : tokens[i];
+      if (bytes) bytes_vocab_.emplace(*bytes, static_cast<int64_t>(i));
+    }
+    // A vocabulary may lack some bytes (SmolLM2's has no token for most control bytes); such a
+    // byte becomes the unknown token, as in transformers' BPE.
+    int n_bytes = 0;
+    for (int b = 0; b < 256; ++b) {
+      auto it = vocab_.find(utf8(cps[b]));
+      byte_token_[b] = it != vocab_.end() ? it->second : -1;
+      n_bytes += it != vocab_.end();
+    }
+    DS_CHECK(n_bytes >= 128, ModelFileError, source, ": only ", n_bytes,
+             " of the 256 bytes have a token of their own; not a byte-level BPE vocabulary");
+  }
   merge_list_ = merges;
   for (size_t r = 0; r < merges.size(); ++r) {
-    const std::string& m = merges[r];
-    const size_t sp = m.find(' ', 1);
-    DS_CHECK(sp != std::string::npos, ModelFileError, source, ": merge ", r, " ('", m,
-             "') is not two tokens separated by a space");
-    const std::string left = m.substr(0, sp), right = m.substr(sp + 1);
+    const auto& [left, right] = merges[r];
     auto l = vocab_.find(left), rr = vocab_.find(right), res = vocab_.find(left + right);
     DS_CHECK(l != vocab_.end() && rr != vocab_.end() && res != vocab_.end(), ModelFileError, source,
-             ": merge ", r, " ('", m, "') combines tokens missing from the vocabulary");
-    const uint64_t key = (static_cast<uint64_t>(l->second) << 32) | static_cast<uint64_t>(rr->second);
-    merges_.emplace(key, std::make_pair(static_cast<int32_t>(r), static_cast<int32_t>(res->second)));
+             ": merge ", r, " ('", left, " ", right,
+             "') combines tokens missing from the vocabulary");
+    // A pair listed twice keeps its last rank, as tokenizers' merge map does.
+    merges_.insert_or_assign(
+        merge_key(l->second, rr->second),
+        std::make_pair(static_cast<int32_t>(r), static_cast<int32_t>(res->second)));
   }
   // Longest first, so that a special token containing another is matched whole.
   std::sort(special_ids_.begin(), special_ids_.end(), [&](int64_t a, int64_t b) {
@@ -122,31 +217,68 @@ void LlamaTokenizer::build(const std::vector<std::string>& tokens,
 
 LlamaTokenizer LlamaTokenizer::from_gguf(const GgufFile& f) {
   const std::string model = f.get_string("tokenizer.ggml.model");
-  DS_CHECK(model == "gpt2", ModelFileError, "GGUF file ", f.path(), ": tokenizer.ggml.model is '",
-           model, "'; finetune_llama reads byte-level BPE ('gpt2') tokenizers");
+  DS_CHECK(model == "gpt2" || model == "llama", ModelFileError, "GGUF file ", f.path(),
+           ": tokenizer.ggml.model is '", model, "'; finetune_llama reads byte-level BPE ('gpt2') "
+           "and SentencePiece BPE ('llama') tokenizers");
+  const std::string source = "GGUF file " + f.path();
   const auto tokens = string_array(f.get_array("tokenizer.ggml.tokens"));
-  const auto merges = string_array(f.get_array("tokenizer.ggml.merges"));
+  LlamaTokenizer t;
+  MergeList merges;
+  if (f.has("tokenizer.ggml.merges")) {
+    merges = parse_merges(f.get_array("tokenizer.ggml.merges"), source);
+  } else {
+    DS_CHECK(model == "llama", ModelFileError, source, ": tokenizer.ggml.merges is missing");
+    std::vector<double> scores;
+    for (const auto& v : f.get_array("tokenizer.ggml.scores")) {
+      DS_CHECK(v.is_number(), ModelFileError, source, ": tokenizer.ggml.scores holds ",
+               v.type_name(), "; expected numbers");
+      scores.push_back(v.get<double>());
+    }
+    DS_CHECK(scores.size() == tokens.size(), ModelFileError, source, ": tokenizer.ggml.scores has ",
+             scores.size(), " entries, tokenizer.ggml.tokens ", tokens.size());
+    merges = merges_from_scores(tokens, scores);
+  }
+  if (model == "llama") {
+    // transformers' GGUF loader: the "legacy" normalizer, prepending unless
+    // tokenizer.ggml.add_space_prefix is false.
+    Metaspace m;
+    m.form = Metaspace::Form::kNormalizer;
+    const auto& meta = f.metadata();
+    const bool add_prefix = !meta.contains("tokenizer.ggml.add_space_prefix") ||
+                            meta["tokenizer.ggml.add_space_prefix"] != false;
+    m.prepend = add_prefix ? Metaspace::Prepend::kAlways : Metaspace::Prepend::kNever;
+    t.metaspace_ = m;
+  }
+  // transformers' GGUF loader builds its BPE with fuse_unk and byte_fallback.
+  t.fuse_unk_ = true;
+  t.byte_fallback_ = true;
   std::vector<int64_t> special;
   if (f.has("tokenizer.ggml.token_type")) {
     const auto& types = f.get_array("tokenizer.ggml.token_type");
-    DS_CHECK(types.size() == tokens.size(), ModelFileError, "GGUF file ", f.path(),
+    DS_CHECK(types.size() == tokens.size(), ModelFileError, source,
              ": tokenizer.ggml.token_type has ", types.size(), " entries, tokenizer.ggml.tokens ",
              tokens.size());
     for (size_t i = 0; i < types.size(); ++i) {
       if (types[i].get<int64_t>() == 3) special.push_back(static_cast<int64_t>(i));  // control
     }
   }
-  LlamaTokenizer t;
   const auto id = [&](const char* key) { return f.has(key) ? f.get_int(key) : int64_t{-1}; };
   t.bos_id_ = id("tokenizer.ggml.bos_token_id");
   t.eos_id_ = id("tokenizer.ggml.eos_token_id");
   t.unk_id_ = id("tokenizer.ggml.unknown_token_id");
   t.pad_id_ = id("tokenizer.ggml.padding_token_id");
   for (int64_t sid : {t.bos_id_, t.eos_id_, t.unk_id_, t.pad_id_}) {
-    DS_CHECK(sid < static_cast<int64_t>(tokens.size()), ModelFileError, "GGUF file ", f.path(),
+    DS_CHECK(sid < static_cast<int64_t>(tokens.size()), ModelFileError, source,
              ": special token id ", sid, " is outside the vocabulary of ", tokens.size());
   }
-  t.build(tokens, merges, special, "GGUF file " + f.path());
+  // transformers' tokenizer also adds the unknown and BOS tokens it is given as special tokens
+  // (not EOS: the GGUF loader passes the BOS token's text for both).
+  for (int64_t sid : {t.unk_id_, t.bos_id_}) {
+    if (sid >= 0 && std::find(special.begin(), special.end(), sid) == special.end()) {
+      special.push_back(sid);
+    }
+  }
+  t.build(tokens, merges, special, source);
   if (t.bos_id_ >= 0) t.prefix_ = {t.bos_id_};
   return t;
 }
@@ -163,10 +295,12 @@ LlamaTokenizer LlamaTokenizer::from_hf_json(const std::string& path) {
   const auto& model = j.at("model");
   DS_CHECK(model.value("type", "") == "BPE", ModelFileError, path, ": model.type is '",
            model.value("type", ""), "'; expected BPE");
-  DS_CHECK(!j.contains("normalizer") || j["normalizer"].is_null(), NotSupportedError, path,
-           ": normalizer is ", j["normalizer"].dump().substr(0, 200),
-           "; finetune_llama's byte-level BPE supports none");
-  const WordSplit split = word_split_from_hf_json(j["pre_tokenizer"], path);
+  const nlohmann::json none;
+  const auto metaspace =
+      Metaspace::from_hf_json(j.contains("normalizer") ? j["normalizer"] : none,
+                              j.contains("pre_tokenizer") ? j["pre_tokenizer"] : none, path);
+  const WordSplit split =
+      metaspace ? WordSplit::kGpt2 : word_split_from_hf_json(j["pre_tokenizer"], path);
   const auto& vocab = model.at("vocab");
   std::vector<std::string> tokens(vocab.size());
   for (const auto& [tok, id] : vocab.items()) {
@@ -182,14 +316,20 @@ LlamaTokenizer LlamaTokenizer::from_hf_json(const std::string& path) {
     tokens[static_cast<size_t>(id)] = a.at("content").get<std::string>();
     special.push_back(id);
   }
-  std::vector<std::string> merges;
-  for (const auto& m : model.at("merges")) {
-    merges.push_back(m.is_string() ? m.get<std::string>()
-                                   : m.at(0).get<std::string>() + " " + m.at(1).get<std::string>());
-  }
+  const auto merges = parse_merges(model.at("merges"), "tokenizer file " + path);
   LlamaTokenizer t;
+  t.metaspace_ = metaspace;
   t.split_ = split;
   t.ignore_merges_ = model.value("ignore_merges", false);
+  const auto flag = [&](const char* key) {
+    return model.contains(key) && model[key].is_boolean() && model[key].get<bool>();
+  };
+  t.byte_fallback_ = flag("byte_fallback");
+  t.fuse_unk_ = flag("fuse_unk");
+  for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
+    DS_CHECK(!model.contains(key) || model[key].is_null() || model[key] == "", NotSupportedError,
+             path, ": model.", key, " is ", model[key].dump(), "; finetune_llama supports none");
+  }
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     auto it = std::find(tokens.begin(), tokens.end(), model["unk_token"].get<std::string>());
     if (it != tokens.end()) t.unk_id_ = it - tokens.begin();
@@ -220,8 +360,59 @@ LlamaTokenizer LlamaTokenizer::from_hf_json(const std::string& path) {
   return t;
 }
 
+void LlamaTokenizer::initial_symbols(std::string_view word, std::vector<int64_t>* ids) const {
+  // tokenizers' BPE: a pending unknown run is written when the next known symbol comes (or at
+  // the end), so byte-fallback tokens arriving meanwhile go before it.
+  bool unk_pending = false;
+  const auto symbol = [&](std::string_view s, int64_t id) {
+    if (id >= 0) {
+      if (unk_pending) ids->push_back(unk_id_);
+      unk_pending = false;
+      ids->push_back(id);
+      return;
+    }
+    if (byte_fallback_) {
+      bool all = true;
+      for (unsigned char c : s) all = all && byte_fallback_token_[c] >= 0;
+      if (all) {
+        for (unsigned char c : s) ids->push_back(byte_fallback_token_[c]);
+        return;
+      }
+    }
+    if (unk_id_ < 0) return;  // no unknown token: the symbol is dropped
+    if (unk_pending && !fuse_unk_) ids->push_back(unk_id_);
+    unk_pending = true;
+  };
+  if (metaspace_) {
+    for (size_t p = 0; p < word.size();) {
+      const auto c = static_cast<unsigned char>(word[p]);
+      size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+      n = std::min(n, word.size() - p);
+      const std::string_view ch = word.substr(p, n);
+      auto it = vocab_.find(std::string(ch));
+      symbol(ch, it != vocab_.end() ? it->second : -1);
+      p += n;
+    }
+  } else {
+    static const std::vector<uint32_t> cps = byte_alphabet();
+    for (unsigned char c : word) {
+      if (byte_token_[c] >= 0) symbol({}, byte_token_[c]);
+      else symbol(utf8(cps[c]), -1);  // ByteLevel made the byte its alphabet's code point
+    }
+  }
+  if (unk_pending) ids->push_back(unk_id_);
+}
+
+int64_t LlamaTokenizer::whole_word_id(std::string_view word) const {
+  const auto& table = metaspace_ ? vocab_ : bytes_vocab_;
+  auto it = table.find(std::string(word));
+  return it != table.end() ? it->second : -1;
+}
+
 void LlamaTokenizer::encode_word(std::string_view word, std::vector<int64_t>* out) const {
-  {
+  constexpr size_t kLongestCached = 256;
+  const bool cacheable = word.size() <= kLongestCached;
+  if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_->mutex);
     auto it = cache_->ids.find(std::string(word));
     if (it != cache_->ids.end()) {
@@ -230,40 +421,17 @@ void LlamaTokenizer::encode_word(std::string_view word, std::vector<int64_t>* ou
     }
   }
   if (ignore_merges_) {
-    if (auto it = bytes_vocab_.find(std::string(word)); it != bytes_vocab_.end()) {
-      out->push_back(it->second);
+    if (const int64_t id = whole_word_id(word); id >= 0) {
+      out->push_back(id);
       return;
     }
   }
   std::vector<int64_t> parts;
   parts.reserve(word.size());
-  for (unsigned char c : word) {
-    const int64_t id = byte_token_[c];
-    if (id >= 0) {
-      parts.push_back(id);
-    } else if (unk_id_ >= 0 && (parts.empty() || parts.back() != unk_id_)) {
-      parts.push_back(unk_id_);  // consecutive unknown bytes fuse into one (fuse_unk)
-    }
-  }
-  // Merge the lowest-ranked adjacent pair (leftmost on ties) until no pair has a merge.
-  while (parts.size() > 1) {
-    int32_t best_rank = std::numeric_limits<int32_t>::max();
-    size_t best = 0;
-    int32_t best_id = -1;
-    for (size_t i = 0; i + 1 < parts.size(); ++i) {
-      const uint64_t key = (static_cast<uint64_t>(parts[i]) << 32) | static_cast<uint64_t>(parts[i + 1]);
-      auto it = merges_.find(key);
-      if (it != merges_.end() && it->second.first < best_rank) {
-        best_rank = it->second.first;
-        best = i;
-        best_id = it->second.second;
-      }
-    }
-    if (best_id < 0) break;
-    parts[best] = best_id;
-    parts.erase(parts.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-  }
+  initial_symbols(word, &parts);
+  merge_word(merges_, &parts);
   out->insert(out->end(), parts.begin(), parts.end());
+  if (!cacheable) return;
   std::lock_guard<std::mutex> lock(cache_->mutex);
   if (cache_->ids.size() < (1u << 20)) cache_->ids.emplace(std::string(word), std::move(parts));
 }
@@ -272,8 +440,13 @@ std::vector<int64_t> LlamaTokenizer::encode(std::string_view text) const {
   std::vector<int64_t> out(prefix_);
   size_t start = 0, pos = 0;
   auto flush = [&](size_t end) {
-    for_each_word(split_, text.substr(start, end - start),
-                  [&](std::string_view word) { encode_word(word, &out); });
+    const std::string_view piece = text.substr(start, end - start);
+    if (metaspace_) {
+      metaspace_->for_each_word(piece, start == 0,
+                                [&](const std::string& word) { encode_word(word, &out); });
+    } else {
+      for_each_word(split_, piece, [&](std::string_view word) { encode_word(word, &out); });
+    }
   };
   while (pos < text.size()) {
     int64_t hit = -1;
@@ -294,19 +467,69 @@ std::vector<int64_t> LlamaTokenizer::encode(std::string_view text) const {
 }
 
 std::string LlamaTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special) const {
-  std::string s;
   for (int64_t id : ids) {
     DS_CHECK(id >= 0 && id < static_cast<int64_t>(token_bytes_.size()), UsageError, "token id ", id,
              " is outside the vocabulary of ", token_bytes_.size());
+  }
+  if (metaspace_) return decode_sentencepiece(ids, skip_special);
+  std::string s;
+  for (int64_t id : ids) {
     if (skip_special && is_special_[static_cast<size_t>(id)]) continue;
     s += token_bytes_[static_cast<size_t>(id)];
   }
   return s;
 }
 
+std::string LlamaTokenizer::decode_sentencepiece(const std::vector<int64_t>& ids,
+                                                 bool skip_special) const {
+  std::string s, run;
+  size_t run_tokens = 0;
+  const auto end_run = [&] {
+    if (is_utf8(run)) {
+      s += run;
+    } else {
+      for (size_t k = 0; k < run_tokens; ++k) s += "\xEF\xBF\xBD";  // U+FFFD
+    }
+    run.clear();
+    run_tokens = 0;
+  };
+  for (int64_t id : ids) {
+    const auto i = static_cast<size_t>(id);
+    if (skip_special && is_special_[i]) continue;
+    if (byte_value_[i] >= 0) {
+      run += static_cast<char>(byte_value_[i]);
+      ++run_tokens;
+      continue;
+    }
+    end_run();
+    s += token_bytes_[i];
+  }
+  end_run();
+  if (metaspace_->strips_leading_space() && !s.empty() && s[0] == ' ') s.erase(0, 1);
+  return s;
+}
+
+std::string LlamaTokenizer::decode_continuation(const std::vector<int64_t>& prompt,
+                                                const std::vector<int64_t>& generated) const {
+  std::vector<int64_t> all(prompt);
+  all.insert(all.end(), generated.begin(), generated.end());
+  const std::string whole = decode(all, true), head = decode(prompt, true);
+  if (whole.compare(0, head.size(), head) == 0) return whole.substr(head.size());
+  return decode(generated, true);
+}
+
 nlohmann::json LlamaTokenizer::to_hf_json() const {
   nlohmann::json vocab = nlohmann::json::object();
   for (size_t i = 0; i < token_strings_.size(); ++i) vocab[token_strings_[i]] = i;
+  // "left right" strings read by every tokenizers version; pairs when a token has a space.
+  bool spaced = false;
+  for (const auto& [l, r] : merge_list_) {
+    spaced = spaced || l.find(' ') != std::string::npos || r.find(' ') != std::string::npos;
+  }
+  nlohmann::json merges = nlohmann::json::array();
+  for (const auto& [l, r] : merge_list_) {
+    merges.push_back(spaced ? nlohmann::json::array({l, r}) : nlohmann::json(l + " " + r));
+  }
   nlohmann::json added = nlohmann::json::array();
   std::vector<int64_t> specials = special_ids_;
   std::sort(specials.begin(), specials.end());
@@ -329,18 +552,20 @@ nlohmann::json LlamaTokenizer::to_hf_json() const {
       {"truncation", nullptr},
       {"padding", nullptr},
       {"added_tokens", added},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", word_split_to_hf_json(split_)},
+      {"normalizer", metaspace_ ? metaspace_->normalizer_json() : nlohmann::json(nullptr)},
+      {"pre_tokenizer",
+       metaspace_ ? metaspace_->pre_tokenizer_json() : word_split_to_hf_json(split_)},
       {"post_processor", {{"type", "TemplateProcessing"}, {"single", single}, {"pair", single},
                           {"special_tokens", special_tokens}}},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true},
-                   {"use_regex", true}}},
+      {"decoder", metaspace_ ? metaspace_->decoder_json()
+                             : nlohmann::json{{"type", "ByteLevel"}, {"add_prefix_space", true},
+                                              {"trim_offsets", true}, {"use_regex", true}}},
       {"model", {{"type", "BPE"}, {"dropout", nullptr},
                  {"unk_token", unk_id_ >= 0 ? nlohmann::json(token_strings_[static_cast<size_t>(unk_id_)])
                                             : nlohmann::json(nullptr)},
                  {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                 {"fuse_unk", true}, {"byte_fallback", false}, {"ignore_merges", ignore_merges_},
-                 {"vocab", vocab}, {"merges", merge_list_}}},
+                 {"fuse_unk", fuse_unk_}, {"byte_fallback", byte_fallback_},
+                 {"ignore_merges", ignore_merges_}, {"vocab", vocab}, {"merges", merges}}},
   };
 }
 

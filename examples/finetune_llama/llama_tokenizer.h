@@ -1,16 +1,21 @@
-// The byte-level BPE tokenizer of a Llama model (GPT-2 style, as SmolLM2 and Llama 3 use), built
-// from GGUF metadata (tokenizer.ggml.tokens / merges / token_type, model "gpt2") or from a
-// Hugging Face tokenizer.json (BPE model; the pre-tokenizers of word_split.h). Encodes as
-// transformers' fast tokenizer does with its default special-token handling: special tokens in
-// the text are matched first (longest first), the rest is split into words (GPT-2's pattern for a
-// GGUF, as transformers' GGUF loader does; tokenizer.json's pre-tokenizer otherwise) and merged
-// by rank (with tokenizer.json's ignore_merges, a word the vocabulary holds whole is one token),
-// and the template's prefix (the BOS token for a GGUF) is prepended.
+// The BPE tokenizer of a Llama model, in either of the two kinds Llama-architecture models use:
+// - byte-level (GPT-2 style: SmolLM2, Llama 3, Qwen2): from GGUF metadata (tokenizer.ggml.model
+//   "gpt2") or a tokenizer.json with a pre-tokenizer of word_split.h; the text is split into words
+//   (GPT-2's pattern for a GGUF, as transformers' GGUF loader does) whose bytes are merged;
+// - SentencePiece-style (Llama 2, Mistral, TinyLlama): from GGUF metadata (tokenizer.ggml.model
+//   "llama": merges made from the scores as transformers makes them) or a tokenizer.json with the
+//   normalizer or pre-tokenizer of metaspace.h; spaces become "▁", characters are merged,
+//   and one the vocabulary lacks falls back to its bytes' <0xXX> tokens (byte_fallback).
+// Encodes as Hugging Face tokenizers does with transformers' default special-token handling:
+// special tokens in the text are matched first (longest first), the rest is made into words and
+// merged by rank (with tokenizer.json's ignore_merges, a word the vocabulary holds whole is one
+// token), and the template's prefix (the BOS token for a GGUF) is prepended.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -18,6 +23,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bpe_merge.h"
+#include "metaspace.h"
 #include "word_split.h"
 
 namespace deepspeed::examples {
@@ -29,17 +36,26 @@ class LlamaTokenizer {
   /// From GGUF metadata. transformers' GGUF loader makes a LlamaTokenizerFast, which adds the
   /// BOS token (tokenizer.ggml.bos_token_id) in front of every text whatever
   /// tokenizer.ggml.add_bos_token says; this does the same. Throws ModelFileError naming the file
-  /// and key for a missing key, a model other than "gpt2" or a merge of unknown tokens.
+  /// and key for a missing key, a model other than "gpt2" and "llama" or a merge of unknown
+  /// tokens.
   static LlamaTokenizer from_gguf(const GgufFile& file);
   /// From a Hugging Face tokenizer.json at `path`. Throws NotSupportedError naming the file for a
-  /// normalizer, a pre-tokenizer word_split.h does not know, or a post-processor other than
-  /// TemplateProcessing and ByteLevel (alone or in a Sequence).
+  /// normalizer or pre-tokenizer neither word_split.h nor metaspace.h knows, or a post-processor
+  /// other than TemplateProcessing and ByteLevel (alone or in a Sequence).
   static LlamaTokenizer from_hf_json(const std::string& path);
 
   /// Token ids of `text` (UTF-8), template prefix/suffix included.
   std::vector<int64_t> encode(std::string_view text) const;
-  /// The text of `ids`; with skip_special, special tokens are left out.
+  /// The text of `ids`; with skip_special, special tokens are left out. SentencePiece-style: a
+  /// run of <0xXX> tokens that is not UTF-8 reads as one U+FFFD each, and the leading space the
+  /// prepended "▁" makes is stripped, as transformers' Llama decoder does.
   std::string decode(const std::vector<int64_t>& ids, bool skip_special = false) const;
+
+  /// The text `generated` adds to `prompt` (special tokens left out): the decoded whole less the
+  /// decoded prompt, so that a word's leading space survives the decoder's strip.
+  std::string decode_continuation(const std::vector<int64_t>& prompt,
+                                  const std::vector<int64_t>& generated) const;
+  bool sentencepiece_style() const { return metaspace_.has_value(); }
 
   size_t vocab_size() const { return token_bytes_.size(); }
   int64_t bos_token_id() const { return bos_id_; }
@@ -50,24 +66,36 @@ class LlamaTokenizer {
   nlohmann::json hf_tokenizer_config(int64_t model_max_length) const;
 
  private:
-  void build(const std::vector<std::string>& tokens, const std::vector<std::string>& merges,
+  using MergeList = std::vector<std::pair<std::string, std::string>>;
+  void build(const std::vector<std::string>& tokens, const MergeList& merges,
              const std::vector<int64_t>& special_ids, const std::string& source);
   void encode_word(std::string_view word, std::vector<int64_t>* out) const;
+  // The word's symbols before merging: its bytes (byte-level) or characters (SentencePiece),
+  // each a vocabulary token, else its bytes' <0xXX> tokens (byte_fallback), else unknown.
+  void initial_symbols(std::string_view word, std::vector<int64_t>* ids) const;
+  int64_t whole_word_id(std::string_view word) const;
+  std::string decode_sentencepiece(const std::vector<int64_t>& ids, bool skip_special) const;
 
-  std::vector<std::string> token_strings_;  // as in the vocabulary (GPT-2's byte alphabet)
-  std::vector<std::string> token_bytes_;    // raw bytes (special tokens: their text)
-  std::vector<std::string> merge_list_;     // "left right", rank order
+  std::optional<Metaspace> metaspace_;      // set for a SentencePiece-style tokenizer
+  std::vector<std::string> token_strings_;  // as in the vocabulary
+  std::vector<std::string> token_bytes_;    // decoded text (special tokens: their text)
+  std::vector<int16_t> byte_value_;         // SentencePiece: the byte of a <0xXX> token, else -1
+  MergeList merge_list_;                    // rank order
   std::unordered_map<std::string, int64_t> vocab_;
   std::unordered_map<std::string, int64_t> bytes_vocab_;  // raw bytes -> id, special tokens aside
   WordSplit split_ = WordSplit::kGpt2;
   bool ignore_merges_ = false;
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (l << 32 | r) -> rank, id
-  int64_t byte_token_[256] = {};
+  bool byte_fallback_ = false;
+  bool fuse_unk_ = false;
+  MergeTable merges_;
+  int64_t byte_token_[256] = {};           // byte-level: the token of each byte's code point
+  int64_t byte_fallback_token_[256] = {};  // the <0xXX> token of each byte, or -1
   std::vector<int64_t> special_ids_;   // matched in text before pre-tokenization
   std::vector<bool> is_special_;
   std::vector<int64_t> prefix_, suffix_;  // the post-processor's template around the text
   int64_t bos_id_ = -1, eos_id_ = -1, unk_id_ = -1, pad_id_ = -1;
   // Words seen before and their ids: a corpus repeats a few thousand words (20x faster on Austen).
+  // Long words (a SentencePiece tokenizer's whole lines) are not kept.
   struct WordCache {
     std::mutex mutex;
     std::unordered_map<std::string, std::vector<int64_t>> ids;

@@ -165,7 +165,8 @@ int run(const Args& a) {
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rank == 0) {
-      std::printf("%s: %s%s\n", when, a.prompt.c_str(), tokenizer.decode(last_generation, true).c_str());
+      std::printf("%s: %s%s\n", when, a.prompt.c_str(),
+                  tokenizer.decode_continuation(prompt, last_generation).c_str());
       std::printf("finetune_llama: generated %zu tokens in %.3f s\n", last_generation.size(), secs);
       std::fflush(stdout);
     }

@@ -141,5 +141,57 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
   }
 }
 
+// A folder shaped as Llama 2's (random weights, a SentencePiece-style tokenizer.json with the
+// legacy normalizer and byte fallback): finetune_llama tokenizes, scores and greedily generates
+// as transformers does, decodes the generation to transformers' text, and its --save_hf folder
+// loads in transformers to the same ids and generation.
+TEST(LlamaParitySentencePiece, Llama2ShapedFolderScoresAndGeneratesAsTransformers) {
+  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " (run scripts/setup_python_refs.sh)";
+  TempDir dir("llama2_folder");
+  const std::string model = dir.file("llama2");
+  const auto made = run_command(kPython + " " + DS_LLAMA2_FOLDER_REFERENCE_PY + " " + kScoreFile +
+                                " '" + model + "' 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto ref = run_reference(model, dir.file("ref.json"));
+  const auto tok = LlamaTokenizer::from_hf_json(model + "/tokenizer.json");
+  ASSERT_TRUE(tok.sentencepiece_style());
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
+  }
+  const auto finetune = [&](const std::string& args) {
+    auto r = run_command(std::string("OMP_NUM_THREADS=2 ") + DS_FINETUNE_LLAMA_BIN +
+                         " --deepspeed_config " + DS_LLAMA_STAGE0_CONFIG + " --model '" + model +
+                         "' --steps 0 " + args + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return r.out;
+  };
+  const std::string out = finetune("--seq_len 64 --score_file " + kScoreFile);
+  double loss = 0;
+  long long n = 0;
+  ASSERT_EQ(std::sscanf(out.substr(out.find("score: ")).c_str(), "score: loss=%lf tokens=%lld",
+                        &loss, &n), 2) << out;
+  EXPECT_NEAR(loss, ref["score"]["loss"].get<double>(), 1e-4 * ref["score"]["loss"].get<double>());
+  EXPECT_EQ(n, ref["score"]["tokens"].get<long long>());
+
+  const std::string gen_file = dir.file("gen.json"), saved = dir.file("saved");
+  finetune("--prompt '" + kPrompt + "' --max_new_tokens 20 --generation_file " + gen_file +
+           " --save_hf " + saved);
+  std::ifstream in(gen_file);
+  const auto gen = nlohmann::json::parse(in);
+  EXPECT_EQ(gen["token_ids"], ref["generated"]);
+  // transformers' decode of the same ids (its Llama decoder strips the leading space).
+  const auto decoded = run_command(
+      kPython + " -c \"import json,sys; from transformers import AutoTokenizer; "
+      "t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+      "print(json.dumps(t.decode(json.loads(sys.argv[2]), skip_special_tokens=True)))\" '" +
+      model + "' '" + ref["generated"].dump() + "' 2>/dev/null");
+  ASSERT_EQ(decoded.exit_code, 0) << decoded.out;
+  EXPECT_EQ(gen["text"], nlohmann::json::parse(decoded.out));
+  const auto saved_ref = run_reference(saved, dir.file("saved_ref.json"));
+  EXPECT_EQ(saved_ref["tokens"], ref["tokens"]);
+  EXPECT_EQ(saved_ref["prompt_ids"], ref["prompt_ids"]);
+  EXPECT_EQ(saved_ref["generated"], ref["generated"]);
+}
+
 }  // namespace
 }  // namespace deepspeed::examples

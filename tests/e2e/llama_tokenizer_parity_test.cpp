@@ -1,5 +1,6 @@
 // LlamaTokenizer against Hugging Face tokenizers on the pre-tokenizers of real models (SmolLM's
-// individual digits, Llama 3's split pattern with ignore_merges and a Sequence post-processor):
+// individual digits, Llama 3's split pattern with ignore_merges and a Sequence post-processor;
+// SentencePiece-style ones further down):
 // tokenizer_pretokenizers_reference.py trains a small BPE with each, saves its tokenizer.json,
 // pre-tokenizes and encodes the texts; we load the same file and must split every text into the
 // same words (BPE alone would hide most splitting errors) and give the same ids. The texts
@@ -13,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "gguf_file.h"
 #include "llama_tokenizer.h"
 #include "word_split.h"
 #include "support/run_command.h"
@@ -110,6 +112,62 @@ TEST(LlamaTokenizerParity, PreTokenizersOfRealModelsEncodeAsHuggingFaceTokenizer
     std::ofstream(dir.file(name + "/exported.json")) << exported.dump();
     const auto again = LlamaTokenizer::from_hf_json(dir.file(name + "/exported.json"));
     for (size_t i = 0; i < 50; ++i) EXPECT_EQ(again.encode(all[i]), tok.encode(all[i])) << i;
+  }
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// tokenizer_sentencepiece_reference.py's cases: Llama 2's legacy normalizer, Mistral's Metaspace
+// "first", Metaspace "always" with split and without the byte tokens of 3- and 4-byte characters
+// (unknown tokens, unfused), and a GGUF "llama" vocabulary with scores only, whose merges
+// transformers' GGUF loader makes. Same ids and the same decoded text for every text.
+TEST(LlamaTokenizerParity, SentencePieceTokenizersEncodeAsHuggingFace) {
+  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " (run scripts/setup_python_refs.sh)";
+  TempDir dir("llama_tokenizer_parity_spm");
+  auto all = texts();
+  for (const char* t : {"<s>hi</s> there", " leading", "two  spaces  ", "<unk> <s>", " ",
+                        "\xE2\x96\x81 literal \xE2\x96\x81\xE2\x96\x81", "</s></s>x",
+                        "line\nbreak \xF0\x9F\x99\x82\xF0\x9F\x99\x82 caf\xC3\xA9"}) {
+    all.push_back(t);
+  }
+  std::ofstream(dir.file("texts.json")) << nlohmann::json(all).dump();
+  const auto r = run_command(kPython + " " + DS_SENTENCEPIECE_REFERENCE_PY + " " + kCorpus + " '" +
+                             dir.file("texts.json") + "' '" + dir.path() + "' 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const std::string name : {"llama2", "mistral", "split", "gguf"}) {
+    SCOPED_TRACE(name);
+    const auto tok =
+        name == "gguf" ? LlamaTokenizer::from_gguf(GgufFile::open(dir.file("gguf/tokenizer.gguf")))
+                       : LlamaTokenizer::from_hf_json(dir.file(name + "/tokenizer.json"));
+    ASSERT_TRUE(tok.sentencepiece_style());
+    const auto want = read_json(dir.file(name + "/ids.json"));
+    const auto want_text = read_json(dir.file(name + "/decoded.json"));
+    ASSERT_EQ(want.size(), all.size());
+    int mismatches = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      const auto expected = want[i].get<std::vector<int64_t>>();
+      const auto got = tok.encode(all[i]);
+      if (got != expected && ++mismatches <= 5) {
+        ADD_FAILURE() << "text " << i << " " << nlohmann::json(all[i]).dump() << ": got "
+                      << nlohmann::json(got).dump() << ", reference "
+                      << nlohmann::json(expected).dump();
+      }
+      const auto text = tok.decode(expected, true);
+      if (text != want_text[i].get<std::string>() && ++mismatches <= 5) {
+        ADD_FAILURE() << "text " << i << " decodes to " << nlohmann::json(text).dump()
+                      << ", reference " << want_text[i].dump();
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+    // What --save_hf writes reads back to a tokenizer that encodes the same.
+    std::ofstream(dir.file(name + "/exported.json")) << tok.to_hf_json().dump();
+    const auto again = LlamaTokenizer::from_hf_json(dir.file(name + "/exported.json"));
+    for (size_t i = 0; i < all.size(); ++i) {
+      EXPECT_EQ(again.encode(all[i]), tok.encode(all[i])) << i;
+    }
   }
 }
 

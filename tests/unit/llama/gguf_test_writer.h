@@ -27,6 +27,11 @@ class GgufTestWriter {
     for (int32_t x : v) pod(x);
     ++n_kv_;
   }
+  void kv_f32s(const std::string& k, const std::vector<float>& v) {
+    key(k, 9); pod<uint32_t>(6); pod<uint64_t>(v.size());
+    for (float x : v) pod(x);
+    ++n_kv_;
+  }
   /// `ne` in GGUF order (contiguous dimension first).
   void tensor(const std::string& name, std::vector<uint64_t> ne, uint32_t type,
               const std::vector<uint8_t>& bytes) {

@@ -4,6 +4,7 @@
 // tests/e2e/llama_parity_test.cpp.)
 #include "llama_tokenizer.h"
 
+#include <cstdio>
 #include <fstream>
 #include <functional>
 
@@ -11,6 +12,7 @@
 
 #include "gguf_file.h"
 #include "gguf_test_writer.h"
+#include "merges_from_scores.h"
 #include "support/expect_throw.h"
 #include "support/temp_dir.h"
 
@@ -121,9 +123,10 @@ TEST(LlamaTokenizer, HfJsonPreTokenizersIgnoreMergesAndRefusals) {
 
   EXPECT_THROW_WITH(
       LlamaTokenizer::from_hf_json(edited_json(dir, tok, "m.json", [](auto& j) {
-        j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}};
+        j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "_"}};
+        j["pre_tokenizer"] = {{"replacement", "_"}, {"type", "Whitespace"}};
       })),
-      NotSupportedError, "m.json: pre_tokenizer is {\"replacement\"");
+      NotSupportedError, "m.json: pre_tokenizer (after a normalizer) is {\"replacement\"");
   EXPECT_THROW_WITH(LlamaTokenizer::from_hf_json(edited_json(dir, tok, "n.json", [](auto& j) {
                       j["normalizer"] = {{"type", "NFC"}};
                     })),
@@ -136,8 +139,173 @@ TEST(LlamaTokenizer, HfJsonPreTokenizersIgnoreMergesAndRefusals) {
 
 TEST(LlamaTokenizer, RejectsOtherTokenizerModels) {
   TempDir dir;
-  EXPECT_THROW_WITH(LlamaTokenizer::from_gguf(GgufFile::open(write_vocab(dir, "llama"))),
-                    ModelFileError, "tokenizer.ggml.model is 'llama'");
+  EXPECT_THROW_WITH(LlamaTokenizer::from_gguf(GgufFile::open(write_vocab(dir, "bert"))),
+                    ModelFileError, "tokenizer.ggml.model is 'bert'");
+}
+
+// A SentencePiece-style vocabulary laid out as Llama 2's: <unk> <s> </s>, the byte tokens
+// <0x00>..<0xFF> (ids 3..258), then "▁" 259, "a" 260, "b" 261, "▁a" 262, "h" 263, "i" 264,
+// "▁h" 265, "▁hi" 266. The expected ids below are what tokenizers 0.21 gives for this file.
+const std::string kSpace = "\xE2\x96\x81";
+
+std::string write_sentencepiece_json(const TempDir& dir, const std::string& name,
+                                     const nlohmann::json& normalizer,
+                                     const nlohmann::json& pre_tokenizer) {
+  nlohmann::json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) {
+    char t[8];
+    std::snprintf(t, sizeof(t), "<0x%02X>", b);
+    vocab[t] = 3 + b;
+  }
+  int id = 259;
+  for (const std::string& t : {kSpace, std::string("a"), std::string("b"), kSpace + "a",
+                              std::string("h"), std::string("i"), kSpace + "h", kSpace + "hi"}) {
+    vocab[t] = id++;
+  }
+  nlohmann::json added = nlohmann::json::array();
+  for (int i = 0; i < 3; ++i) {
+    added.push_back({{"id", i}, {"content", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>"},
+                     {"special", true}, {"normalized", false}});
+  }
+  const nlohmann::json j = {
+      {"added_tokens", added}, {"normalizer", normalizer}, {"pre_tokenizer", pre_tokenizer},
+      {"post_processor", nullptr},
+      {"model", {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true},
+                 {"byte_fallback", true}, {"vocab", vocab},
+                 {"merges", {kSpace + " a", kSpace + " h", kSpace + "h i"}}}}};
+  std::ofstream(dir.file(name)) << j.dump();
+  return dir.file(name);
+}
+
+nlohmann::json legacy_normalizer() {
+  return {{"type", "Sequence"},
+          {"normalizers", {{{"type", "Prepend"}, {"prepend", kSpace}},
+                           {{"type", "Replace"}, {"pattern", {{"String", " "}}},
+                            {"content", kSpace}}}}};
+}
+
+nlohmann::json metaspace(const char* scheme, bool split = false) {
+  return {{"type", "Metaspace"}, {"replacement", kSpace}, {"prepend_scheme", scheme},
+          {"split", split}};
+}
+
+using Ids = std::vector<int64_t>;
+
+TEST(LlamaTokenizer, SentencePieceLegacyNormalizerPrependsToEveryPiece) {
+  TempDir dir;
+  const auto tok = LlamaTokenizer::from_hf_json(
+      write_sentencepiece_json(dir, "l.json", legacy_normalizer(), nullptr));
+  EXPECT_TRUE(tok.sentencepiece_style());
+  EXPECT_EQ(tok.encode("hi a"), (Ids{266, 262}));
+  EXPECT_EQ(tok.encode("<s>hi</s> hi"), (Ids{1, 266, 2, 259, 266}));  // "▁" prepended twice
+  EXPECT_EQ(tok.encode(" hi"), (Ids{259, 266}));
+  EXPECT_EQ(tok.encode("<s> "), (Ids{1, 259, 259}));
+  EXPECT_EQ(tok.encode(""), Ids{});
+  // A character the vocabulary lacks falls back to its bytes' tokens.
+  EXPECT_EQ(tok.encode("\xC3\xA9"), (Ids{259, 3 + 0xC3, 3 + 0xA9}));
+  // The decoder: "▁" reads as a space, the leading one stripped; a byte run that is not UTF-8
+  // reads as one U+FFFD per byte token.
+  EXPECT_EQ(tok.decode({266, 262}), "hi a");
+  EXPECT_EQ(tok.decode({1, 3 + 0xC3, 3 + 0xA9, 262}, true), "\xC3\xA9 a");
+  EXPECT_EQ(tok.decode({1, 3 + 0xC3, 3 + 0xA9, 3 + 0xC3, 260}, true),
+            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "a");
+  EXPECT_EQ(tok.decode_continuation({266}, {262}), " a");  // the space a word starts with stays
+  const auto exported = tok.to_hf_json();
+  EXPECT_EQ(exported["normalizer"], legacy_normalizer());
+  EXPECT_EQ(exported["model"]["byte_fallback"], true);
+  EXPECT_EQ(exported["decoder"]["decoders"][3]["type"], "Strip");
+}
+
+TEST(LlamaTokenizer, SentencePieceMetaspacePrependSchemesAndSplit) {
+  TempDir dir;
+  const auto first = LlamaTokenizer::from_hf_json(
+      write_sentencepiece_json(dir, "f.json", nullptr, metaspace("first")));
+  EXPECT_EQ(first.encode("<s>hi</s> hi"), (Ids{1, 263, 264, 2, 266}));  // not after <s>
+  EXPECT_EQ(first.encode("hi a"), (Ids{266, 262}));
+  EXPECT_EQ(first.encode(" hi"), (Ids{266}));  // a piece starting with "▁" gets no second one
+  const auto always = LlamaTokenizer::from_hf_json(
+      write_sentencepiece_json(dir, "a.json", nullptr, metaspace("always")));
+  EXPECT_EQ(always.encode("<s>hi</s> hi"), (Ids{1, 266, 2, 266}));
+  const auto never = LlamaTokenizer::from_hf_json(
+      write_sentencepiece_json(dir, "n.json", nullptr, metaspace("never")));
+  EXPECT_EQ(never.encode("hi a"), (Ids{263, 264, 262}));
+  EXPECT_EQ(never.decode({262}), " a");  // nothing prepended, nothing stripped
+  // split: each "▁" begins a word, so "▁" and "h" of "a▁▁hi" never meet in one merge.
+  const auto split = LlamaTokenizer::from_hf_json(
+      write_sentencepiece_json(dir, "s.json", nullptr, metaspace("always", true)));
+  EXPECT_EQ(split.encode("a  hi"), (Ids{262, 259, 266}));
+  EXPECT_EQ(split.to_hf_json()["pre_tokenizer"], metaspace("always", true));
+  // tokenizers before 0.14 wrote add_prefix_space, and split was the default.
+  auto old = metaspace("never");
+  old.erase("prepend_scheme");
+  old.erase("split");
+  old["add_prefix_space"] = true;
+  EXPECT_EQ(LlamaTokenizer::from_hf_json(write_sentencepiece_json(dir, "o.json", nullptr, old))
+                .to_hf_json()["pre_tokenizer"],
+            metaspace("always", true));
+}
+
+TEST(LlamaTokenizer, SentencePieceRefusesOtherNormalizers) {
+  TempDir dir;
+  EXPECT_THROW_WITH(LlamaTokenizer::from_hf_json(write_sentencepiece_json(
+                        dir, "x.json", legacy_normalizer(), metaspace("first"))),
+                    NotSupportedError, "x.json: normalizer (before a Metaspace pre-tokenizer)");
+  auto nfkc = legacy_normalizer();
+  nfkc["normalizers"].insert(nfkc["normalizers"].begin(),
+                             nlohmann::json::object({{"type", "NFKC"}}));
+  EXPECT_THROW_WITH(
+      LlamaTokenizer::from_hf_json(write_sentencepiece_json(dir, "y.json", nfkc, nullptr)),
+      NotSupportedError, "y.json: normalizer is {\"normalizers\":[{\"type\":\"NFKC\"}");
+  auto other = legacy_normalizer();
+  other["normalizers"][0]["prepend"] = "_";
+  EXPECT_THROW_WITH(
+      LlamaTokenizer::from_hf_json(write_sentencepiece_json(dir, "z.json", other, nullptr)),
+      NotSupportedError, "z.json: normalizer prepends '_'");
+}
+
+// transformers' GGUFTokenizerSkeleton, on the same tokens and scores, makes these merges.
+TEST(LlamaTokenizer, MergesFromScoresAsTransformersMakesThem) {
+  // Cuts of one token go by (left score, right score), highest first ("xyz": both lefts 0);
+  // tokens by their score, equal scores in vocabulary order; cuts between code points only.
+  const std::vector<std::string> tokens = {"a", "b", "ab", "ba", "aba", "bab", "c", "abab",
+                                           "\xC3\xA9", "a\xC3\xA9", "x", "y", "z", "xy",
+                                           "yz", "xyz"};
+  const std::vector<double> scores = {0, 0, -1, -1, -3, -3, 0, -2, 0, -1, 0, 0, -5, 0, -1, -4};
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"x", "y"}, {"a", "b"}, {"b", "a"}, {"a", "\xC3\xA9"}, {"y", "z"}, {"a", "bab"},
+      {"ab", "ab"}, {"aba", "b"}, {"a", "ba"}, {"ab", "a"}, {"b", "ab"}, {"ba", "b"},
+      {"x", "yz"}, {"xy", "z"}};
+  EXPECT_EQ(merges_from_scores(tokens, scores), want);
+}
+
+TEST(LlamaTokenizer, GgufSentencePieceVocabularyWithoutMerges) {
+  TempDir dir;
+  std::vector<std::string> tokens = {"<unk>", "<s>", "</s>"};
+  for (int b = 0; b < 256; ++b) {
+    char t[8];
+    std::snprintf(t, sizeof(t), "<0x%02X>", b);
+    tokens.push_back(t);
+  }
+  for (const std::string& t : {kSpace, std::string("h"), std::string("i"), kSpace + "h",
+                              kSpace + "hi"}) {
+    tokens.push_back(t);
+  }
+  std::vector<int32_t> types(tokens.size(), 1);
+  types[0] = 2;
+  types[1] = types[2] = 3;
+  GgufTestWriter w;
+  w.kv_str("tokenizer.ggml.model", "llama");
+  w.kv_strs("tokenizer.ggml.tokens", tokens);
+  w.kv_i32s("tokenizer.ggml.token_type", types);
+  w.kv_f32s("tokenizer.ggml.scores", std::vector<float>(tokens.size(), 0.0f));
+  w.kv_u32("tokenizer.ggml.bos_token_id", 1);
+  w.kv_u32("tokenizer.ggml.eos_token_id", 2);
+  w.kv_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.write(dir.file("spm.gguf"));
+  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(dir.file("spm.gguf")));
+  EXPECT_TRUE(tok.sentencepiece_style());
+  EXPECT_EQ(tok.encode("hi hi"), (Ids{1, 263, 263}));  // BOS, "▁hi" twice
+  EXPECT_EQ(tok.decode(tok.encode("hi hi"), true), "hi hi");
 }
 
 }  // namespace
