@@ -102,9 +102,30 @@ int64_t json_token_id(const nlohmann::json& j, const char* key) {
 LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string& path) {
   DS_CHECK(j.is_object(), ModelFileError, path, ": expected a JSON object");
   const std::string type = j.value("model_type", std::string());
-  DS_CHECK(type == "llama", ModelFileError, path, ": model_type is '", type,
-           "'; finetune_llama reads 'llama' models");
+  DS_CHECK(type == "llama" || type == "mistral", ModelFileError, path, ": model_type is '", type,
+           "'; finetune_llama reads 'llama' and 'mistral' models");
+  const bool mistral = type == "mistral";
   LlamaConfig c;
+  c.model_type = type;
+  if (mistral) {
+    // MistralConfig's defaults where they differ from LlamaConfig's.
+    c.max_position_embeddings = 4096 * 32;
+    c.bos_token_id = 1;
+    c.eos_token_id = 2;
+    c.sliding_window = 4096;
+    if (j.contains("sliding_window")) {
+      c.sliding_window = j["sliding_window"].is_null() ? -1 : json_int(j, "sliding_window", path);
+      DS_CHECK(c.sliding_window != 0, ModelFileError, path, ": sliding_window is 0");
+    }
+    // transformers' Mistral rotary embedding reads no rope_scaling: refused rather than ignored.
+    DS_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), NotSupportedError, path,
+             ": rope_scaling is set on a 'mistral' model, whose rotary embedding (transformers' "
+             "MistralRotaryEmbedding) has none");
+  } else {
+    DS_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), NotSupportedError,
+             path, ": sliding_window is set on a 'llama' model; finetune_llama reads it on "
+             "'mistral' models");
+  }
   c.vocab_size = json_int(j, "vocab_size", path);
   c.hidden_size = json_int(j, "hidden_size", path);
   c.intermediate_size = json_int(j, "intermediate_size", path);
@@ -123,8 +144,8 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   if (j.contains("rope_scaling")) c.rope_scaling = RopeScaling::from_hf_json(j["rope_scaling"], path);
   DS_CHECK(!j.value("attention_bias", false) && !j.value("mlp_bias", false), NotSupportedError,
            path, ": attention_bias / mlp_bias are set; finetune_llama's Llama has no biases");
-  c.bos_token_id = json_token_id(j, "bos_token_id");
-  c.eos_token_id = json_token_id(j, "eos_token_id");
+  if (!mistral || j.contains("bos_token_id")) c.bos_token_id = json_token_id(j, "bos_token_id");
+  if (!mistral || j.contains("eos_token_id")) c.eos_token_id = json_token_id(j, "eos_token_id");
   c.pad_token_id = json_token_id(j, "pad_token_id");
   c.validate(path);
   return c;
@@ -146,8 +167,8 @@ void LlamaConfig::validate(const std::string& source) const {
 
 nlohmann::json LlamaConfig::to_hf_json() const {
   nlohmann::json j = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {model_type == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", model_type},
       {"vocab_size", vocab_size},
       {"hidden_size", hidden_size},
       {"intermediate_size", intermediate_size},
@@ -166,6 +187,11 @@ nlohmann::json LlamaConfig::to_hf_json() const {
       {"tie_word_embeddings", tie_word_embeddings},
       {"torch_dtype", "float32"},
   };
+  if (model_type == "mistral") {
+    // MistralConfig has no rope_scaling and no biases.
+    for (const char* key : {"rope_scaling", "attention_bias", "mlp_bias"}) j.erase(key);
+    j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
+  }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_id >= 0) j["eos_token_id"] = eos_token_id;
   if (pad_token_id >= 0) j["pad_token_id"] = pad_token_id;

@@ -14,6 +14,9 @@ namespace deepspeed::examples {
 class GgufFile;
 
 struct LlamaConfig {
+  /// "llama", or "mistral" (MistralForCausalLM: the same decoder, with a sliding window and no
+  /// rope_scaling).
+  std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
@@ -29,6 +32,7 @@ struct LlamaConfig {
   int64_t bos_token_id = -1;         // -1: none
   int64_t eos_token_id = -1;
   int64_t pad_token_id = -1;
+  int64_t sliding_window = -1;  // Mistral: attention to the last sliding_window positions; -1: all
 
   /// From a GGUF file's metadata ({arch}.block_count, .embedding_length, .feed_forward_length,
   /// .attention.head_count(_kv), .rope.freq_base, .attention.layer_norm_rms_epsilon,
@@ -39,9 +43,10 @@ struct LlamaConfig {
   /// ModelFileError naming the file and key when general.architecture is not "llama" or a key is
   /// missing or inconsistent, NotSupportedError for yarn and other scaling types.
   static LlamaConfig from_gguf(const GgufFile& file);
-  /// From a Hugging Face config.json (model_type "llama"); `path` names the file in errors.
+  /// From a Hugging Face config.json (model_type "llama", or "mistral" with MistralConfig's
+  /// defaults: sliding_window 4096 when absent, none when null); `path` names the file in errors.
   static LlamaConfig from_hf_json(const nlohmann::json& json, const std::string& path);
-  /// The config.json that transformers' LlamaForCausalLM loads.
+  /// The config.json that transformers' LlamaForCausalLM (MistralForCausalLM) loads.
   nlohmann::json to_hf_json() const;
   /// Throws ModelFileError (naming `source`) unless the sizes fit together.
   void validate(const std::string& source) const;

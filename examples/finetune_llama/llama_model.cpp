@@ -59,7 +59,10 @@ torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
 }
 
 LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg)
-    : n_head_(cfg.num_attention_heads), n_kv_head_(cfg.num_key_value_heads), head_dim_(cfg.head_dim) {
+    : n_head_(cfg.num_attention_heads),
+      n_kv_head_(cfg.num_key_value_heads),
+      head_dim_(cfg.head_dim),
+      sliding_window_(cfg.sliding_window) {
   q_proj = register_module("q_proj", linear(cfg.hidden_size, n_head_ * head_dim_));
   k_proj = register_module("k_proj", linear(cfg.hidden_size, n_kv_head_ * head_dim_));
   v_proj = register_module("v_proj", linear(cfg.hidden_size, n_kv_head_ * head_dim_));
@@ -92,9 +95,13 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
     v = v.unsqueeze(2).expand({B, n_kv_head_, rep, S, head_dim_}).reshape({B, n_head_, S, head_dim_});
   }
   auto att = torch::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
-  // Query i (absolute position past + i) sees keys 0 .. past + i.
-  auto future = torch::ones({T, S}, torch::kBool).triu(past + 1);
-  att = att.masked_fill(future, -std::numeric_limits<float>::infinity());
+  // Query i (absolute position past + i) sees keys 0 .. past + i; with a sliding window W only
+  // keys past + i - W + 1 .. past + i, as transformers' Mistral masks them.
+  auto hidden = torch::ones({T, S}, torch::kBool).triu(past + 1);
+  if (sliding_window_ > 0 && past + T > sliding_window_) {
+    hidden = hidden | torch::ones({T, S}, torch::kBool).tril(past - sliding_window_);
+  }
+  att = att.masked_fill(hidden, -std::numeric_limits<float>::infinity());
   att = torch::softmax(att.to(torch::kFloat), -1).to(q.scalar_type());
   auto y = torch::matmul(att, v).transpose(1, 2).reshape({B, T, n_head_ * head_dim_});
   return o_proj(y);

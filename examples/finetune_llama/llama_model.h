@@ -54,6 +54,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
 
  private:
   int64_t n_head_, n_kv_head_, head_dim_;
+  int64_t sliding_window_;  // Mistral: a query sees the last sliding_window_ keys; -1: all
 };
 TORCH_MODULE(LlamaAttention);
 

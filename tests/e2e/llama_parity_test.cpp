@@ -141,16 +141,19 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
   }
 }
 
-// A folder shaped as Llama 2's (random weights, a SentencePiece-style tokenizer.json with the
-// legacy normalizer and byte fallback): finetune_llama tokenizes, scores and greedily generates
-// as transformers does, decodes the generation to transformers' text, and its --save_hf folder
-// loads in transformers to the same ids and generation.
-TEST(LlamaParitySentencePiece, Llama2ShapedFolderScoresAndGeneratesAsTransformers) {
+// A folder shaped as Llama 2's or Mistral's (random weights, a SentencePiece-style tokenizer.json
+// with the legacy normalizer and byte fallback; Mistral's sliding window of 12 positions, shorter
+// than the 64 scored tokens and the 12 + 20 of the generation): finetune_llama tokenizes, scores
+// and greedily generates as transformers does, decodes the generation to transformers' text, and
+// its --save_hf folder loads in transformers to the same ids and generation.
+class LlamaFolderParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
   ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " (run scripts/setup_python_refs.sh)";
   TempDir dir("llama2_folder");
-  const std::string model = dir.file("llama2");
+  const std::string model = dir.file(GetParam());
   const auto made = run_command(kPython + " " + DS_LLAMA2_FOLDER_REFERENCE_PY + " " + kScoreFile +
-                                " '" + model + "' 2>&1");
+                                " '" + model + "' " + GetParam() + " 2>&1");
   ASSERT_EQ(made.exit_code, 0) << made.out;
   const auto ref = run_reference(model, dir.file("ref.json"));
   const auto tok = LlamaTokenizer::from_hf_json(model + "/tokenizer.json");
@@ -191,7 +194,12 @@ TEST(LlamaParitySentencePiece, Llama2ShapedFolderScoresAndGeneratesAsTransformer
   EXPECT_EQ(saved_ref["tokens"], ref["tokens"]);
   EXPECT_EQ(saved_ref["prompt_ids"], ref["prompt_ids"]);
   EXPECT_EQ(saved_ref["generated"], ref["generated"]);
+  std::ifstream config_in(saved + "/config.json");
+  EXPECT_EQ(nlohmann::json::parse(config_in)["model_type"],
+            GetParam() == "mistral" ? "mistral" : "llama");
 }
+
+INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity, ::testing::Values("llama2", "mistral"));
 
 }  // namespace
 }  // namespace deepspeed::examples

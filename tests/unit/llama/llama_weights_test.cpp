@@ -201,6 +201,64 @@ TEST(LlamaModel, KvCacheGivesTheLogitsOfTheFullSequence) {
   EXPECT_TRUE(torch::allclose(torch::cat(steps, 1), full, 1e-5, 1e-5));
 }
 
+// Mistral's sliding window: the cache's step-by-step logits equal the full forward's, and the
+// window changes them (a query past it no longer sees the first keys).
+TEST(LlamaModel, SlidingWindowHoldsThroughTheKvCache) {
+  auto c = tiny_config();
+  c.model_type = "mistral";
+  c.sliding_window = 3;
+  torch::manual_seed(1);
+  LlamaForCausalLM model(c);
+  torch::NoGradGuard no_grad;
+  auto ids = torch::randint(0, 300, {1, 9}, torch::kLong);
+  auto full = model->logits(ids);
+  LlamaKvCache cache;
+  std::vector<torch::Tensor> steps = {model->logits(ids.slice(1, 0, 5), &cache)};
+  for (int64_t t = 5; t < 9; ++t) steps.push_back(model->logits(ids.slice(1, t, t + 1), &cache));
+  EXPECT_TRUE(torch::allclose(torch::cat(steps, 1), full, 1e-5, 1e-5));
+  c.sliding_window = -1;
+  torch::manual_seed(1);
+  LlamaForCausalLM unwindowed(c);
+  const auto all = unwindowed->logits(ids);
+  // The first three positions see the same keys either way; later ones do not.
+  EXPECT_TRUE(torch::allclose(all.slice(1, 0, 3), full.slice(1, 0, 3), 1e-6, 1e-6));
+  EXPECT_FALSE(torch::allclose(all.slice(1, 3), full.slice(1, 3), 1e-3, 1e-3));
+}
+
+TEST(LlamaConfig, MistralConfigJsonDefaultsAndRefusals) {
+  auto j = tiny_config().to_hf_json();
+  j["model_type"] = "mistral";
+  for (const char* key : {"rope_scaling", "max_position_embeddings", "bos_token_id",
+                          "eos_token_id"}) {
+    j.erase(key);
+  }
+  // MistralConfig's defaults: a 4096 window, 131072 positions, BOS 1, EOS 2.
+  const auto m = LlamaConfig::from_hf_json(j, "m/config.json");
+  EXPECT_EQ(m.model_type, "mistral");
+  EXPECT_EQ(m.sliding_window, 4096);
+  EXPECT_EQ(m.max_position_embeddings, 131072);
+  EXPECT_EQ(m.bos_token_id, 1);
+  EXPECT_EQ(m.eos_token_id, 2);
+  j["sliding_window"] = nullptr;
+  EXPECT_EQ(LlamaConfig::from_hf_json(j, "m/config.json").sliding_window, -1);
+  j["sliding_window"] = 64;
+  const auto back = m.to_hf_json();
+  EXPECT_EQ(back["architectures"][0], "MistralForCausalLM");
+  EXPECT_FALSE(back.contains("rope_scaling"));
+  EXPECT_EQ(LlamaConfig::from_hf_json(back, "again").to_hf_json(), back);
+  auto scaled = j;
+  scaled["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(scaled, "m/config.json"), NotSupportedError,
+                    "m/config.json: rope_scaling is set on a 'mistral' model");
+  auto llama = tiny_config().to_hf_json();
+  llama["sliding_window"] = 64;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "l/config.json"), NotSupportedError,
+                    "l/config.json: sliding_window is set on a 'llama' model");
+  llama["model_type"] = "qwen2";
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "q/config.json"), ModelFileError,
+                    "model_type is 'qwen2'; finetune_llama reads 'llama' and 'mistral' models");
+}
+
 TEST(LlamaGeneration, GreedyTopPAndSeededSampling) {
   torch::manual_seed(2);
   LlamaForCausalLM model(tiny_config());
