@@ -19,6 +19,7 @@
 #include "deepspeed/data_sampling.h"
 #include "deepspeed/engine.h"
 #include "deepspeed/errors.h"
+#include "deepspeed/linear.h"
 #include "deepspeed/lr_schedules.h"
 #include "deepspeed/mpu.h"
 #include "deepspeed/muon.h"

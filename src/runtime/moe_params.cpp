@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <torch/utils.h>
 
+#include "deepspeed/linear.h"
 #include "deepspeed/moe.h"
 #include "util/check.h"
 
@@ -92,7 +93,10 @@ void broadcast_module_parameters(torch::nn::Module& module, const comm::Group& d
   }
   std::vector<at::Tensor> dense;
   for (auto& p : module.parameters()) {
-    if (!experts.count(p.unsafeGetTensorImpl())) dense.push_back(p);
+    // A sharded LoRA base weight differs on every rank by design (DeepSpeed skips it too).
+    if (!experts.count(p.unsafeGetTensorImpl()) && !linear::is_sharded_base_weight(p)) {
+      dense.push_back(p);
+    }
   }
   broadcast_flat(dense, dp_group);
 }

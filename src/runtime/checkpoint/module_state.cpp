@@ -1,6 +1,6 @@
 // A torch::nn::Module's state dict in PyTorch's key order, and loading one back with
 // load_state_dict's strict/missing/unexpected semantics. Undefined (None) parameters and
-// buffers are skipped, as PyTorch's state_dict skips None.
+// buffers are skipped, as PyTorch's state_dict skips None, and so are sharded LoRA base weights.
 #include <set>
 #include <sstream>
 
@@ -8,6 +8,7 @@
 #include <torch/nn/module.h>
 
 #include "deepspeed/checkpoint.h"
+#include "deepspeed/linear.h"
 #include "util/check.h"
 
 namespace deepspeed::checkpoint {
@@ -18,7 +19,11 @@ void collect(const torch::nn::Module& module, const std::string& prefix, TensorD
              std::vector<std::string>* buffers) {
   if (state) {
     for (const auto& p : module.named_parameters(/*recurse=*/false)) {
-      if (p.value().defined()) state->insert(prefix + p.key(), p.value().detach());
+      // A base weight sharded over the ranks (deepspeed::linear) is the frozen pretrained
+      // weight, loaded from the model file; rank 0's shard alone would resume no other rank.
+      if (p.value().defined() && !linear::is_sharded_base_weight(p.value())) {
+        state->insert(prefix + p.key(), p.value().detach());
+      }
     }
   }
   for (const auto& b : module.named_buffers(/*recurse=*/false)) {

@@ -15,6 +15,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/linear.h"
 #include "deepspeed/muon.h"
 #include "deepspeed/optimizers.h"
 #include "runtime/checkpoint/shared_file_writers.h"
@@ -353,6 +354,10 @@ class Stage3 final : public Stage3ZeroOptimizer {
   void collect_params() {
     for (auto& item : module_->named_parameters(/*recurse=*/true)) {
       if (index_of_.count(key(item.value()))) continue;
+      DS_CHECK(!linear::is_sharded_base_weight(item.value()), NotSupportedError,
+               "ZeRO-3: '", item.key(), "' is an OptimizedLinear base weight sharded over the "
+               "ranks (LoRAConfig.base_weight_sharding > 1), which ZeRO-3 would partition again "
+               "as if it were whole; use base_weight_sharding 1 with ZeRO-3, or ZeRO 0-2");
       index_of_[key(item.value())] = params_.size();
       PartitionedParam p;
       p.param = item.value();

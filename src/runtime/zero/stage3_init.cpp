@@ -9,6 +9,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/linear.h"
 #include "deepspeed/mpu.h"
 #include "deepspeed/zero3.h"
 #include "runtime/host_caching_allocator.h"
@@ -114,6 +115,11 @@ void Init::partition(torch::nn::Module& module) {
   at::NoGradGuard no_grad;
   for (auto& p : module.parameters(/*recurse=*/true)) {
     if (p.numel() == 0 || runtime::is_pre_partitioned(p)) continue;
+    DS_CHECK(!linear::is_sharded_base_weight(p), NotSupportedError,
+             "ZeRO-3 with an OptimizedLinear whose LoRAConfig.base_weight_sharding is above 1 is "
+             "not supported: each rank holds a different shard of the base weight, which ZeRO-3 "
+             "would partition again as if it were whole (use base_weight_sharding 1 with ZeRO-3, "
+             "or ZeRO 0-2)");
     at::Tensor handle = p;  // set_data and storage changes act on the shared TensorImpl
     // Matches DeepSpeed's zero.Init: floating parameters are created in the training dtype.
     if (p.is_floating_point() && p.scalar_type() != dtype_) handle.set_data(p.detach().to(dtype_));
