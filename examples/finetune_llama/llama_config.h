@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "deepspeed/linear.h"
 #include "rope_scaling.h"
 
 namespace deepspeed::examples {
@@ -33,6 +35,9 @@ struct LlamaConfig {
   int64_t eos_token_id = -1;
   int64_t pad_token_id = -1;
   int64_t sliding_window = -1;  // Mistral: attention to the last sliding_window positions; -1: all
+  /// Not part of config.json: the fine-tuning's LoRA adapters (deepspeed::linear) on the decoder
+  /// projections whose names contain one of lora->target_mods; none by default.
+  std::optional<linear::LoRAConfig> lora;
 
   /// From a GGUF file's metadata ({arch}.block_count, .embedding_length, .feed_forward_length,
   /// .attention.head_count(_kv), .rope.freq_base, .attention.layer_norm_rms_epsilon,

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include <torch/nn/functional/loss.h>
 #include <torch/torch.h>
@@ -20,18 +21,45 @@ torch::nn::Linear linear(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
 
+// A decoder projection: with LoRA adapters when cfg.lora targets `name` (DeepSpeed's rule: the
+// name contains one of target_mods), a plain Linear otherwise.
+linear::OptimizedLinear projection(const LlamaConfig& cfg, const std::string& name, int64_t in,
+                                   int64_t out) {
+  std::optional<linear::LoRAConfig> lora;
+  if (cfg.lora) {
+    for (const auto& t : cfg.lora->target_mods) {
+      if (name.find(t) != std::string::npos) lora = cfg.lora;
+    }
+  }
+  return linear::OptimizedLinear(in, out, /*bias=*/false, lora, std::nullopt, at::kFloat);
+}
+
 torch::Tensor rotate_half(const torch::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
 }
 
 // Copies the pretrained value of each parameter of `module` (named prefix + local name) from
-// `weights`, or initialises it the way transformers' LlamaPreTrainedModel does.
+// `weights`, or initialises it the way transformers' LlamaPreTrainedModel does. A LoRA
+// projection's base weight goes through load_base_weight (its shard when sharded); its adapters
+// keep their LoRA initialisation.
 void fill_parameters(torch::nn::Module& module, const std::string& prefix,
                      const LlamaWeightSource& weights) {
   torch::NoGradGuard no_grad;
+  std::set<const c10::TensorImpl*> done;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    auto* lora = dynamic_cast<linear::OptimizedLinearImpl*>(item.value().get());
+    if (lora == nullptr || !lora->lora_enabled()) continue;
+    const std::string name = prefix + item.key();
+    torch::Tensor full =
+        weights ? weights(name + ".weight")
+                : torch::empty({lora->output_dim(), lora->input_dim()}).normal_(0.0, 0.02);
+    lora->load_base_weight(full, name);
+    for (const auto& p : lora->parameters()) done.insert(p.unsafeGetTensorImpl());
+  }
   for (auto& item : module.named_parameters()) {
     torch::Tensor& p = item.value();
+    if (done.count(p.unsafeGetTensorImpl())) continue;
     const std::string name = prefix + item.key();
     if (weights) {
       torch::Tensor w = weights(name);
@@ -58,15 +86,17 @@ torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
   return weight * h.to(x.scalar_type());
 }
 
-LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg)
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const std::string& prefix)
     : n_head_(cfg.num_attention_heads),
       n_kv_head_(cfg.num_key_value_heads),
       head_dim_(cfg.head_dim),
       sliding_window_(cfg.sliding_window) {
-  q_proj = register_module("q_proj", linear(cfg.hidden_size, n_head_ * head_dim_));
-  k_proj = register_module("k_proj", linear(cfg.hidden_size, n_kv_head_ * head_dim_));
-  v_proj = register_module("v_proj", linear(cfg.hidden_size, n_kv_head_ * head_dim_));
-  o_proj = register_module("o_proj", linear(n_head_ * head_dim_, cfg.hidden_size));
+  const int64_t hidden = cfg.hidden_size;
+  const int64_t q_out = n_head_ * head_dim_, kv_out = n_kv_head_ * head_dim_;
+  q_proj = register_module("q_proj", projection(cfg, prefix + "q_proj", hidden, q_out));
+  k_proj = register_module("k_proj", projection(cfg, prefix + "k_proj", hidden, kv_out));
+  v_proj = register_module("v_proj", projection(cfg, prefix + "v_proj", hidden, kv_out));
+  o_proj = register_module("o_proj", projection(cfg, prefix + "o_proj", q_out, hidden));
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
@@ -107,10 +137,11 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   return o_proj(y);
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& cfg) {
-  gate_proj = register_module("gate_proj", linear(cfg.hidden_size, cfg.intermediate_size));
-  up_proj = register_module("up_proj", linear(cfg.hidden_size, cfg.intermediate_size));
-  down_proj = register_module("down_proj", linear(cfg.intermediate_size, cfg.hidden_size));
+LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix) {
+  const int64_t hidden = cfg.hidden_size, inner = cfg.intermediate_size;
+  gate_proj = register_module("gate_proj", projection(cfg, prefix + "gate_proj", hidden, inner));
+  up_proj = register_module("up_proj", projection(cfg, prefix + "up_proj", hidden, inner));
+  down_proj = register_module("down_proj", projection(cfg, prefix + "down_proj", inner, hidden));
 }
 
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
@@ -120,12 +151,13 @@ torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t index,
                                              const LlamaWeightSource& weights)
     : index_(index) {
+  const std::string prefix = "model.layers." + std::to_string(index) + ".";
   input_layernorm = register_module("input_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
-  self_attn = register_module("self_attn", LlamaAttention(cfg));
+  self_attn = register_module("self_attn", LlamaAttention(cfg, prefix + "self_attn."));
   post_attention_layernorm =
       register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
-  mlp = register_module("mlp", LlamaMlp(cfg));
-  fill_parameters(*this, "model.layers." + std::to_string(index) + ".", weights);
+  mlp = register_module("mlp", LlamaMlp(cfg, prefix + "mlp."));
+  fill_parameters(*this, prefix, weights);
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,

@@ -45,12 +45,14 @@ TORCH_MODULE(RmsNorm);
 
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
-  explicit LlamaAttentionImpl(const LlamaConfig& cfg);
+  /// `prefix`: the module's qualified name with a trailing dot ("model.layers.3.self_attn."),
+  /// which cfg.lora's target_mods are matched against.
+  explicit LlamaAttentionImpl(const LlamaConfig& cfg, const std::string& prefix = "");
   /// x [B, T, hidden]; cos/sin [T, head_dim] for the positions of x; `past_k/past_v` (may be
   /// null) the cache of this layer, extended in place.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         torch::Tensor* past_k, torch::Tensor* past_v);
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  linear::OptimizedLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 
  private:
   int64_t n_head_, n_kv_head_, head_dim_;
@@ -60,9 +62,9 @@ TORCH_MODULE(LlamaAttention);
 
 class LlamaMlpImpl : public torch::nn::Module {
  public:
-  explicit LlamaMlpImpl(const LlamaConfig& cfg);
+  explicit LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix = "");
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  linear::OptimizedLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(LlamaMlp);
 

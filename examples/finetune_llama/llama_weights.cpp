@@ -8,11 +8,13 @@
 #include <map>
 #include <cstring>
 #include <regex>
+#include <set>
 
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
 #include "deepspeed/checkpoint.h"
+#include "deepspeed/linear.h"
 #include "deepspeed/zero3.h"
 #include "gguf_file.h"
 #include "util/check.h"
@@ -142,10 +144,25 @@ LlamaCheckpoint open_llama_checkpoint(const std::string& path) {
 
 void save_hf_weights(LlamaForCausalLMImpl& model, const std::string& dir, bool write) {
   zero::GatheredParameters gathered(model);  // no-op unless ZeRO-3 partitions them
+  // LoRA projections are written as the plain weights they amount to (W + alpha/r B A), under
+  // the projection's name; merging a sharded base weight all-gathers it, so every rank merges.
+  std::map<std::string, at::Tensor> merged;
+  std::set<const c10::TensorImpl*> merged_params;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    auto* lora = dynamic_cast<linear::OptimizedLinearImpl*>(item.value().get());
+    if (lora == nullptr || !lora->lora_enabled()) continue;
+    merged[item.key() + ".weight"] = lora->merged_weight();
+    for (const auto& p : lora->parameters()) merged_params.insert(p.unsafeGetTensorImpl());
+  }
   if (!write) return;
   fs::create_directories(dir);
   checkpoint::TensorDict tensors;
   for (const auto& item : model.named_parameters()) {
+    if (merged_params.count(item.value().unsafeGetTensorImpl())) {
+      auto it = merged.find(item.key());
+      if (it != merged.end()) tensors.insert(item.key(), it->second.contiguous());
+      continue;
+    }
     tensors.insert(item.key(), item.value().detach().to(at::kFloat).contiguous());
   }
   checkpoint::save_safetensors(tensors, (fs::path(dir) / "model.safetensors").string());

@@ -41,6 +41,11 @@ struct Args {
   int64_t max_new_tokens = 32;
   double temperature = 0.0, top_p = 1.0;
   bool activation_checkpointing = false;  // each layer through checkpointing::checkpoint
+  // LoRA (deepspeed::linear): off while lora_r is 0.
+  int64_t lora_r = 0;
+  double lora_alpha = 16.0;
+  int64_t lora_base_weight_sharding = 1;
+  std::vector<std::string> lora_target_mods;  // empty: DeepSpeed's default list
   int local_rank = -1;
 };
 
@@ -100,7 +105,15 @@ double held_out_loss(ex::LlamaForCausalLMImpl& model, const std::vector<uint16_t
 int run(const Args& a) {
   auto config = ds::load_config(a.deepspeed_config);
   const int rank = ds::comm::get_rank(), world = ds::comm::get_world_size();
-  const auto ck = ex::open_llama_checkpoint(a.model);
+  auto ck = ex::open_llama_checkpoint(a.model);
+  if (a.lora_r > 0) {
+    ds::linear::LoRAConfig lora;
+    lora.lora_r = a.lora_r;
+    lora.lora_alpha = a.lora_alpha;
+    lora.base_weight_sharding = a.lora_base_weight_sharding;
+    if (!a.lora_target_mods.empty()) lora.target_mods = a.lora_target_mods;
+    ck.config.lora = lora;
+  }
   const auto tokenizer = load_tokenizer(ck);
   if (tokenizer.vocab_size() > static_cast<size_t>(ck.config.vocab_size)) {
     throw ex::ModelFileError(a.model + ": the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
@@ -119,6 +132,8 @@ int run(const Args& a) {
     model = std::make_shared<ex::LlamaForCausalLMImpl>(ck.config, ck.weights);
   }
   model->model->set_activation_checkpointing(a.activation_checkpointing);
+  // LoRA trains the adapters alone: everything else frozen (deepspeed.linear.init_lora).
+  if (ck.config.lora) ds::linear::init_lora(*model);
   auto [engine, optimizer, lr_scheduler] = ds::initialize(model, config);
   engine->set_step_logging(false);  // one line per step is this program's
   if (rank == 0) {
@@ -302,6 +317,17 @@ int main(int argc, char** argv) {
   app.add_flag("--activation_checkpointing", a.activation_checkpointing,
                "recompute each decoder layer in backward instead of keeping its activations (the "
                "config's activation_checkpointing section applies)");
+  app.add_option("--lora_r", a.lora_r, "LoRA rank of the adapters on the decoder projections "
+                                       "(deepspeed::linear; 0: full fine-tuning)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--lora_alpha", a.lora_alpha, "LoRA scaling numerator (the adapters are scaled "
+                                               "by alpha / r)")->capture_default_str();
+  app.add_option("--lora_base_weight_sharding", a.lora_base_weight_sharding,
+                 "1, or the world size: each rank keeps 1/world of every frozen projection weight")
+      ->capture_default_str();
+  app.add_option("--lora_target_mods", a.lora_target_mods,
+                 "projections that get adapters (default: q_proj k_proj v_proj o_proj gate_proj "
+                 "up_proj down_proj)")->delimiter(',');
   app.add_option("--local_rank", a.local_rank, "set by the launcher (LOCAL_RANK is used)");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -59,7 +59,8 @@ class OptimizedLinearImpl : public torch::nn::Module {
 
   at::Tensor forward(const at::Tensor& input);
 
-  /// Creates the adapters (once) and freezes the base weight. No-op when disabled.
+  /// Creates the adapters (once; later calls make them trainable again) and freezes the base
+  /// weight. No-op when disabled.
   void init_lora();
   /// Back to a plain frozen Linear with a whole [out, in] weight (DeepSpeed's disable()).
   void disable();

@@ -89,19 +89,30 @@ OptimizedLinearImpl::OptimizedLinearImpl(int64_t input_dim, int64_t output_dim, 
     DS_CHECK(input_dim % shards_ == 0, UsageError, "LoRAConfig.base_weight_sharding ", shards_,
              " does not divide the input dimension ", input_dim);
   }
-  const int64_t shard_in = input_dim / shards_;
-  at::Tensor w = shards_ > 1 ? torch::empty({output_dim * shard_in}, at::TensorOptions(dtype))
-                             : torch::empty({output_dim, input_dim}, at::TensorOptions(dtype));
-  torch::nn::init::xavier_uniform_(w.view({shard_in, output_dim}));
+  // The whole weight is drawn and a sharded rank keeps its slice, so that the random stream
+  // (and the adapters drawn next) do not depend on the sharding. (DeepSpeed draws one shard
+  // with the shard's fan-in, the same on every rank.)
+  at::Tensor w = torch::empty({output_dim, input_dim}, at::TensorOptions(dtype));
+  torch::nn::init::xavier_uniform_(w.view({input_dim, output_dim}));
+  if (shards_ > 1) {
+    const int64_t local = output_dim * input_dim / shards_;
+    w = w.reshape({-1}).narrow(0, comm::get_rank() * local, local).clone();
+  }
   weight = register_parameter("weight", w, /*requires_grad=*/false);
   if (shards_ > 1) set_mark(weight, true);
   if (!c.delay_lora_init) init_lora();
 }
 
 void OptimizedLinearImpl::init_lora() {
-  if (!lora_ || disabled_ || initialized_) return;
-  torch::NoGradGuard no_grad;
+  if (!lora_ || disabled_) return;
   weight.requires_grad_(false);
+  if (initialized_) {
+    // Again (init_lora(model) froze every parameter first): the adapters train.
+    lora_weight_1->weight.requires_grad_(true);
+    lora_weight_2->weight.requires_grad_(true);
+    return;
+  }
+  torch::NoGradGuard no_grad;
   const auto make = [&](const char* name, int64_t in, int64_t out) {
     torch::nn::Linear l(torch::nn::LinearOptions(in, out).bias(false));
     l->to(dtype_);
@@ -179,7 +190,9 @@ at::Tensor OptimizedLinearImpl::forward(const at::Tensor& input) {
 
 void init_lora(torch::nn::Module& model) {
   for (auto& p : model.parameters()) p.requires_grad_(false);
-  for (const auto& m : model.modules(/*include_self=*/true)) {
+  // Not modules(include_self): that needs `model` held by a shared_ptr.
+  if (auto* self = dynamic_cast<OptimizedLinearImpl*>(&model)) self->init_lora();
+  for (const auto& m : model.modules(/*include_self=*/false)) {
     if (auto* ol = dynamic_cast<OptimizedLinearImpl*>(m.get())) ol->init_lora();
   }
 }

@@ -230,5 +230,44 @@ TEST(FinetuneLlamaE2E, SaveHfFolderLoadsBackBitIdentically) {
   for (const auto& item : saved) EXPECT_TRUE(torch::equal(item.value(), *again.find(item.key()))) << item.key();
 }
 
+// LoRA (deepspeed::linear): adapters on every decoder projection, everything else frozen. On 2
+// ranks under ZeRO-2 with the base weights sharded over them, and under ZeRO-3 unsharded, the
+// losses are those of one rank; --save_hf writes the merged weights (W + alpha/r B A), which
+// load as a plain model with the trained model's held-out loss, the frozen tensors untouched.
+TEST(FinetuneLlamaE2E, LoraOn2RanksShardedOrUnderZero3MatchesOneRankAndMerges) {
+  TempDir dir;
+  write_tiny_model(dir.file("tiny"));
+  const std::string lora = "--steps 5 --lora_r 4 --lora_alpha 8 ";
+  const std::string one =
+      finetune(dir, 1, "lora0", config(0, 4), lora + "--save_hf " + dir.file("hf"));
+  finetune(dir, 2, "lora2", config(2, 2), lora + "--lora_base_weight_sharding 2");
+  finetune(dir, 2, "lora3", config(3, 2), lora);
+  const auto l0 = losses(dir.file("lora0.jsonl"));
+  ASSERT_EQ(l0.size(), 5u);
+  for (const char* other : {"lora2.jsonl", "lora3.jsonl"}) {
+    const auto l = losses(dir.file(other));
+    ASSERT_EQ(l.size(), 5u) << other;
+    for (size_t i = 0; i < l0.size(); ++i) {
+      EXPECT_NEAR(l[i], l0[i], 1e-5 * std::abs(l0[i])) << other << " step " << i + 1;
+    }
+  }
+  const auto [before, after] = held_out(one);
+  EXPECT_NE(before, after);
+  const auto base = checkpoint::load_safetensors(dir.file("tiny/model.safetensors"));
+  const auto merged = checkpoint::load_safetensors(dir.file("hf/model.safetensors"));
+  ASSERT_EQ(base.size(), merged.size());  // no adapter tensors: merged into the projections
+  for (const auto& item : base) {
+    const bool projection = item.key().find("_proj.") != std::string::npos;
+    EXPECT_EQ(torch::equal(item.value(), *merged.find(item.key())), !projection) << item.key();
+  }
+  std::ofstream(dir.file("hf/tokenizer.json"))
+      << std::ifstream(dir.file("tiny/tokenizer.json")).rdbuf();
+  const std::string again = finetune(dir, 1, "merged", config(0, 4), "--steps 1", "hf");
+  double start = 0;
+  ASSERT_EQ(std::sscanf(again.substr(again.find("step 0 | held-out loss")).c_str(),
+                        "step 0 | held-out loss %lf", &start), 1) << again;
+  EXPECT_NEAR(start, after, 1e-4) << again;  // both printed to 4 decimals
+}
+
 }  // namespace
 }  // namespace deepspeed::examples
