@@ -49,9 +49,10 @@ struct QuantizationConfig {
 
 class OptimizedLinearImpl : public torch::nn::Module {
  public:
-  /// DeepSpeed's defaults: no bias, bfloat16. Throws UsageError for bias with LoRA, a sharding
-  /// degree other than 1 and the world size or not dividing `input_dim`, lora_r < 1;
-  /// NotSupportedError for a QuantizationConfig, offload or offload_ratio.
+  /// DeepSpeed's defaults: no bias, bfloat16. With LoRA a bias (which DeepSpeed refuses) is
+  /// frozen with the base weight and never sharded. Throws UsageError for a sharding degree other
+  /// than 1 and the world size or not dividing `input_dim`, lora_r < 1; NotSupportedError for a
+  /// QuantizationConfig, offload or offload_ratio.
   OptimizedLinearImpl(int64_t input_dim, int64_t output_dim, bool bias = false,
                       std::optional<LoRAConfig> lora_config = std::nullopt,
                       std::optional<QuantizationConfig> quantization_config = std::nullopt,

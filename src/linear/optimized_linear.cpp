@@ -72,8 +72,6 @@ OptimizedLinearImpl::OptimizedLinearImpl(int64_t input_dim, int64_t output_dim, 
     return;
   }
   const LoRAConfig& c = *lora_;
-  DS_CHECK(!bias, UsageError, "OptimizedLinear: bias=true is not supported with a LoRAConfig "
-           "(as in DeepSpeed's LoRAOptimizedLinear)");
   DS_CHECK(c.lora_r >= 1, UsageError, "LoRAConfig.lora_r is ", c.lora_r, "; expected >= 1");
   DS_CHECK(!c.offload && c.offload_ratio == 0.0, NotSupportedError,
            "LoRAConfig.offload / offload_ratio (", c.offload_ratio, ") are not supported: "
@@ -100,6 +98,15 @@ OptimizedLinearImpl::OptimizedLinearImpl(int64_t input_dim, int64_t output_dim, 
   }
   weight = register_parameter("weight", w, /*requires_grad=*/false);
   if (shards_ > 1) set_mark(weight, true);
+  if (bias) {
+    // Beyond DeepSpeed (its LoRAOptimizedLinear asserts bias=False): a bias is part of the
+    // frozen pretrained base, as PEFT's bias="none" keeps it, whole on every rank. Drawn as
+    // nn.Linear draws it, from the fan-in.
+    const double bound = 1.0 / std::sqrt(static_cast<double>(input_dim));
+    this->bias = register_parameter(
+        "bias", torch::empty({output_dim}, at::TensorOptions(dtype)).uniform_(-bound, bound),
+        /*requires_grad=*/false);
+  }
   if (!c.delay_lora_init) init_lora();
 }
 
@@ -185,7 +192,8 @@ at::Tensor OptimizedLinearImpl::forward(const at::Tensor& input) {
   DS_CHECK(initialized_, UsageError, "OptimizedLinear: init_lora was never called (LoRAConfig."
            "delay_lora_init is set); call deepspeed::linear::init_lora(model) before the forward");
   const at::Tensor base = sharded() ? full_weight() : weight;
-  return F::linear(input, base) + lora_weight_2(lora_weight_1(input)) * scaling();
+  return F::linear(input, base, bias.defined() ? bias : at::Tensor()) +
+         lora_weight_2(lora_weight_1(input)) * scaling();
 }
 
 void init_lora(torch::nn::Module& model) {

@@ -1,10 +1,13 @@
 // deepspeed::linear::OptimizedLinear on one process: a plain Linear without LoRA; with LoRA
 // y = x W^T + (alpha / r) B A x, B starting at zero, gradients reaching only A and B;
 // delay_lora_init and init_lora(model); loading a pretrained weight (a module outside
-// target_mods becomes a plain frozen Linear); the merged weight; refusals naming the setting.
+// target_mods becomes a plain frozen Linear); the merged weight; a bias beside LoRA (frozen);
+// refusals naming the setting.
 // Base weight sharding is in tests/dist/optimized_linear_dist_test.cpp, DeepSpeed parity in
 // tests/e2e/optimized_linear_parity_test.cpp.
 #include "deepspeed/linear.h"
+
+#include <cmath>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -67,6 +70,39 @@ TEST(OptimizedLinear, LoraAddsScaledAdaptersAndTrainsOnlyThem) {
   EXPECT_TRUE(torch::allclose(torch::matmul(x, ol->merged_weight().t()), y, 1e-5, 1e-5));
 }
 
+// Beyond DeepSpeed (it asserts bias=False with LoRA): the bias is part of the frozen base.
+TEST(OptimizedLinear, LoraWithABiasKeepsItFrozenBesideTheBaseWeight) {
+  torch::manual_seed(5);
+  OptimizedLinear ol(6, 5, /*bias=*/true, lora(2, 4.0), std::nullopt, at::kFloat);
+  std::vector<std::string> names;
+  for (const auto& p : ol->named_parameters()) names.push_back(p.key());
+  EXPECT_EQ(names, (std::vector<std::string>{"weight", "bias", "lora_weight_1.weight",
+                                             "lora_weight_2.weight"}));
+  ASSERT_EQ(ol->bias.sizes(), (std::vector<int64_t>{5}));
+  EXPECT_GT(ol->bias.abs().sum().item<float>(), 0.0f);
+  EXPECT_LE(ol->bias.abs().max().item<float>(), 1.0f / std::sqrt(6.0f));  // nn.Linear's bound
+  {
+    torch::NoGradGuard no_grad;
+    ol->lora_weight_2->weight.normal_();
+  }
+  const auto x = torch::randn({3, 6});
+  const auto a = ol->lora_weight_1->weight, b = ol->lora_weight_2->weight;
+  const auto y = ol(x);
+  EXPECT_TRUE(torch::allclose(
+      y, torch::addmm(ol->bias, x, ol->weight.t()) + 2.0 * x.matmul(a.t()).matmul(b.t()),
+      1e-5, 1e-5));
+  y.sum().backward();
+  EXPECT_FALSE(ol->bias.requires_grad());
+  EXPECT_FALSE(ol->bias.grad().defined());
+  EXPECT_TRUE(a.grad().defined() && b.grad().defined());
+  // disable() keeps it: a plain frozen Linear with the same bias.
+  const auto bias = ol->bias.clone();
+  ol->load_base_weight(torch::randn({5, 6}), "lm_head");  // outside target_mods
+  EXPECT_FALSE(ol->lora_enabled());
+  EXPECT_TRUE(torch::equal(ol->bias, bias));
+  EXPECT_TRUE(torch::allclose(ol(x), torch::addmm(bias, x, ol->weight.t())));
+}
+
 TEST(OptimizedLinear, DelayedInitAndInitLoraFreezeTheRestOfTheModel) {
   auto c = lora();
   c.delay_lora_init = true;
@@ -110,8 +146,6 @@ TEST(OptimizedLinear, RefusesWhatDeepSpeedCannotDoHereByName) {
   offload.offload_ratio = 0.5;
   EXPECT_THROW_WITH(OptimizedLinear(6, 5, false, offload), NotSupportedError,
                     "LoRAConfig.offload / offload_ratio (0.5)");
-  EXPECT_THROW_WITH(OptimizedLinear(6, 5, true, lora()), UsageError,
-                    "bias=true is not supported with a LoRAConfig");
   auto sharded = lora();
   sharded.base_weight_sharding = 2;  // no process group here
   EXPECT_THROW_WITH(OptimizedLinear(6, 5, false, sharded), UsageError,
