@@ -25,6 +25,7 @@ packages=(
   python3-torch                # checkpoint_python_test: Python's torch.load/torch.save vs our files
   python3-venv python3-pip     # scripts/setup_python_refs.sh: transformers for the Llama parity tests
   libaio-dev                   # ops/aio: Linux native async I/O for NVMe offload (docs/offload.md)
+  libicu-dev                   # finetune_llama: the NFC normalizer of Qwen2 tokenizers
 )
 
 missing=()

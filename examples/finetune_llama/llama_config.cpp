@@ -39,10 +39,13 @@ RopeScaling gguf_rope_scaling(const GgufFile& f, const std::string& p, const Lla
 
 LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
-  DS_CHECK(arch == "llama", ModelFileError, "GGUF file ", f.path(), ": general.architecture is '",
-           arch, "'; finetune_llama reads 'llama' models");
+  DS_CHECK(arch == "llama" || arch == "qwen2", ModelFileError, "GGUF file ", f.path(),
+           ": general.architecture is '", arch, "'; finetune_llama reads 'llama' and 'qwen2' "
+           "models");
   const std::string p = arch + ".";
   LlamaConfig c;
+  c.model_type = arch;
+  if (arch == "qwen2") c.max_position_embeddings = 32768;  // Qwen2Config's default
   c.num_hidden_layers = f.get_int(p + "block_count");
   c.hidden_size = f.get_int(p + "embedding_length");
   c.intermediate_size = f.get_int(p + "feed_forward_length");
@@ -102,9 +105,10 @@ int64_t json_token_id(const nlohmann::json& j, const char* key) {
 LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string& path) {
   DS_CHECK(j.is_object(), ModelFileError, path, ": expected a JSON object");
   const std::string type = j.value("model_type", std::string());
-  DS_CHECK(type == "llama" || type == "mistral", ModelFileError, path, ": model_type is '", type,
-           "'; finetune_llama reads 'llama' and 'mistral' models");
-  const bool mistral = type == "mistral";
+  DS_CHECK(type == "llama" || type == "mistral" || type == "qwen2", ModelFileError, path,
+           ": model_type is '", type, "'; finetune_llama reads 'llama', 'mistral' and 'qwen2' "
+           "models");
+  const bool mistral = type == "mistral", qwen2 = type == "qwen2";
   LlamaConfig c;
   c.model_type = type;
   if (mistral) {
@@ -121,6 +125,12 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
     DS_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), NotSupportedError, path,
              ": rope_scaling is set on a 'mistral' model, whose rotary embedding (transformers' "
              "MistralRotaryEmbedding) has none");
+  } else if (qwen2) {
+    c.max_position_embeddings = 32768;  // Qwen2Config's default
+    // Qwen2Config keeps sliding_window only with use_sliding_window, which transformers applies
+    // to the layers from max_window_layers on (and only in some attention implementations).
+    DS_CHECK(!j.value("use_sliding_window", false), NotSupportedError, path,
+             ": use_sliding_window is true; finetune_llama's Qwen2 attends to every position");
   } else {
     DS_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), NotSupportedError,
              path, ": sliding_window is set on a 'llama' model; finetune_llama reads it on "
@@ -134,16 +144,25 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.num_key_value_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
                               ? json_int(j, "num_key_value_heads", path)
                               : c.num_attention_heads;
-  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null()
+  c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() && !qwen2
                    ? json_int(j, "head_dim", path)
                    : (c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  // transformers' Qwen2 takes hidden_size / heads whatever head_dim says.
+  DS_CHECK(!qwen2 || !j.contains("head_dim") || j["head_dim"].is_null() ||
+               json_int(j, "head_dim", path) == c.head_dim,
+           NotSupportedError, path, ": head_dim is ", j.value("head_dim", nlohmann::json()).dump(),
+           " but a 'qwen2' model's head size is hidden_size / num_attention_heads (", c.head_dim,
+           ")");
   c.max_position_embeddings = j.value("max_position_embeddings", c.max_position_embeddings);
   c.rope_theta = j.value("rope_theta", c.rope_theta);
   c.rms_norm_eps = j.value("rms_norm_eps", c.rms_norm_eps);
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);  // LlamaConfig's default
   if (j.contains("rope_scaling")) c.rope_scaling = RopeScaling::from_hf_json(j["rope_scaling"], path);
-  DS_CHECK(!j.value("attention_bias", false) && !j.value("mlp_bias", false), NotSupportedError,
-           path, ": attention_bias / mlp_bias are set; finetune_llama's Llama has no biases");
+  if (type == "llama") {
+    // LlamaConfig's flags; Mistral has no biases and Qwen2 its fixed q/k/v ones.
+    c.attention_bias = j.value("attention_bias", false);
+    c.mlp_bias = j.value("mlp_bias", false);
+  }
   if (!mistral || j.contains("bos_token_id")) c.bos_token_id = json_token_id(j, "bos_token_id");
   if (!mistral || j.contains("eos_token_id")) c.eos_token_id = json_token_id(j, "eos_token_id");
   c.pad_token_id = json_token_id(j, "pad_token_id");
@@ -167,7 +186,9 @@ void LlamaConfig::validate(const std::string& source) const {
 
 nlohmann::json LlamaConfig::to_hf_json() const {
   nlohmann::json j = {
-      {"architectures", {model_type == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM"}},
+      {"architectures", {model_type == "mistral" ? "MistralForCausalLM"
+                         : model_type == "qwen2" ? "Qwen2ForCausalLM"
+                                                 : "LlamaForCausalLM"}},
       {"model_type", model_type},
       {"vocab_size", vocab_size},
       {"hidden_size", hidden_size},
@@ -181,9 +202,9 @@ nlohmann::json LlamaConfig::to_hf_json() const {
       {"rope_scaling", rope_scaling.to_hf_json()},
       {"rms_norm_eps", rms_norm_eps},
       {"hidden_act", "silu"},
-      {"attention_bias", false},
+      {"attention_bias", attention_bias},
       {"attention_dropout", 0.0},
-      {"mlp_bias", false},
+      {"mlp_bias", mlp_bias},
       {"tie_word_embeddings", tie_word_embeddings},
       {"torch_dtype", "float32"},
   };
@@ -191,6 +212,12 @@ nlohmann::json LlamaConfig::to_hf_json() const {
     // MistralConfig has no rope_scaling and no biases.
     for (const char* key : {"rope_scaling", "attention_bias", "mlp_bias"}) j.erase(key);
     j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
+  } else if (model_type == "qwen2") {
+    // Qwen2Config: no head_dim (hidden_size / heads), no bias flags (q/k/v have them).
+    for (const char* key : {"head_dim", "attention_bias", "mlp_bias"}) j.erase(key);
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = num_hidden_layers;
   }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_id >= 0) j["eos_token_id"] = eos_token_id;

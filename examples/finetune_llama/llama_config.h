@@ -16,8 +16,8 @@ namespace deepspeed::examples {
 class GgufFile;
 
 struct LlamaConfig {
-  /// "llama", or "mistral" (MistralForCausalLM: the same decoder, with a sliding window and no
-  /// rope_scaling).
+  /// "llama", "mistral" (MistralForCausalLM: the same decoder, with a sliding window and no
+  /// rope_scaling) or "qwen2" (Qwen2ForCausalLM: biases on the q/k/v projections).
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -35,23 +35,31 @@ struct LlamaConfig {
   int64_t eos_token_id = -1;
   int64_t pad_token_id = -1;
   int64_t sliding_window = -1;  // Mistral: attention to the last sliding_window positions; -1: all
+  bool attention_bias = false;  // LlamaConfig's: biases on q/k/v/o_proj
+  bool mlp_bias = false;        // LlamaConfig's: biases on gate/up/down_proj
   /// Not part of config.json: the fine-tuning's LoRA adapters (deepspeed::linear) on the decoder
   /// projections whose names contain one of lora->target_mods; none by default.
   std::optional<linear::LoRAConfig> lora;
 
-  /// From a GGUF file's metadata ({arch}.block_count, .embedding_length, .feed_forward_length,
+  /// Whether q/k/v_proj have biases (attention_bias, or always in Qwen2).
+  bool qkv_bias() const { return attention_bias || model_type == "qwen2"; }
+
+  /// From a GGUF file's metadata (general.architecture "llama" or "qwen2"; {arch}.block_count,
+  /// .embedding_length, .feed_forward_length,
   /// .attention.head_count(_kv), .rope.freq_base, .attention.layer_norm_rms_epsilon,
   /// .context_length, .vocab_size or the token list's length, .rope.dimension_count,
   /// .rope.scaling.type "none"/"linear" with .rope.scaling.factor, or the older
   /// .rope.scale_linear) and its tensor table (tied when there is no output.weight; the
   /// rope_freqs.weight divisors of a Llama 3.1/3.2 conversion, see RopeScaling). Throws
-  /// ModelFileError naming the file and key when general.architecture is not "llama" or a key is
+  /// ModelFileError naming the file and key when general.architecture is another or a key is
   /// missing or inconsistent, NotSupportedError for yarn and other scaling types.
   static LlamaConfig from_gguf(const GgufFile& file);
-  /// From a Hugging Face config.json (model_type "llama", or "mistral" with MistralConfig's
-  /// defaults: sliding_window 4096 when absent, none when null); `path` names the file in errors.
+  /// From a Hugging Face config.json (model_type "llama"; "mistral" with MistralConfig's
+  /// defaults: sliding_window 4096 when absent, none when null; "qwen2" with Qwen2Config's:
+  /// use_sliding_window is refused, its head size is hidden_size / heads); `path` names the file
+  /// in errors.
   static LlamaConfig from_hf_json(const nlohmann::json& json, const std::string& path);
-  /// The config.json that transformers' LlamaForCausalLM (MistralForCausalLM) loads.
+  /// The config.json that transformers' LlamaForCausalLM (Mistral-, Qwen2ForCausalLM) loads.
   nlohmann::json to_hf_json() const;
   /// Throws ModelFileError (naming `source`) unless the sizes fit together.
   void validate(const std::string& source) const;

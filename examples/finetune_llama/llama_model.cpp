@@ -24,14 +24,14 @@ torch::nn::Linear linear(int64_t in, int64_t out) {
 // A decoder projection: with LoRA adapters when cfg.lora targets `name` (DeepSpeed's rule: the
 // name contains one of target_mods), a plain Linear otherwise.
 linear::OptimizedLinear projection(const LlamaConfig& cfg, const std::string& name, int64_t in,
-                                   int64_t out) {
+                                   int64_t out, bool bias) {
   std::optional<linear::LoRAConfig> lora;
   if (cfg.lora) {
     for (const auto& t : cfg.lora->target_mods) {
       if (name.find(t) != std::string::npos) lora = cfg.lora;
     }
   }
-  return linear::OptimizedLinear(in, out, /*bias=*/false, lora, std::nullopt, at::kFloat);
+  return linear::OptimizedLinear(in, out, bias, lora, std::nullopt, at::kFloat);
 }
 
 torch::Tensor rotate_half(const torch::Tensor& x) {
@@ -56,6 +56,16 @@ void fill_parameters(torch::nn::Module& module, const std::string& prefix,
                 : torch::empty({lora->output_dim(), lora->input_dim()}).normal_(0.0, 0.02);
     lora->load_base_weight(full, name);
     for (const auto& p : lora->parameters()) done.insert(p.unsafeGetTensorImpl());
+    if (lora->bias.defined()) {
+      if (!weights) {
+        lora->bias.zero_();
+        continue;
+      }
+      const torch::Tensor b = weights(name + ".bias");
+      DS_CHECK(b.sizes() == lora->bias.sizes(), ModelFileError, "tensor '", name, ".bias' has "
+               "shape ", b.sizes(), "; the model config expects ", lora->bias.sizes());
+      lora->bias.copy_(b);
+    }
   }
   for (auto& item : module.named_parameters()) {
     torch::Tensor& p = item.value();
@@ -66,6 +76,8 @@ void fill_parameters(torch::nn::Module& module, const std::string& prefix,
       DS_CHECK(w.sizes() == p.sizes(), ModelFileError, "tensor '", name, "' has shape ", w.sizes(),
                "; the model config expects ", p.sizes());
       p.copy_(w);
+    } else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+      p.zero_();  // transformers zeroes Linear biases
     } else if (p.dim() == 1) {
       p.fill_(1.0);  // RMSNorm weights
     } else {
@@ -93,10 +105,11 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const std::string
       sliding_window_(cfg.sliding_window) {
   const int64_t hidden = cfg.hidden_size;
   const int64_t q_out = n_head_ * head_dim_, kv_out = n_kv_head_ * head_dim_;
-  q_proj = register_module("q_proj", projection(cfg, prefix + "q_proj", hidden, q_out));
-  k_proj = register_module("k_proj", projection(cfg, prefix + "k_proj", hidden, kv_out));
-  v_proj = register_module("v_proj", projection(cfg, prefix + "v_proj", hidden, kv_out));
-  o_proj = register_module("o_proj", projection(cfg, prefix + "o_proj", q_out, hidden));
+  const bool qkv_bias = cfg.qkv_bias(), o_bias = cfg.attention_bias;
+  q_proj = register_module("q_proj", projection(cfg, prefix + "q_proj", hidden, q_out, qkv_bias));
+  k_proj = register_module("k_proj", projection(cfg, prefix + "k_proj", hidden, kv_out, qkv_bias));
+  v_proj = register_module("v_proj", projection(cfg, prefix + "v_proj", hidden, kv_out, qkv_bias));
+  o_proj = register_module("o_proj", projection(cfg, prefix + "o_proj", q_out, hidden, o_bias));
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
@@ -139,9 +152,12 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
 
 LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix) {
   const int64_t hidden = cfg.hidden_size, inner = cfg.intermediate_size;
-  gate_proj = register_module("gate_proj", projection(cfg, prefix + "gate_proj", hidden, inner));
-  up_proj = register_module("up_proj", projection(cfg, prefix + "up_proj", hidden, inner));
-  down_proj = register_module("down_proj", projection(cfg, prefix + "down_proj", inner, hidden));
+  const bool bias = cfg.mlp_bias;
+  gate_proj =
+      register_module("gate_proj", projection(cfg, prefix + "gate_proj", hidden, inner, bias));
+  up_proj = register_module("up_proj", projection(cfg, prefix + "up_proj", hidden, inner, bias));
+  down_proj =
+      register_module("down_proj", projection(cfg, prefix + "down_proj", inner, hidden, bias));
 }
 
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {

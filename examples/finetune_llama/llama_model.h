@@ -1,6 +1,7 @@
 // A Llama-architecture decoder (Hugging Face's LlamaForCausalLM, same parameter names): RMSNorm,
 // rotary position embeddings, SwiGLU MLP, grouped-query causal attention, optional tied output
-// embedding, and a key/value cache for generation. Each decoder layer is a ZeRO-3 unit and can
+// embedding, projection biases where the config has them (Qwen2's q/k/v), and a key/value cache
+// for generation. Each decoder layer is a ZeRO-3 unit and can
 // fill its weights while it is constructed, so that a model built inside zero::Init loads a
 // pretrained checkpoint one layer at a time.
 #pragma once

@@ -13,6 +13,7 @@
 #include "gguf_file.h"
 #include "merges_from_scores.h"
 #include "pretokenizer.h"
+#include "unicode_nfc.h"
 #include "util/check.h"
 
 namespace deepspeed::examples {
@@ -214,6 +215,41 @@ void LlamaTokenizer::build(const std::vector<std::string>& tokens, const MergeLi
   });
 }
 
+// transformers' GGUF loader for a "qwen2" model (GGUFQwen2Converter, then Qwen2TokenizerFast):
+// NFC, Qwen2's split pattern, no byte fallback, no template; the special tokens are the three it
+// names (its class's unknown, EOS and padding token is one of them), not the file's control
+// tokens.
+LlamaTokenizer LlamaTokenizer::qwen2_from_gguf(const GgufFile& f,
+                                               const std::vector<std::string>& tokens,
+                                               const MergeList& merges) {
+  const std::string source = "GGUF file " + f.path();
+  DS_CHECK(f.get_string("tokenizer.ggml.model") == "gpt2", ModelFileError, source,
+           ": tokenizer.ggml.model is '", f.get_string("tokenizer.ggml.model"), "'; a 'qwen2' "
+           "model's tokenizer is byte-level BPE ('gpt2')");
+  DS_CHECK(nfc_available(), NotSupportedError, source, ": a 'qwen2' tokenizer normalizes to NFC, "
+           "which needs ICU; this build was made without it (install libicu-dev and reconfigure)");
+  LlamaTokenizer t;
+  t.split_ = WordSplit::kQwen2;
+  t.nfc_ = true;
+  std::vector<int64_t> special;
+  for (const char* name : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    const auto it = std::find(tokens.begin(), tokens.end(), name);
+    DS_CHECK(it != tokens.end(), ModelFileError, source, ": a 'qwen2' vocabulary lacks ", name,
+             " (transformers would add it past the embedding's rows)");
+    special.push_back(it - tokens.begin());
+  }
+  const auto id = [&](const char* key) { return f.has(key) ? f.get_int(key) : int64_t{-1}; };
+  t.bos_id_ = id("tokenizer.ggml.bos_token_id");
+  t.eos_id_ = id("tokenizer.ggml.eos_token_id");
+  t.pad_id_ = id("tokenizer.ggml.padding_token_id");
+  for (int64_t sid : {t.bos_id_, t.eos_id_, t.pad_id_}) {
+    DS_CHECK(sid < static_cast<int64_t>(tokens.size()), ModelFileError, source,
+             ": special token id ", sid, " is outside the vocabulary of ", tokens.size());
+  }
+  t.build(tokens, merges, special, source);
+  return t;
+}
+
 LlamaTokenizer LlamaTokenizer::from_gguf(const GgufFile& f) {
   const std::string model = f.get_string("tokenizer.ggml.model");
   DS_CHECK(model == "gpt2" || model == "llama", ModelFileError, "GGUF file ", f.path(),
@@ -248,6 +284,9 @@ LlamaTokenizer LlamaTokenizer::from_gguf(const GgufFile& f) {
     m.prepend = add_prefix ? Metaspace::Prepend::kAlways : Metaspace::Prepend::kNever;
     t.metaspace_ = m;
   }
+  const std::string arch =
+      f.has("general.architecture") ? f.get_string("general.architecture") : std::string();
+  if (arch == "qwen2") return qwen2_from_gguf(f, tokens, merges);
   // transformers' GGUF loader builds its BPE with fuse_unk and byte_fallback.
   t.fuse_unk_ = true;
   t.byte_fallback_ = true;
@@ -295,9 +334,17 @@ LlamaTokenizer LlamaTokenizer::from_hf_json(const std::string& path) {
   DS_CHECK(model.value("type", "") == "BPE", ModelFileError, path, ": model.type is '",
            model.value("type", ""), "'; expected BPE");
   const nlohmann::json none;
+  nlohmann::json normalizer = j.contains("normalizer") ? j["normalizer"] : none;
+  // NFC (Qwen2's normalizer) goes first, whatever splits the text after it.
+  const bool nfc = normalizer.is_object() && normalizer.value("type", "") == "NFC";
+  if (nfc) {
+    DS_CHECK(nfc_available(), NotSupportedError, path, ": the NFC normalizer needs ICU, which "
+             "this build was made without (install libicu-dev and reconfigure)");
+    normalizer = none;
+  }
   const auto metaspace =
-      Metaspace::from_hf_json(j.contains("normalizer") ? j["normalizer"] : none,
-                              j.contains("pre_tokenizer") ? j["pre_tokenizer"] : none, path);
+      Metaspace::from_hf_json(normalizer, j.contains("pre_tokenizer") ? j["pre_tokenizer"] : none,
+                              path);
   const WordSplit split =
       metaspace ? WordSplit::kGpt2 : word_split_from_hf_json(j["pre_tokenizer"], path);
   const auto& vocab = model.at("vocab");
@@ -319,6 +366,7 @@ LlamaTokenizer LlamaTokenizer::from_hf_json(const std::string& path) {
   LlamaTokenizer t;
   t.metaspace_ = metaspace;
   t.split_ = split;
+  t.nfc_ = nfc;
   t.ignore_merges_ = model.value("ignore_merges", false);
   const auto flag = [&](const char* key) {
     return model.contains(key) && model[key].is_boolean() && model[key].get<bool>();
@@ -439,7 +487,12 @@ std::vector<int64_t> LlamaTokenizer::encode(std::string_view text) const {
   std::vector<int64_t> out(prefix_);
   size_t start = 0, pos = 0;
   auto flush = [&](size_t end) {
-    const std::string_view piece = text.substr(start, end - start);
+    std::string normalized;
+    std::string_view piece = text.substr(start, end - start);
+    if (nfc_) {
+      normalized = to_nfc(piece, "the tokenizer's NFC normalizer");
+      piece = normalized;
+    }
     if (metaspace_) {
       metaspace_->for_each_word(piece, start == 0,
                                 [&](const std::string& word) { encode_word(word, &out); });
@@ -551,7 +604,9 @@ nlohmann::json LlamaTokenizer::to_hf_json() const {
       {"truncation", nullptr},
       {"padding", nullptr},
       {"added_tokens", added},
-      {"normalizer", metaspace_ ? metaspace_->normalizer_json() : nlohmann::json(nullptr)},
+      {"normalizer", nfc_        ? nlohmann::json{{"type", "NFC"}}
+                     : metaspace_ ? metaspace_->normalizer_json()
+                                  : nlohmann::json(nullptr)},
       {"pre_tokenizer",
        metaspace_ ? metaspace_->pre_tokenizer_json() : word_split_to_hf_json(split_)},
       {"post_processor", {{"type", "TemplateProcessing"}, {"single", single}, {"pair", single},

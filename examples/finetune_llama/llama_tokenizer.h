@@ -1,7 +1,9 @@
 // The BPE tokenizer of a Llama model, in either of the two kinds Llama-architecture models use:
 // - byte-level (GPT-2 style: SmolLM2, Llama 3, Qwen2): from GGUF metadata (tokenizer.ggml.model
 //   "gpt2") or a tokenizer.json with a pre-tokenizer of word_split.h; the text is split into words
-//   (GPT-2's pattern for a GGUF, as transformers' GGUF loader does) whose bytes are merged;
+//   (for a GGUF as transformers' GGUF loader splits: Qwen2's pattern after NFC for a "qwen2"
+//   model, else GPT-2's) whose bytes are merged. tokenizer.json's NFC normalizer (Qwen2's) is
+//   applied first (unicode_nfc.h);
 // - SentencePiece-style (Llama 2, Mistral, TinyLlama): from GGUF metadata (tokenizer.ggml.model
 //   "llama": merges made from the scores as transformers makes them) or a tokenizer.json with the
 //   normalizer or pre-tokenizer of metaspace.h; spaces become "▁", characters are merged,
@@ -35,13 +37,14 @@ class LlamaTokenizer {
  public:
   /// From GGUF metadata. transformers' GGUF loader makes a LlamaTokenizerFast, which adds the
   /// BOS token (tokenizer.ggml.bos_token_id) in front of every text whatever
-  /// tokenizer.ggml.add_bos_token says; this does the same. Throws ModelFileError naming the file
-  /// and key for a missing key, a model other than "gpt2" and "llama" or a merge of unknown
+  /// tokenizer.ggml.add_bos_token says; this does the same. For general.architecture "qwen2" it
+  /// makes Qwen2TokenizerFast (NFC, Qwen2's pattern, no BOS). Throws ModelFileError naming the
+  /// file and key for a missing key, a model other than "gpt2" and "llama" or a merge of unknown
   /// tokens.
   static LlamaTokenizer from_gguf(const GgufFile& file);
   /// From a Hugging Face tokenizer.json at `path`. Throws NotSupportedError naming the file for a
-  /// normalizer or pre-tokenizer neither word_split.h nor metaspace.h knows, or a post-processor
-  /// other than TemplateProcessing and ByteLevel (alone or in a Sequence).
+  /// normalizer (other than NFC) or pre-tokenizer neither word_split.h nor metaspace.h knows, or
+  /// a post-processor other than TemplateProcessing and ByteLevel (alone or in a Sequence).
   static LlamaTokenizer from_hf_json(const std::string& path);
 
   /// Token ids of `text` (UTF-8), template prefix/suffix included.
@@ -67,6 +70,8 @@ class LlamaTokenizer {
 
  private:
   using MergeList = std::vector<std::pair<std::string, std::string>>;
+  static LlamaTokenizer qwen2_from_gguf(const GgufFile& f, const std::vector<std::string>& tokens,
+                                        const MergeList& merges);
   void build(const std::vector<std::string>& tokens, const MergeList& merges,
              const std::vector<int64_t>& special_ids, const std::string& source);
   void encode_word(std::string_view word, std::vector<int64_t>* out) const;
@@ -84,6 +89,7 @@ class LlamaTokenizer {
   std::unordered_map<std::string, int64_t> vocab_;
   std::unordered_map<std::string, int64_t> bytes_vocab_;  // raw bytes -> id, special tokens aside
   WordSplit split_ = WordSplit::kGpt2;
+  bool nfc_ = false;  // tokenizer.json's NFC normalizer (Qwen2): text between special tokens
   bool ignore_merges_ = false;
   bool byte_fallback_ = false;
   bool fuse_unk_ = false;

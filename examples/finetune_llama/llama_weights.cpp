@@ -23,7 +23,8 @@ namespace deepspeed::examples {
 namespace fs = std::filesystem;
 namespace {
 
-// Hugging Face suffix within a layer -> GGUF suffix (llama.cpp's tensor names for "llama").
+// Hugging Face suffix within a layer -> GGUF suffix (llama.cpp's tensor names for "llama" and
+// "qwen2").
 const std::pair<const char*, const char*> kLayerNames[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"post_attention_layernorm.weight", "ffn_norm.weight"},
@@ -34,6 +35,9 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},  // Qwen2
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
 };
 
 nlohmann::json read_json(const std::string& path, const std::string& what) {
@@ -60,6 +64,9 @@ LlamaCheckpoint open_gguf(const std::string& path) {
     const auto ends = [&](const char* s) {
       return hf_name.size() >= std::strlen(s) && hf_name.compare(hf_name.size() - std::strlen(s), std::string::npos, s) == 0;
     };
+    // llama.cpp permutes a "llama" model's q/k rows to its rotary layout; a "qwen2" model's
+    // rotary layout is transformers' own, so its rows are as they were.
+    if (cfg.model_type != "llama") return w;
     if (ends("self_attn.q_proj.weight")) return unpermute_rope_rows(w, cfg.num_attention_heads);
     if (ends("self_attn.k_proj.weight")) return unpermute_rope_rows(w, cfg.num_key_value_heads);
     return w;
@@ -152,6 +159,7 @@ void save_hf_weights(LlamaForCausalLMImpl& model, const std::string& dir, bool w
     auto* lora = dynamic_cast<linear::OptimizedLinearImpl*>(item.value().get());
     if (lora == nullptr || !lora->lora_enabled()) continue;
     merged[item.key() + ".weight"] = lora->merged_weight();
+    if (lora->bias.defined()) merged[item.key() + ".bias"] = lora->bias.to(at::kFloat);
     for (const auto& p : lora->parameters()) merged_params.insert(p.unsafeGetTensorImpl());
   }
   if (!write) return;

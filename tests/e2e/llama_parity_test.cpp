@@ -2,8 +2,10 @@
 // dequantise the same file): the tokenizer's ids, the logits of a prompt (fp32, 1e-4), the
 // --score_file loss (1e-4 relative), 20 greedy tokens with the KV cache (identical), and the
 // --save_hf folder (loads in transformers to the same logits; our loader reads it back
-// bit-identically). The model file and the Python environment come from the CTest fixtures
-// llama_model_file and llama_python_refs (scripts/fetch_smollm2.sh, scripts/setup_python_refs.sh).
+// bit-identically). Then the same on small random Llama 2, Mistral and Qwen2 folders, and a Qwen2
+// GGUF (hf_folder_reference.py). The model file and the Python environment come from the CTest
+// fixtures llama_model_file and llama_python_refs (scripts/fetch_smollm2.sh,
+// scripts/setup_python_refs.sh).
 #include <filesystem>
 #include <fstream>
 
@@ -143,7 +145,8 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
 
 // A folder shaped as Llama 2's or Mistral's (random weights, a SentencePiece-style tokenizer.json
 // with the legacy normalizer and byte fallback; Mistral's sliding window of 12 positions, shorter
-// than the 64 scored tokens and the 12 + 20 of the generation): finetune_llama tokenizes, scores
+// than the 64 scored tokens and the 12 + 20 of the generation) or Qwen2's (q/k/v biases, a
+// byte-level tokenizer.json with NFC and Qwen2's pattern): finetune_llama tokenizes, scores
 // and greedily generates as transformers does, decodes the generation to transformers' text, and
 // its --save_hf folder loads in transformers to the same ids and generation.
 class LlamaFolderParity : public ::testing::TestWithParam<std::string> {};
@@ -152,12 +155,12 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
   ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " (run scripts/setup_python_refs.sh)";
   TempDir dir("llama2_folder");
   const std::string model = dir.file(GetParam());
-  const auto made = run_command(kPython + " " + DS_LLAMA2_FOLDER_REFERENCE_PY + " " + kScoreFile +
+  const auto made = run_command(kPython + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
                                 " '" + model + "' " + GetParam() + " 2>&1");
   ASSERT_EQ(made.exit_code, 0) << made.out;
   const auto ref = run_reference(model, dir.file("ref.json"));
   const auto tok = LlamaTokenizer::from_hf_json(model + "/tokenizer.json");
-  ASSERT_TRUE(tok.sentencepiece_style());
+  ASSERT_EQ(tok.sentencepiece_style(), GetParam() != "qwen2");
   for (size_t i = 0; i < kTexts.size(); ++i) {
     EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
   }
@@ -196,10 +199,55 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
   EXPECT_EQ(saved_ref["generated"], ref["generated"]);
   std::ifstream config_in(saved + "/config.json");
   EXPECT_EQ(nlohmann::json::parse(config_in)["model_type"],
-            GetParam() == "mistral" ? "mistral" : "llama");
+            GetParam() == "llama2" ? "llama" : GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity, ::testing::Values("llama2", "mistral"));
+INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
+                         ::testing::Values("llama2", "mistral", "qwen2"));
+
+// The same Qwen2 as llama.cpp lays it out in a GGUF file, read by transformers' GGUF loader
+// (its Qwen2 tokenizer: NFC, Qwen2's pattern, three special tokens, no BOS) and by ours.
+TEST(Qwen2GgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
+  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " (run scripts/setup_python_refs.sh)";
+  TempDir dir("qwen2_gguf");
+  const std::string gguf = dir.file("qwen2.gguf");
+  const auto made = run_command(kPython + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
+                                " '" + dir.file("folder") + "' qwen2 '" + gguf + "' 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto ref = run_reference(gguf, dir.file("ref.json"));
+  const auto file = GgufFile::open(gguf);
+  const auto tok = LlamaTokenizer::from_gguf(file);
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
+  }
+  // The GGUF holds the folder's weights: both load to the same config and tensors.
+  const auto from_gguf = open_llama_checkpoint(gguf);
+  const auto from_folder = open_llama_checkpoint(dir.file("folder"));
+  EXPECT_EQ(from_gguf.config.to_hf_json()["model_type"], "qwen2");
+  for (const char* name : {"model.layers.1.self_attn.q_proj.weight",
+                           "model.layers.1.self_attn.k_proj.bias", "lm_head.weight"}) {
+    EXPECT_TRUE(torch::equal(from_gguf.weights(name), from_folder.weights(name))) << name;
+  }
+  const auto finetune = [&](const std::string& args) {
+    auto r = run_command(std::string("OMP_NUM_THREADS=2 ") + DS_FINETUNE_LLAMA_BIN +
+                         " --deepspeed_config " + DS_LLAMA_STAGE0_CONFIG + " --model '" + gguf +
+                         "' --steps 0 " + args + " 2>&1");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    return r.out;
+  };
+  const std::string out = finetune("--seq_len 64 --score_file " + kScoreFile);
+  double loss = 0;
+  long long n = 0;
+  ASSERT_EQ(std::sscanf(out.substr(out.find("score: ")).c_str(), "score: loss=%lf tokens=%lld",
+                        &loss, &n), 2) << out;
+  EXPECT_NEAR(loss, ref["score"]["loss"].get<double>(), 1e-4 * ref["score"]["loss"].get<double>());
+  EXPECT_EQ(n, ref["score"]["tokens"].get<long long>());
+  const std::string gen_file = dir.file("gen.json");
+  finetune("--prompt '" + kPrompt + "' --max_new_tokens 20 --generation_file " + gen_file);
+  std::ifstream in(gen_file);
+  ASSERT_TRUE(in.good()) << gen_file;
+  EXPECT_EQ(nlohmann::json::parse(in)["token_ids"], ref["generated"]);
+}
 
 }  // namespace
 }  // namespace deepspeed::examples

@@ -1,6 +1,6 @@
 // LlamaTokenizer against Hugging Face tokenizers on the pre-tokenizers of real models (SmolLM's
-// individual digits, Llama 3's split pattern with ignore_merges and a Sequence post-processor;
-// SentencePiece-style ones further down):
+// individual digits, Llama 3's split pattern with ignore_merges and a Sequence post-processor,
+// Qwen2's NFC normalizer and pattern; SentencePiece-style ones further down):
 // tokenizer_pretokenizers_reference.py trains a small BPE with each, saves its tokenizer.json,
 // pre-tokenizes and encodes the texts; we load the same file and must split every text into the
 // same words (BPE alone would hide most splitting errors) and give the same ids. The texts
@@ -35,6 +35,9 @@ std::vector<std::string> texts() {
       "I'M here, it's 12345 ok; WE'RE done. They'LL see 3.14159 and 1,000,000!",
       "  x\n\n  y \r\n\tz   \n", "(hello) [world] {Elizabeth}", "<|begin_of_text|>hi<|end_of_text|>",
       "trailing spaces   ", "\n\n\n", "caf\xC3\xA9 na\xC3\xAFve \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x99\x82",
+      // Not NFC: e + combining acute, the Angstrom sign, Hangul jamo, a stacked pair of marks in
+      // the wrong canonical order; NFC composes or reorders each.
+      "Cafe\xCC\x81 \xE2\x84\xAB \xE1\x84\x80\xE1\x85\xA1 a\xCC\x81\xCC\xA3 <|im_start|>e\xCC\x81",
   };
   const std::vector<std::string> pieces = {
       "a", "b", "Q", "\xC3\xA9", "\xC3\x9F", "\xC5\xBF", "\xD0\x96", "\xE4\xB8\xAD", "\xD8\xB9",
@@ -71,7 +74,7 @@ TEST(LlamaTokenizerParity, PreTokenizersOfRealModelsEncodeAsHuggingFaceTokenizer
   const auto r = run_command(kPython + " " + DS_TOKENIZER_REFERENCE_PY + " " + kCorpus + " '" +
                              dir.file("texts.json") + "' '" + dir.path() + "' 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (const std::string name : {"llama3", "smollm"}) {
+  for (const std::string name : {"llama3", "smollm", "qwen2"}) {
     SCOPED_TRACE(name);
     const std::string json_path = dir.file(name + "/tokenizer.json");
     const auto tok = LlamaTokenizer::from_hf_json(json_path);
@@ -108,6 +111,7 @@ TEST(LlamaTokenizerParity, PreTokenizersOfRealModelsEncodeAsHuggingFaceTokenizer
     const auto original = nlohmann::json::parse(original_in);
     const auto exported = tok.to_hf_json();
     EXPECT_EQ(exported["pre_tokenizer"], original["pre_tokenizer"]);
+    EXPECT_EQ(exported["normalizer"], original["normalizer"]);
     EXPECT_EQ(exported["model"]["ignore_merges"], original["model"].value("ignore_merges", false));
     std::ofstream(dir.file(name + "/exported.json")) << exported.dump();
     const auto again = LlamaTokenizer::from_hf_json(dir.file(name + "/exported.json"));

@@ -7,6 +7,9 @@ Each case trains a small byte-level BPE on the corpus with a real model's pre-to
           Sequence[ByteLevel, TemplateProcessing] post-processor adding <|begin_of_text|>.
   smollm: SmolLM/SmolLM2's Digits(individual_digits) then ByteLevel with GPT-2's regex; no
           template.
+  qwen2:  Qwen2's NFC normalizer, then its Split regex (Llama 3's with single digits) and
+          ByteLevel without regex; its three special tokens; no template (as transformers'
+          Qwen2Converter builds it).
 and writes OUT/<case>/tokenizer.json, OUT/<case>/ids.json (the ids of each text of TEXTS.json)
 and OUT/<case>/words.json (where the pre-tokenizer ends each word of each text, in code points).
 Usage: tokenizer_pretokenizers_reference.py CORPUS TEXTS.json OUT
@@ -16,16 +19,21 @@ import json
 import os
 import sys
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        processors, trainers)
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Whole words added to llama3's vocabulary without merges: BPE alone would split them.
 WHOLE_WORDS = ["Ġpossession", "Ġuniversally", "Ġacknowledged", "ĠElizabeth"]
 
 
-def train(corpus, pre_tokenizer, specials):
+def train(corpus, pre_tokenizer, specials, normalizer=None):
     tok = Tokenizer(models.BPE())
+    if normalizer is not None:
+        tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizer
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=specials, show_progress=False,
@@ -58,11 +66,20 @@ def smollm(corpus):
         ["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
 
 
+def qwen2(corpus):
+    tok = train(corpus, pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+        QWEN2_SPECIALS, normalizer=normalizers.NFC())
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
 def main():
     corpus, texts_path, out = sys.argv[1:4]
     with open(texts_path, encoding="utf-8") as f:
         texts = json.load(f)
-    for name, make in (("llama3", llama3), ("smollm", smollm)):
+    for name, make in (("llama3", llama3), ("smollm", smollm), ("qwen2", qwen2)):
         tok = make(corpus)
         os.makedirs(os.path.join(out, name), exist_ok=True)
         tok.save(os.path.join(out, name, "tokenizer.json"))

@@ -1,7 +1,7 @@
 // Byte-level BPE from GGUF metadata on a tiny vocabulary: merges by rank, special tokens matched
 // before pre-tokenization, BOS prepended, decode inverting encode, and the tokenizer.json export
-// read back to the same encoder. (Parity with transformers on the real vocabulary is in
-// tests/e2e/llama_parity_test.cpp.)
+// read back to the same encoder; the NFC normalizer. (Parity with transformers on the real
+// vocabulary is in tests/e2e/llama_parity_test.cpp.)
 #include "llama_tokenizer.h"
 
 #include <cstdio>
@@ -13,6 +13,7 @@
 #include "gguf_file.h"
 #include "gguf_test_writer.h"
 #include "merges_from_scores.h"
+#include "unicode_nfc.h"
 #include "support/expect_throw.h"
 #include "support/temp_dir.h"
 
@@ -128,13 +129,32 @@ TEST(LlamaTokenizer, HfJsonPreTokenizersIgnoreMergesAndRefusals) {
       })),
       NotSupportedError, "m.json: pre_tokenizer (after a normalizer) is {\"replacement\"");
   EXPECT_THROW_WITH(LlamaTokenizer::from_hf_json(edited_json(dir, tok, "n.json", [](auto& j) {
-                      j["normalizer"] = {{"type", "NFC"}};
+                      j["normalizer"] = {{"type", "NFKC"}};
                     })),
-                    NotSupportedError, "n.json: normalizer is {\"type\":\"NFC\"}");
+                    NotSupportedError, "n.json: normalizer is {\"type\":\"NFKC\"}");
   EXPECT_THROW_WITH(LlamaTokenizer::from_hf_json(edited_json(dir, tok, "p.json", [](auto& j) {
                       j["post_processor"] = {{"type", "BertProcessing"}};
                     })),
                     NotSupportedError, "post_processor {\"type\":\"BertProcessing\"}");
+}
+
+// Qwen2's NFC normalizer: composed and decomposed spellings encode alike, special tokens are
+// matched in the text as it was, bytes that are not UTF-8 pass through.
+TEST(LlamaTokenizer, NfcNormalizerComposesBeforeSplitting) {
+  EXPECT_EQ(to_nfc("plain ascii", "t"), "plain ascii");
+  EXPECT_EQ(to_nfc("e\xCC\x81 \xE2\x84\xAB", "t"), "\xC3\xA9 \xC3\x85");  // é, Å
+  EXPECT_EQ(to_nfc("a\xCC\xA3\xCC\x81", "t"), to_nfc("a\xCC\x81\xCC\xA3", "t"));  // reordered
+  EXPECT_EQ(to_nfc("e\xCC\x81\xFF" "e\xCC\x81", "t"), "\xC3\xA9\xFF\xC3\xA9");
+  TempDir dir;
+  const auto plain = LlamaTokenizer::from_gguf(GgufFile::open(write_vocab(dir)));
+  const auto nfc = LlamaTokenizer::from_hf_json(edited_json(dir, plain, "nfc.json", [](auto& j) {
+    j["normalizer"] = {{"type", "NFC"}};
+  }));
+  EXPECT_EQ(nfc.to_hf_json()["normalizer"], (nlohmann::json{{"type", "NFC"}}));
+  EXPECT_EQ(nfc.encode("e\xCC\x81"), plain.encode("\xC3\xA9"));
+  EXPECT_NE(plain.encode("e\xCC\x81"), plain.encode("\xC3\xA9"));
+  EXPECT_EQ(nfc.encode("<s>\xCC\x81"), plain.encode("<s>\xCC\x81"));  // nothing to compose with
+  EXPECT_EQ(nfc.encode("hell\xFF"), plain.encode("hell\xFF"));
 }
 
 TEST(LlamaTokenizer, RejectsOtherTokenizerModels) {

@@ -1,6 +1,7 @@
 // Loading a Llama from GGUF and Hugging Face folders: hyper-parameters from metadata, names and
 // the q/k row order undone, the HF folder written by save_hf_weights read back bit-identically,
-// and the bad inputs (missing config.json, vocabulary/embedding mismatch).
+// and the bad inputs (missing config.json, vocabulary/embedding mismatch). Mistral's and Qwen2's
+// configs, Qwen2's biases (also under LoRA) from a "qwen2" GGUF and a folder.
 #include "llama_weights.h"
 
 #include <filesystem>
@@ -254,9 +255,156 @@ TEST(LlamaConfig, MistralConfigJsonDefaultsAndRefusals) {
   llama["sliding_window"] = 64;
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "l/config.json"), NotSupportedError,
                     "l/config.json: sliding_window is set on a 'llama' model");
-  llama["model_type"] = "qwen2";
-  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "q/config.json"), ModelFileError,
-                    "model_type is 'qwen2'; finetune_llama reads 'llama' and 'mistral' models");
+  llama["model_type"] = "gemma";
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "g/config.json"), ModelFileError,
+                    "model_type is 'gemma'; finetune_llama reads 'llama', 'mistral' and 'qwen2' "
+                    "models");
+}
+
+LlamaConfig tiny_qwen2() {
+  auto c = tiny_config();
+  c.model_type = "qwen2";
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+TEST(LlamaConfig, Qwen2ConfigJsonDefaultsAndRefusals) {
+  auto j = tiny_qwen2().to_hf_json();
+  EXPECT_EQ(j["architectures"][0], "Qwen2ForCausalLM");
+  EXPECT_EQ(j["use_sliding_window"], false);
+  for (const char* key : {"head_dim", "attention_bias", "mlp_bias"}) EXPECT_FALSE(j.contains(key));
+  EXPECT_EQ(LlamaConfig::from_hf_json(j, "again").to_hf_json(), j);
+  j.erase("max_position_embeddings");
+  j["sliding_window"] = 4096;  // ignored while use_sliding_window is false, as Qwen2Config does
+  j["attention_bias"] = false;  // not a Qwen2Config key: its q/k/v have biases whatever it says
+  const auto q = LlamaConfig::from_hf_json(j, "q/config.json");
+  EXPECT_EQ(q.max_position_embeddings, 32768);
+  EXPECT_EQ(q.sliding_window, -1);
+  EXPECT_TRUE(q.qkv_bias());
+  EXPECT_FALSE(q.attention_bias);
+  j["use_sliding_window"] = true;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(j, "q/config.json"), NotSupportedError,
+                    "q/config.json: use_sliding_window is true");
+  j["use_sliding_window"] = false;
+  j["head_dim"] = 8;  // hidden 16 / 4 heads is 4
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(j, "q/config.json"), NotSupportedError,
+                    "q/config.json: head_dim is 8 but a 'qwen2' model's head size is "
+                    "hidden_size / num_attention_heads (4)");
+  // A Llama's own bias flags: all four attention projections, and the MLP's.
+  auto llama = tiny_config().to_hf_json();
+  llama["attention_bias"] = true;
+  llama["mlp_bias"] = true;
+  const auto l = LlamaConfig::from_hf_json(llama, "l/config.json");
+  EXPECT_TRUE(l.qkv_bias() && l.attention_bias && l.mlp_bias);
+  EXPECT_EQ(l.to_hf_json()["attention_bias"], true);
+}
+
+std::vector<std::string> bias_names(torch::nn::Module& model) {
+  std::vector<std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    const auto& k = item.key();
+    if (k.size() > 5 && k.compare(k.size() - 5, 5, ".bias") == 0) names.push_back(k);
+  }
+  return names;
+}
+
+TEST(LlamaModel, BiasesWhereTheConfigHasThem) {
+  LlamaForCausalLM qwen2(tiny_qwen2());
+  EXPECT_EQ(bias_names(*qwen2),
+            (std::vector<std::string>{"model.layers.0.self_attn.q_proj.bias",
+                                      "model.layers.0.self_attn.k_proj.bias",
+                                      "model.layers.0.self_attn.v_proj.bias",
+                                      "model.layers.1.self_attn.q_proj.bias",
+                                      "model.layers.1.self_attn.k_proj.bias",
+                                      "model.layers.1.self_attn.v_proj.bias"}));
+  for (const auto& item : qwen2->named_parameters()) {
+    if (item.key().find(".bias") != std::string::npos) {
+      EXPECT_EQ(item.value().abs().sum().item<float>(), 0.0f) << "transformers zeroes biases";
+    }
+  }
+  auto c = tiny_config();
+  c.attention_bias = true;
+  c.mlp_bias = true;
+  c.num_hidden_layers = 1;
+  LlamaForCausalLM llama(c);
+  EXPECT_EQ(bias_names(*llama).size(), 7u);  // q, k, v, o, gate, up, down
+  EXPECT_TRUE(bias_names(*LlamaForCausalLM(tiny_config())).empty());
+}
+
+// A "qwen2" GGUF: llama.cpp's names with the biases, q/k rows as transformers has them.
+TEST(LlamaWeights, Qwen2GgufAndFolderLoadTheBiasesAndUnpermutedRows) {
+  TempDir dir;
+  auto c = tiny_qwen2();
+  torch::manual_seed(7);
+  LlamaForCausalLM ref(c);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : ref->named_parameters()) {
+      if (item.key().find(".bias") != std::string::npos) item.value().normal_();
+    }
+  }
+  GgufTestWriter w;
+  w.kv_str("general.architecture", "qwen2");
+  w.kv_u32("qwen2.block_count", static_cast<uint32_t>(c.num_hidden_layers));
+  w.kv_u32("qwen2.embedding_length", static_cast<uint32_t>(c.hidden_size));
+  w.kv_u32("qwen2.feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
+  w.kv_u32("qwen2.attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
+  w.kv_u32("qwen2.attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
+  w.kv_f32("qwen2.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  w.kv_u32("qwen2.vocab_size", static_cast<uint32_t>(c.vocab_size));
+  for (const auto& item : ref->named_parameters()) {
+    const torch::Tensor t = item.value().detach();
+    std::vector<uint64_t> ne(t.sizes().rbegin(), t.sizes().rend());
+    w.tensor(gguf_tensor_name(item.key()), ne, 0, f32_bytes(t));
+  }
+  w.write(dir.file("q.gguf"));
+  const auto ck = open_llama_checkpoint(dir.file("q.gguf"));
+  EXPECT_EQ(ck.config.model_type, "qwen2");
+  EXPECT_EQ(ck.config.max_position_embeddings, 32768);  // no context_length: Qwen2Config's
+  LlamaForCausalLM loaded(ck.config, ck.weights);
+  for (const auto& item : ref->named_parameters())
+    EXPECT_TRUE(torch::equal(item.value(), loaded->named_parameters()[item.key()])) << item.key();
+  // save_hf writes the biases; the folder reads back bit-identically.
+  save_hf_weights(*loaded, dir.file("hf"), true);
+  const auto back = open_llama_checkpoint(dir.file("hf"));
+  EXPECT_EQ(back.config.to_hf_json()["architectures"][0], "Qwen2ForCausalLM");
+  LlamaForCausalLM again(back.config, back.weights);
+  for (const auto& item : ref->named_parameters())
+    EXPECT_TRUE(torch::equal(item.value(), again->named_parameters()[item.key()])) << item.key();
+}
+
+// LoRA on biased projections: the bias is loaded with the base weight, stays frozen, and the
+// merged export carries it.
+TEST(LlamaWeights, LoraOnBiasedProjectionsKeepsAndExportsTheBias) {
+  TempDir dir;
+  auto c = tiny_qwen2();
+  torch::manual_seed(8);
+  LlamaForCausalLM ref(c);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& item : ref->named_parameters()) {
+      if (item.key().find(".bias") != std::string::npos) item.value().normal_();
+    }
+  }
+  save_hf_weights(*ref, dir.file("base"), true);
+  auto ck = open_llama_checkpoint(dir.file("base"));
+  ck.config.lora = linear::LoRAConfig{};
+  ck.config.lora->lora_r = 2;
+  LlamaForCausalLM lora(ck.config, ck.weights);
+  linear::init_lora(*lora);
+  const auto& q = lora->model->units[0]->self_attn->q_proj;
+  ASSERT_TRUE(q->lora_enabled());
+  EXPECT_TRUE(
+      torch::equal(q->bias, ref->named_parameters()["model.layers.0.self_attn.q_proj.bias"]));
+  EXPECT_FALSE(q->bias.requires_grad());
+  torch::NoGradGuard no_grad;
+  const auto ids = torch::randint(0, c.vocab_size, {1, 6}, torch::kLong);
+  EXPECT_TRUE(torch::allclose(lora->logits(ids), ref->logits(ids), 1e-5, 1e-5));
+  save_hf_weights(*lora, dir.file("merged"), true);
+  const auto merged = checkpoint::load_safetensors(dir.file("merged/model.safetensors"));
+  ASSERT_NE(merged.find("model.layers.1.self_attn.v_proj.bias"), nullptr);
+  EXPECT_TRUE(torch::equal(*merged.find("model.layers.1.self_attn.v_proj.bias"),
+                           ref->named_parameters()["model.layers.1.self_attn.v_proj.bias"]));
 }
 
 TEST(LlamaGeneration, GreedyTopPAndSeededSampling) {
