@@ -3,7 +3,8 @@
 // which deepspeed_interop_test's DeepSpeed runs on, has no bf16 collectives). 2 ranks, bf16,
 // torch's AdamW on both sides (`torch_adam`), WarmupLR, clipping, under ZeRO 0-3; and ZeRO 2/3
 // with bf16 master weights (bf16_master_weights_and_grads, offload_optimizer "cpu": each side's
-// CPU Adam, fp32 moments; DeepSpeed's masters in its keys are bf16). DeepSpeed writes a layout of
+// CPU Adam, fp32 moments; DeepSpeed's masters in its keys are bf16); and ZeRO-3 with the Muon
+// optimizer (its momentum partitioned per sub-group beside the Adam half's moments). DeepSpeed writes a layout of
 // its own for each: FP16_UnfusedOptimizer's per-parameter fp32 masters in the model states at
 // stage 0 (unfused_fp16_layout.h), bf16_zero_pp_rank files at stages 1-3, BF16_Optimizer's at
 // stage 1 with fp32 gradient accumulation and in a pipeline (bf16_optimizer_layout.h; that one
@@ -55,6 +56,10 @@ struct Layout {
   // bf16.bf16_master_weights_and_grads with offload_optimizer "cpu": both sides step the bf16
   // masters with their CPU Adam (fp32 moments) instead of torch's AdamW.
   bool bf16_masters = false;
+  // The Muon optimizer (MuonWithAuxAdam) instead of AdamW: at ZeRO-3 both sides keep its
+  // momentum as a flat partition per sub-group, Adam's moments beside it. DeepSpeed's stage 3
+  // runs Muon only with reduce_scatter off.
+  bool muon = false;
 };
 
 const Layout kLayouts[] = {
@@ -67,6 +72,7 @@ const Layout kLayouts[] = {
     {"Zero3", 3, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", ""},
     {"Zero2Bf16Masters", 2, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", "", true},
     {"Zero3Bf16Masters", 3, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", "", true},
+    {"Zero3Muon", 3, "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", "", false, true},
 };
 
 void PrintTo(const Layout& layout, std::ostream* os) { *os << layout.name; }
@@ -95,7 +101,8 @@ class Bf16Peer : public DeepSpeedPeer {
  protected:
   // Writes the bf16 config at this ZeRO stage, plus `extra` (JSON members); nothing when the
   // test is skipped.
-  void use_config(int zero_stage, const std::string& extra = "", bool bf16_masters = false) {
+  void use_config(int zero_stage, const std::string& extra = "", bool bf16_masters = false,
+                  bool muon = false) {
     if (IsSkipped()) return;
     config_path = config("ds_config", zero_stage,
                          std::string(R"("bf16": {"enabled": true})") +
@@ -105,6 +112,13 @@ class Bf16Peer : public DeepSpeedPeer {
     if (bf16_masters) {
       json["bf16"]["bf16_master_weights_and_grads"] = true;
       json["zero_optimization"]["offload_optimizer"] = {{"device", "cpu"}};
+    }
+    if (muon) {
+      // The peer runs Muon's Adam half inline and Newton-Schulz in fp32, as ours does.
+      json["optimizer"] = {{"type", "Muon"},
+                           {"params", {{"muon_lr", 0.02}, {"adam_lr", 3e-3},
+                                       {"weight_decay", 0.1}, {"torch_adam", false}}}};
+      json["zero_optimization"]["reduce_scatter"] = false;
     }
     std::ofstream(config_path) << json.dump();
   }
@@ -146,7 +160,8 @@ class DeepSpeedBf16Interop : public Bf16Peer, public ::testing::WithParamInterfa
  protected:
   void SetUp() override {
     Bf16Peer::SetUp();
-    use_config(GetParam().zero_stage, GetParam().extra_config, GetParam().bf16_masters);
+    use_config(GetParam().zero_stage, GetParam().extra_config, GetParam().bf16_masters,
+               GetParam().muon);
   }
 };
 
