@@ -18,7 +18,7 @@ The token windows are train_gpt's: its token cache (<data>.gpt2.u16, written by 
 first run), --compact_vocab's renumbering, its train/held-out split and its
 DistributedBatchSampler over the data-parallel replicas (bench/gpt_ddp/gpt_ddp.py). DeepSpeed
 builds the optimizer from the ds_config (with `torch_adam: true` unless the config sets it:
-torch.optim.AdamW, see main(); Muon as deepspeed-cpp runs it, see pin_muon()).
+torch.optim.AdamW, see main(); Muon as deepspeed-cpp runs it, deepspeed_muon_cpu.py).
 
 One process per rank through our launcher, with a Python whose torch is Debian's python3-torch
 (the LibTorch build train_gpt links) and deepspeed installed beside it (.venv-deepspeed, made by
@@ -47,6 +47,7 @@ sys.path.insert(0, os.path.join(here, "..", "gpt_ddp"))
 sys.path.insert(0, os.path.join(here, "..", "gpu"))
 
 import deepspeed_shm  # noqa: E402  (this folder's) removes DeepSpeed's /dev/shm buffer
+from deepspeed_muon_cpu import pin_muon  # noqa: E402  (this folder's)
 import gpt_ddp  # noqa: E402  token cache, sampler, memory readings
 
 
@@ -280,26 +281,6 @@ def use_ulysses(torch, module, sp_group, n_head):
             logits.transpose(0, 1).contiguous(), targets.transpose(0, 1).contiguous(),
             sp_group).mean()
     module.forward = gpt_forward.__get__(module)
-
-
-def pin_muon(torch):
-    """DeepSpeed 0.19.8's Muon as deepspeed-cpp runs it on the CPU (as
-    tests/e2e/deepspeed_muon_interop.py pins it): Newton-Schulz in fp32 (DeepSpeed's CPU
-    accelerator would take bf16 or fp16), and the Adam half MuonWithAuxAdam's inline Adam
-    (FusedAdam is a JIT-compiled op on the CPU)."""
-    os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # no torch.compile of muon_update
-    from deepspeed.runtime.engine import DeepSpeedEngine
-    from deepspeed.runtime.zero.muon import original_muon
-    original_muon.ns_compute_dtype = lambda ns_method="gram": torch.float32
-    configure = DeepSpeedEngine.get_optimizer_configuration
-
-    def inline_adam(self, optimizer_parameters, adam_w_mode, allow_legacy_fallback=False):
-        if allow_legacy_fallback:  # only Muon's Adam half asks with the fallback allowed
-            optimizer_parameters.pop("torch_adam", None)
-            return None, {}
-        return configure(self, optimizer_parameters, adam_w_mode, allow_legacy_fallback)
-
-    DeepSpeedEngine.get_optimizer_configuration = inline_adam
 
 
 def build_engine(deepspeed, torch, vocab, a, config):

@@ -4,11 +4,9 @@ optimizer; 0.15.4 has not). Reads WORK_DIR/cases.json: the model's initial param
 the token batches and, per case, a ds_config; trains the same model under deepspeed.initialize
 on one process for every case and writes the final parameters to WORK_DIR/deepspeed.json.
 
-Two things are pinned so that the comparison does not depend on the CPU: Newton-Schulz runs in
-fp32 (DeepSpeed's CPU accelerator takes bf16 for "standard" and, where oneDNN has fp16, fp16 for
-"gram"; deepspeed-cpp runs fp32 on the CPU), and the Adam half is MuonWithAuxAdam's inline Adam
-(FusedAdam is a JIT-compiled op on the CPU; the update is the same). TORCHDYNAMO_DISABLE keeps
-torch.compile from compiling muon_update.
+Two things are pinned so that the comparison does not depend on the CPU, by
+bench/common/deepspeed_muon_cpu.py: Newton-Schulz runs in fp32, and the Adam half is
+MuonWithAuxAdam's inline Adam.
 
 usage: deepspeed_muon_interop.py WORK_DIR"""
 import json
@@ -23,23 +21,14 @@ for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
 
 import torch  # noqa: E402
 import deepspeed  # noqa: E402
-from deepspeed.runtime.engine import DeepSpeedEngine  # noqa: E402
-from deepspeed.runtime.zero.muon import original_muon  # noqa: E402
+
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
+                                "common"))
+from deepspeed_muon_cpu import pin_muon  # noqa: E402
 
 VOCAB = 16
-
-original_muon.ns_compute_dtype = lambda ns_method="gram": torch.float32
-_configure = DeepSpeedEngine.get_optimizer_configuration
-
-
-def inline_adam(self, optimizer_parameters, adam_w_mode, allow_legacy_fallback=False):
-    if allow_legacy_fallback:  # only Muon's Adam half asks with the fallback allowed
-        optimizer_parameters.pop("torch_adam", None)
-        return None, {}
-    return _configure(self, optimizer_parameters, adam_w_mode, allow_legacy_fallback)
-
-
-DeepSpeedEngine.get_optimizer_configuration = inline_adam
+pin_muon(torch)
 
 
 class MuonNet(torch.nn.Module):
