@@ -50,6 +50,27 @@ nlohmann::json run_reference(const std::string& model, const std::string& out) {
   return nlohmann::json::parse(in);
 }
 
+// finetune_llama on `model` with nothing to train, then what `args` ask (its output).
+std::string run_finetune(const std::string& model, const std::string& args) {
+  auto r = run_command(std::string("OMP_NUM_THREADS=2 ") + DS_FINETUNE_LLAMA_BIN +
+                       " --deepspeed_config " + DS_LLAMA_STAGE0_CONFIG + " --model '" + model +
+                       "' --steps 0 " + args + " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  return r.out;
+}
+
+// The --score_file line of `out` holds the reference's loss (1e-4 relative) and token count.
+void expect_score_as(const nlohmann::json& ref, const std::string& out) {
+  double loss = 0;
+  long long n = 0;
+  const size_t at = out.find("score: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  ASSERT_EQ(std::sscanf(out.substr(at).c_str(), "score: loss=%lf tokens=%lld", &loss, &n), 2)
+      << out;
+  EXPECT_NEAR(loss, ref["score"]["loss"].get<double>(), 1e-4 * ref["score"]["loss"].get<double>());
+  EXPECT_EQ(n, ref["score"]["tokens"].get<long long>());
+}
+
 class LlamaParity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -98,13 +119,7 @@ TEST_F(LlamaParity, LogitsMatchTransformersWithin1e4) {
 }
 
 TEST_F(LlamaParity, ScoreAndGreedyGenerationMatchTransformers) {
-  const std::string out = finetune("--model " + kModel + " --steps 0 --seq_len 64 --score_file " + kScoreFile);
-  double loss = 0;
-  long long n = 0;
-  ASSERT_EQ(std::sscanf(out.substr(out.find("score: ")).c_str(), "score: loss=%lf tokens=%lld", &loss, &n), 2) << out;
-  const double ref = (*ref_)["score"]["loss"].get<double>();
-  EXPECT_NEAR(loss, ref, 1e-4 * ref);
-  EXPECT_EQ(n, (*ref_)["score"]["tokens"].get<long long>());
+  expect_score_as(*ref_, run_finetune(kModel, "--seq_len 64 --score_file " + kScoreFile));
 
   const std::string gen_file = dir_->file("gen.json");
   finetune("--model " + kModel + " --steps 0 --prompt '" + kPrompt +
@@ -164,20 +179,8 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
   for (size_t i = 0; i < kTexts.size(); ++i) {
     EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
   }
-  const auto finetune = [&](const std::string& args) {
-    auto r = run_command(std::string("OMP_NUM_THREADS=2 ") + DS_FINETUNE_LLAMA_BIN +
-                         " --deepspeed_config " + DS_LLAMA_STAGE0_CONFIG + " --model '" + model +
-                         "' --steps 0 " + args + " 2>&1");
-    EXPECT_EQ(r.exit_code, 0) << r.out;
-    return r.out;
-  };
-  const std::string out = finetune("--seq_len 64 --score_file " + kScoreFile);
-  double loss = 0;
-  long long n = 0;
-  ASSERT_EQ(std::sscanf(out.substr(out.find("score: ")).c_str(), "score: loss=%lf tokens=%lld",
-                        &loss, &n), 2) << out;
-  EXPECT_NEAR(loss, ref["score"]["loss"].get<double>(), 1e-4 * ref["score"]["loss"].get<double>());
-  EXPECT_EQ(n, ref["score"]["tokens"].get<long long>());
+  const auto finetune = [&](const std::string& args) { return run_finetune(model, args); };
+  expect_score_as(ref, finetune("--seq_len 64 --score_file " + kScoreFile));
 
   const std::string gen_file = dir.file("gen.json"), saved = dir.file("saved");
   finetune("--prompt '" + kPrompt + "' --max_new_tokens 20 --generation_file " + gen_file +
@@ -228,22 +231,10 @@ TEST(Qwen2GgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
                            "model.layers.1.self_attn.k_proj.bias", "lm_head.weight"}) {
     EXPECT_TRUE(torch::equal(from_gguf.weights(name), from_folder.weights(name))) << name;
   }
-  const auto finetune = [&](const std::string& args) {
-    auto r = run_command(std::string("OMP_NUM_THREADS=2 ") + DS_FINETUNE_LLAMA_BIN +
-                         " --deepspeed_config " + DS_LLAMA_STAGE0_CONFIG + " --model '" + gguf +
-                         "' --steps 0 " + args + " 2>&1");
-    EXPECT_EQ(r.exit_code, 0) << r.out;
-    return r.out;
-  };
-  const std::string out = finetune("--seq_len 64 --score_file " + kScoreFile);
-  double loss = 0;
-  long long n = 0;
-  ASSERT_EQ(std::sscanf(out.substr(out.find("score: ")).c_str(), "score: loss=%lf tokens=%lld",
-                        &loss, &n), 2) << out;
-  EXPECT_NEAR(loss, ref["score"]["loss"].get<double>(), 1e-4 * ref["score"]["loss"].get<double>());
-  EXPECT_EQ(n, ref["score"]["tokens"].get<long long>());
+  expect_score_as(ref, run_finetune(gguf, "--seq_len 64 --score_file " + kScoreFile));
   const std::string gen_file = dir.file("gen.json");
-  finetune("--prompt '" + kPrompt + "' --max_new_tokens 20 --generation_file " + gen_file);
+  run_finetune(gguf, "--prompt '" + kPrompt + "' --max_new_tokens 20 --generation_file " +
+                         gen_file);
   std::ifstream in(gen_file);
   ASSERT_TRUE(in.good()) << gen_file;
   EXPECT_EQ(nlohmann::json::parse(in)["token_ids"], ref["generated"]);

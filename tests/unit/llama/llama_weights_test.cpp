@@ -308,6 +308,14 @@ std::vector<std::string> bias_names(torch::nn::Module& model) {
   return names;
 }
 
+// transformers starts biases at zero; random ones show whether they are carried.
+void randomize_biases(torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) {
+    if (item.key().find(".bias") != std::string::npos) item.value().normal_();
+  }
+}
+
 TEST(LlamaModel, BiasesWhereTheConfigHasThem) {
   LlamaForCausalLM qwen2(tiny_qwen2());
   EXPECT_EQ(bias_names(*qwen2),
@@ -337,12 +345,7 @@ TEST(LlamaWeights, Qwen2GgufAndFolderLoadTheBiasesAndUnpermutedRows) {
   auto c = tiny_qwen2();
   torch::manual_seed(7);
   LlamaForCausalLM ref(c);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& item : ref->named_parameters()) {
-      if (item.key().find(".bias") != std::string::npos) item.value().normal_();
-    }
-  }
+  randomize_biases(*ref);
   GgufTestWriter w;
   w.kv_str("general.architecture", "qwen2");
   w.kv_u32("qwen2.block_count", static_cast<uint32_t>(c.num_hidden_layers));
@@ -380,12 +383,7 @@ TEST(LlamaWeights, LoraOnBiasedProjectionsKeepsAndExportsTheBias) {
   auto c = tiny_qwen2();
   torch::manual_seed(8);
   LlamaForCausalLM ref(c);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& item : ref->named_parameters()) {
-      if (item.key().find(".bias") != std::string::npos) item.value().normal_();
-    }
-  }
+  randomize_biases(*ref);
   save_hf_weights(*ref, dir.file("base"), true);
   auto ck = open_llama_checkpoint(dir.file("base"));
   ck.config.lora = linear::LoRAConfig{};
