@@ -188,12 +188,25 @@ struct ThroughputTimerConfig {
   bool synchronized = true;
 };
 
+/// `checkpoint.writer` (DeepSpeed's FastPersist writers; docs/checkpoints.md "Writers").
+struct CheckpointWriterConfig {
+  std::string type = "FAST";  // MOCK | PYTHON | FAST (upper-cased, as DeepSpeed)
+  bool decoupled = false;     // files written in the background, committed at the next step
+  int64_t io_buffer_size = 64LL << 20;  // FAST: bytes staged per O_DIRECT write (both halves)
+  bool io_buffer_double = true;         // FAST: fill one half while the other is written
+  bool show_statistics = false;         // each written file's bytes, seconds and GB/s
+  std::optional<std::string> data_parallel;  // REPLICA | SOCKET | MACHINE: warned, not used
+  int64_t io_multiplier = 1;                 // with data_parallel only: warned, not used
+};
+
 /// `checkpoint` (legacy dict section: unknown keys warn).
 struct CheckpointConfig {
   std::string tag_validation = "WARN";  // IGNORE | WARN | FAIL
   bool load_universal = false;
   bool use_node_local_storage = false;
   bool parallel_write_pipeline_stage = false;  // checkpoint.parallel_write.pipeline_stage
+  /// Absent (DeepSpeed's default): the standard writer, as PYTHON without statistics.
+  std::optional<CheckpointWriterConfig> writer;
 };
 
 /// `activation_checkpointing` (legacy dict section; applied by the user's checkpoint calls).

@@ -25,6 +25,11 @@ std::string lower(std::string s) {
   return s;
 }
 
+std::string upper(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::toupper(c); });
+  return s;
+}
+
 void check_one_of(ConfigReader& r, const std::string& key, const std::string& value,
                   std::initializer_list<const char*> allowed) {
   for (const char* a : allowed) {
@@ -363,11 +368,46 @@ CommsLoggerConfig parse_comms_logger(ConfigReader r) {
   return c;
 }
 
+// DeepSpeed's checkpoint.writer (deepspeed/runtime/model_checkpointing): the same keys, defaults
+// and value checks. What the FAST writer needs of io_buffer_size DeepSpeed asserts when it first
+// saves; here it is a ConfigError naming the key.
+CheckpointWriterConfig parse_checkpoint_writer(ConfigReader r) {
+  CheckpointWriterConfig c;
+  c.type = upper(r.get_string("type", c.type));
+  check_one_of(r, "type", c.type, {"MOCK", "PYTHON", "FAST"});
+  c.decoupled = r.get_bool("decoupled", c.decoupled);
+  c.io_buffer_size = r.get_int("io_buffer_size", c.io_buffer_size, 1);
+  c.io_buffer_double = r.get_bool("io_buffer_double", c.io_buffer_double);
+  c.show_statistics = r.get_bool("show_statistics", c.show_statistics);
+  if (auto unit = r.get_opt_string("data_parallel")) {
+    c.data_parallel = upper(*unit);
+    check_one_of(r, "data_parallel", *c.data_parallel, {"REPLICA", "SOCKET", "MACHINE"});
+    r.warn("data_parallel", "\"" + *c.data_parallel +
+                                "\" (DeepSpeed's data-parallel slicing of the replicated files "
+                                "into per-writer parts) is not supported: one replica writes "
+                                "each file whole, in the layout torch.load reads");
+  }
+  c.io_multiplier = r.get_int("io_multiplier", c.io_multiplier, 1);
+  if (c.io_multiplier != 1) {
+    r.warn("io_multiplier", "is used only with data_parallel slicing, which is not supported; "
+                            "ignored");
+  }
+  constexpr int64_t kAlignment = 4096;  // O_DIRECT's block (aio::kDirectIoAlignment)
+  const int64_t unit = c.io_buffer_double ? 2 * kAlignment : kAlignment;
+  if (c.type == "FAST" && c.io_buffer_size % unit != 0) {
+    r.fail("io_buffer_size", "is " + std::to_string(c.io_buffer_size) + "; the FAST writer " +
+                                 (c.io_buffer_double ? "splits it into two O_DIRECT buffers, so "
+                                                       "it must be a multiple of 8192"
+                                                     : "stages O_DIRECT writes in it, so it "
+                                                       "must be a multiple of 4096"));
+  }
+  r.finish();
+  return c;
+}
+
 CheckpointConfig parse_checkpoint(ConfigReader r, std::vector<std::string>* warnings) {
   CheckpointConfig c;
-  std::string tv = r.get_string("tag_validation", c.tag_validation);
-  std::string up(tv);
-  std::transform(up.begin(), up.end(), up.begin(), [](unsigned char ch) { return std::toupper(ch); });
+  const std::string up = upper(r.get_string("tag_validation", c.tag_validation));
   check_one_of(r, "tag_validation", up, {"IGNORE", "WARN", "FAIL"});
   c.tag_validation = up;
   c.load_universal = r.get_bool("load_universal", c.load_universal);
@@ -381,11 +421,8 @@ CheckpointConfig parse_checkpoint(ConfigReader r, std::vector<std::string>* warn
                         " false (torch.save's legacy format) is not supported: checkpoints are "
                         "written in the zip format, which DeepSpeed and PyTorch read alike");
   }
-  if (r.get_raw("writer") != nullptr) {
-    warnings->push_back(r.where("writer") +
-                        " (DeepSpeed's FastPersist / decoupled checkpoint writers) is not "
-                        "supported: checkpoints are written by the standard writer (each file "
-                        "written atomically and fsynced, `latest` last)");
+  if (r.has("writer") && r.get_raw("writer", "an object") != nullptr) {
+    c.writer = parse_checkpoint_writer(r.section("writer", Strictness::kStrict));
   }
   r.finish();
   return c;

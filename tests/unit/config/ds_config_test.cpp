@@ -267,17 +267,65 @@ TEST(DsConfig, CheckpointWritersOfDeepSpeedThatAreNotOursWarnByName) {
       "parallel_write": {"pipeline_stage": true}}})");
   EXPECT_TRUE(c.checkpoint.use_node_local_storage);
   EXPECT_TRUE(c.checkpoint.parallel_write_pipeline_stage);
+  EXPECT_FALSE(c.checkpoint.writer.has_value());
   EXPECT_TRUE(c.warnings.empty());
   EXPECT_TRUE(parse(R"({"train_batch_size": 8, "checkpoint": {"checkpoint_serialization": true,
       "writer": null}})").warnings.empty());
   c = parse(R"({"train_batch_size": 8, "checkpoint": {"checkpoint_serialization": false,
-      "writer": {"type": "FAST", "decoupled": true}}})");
-  ASSERT_EQ(c.warnings.size(), 2u);
+      "writer": {"type": "fast", "decoupled": true, "data_parallel": "socket",
+                 "io_multiplier": 2}}})");
+  ASSERT_EQ(c.warnings.size(), 3u);
   EXPECT_NE(c.warnings[0].find("checkpoint.checkpoint_serialization false"), std::string::npos)
       << c.warnings[0];
-  EXPECT_NE(c.warnings[1].find("checkpoint.writer"), std::string::npos) << c.warnings[1];
+  EXPECT_NE(c.warnings[1].find("checkpoint.writer.data_parallel \"SOCKET\""), std::string::npos)
+      << c.warnings[1];
+  EXPECT_NE(c.warnings[2].find("checkpoint.writer.io_multiplier"), std::string::npos)
+      << c.warnings[2];
   EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "checkpoint": {"parallel_write":
       {"pipeline_stage": "yes"}}})"), ConfigError, "checkpoint.parallel_write.pipeline_stage");
+}
+
+TEST(DsConfig, CheckpointWriterKeysAndDefaultsAreDeepSpeeds) {
+  auto c = parse(R"({"train_batch_size": 8, "checkpoint": {"writer": {}}})");
+  ASSERT_TRUE(c.checkpoint.writer.has_value());
+  const CheckpointWriterConfig& w = *c.checkpoint.writer;
+  EXPECT_EQ(w.type, "FAST");
+  EXPECT_FALSE(w.decoupled);
+  EXPECT_EQ(w.io_buffer_size, 64 << 20);
+  EXPECT_TRUE(w.io_buffer_double);
+  EXPECT_FALSE(w.show_statistics);
+  EXPECT_FALSE(w.data_parallel.has_value());
+  EXPECT_EQ(w.io_multiplier, 1);
+  EXPECT_TRUE(c.warnings.empty());
+  c = parse(R"({"train_batch_size": 8, "checkpoint": {"writer": {"type": "Python",
+      "decoupled": true, "io_buffer_size": 12288, "io_buffer_double": false,
+      "show_statistics": true}}})");
+  EXPECT_EQ(c.checkpoint.writer->type, "PYTHON");
+  EXPECT_TRUE(c.checkpoint.writer->decoupled);
+  EXPECT_EQ(c.checkpoint.writer->io_buffer_size, 12288);
+  EXPECT_TRUE(c.checkpoint.writer->show_statistics);
+  // Only the FAST writer stages O_DIRECT writes in the buffer.
+  EXPECT_NO_THROW(parse(R"({"train_batch_size": 8, "checkpoint": {"writer": {"type": "mock",
+      "io_buffer_size": 1000}}})"));
+  EXPECT_NO_THROW(parse(R"({"train_batch_size": 8, "checkpoint": {"writer": {
+      "io_buffer_size": 12288, "io_buffer_double": false}}})"));
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "checkpoint": {"writer": {
+      "io_buffer_size": 64e6}}})"), ConfigError,
+      "checkpoint.writer.io_buffer_size is 64000000; the FAST writer splits it into two O_DIRECT "
+      "buffers, so it must be a multiple of 8192");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "checkpoint": {"writer": {
+      "io_buffer_size": 0}}})"), ConfigError, "checkpoint.writer.io_buffer_size");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "checkpoint": {"writer": {"type": "gds"}}})"),
+                    ConfigError, "checkpoint.writer.type is \"GDS\"; expected one of MOCK, "
+                    "PYTHON, FAST");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "checkpoint": {"writer": {
+      "data_parallel": "node"}}})"), ConfigError, "checkpoint.writer.data_parallel");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "checkpoint": {"writer": {
+      "decoupled": "yes"}}})"), ConfigError, "checkpoint.writer.decoupled");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "checkpoint": {"writer": {
+      "io_buffer_sizes": 8192}}})"), ConfigError, "checkpoint.writer.io_buffer_sizes");
+  EXPECT_THROW_WITH(parse(R"({"train_batch_size": 8, "checkpoint": {"writer": "fast"}})"),
+                    ConfigError, "checkpoint.writer");
 }
 
 TEST(DsConfig, LegacyAndDeprecatedForms) {
