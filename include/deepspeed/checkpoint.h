@@ -69,6 +69,37 @@ Dict new_dict();
 /// sparse tensor); the previous file at `path`, if any, is then untouched.
 void save(const c10::IValue& value, const std::string& path);
 
+/// How save() puts the bytes on disk (DeepSpeed's checkpoint.writer.type; docs/checkpoints.md
+/// "Writers"). Every mode keeps the file atomic (Note [Atomic checkpoint files]).
+enum class WriteMode {
+  kBuffered,  // write() through the page cache, then fsync (PYTHON, and the default)
+  kDirect,    // O_DIRECT from aligned staging buffers, drained while the next one fills (FAST)
+  kMock,      // serialize and count the bytes, write none: an empty file (MOCK, for timing)
+};
+
+/// What save() did, for checkpoint.writer.show_statistics.
+struct WriteStats {
+  int64_t bytes = 0;        // the archive's size (what was or, kMock, would have been written)
+  double seconds = 0;       // serialization and writing, fsync and rename included
+  bool direct_io = false;   // kDirect and the file system took O_DIRECT
+  int64_t buffers = 0;      // kDirect: staging buffers drained
+};
+
+struct WriteOptions {
+  WriteMode mode = WriteMode::kBuffered;
+  /// kDirect: the staging memory, a multiple of 4096 (of 8192 when double: two halves).
+  int64_t io_buffer_size = 64LL << 20;
+  bool io_buffer_double = true;
+  WriteStats* stats = nullptr;  // filled when given
+};
+
+/// save() as `options` say.
+void save(const c10::IValue& value, const std::string& path, const WriteOptions& options);
+
+/// Writes one checkpoint file: save(), or an engine's checkpoint writer, which may snapshot the
+/// value and write it in the background (runtime/checkpoint/checkpoint_writer.h).
+using FileSaver = std::function<void(const c10::IValue& value, const std::string& path)>;
+
 /// Reads a file torch.save (Python, any version 1.6+ using the zip format) or save() wrote.
 /// Tensors come back on the CPU, sharing storage where the file shares it. Throws
 /// CheckpointError naming `path` when the file is missing, truncated, not a zip archive (the
@@ -140,6 +171,12 @@ class AtomicFile {
   /// Appends `size` bytes; throws CheckpointError (with errno's text, e.g. "No space left on
   /// device") naming the final path.
   void write(const void* data, size_t size);
+  /// Writes `size` bytes at `offset` (pwrite); for a writer that stages its own buffers. One
+  /// thread at a time may write; `bytes_written` counts these too.
+  void write_at(const void* data, size_t size, int64_t offset);
+  /// Turns O_DIRECT on or off for the writes that follow. Returns false (and changes nothing)
+  /// where the file system refuses O_DIRECT.
+  bool set_direct_io(bool on);
   /// fsync, close, rename over path(), fsync the directory. Throws CheckpointError.
   void commit();
   const std::string& path() const { return path_; }

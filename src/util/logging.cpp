@@ -13,6 +13,12 @@ void info_rank0(const std::string& msg) {
   std::fflush(stdout);
 }
 
+void info(const std::string& msg) {
+  int rank = comm::is_initialized() ? comm::get_rank() : 0;
+  std::fprintf(stdout, "[deepspeed] [rank %d] %s\n", rank, msg.c_str());
+  std::fflush(stdout);
+}
+
 void warn(const std::string& msg) {
   int rank = comm::is_initialized() ? comm::get_rank() : 0;
   std::fprintf(stderr, "[deepspeed] [rank %d] warning: %s\n", rank, msg.c_str());

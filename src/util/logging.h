@@ -8,6 +8,8 @@ namespace deepspeed::log {
 
 /// Prints "[deepspeed] msg" on rank 0 to stdout.
 void info_rank0(const std::string& msg);
+/// Prints "[deepspeed] [rank R] msg" on every rank to stdout (facts each rank has its own of).
+void info(const std::string& msg);
 /// Prints "[deepspeed] [rank R] warning: msg" to stderr on every rank.
 void warn(const std::string& msg);
 /// Prints "[deepspeed] warning: msg" on rank 0 to stderr.

@@ -64,6 +64,31 @@ void AtomicFile::write(const void* data, size_t size) {
   }
 }
 
+void AtomicFile::write_at(const void* data, size_t size, int64_t offset) {
+  DS_CHECK(fd_ >= 0, CheckpointError, path_, ": write after commit");
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    DS_CHECK(n > 0, CheckpointError, path_, ": write failed at offset ", offset, ": ",
+             n < 0 ? errno_text() : "no progress", " (the previous file, if any, is untouched)");
+    p += n;
+    size -= static_cast<size_t>(n);
+    offset += n;
+    bytes_written_ += n;
+  }
+}
+
+bool AtomicFile::set_direct_io(bool on) {
+  DS_CHECK(fd_ >= 0, CheckpointError, path_, ": O_DIRECT after commit");
+  const int flags = ::fcntl(fd_, F_GETFL);
+  DS_CHECK(flags >= 0, CheckpointError, path_, ": fcntl(F_GETFL) failed: ", errno_text());
+  const int wanted = on ? (flags | O_DIRECT) : (flags & ~O_DIRECT);
+  if (wanted == flags) return true;
+  // Linux refuses O_DIRECT here (EINVAL) on file systems without direct I/O, e.g. older tmpfs.
+  return ::fcntl(fd_, F_SETFL, wanted) == 0;
+}
+
 void AtomicFile::commit() {
   DS_CHECK(fd_ >= 0, CheckpointError, path_, ": committed twice");
   DS_CHECK(::fsync(fd_) == 0, CheckpointError, path_, ": fsync failed: ", errno_text());

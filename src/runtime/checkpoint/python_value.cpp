@@ -29,6 +29,8 @@ IValue make_object(PythonObject object) {
 
 namespace detail {
 
+IValue python_value_of(PythonObject object) { return make_object(std::move(object)); }
+
 NamedTupleView named_tuple_view(const IValue& value) {
   NamedTupleView view;
   if (!value.isTuple()) return view;

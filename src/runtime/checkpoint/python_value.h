@@ -6,6 +6,8 @@
 
 #include <ATen/core/ivalue.h>
 
+#include "deepspeed/checkpoint.h"
+
 namespace deepspeed::checkpoint::detail {
 
 inline constexpr const char* kSizeName = "torch.Size";
@@ -21,6 +23,10 @@ struct NamedTupleView {
   std::vector<std::string> fields;
 };
 NamedTupleView named_tuple_view(const c10::IValue& value);
+
+/// The value as_python_object() read `object` from (a python_object / python_global /
+/// python_set capsule).
+c10::IValue python_value_of(PythonObject object);
 
 /// A python_set() value (an object "builtins.set" whose one arg is the List of items).
 bool is_python_set(const c10::IValue& value);

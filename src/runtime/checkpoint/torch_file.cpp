@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -20,6 +22,7 @@
 #include <caffe2/serialize/versions.h>
 
 #include "deepspeed/checkpoint.h"
+#include "runtime/checkpoint/direct_write_stream.h"
 #include "runtime/checkpoint/pickle_reader.h"
 #include "runtime/checkpoint/pickle_writer.h"
 #include "runtime/checkpoint/zip_reader.h"
@@ -129,17 +132,30 @@ void check_zip_magic(const std::string& head, const std::string& source) {
 
 }  // namespace
 
-void save(const IValue& value, const std::string& path) {
+void save(const IValue& value, const std::string& path) { save(value, path, WriteOptions{}); }
+
+void save(const IValue& value, const std::string& path, const WriteOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
   AtomicFile file(path);
+  std::optional<DirectWriteStream> direct;
+  if (options.mode == WriteMode::kDirect) {
+    direct.emplace(file, options.io_buffer_size, options.io_buffer_double);
+  }
+  int64_t archive_bytes = 0;
   // The writer callback never reports a short write: LibTorch 1.13's PyTorchStreamWriter, once
   // it has seen one, throws again from its destructor, which terminates the process. The first
   // error (e.g. "No space left on device") is kept, the rest of the archive goes nowhere, and
   // the error is thrown once the writer is done.
   std::string write_error;
   PyTorchStreamWriter writer([&](const void* data, size_t size) -> size_t {
-    if (write_error.empty()) {
+    archive_bytes += static_cast<int64_t>(size);
+    if (write_error.empty() && options.mode != WriteMode::kMock) {
       try {
-        file.write(data, size);
+        if (direct) {
+          direct->write(data, size);
+        } else {
+          file.write(data, size);
+        }
       } catch (const std::exception& e) {
         write_error = e.what();
       }
@@ -152,8 +168,23 @@ void save(const IValue& value, const std::string& path) {
     throw CheckpointError(::deepspeed::detail::str_cat(path, ": writing the archive failed: ",
                                                        e.what_without_backtrace()));
   }
+  if (direct && write_error.empty()) {
+    try {
+      direct->finish();
+    } catch (const std::exception& e) {
+      write_error = e.what();
+    }
+  }
   DS_CHECK(write_error.empty(), CheckpointError, write_error);
   file.commit();
+  if (options.stats != nullptr) {
+    *options.stats = WriteStats{};
+    options.stats->bytes = archive_bytes;
+    options.stats->seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    options.stats->direct_io = direct && direct->direct_io();
+    options.stats->buffers = direct ? direct->buffers_drained() : 0;
+  }
 }
 
 IValue load(const std::string& path) {
