@@ -259,7 +259,10 @@ int run(const Args& a) {
       std::printf("finetune_llama: held-out loss %.4f -> %.4f\n", initial_val, final_val);
       std::fflush(stdout);
     }
-    if (!a.save_dir.empty()) engine->save_checkpoint(a.save_dir);
+    if (!a.save_dir.empty()) {
+      engine->save_checkpoint(a.save_dir);
+      engine->commit_decoupled_checkpoint();  // checkpoint.writer.decoupled: no next step
+    }
     sample("after fine-tuning");
   }
 

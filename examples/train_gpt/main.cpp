@@ -765,6 +765,8 @@ int run(const Args& a) {
       save();
     }
   }
+  // checkpoint.writer.decoupled: the last save has no next step to commit it.
+  engine->commit_decoupled_checkpoint();
   const double final_val = eval_loss();
   if (rank == 0) {
     std::printf("train_gpt: done: %lld steps | first training loss %.4f | held-out loss %.4f -> "

@@ -36,6 +36,9 @@ namespace deepspeed {
 class CurriculumScheduler;
 class ProgressiveLayerDrop;
 class RandomLtdScheduler;
+namespace checkpoint {
+class CheckpointWriter;
+}  // namespace checkpoint
 namespace compression {
 class CompressionScheduler;
 class MoqQuantizer;
@@ -267,6 +270,14 @@ class Engine {
   LoadedCheckpoint load_checkpoint(const std::string& load_dir,
                                    const std::optional<std::string>& tag = std::nullopt,
                                    const LoadCheckpointOptions& options = {});
+  /// checkpoint.writer.decoupled (Note [Decoupled checkpoints], docs/checkpoints.md): waits
+  /// until every rank's files of the last save_checkpoint are durable, then moves `latest` to
+  /// it. The engine commits on its own at the next optimizer step (as DeepSpeed), save_checkpoint
+  /// and load_checkpoint; call this after the last save of a run (the destructor of a
+  /// multi-rank engine finishes this rank's files but cannot move `latest`). Every rank must
+  /// call it. Returns whether a checkpoint was pending. Throws CheckpointError on every rank
+  /// when a rank's write failed, naming the file there; `latest` then stays where it was.
+  bool commit_decoupled_checkpoint();
   /// DeepSpeed's save_16bit_model: the module's state dict in the training dtype, written by
   /// rank 0 as "<save_dir>/<save_filename>" (torch.save format; safetensors when the name ends
   /// in ".safetensors"). Tied parameters are stored once. Returns true.
@@ -333,6 +344,8 @@ class Engine {
   /// checkpoint.use_node_local_storage the first one on each node (Note [Node-local checkpoint
   /// storage]).
   bool writes_replicated_checkpoint_files() const;
+  /// How this engine writes a checkpoint file: checkpoint.writer's way, queued when decoupled.
+  checkpoint::FileSaver checkpoint_file_saver();
   /// A pipeline's micro-batch backward (run outside backward()) ended: where micro-steps are
   /// summed in fp32 (bf16, DeepSpeed's BF16_Optimizer) its gradients go there.
   void end_micro_batch_backward();
@@ -379,6 +392,7 @@ class Engine {
   void log_throughput();
   void log_timers(bool boundary);
   // engine_checkpoint.cpp
+  checkpoint::CheckpointWriter& checkpoint_writer();
   checkpoint::LossScalerState scaler_state() const;
   runtime::ZeroCheckpointContext checkpoint_context(const std::string& tag_dir) const;
   checkpoint::ModelStates model_states(const ClientState& client_state,
@@ -426,6 +440,15 @@ class Engine {
   std::unique_ptr<runtime::HybridEngineState> hybrid_;  // hybrid_engine.enabled
   std::unique_ptr<compression::CompressionScheduler> compression_;  // compression_training
   std::unique_ptr<compression::MoqQuantizer> moq_;  // its weight quantization after the step
+  std::unique_ptr<checkpoint::CheckpointWriter> checkpoint_writer_;  // made at the first save
+  /// A decoupled save_checkpoint whose `latest` has not moved yet.
+  struct PendingCheckpoint {
+    std::string save_dir;
+    std::string tag;
+    bool keeps_save_dir = false;  // this rank writes `latest` (commit_checkpoint's rank 0)
+    bool save_latest = true;
+  };
+  std::optional<PendingCheckpoint> pending_checkpoint_;
 
   /// hybrid_engine.enabled: its state, and every rank's generator set to rank 0's (DeepSpeed
   /// synchronises them so that sampling draws the same tokens on every rank).

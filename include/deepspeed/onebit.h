@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "deepspeed/checkpoint.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/optimizers.h"
 
@@ -133,9 +134,11 @@ std::string rank_local_state_file_name(int dp_rank, int mp_rank);
 /// When `optimizer` is a 1-bit optimizer (a DsOptimizer and CompressedCommunication), writes
 /// its rank-local state tensors to `tag_dir`/rank_local_state_file_name(...), keyed
 /// "<parameter index>.<state name>" (and "<parameter index>.param" when the parameters are
-/// rank-local); does nothing for other optimizers.
+/// rank-local); does nothing for other optimizers. `save_file` writes it (checkpoint::save
+/// when empty; an engine passes its checkpoint writer).
 void save_rank_local_state(torch::optim::Optimizer& optimizer, const std::string& tag_dir,
-                           int dp_rank, int mp_rank);
+                           int dp_rank, int mp_rank,
+                           const checkpoint::FileSaver& save_file = {});
 /// Restores what save_rank_local_state wrote, after the optimizer's state dict was loaded.
 /// Throws CheckpointError naming the file when it is missing or a tensor's shape differs
 /// (e.g. saved with another data-parallel size).

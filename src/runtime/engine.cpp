@@ -36,6 +36,7 @@
 #include "runtime/accelerator/accelerator.h"
 #include "runtime/accelerator/module_placement.h"
 #include "runtime/autotuning_probe.h"
+#include "runtime/checkpoint/checkpoint_writer.h"
 #include "runtime/data_efficiency/variable_batch_lr.h"
 #include "runtime/grad_clip.h"
 #include "runtime/host_caching_allocator.h"
@@ -412,7 +413,25 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
   }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (!pending_checkpoint_) return;
+  // Note [Decoupled checkpoints]: alone, the commit needs no other rank; otherwise the files
+  // are finished but `latest` cannot move without the other ranks.
+  const std::string tag_dir =
+      checkpoint::tag_directory(pending_checkpoint_->save_dir, pending_checkpoint_->tag);
+  try {
+    if (!comm::is_initialized() || comm::get_world_size() == 1) {
+      commit_decoupled_checkpoint();
+      return;
+    }
+    checkpoint_writer_->wait();
+    log::warn("the decoupled checkpoint " + tag_dir + " was written but not committed: `latest` "
+              "still names the previous checkpoint; call commit_decoupled_checkpoint() on every "
+              "rank after the last save_checkpoint");
+  } catch (const std::exception& e) {
+    log::warn("the decoupled checkpoint " + tag_dir + " failed: " + e.what());
+  }
+}
 
 void Engine::set_parallel_groups() {
   const int64_t sp = config_.sequence_parallel_size;
@@ -668,6 +687,8 @@ void Engine::step() {
   const bool boundary = is_gradient_accumulation_boundary();
   bool progress = false;  // a steps_per_print boundary
   if (boundary) {
+    // Matches DeepSpeed: a decoupled checkpoint is committed before the model step.
+    if (pending_checkpoint_) commit_decoupled_checkpoint();
     timers_->start("step");
     // Matches DeepSpeed: theta follows the global step before this optimizer step.
     if (pld_) pld_->update_state(global_steps_);

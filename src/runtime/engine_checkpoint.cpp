@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -36,6 +37,7 @@
 #include "deepspeed/universal_checkpoint.h"
 #include "deepspeed/version.h"
 #include "deepspeed/zero3.h"
+#include "runtime/checkpoint/checkpoint_writer.h"
 #include "runtime/checkpoint/shared_file_writers.h"
 #include "runtime/data_efficiency/sampler_checkpoint.h"
 #include "runtime/data_efficiency/variable_batch_lr.h"
@@ -348,6 +350,43 @@ bool Engine::writes_replicated_checkpoint_files() const {
   return ckpt::writes_shared_files(dp_group_, config_.checkpoint.use_node_local_storage);
 }
 
+ckpt::CheckpointWriter& Engine::checkpoint_writer() {
+  if (!checkpoint_writer_) {
+    checkpoint_writer_ = std::make_unique<ckpt::CheckpointWriter>(config_.checkpoint.writer);
+  }
+  return *checkpoint_writer_;
+}
+
+ckpt::FileSaver Engine::checkpoint_file_saver() { return checkpoint_writer().saver(); }
+
+bool Engine::commit_decoupled_checkpoint() {
+  if (!pending_checkpoint_) return false;
+  const PendingCheckpoint pending = std::move(*pending_checkpoint_);
+  pending_checkpoint_.reset();
+  comm::PhaseScope phase(comm::Phase::kCheckpoint);
+  const std::string tag_dir = ckpt::tag_directory(pending.save_dir, pending.tag);
+  const auto start = std::chrono::steady_clock::now();
+  ckpt::CheckpointWriter::Summary written;
+  all_ranks_or_none("committing the decoupled checkpoint " + tag_dir,
+                    [&] { written = checkpoint_writer().wait(); });
+  const auto barrier = [] {
+    if (comm::get_world_size() > 1) comm::barrier();
+  };
+  ckpt::commit_checkpoint(pending.save_dir, pending.tag, pending.keeps_save_dir,
+                          pending.save_latest, barrier);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  char facts[200];
+  std::snprintf(facts, sizeof(facts),
+                ": rank 0 wrote %lld files (%.1f MB) in %.3f s in the background after a %.3f s "
+                "snapshot; the commit waited %.3f s",
+                static_cast<long long>(written.files), written.bytes / 1e6, written.write_seconds,
+                written.snapshot_seconds, waited);
+  log::info_rank0("committed checkpoint " + tag_dir + (pending.save_latest ? " (latest)" : "") +
+                  facts);
+  return true;
+}
+
 bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<std::string>& tag,
                              const ClientState& client_state, bool save_latest,
                              bool exclude_frozen_parameters) {
@@ -360,6 +399,7 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
     DS_CHECK(key != kRngStateKey && key != kUniversalInfoKey, UsageError,
              "save_checkpoint: client_state key '", key, "' is reserved for the engine");
   }
+  commit_decoupled_checkpoint();  // the previous decoupled save, if any, first
   const std::string name = tag.value_or(ckpt::default_tag(global_steps_));
   const std::string mode = config_.checkpoint.tag_validation;
   if (mode != "IGNORE" && comm::get_world_size() > 1) {
@@ -400,6 +440,7 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
       device_.is_cuda() ? gather_rng_states(compat::default_cuda_generator(device_.index()))
                         : at::Tensor();
   SwappedIn swapped(zero_.get());
+  const ckpt::FileSaver save_file = checkpoint_file_saver();
   all_ranks_or_none("save_checkpoint(" + tag_dir + ")", [&] {
     // The stage names the model-states file this rank writes (ZeRO-3: every rank its own;
     // otherwise one replica the one file of its model-parallel rank) and its own
@@ -417,16 +458,27 @@ bool Engine::save_checkpoint(const std::string& save_dir, const std::optional<st
         states.push_back(d);
       }
       m.client_state.emplace_back(kRngStateKey, IValue(states));
-      ckpt::save(m.to_ivalue(), tag_dir + "/" + model_file);
+      save_file(m.to_ivalue(), tag_dir + "/" + model_file);
     }
     if (zero_) {
-      if (auto file = zero_->optimizer_states_file(checkpoint_context(tag_dir))) {
-        ckpt::save(file->second, tag_dir + "/" + file->first);
+      runtime::ZeroCheckpointContext ctx = checkpoint_context(tag_dir);
+      ctx.save_file = save_file;
+      if (auto file = zero_->optimizer_states_file(ctx)) {
+        save_file(file->second, tag_dir + "/" + file->first);
       }
     }
     // 1-bit optimizers: each rank's error-feedback buffers (no-op for other optimizers).
-    if (optimizer_) onebit::save_rank_local_state(*optimizer_, tag_dir, dp_rank, mp_rank);
+    if (optimizer_) {
+      onebit::save_rank_local_state(*optimizer_, tag_dir, dp_rank, mp_rank, save_file);
+    }
   });
+  if (checkpoint_writer().decoupled()) {
+    // Note [Decoupled checkpoints]: committed at the next step, save or load.
+    pending_checkpoint_ = PendingCheckpoint{save_dir, name, keeps_save_dir, save_latest};
+    log::info_rank0("saving checkpoint " + tag_dir + " in the background (checkpoint.writer."
+                    "decoupled); `latest` moves when it is committed");
+    return true;
+  }
   ckpt::commit_checkpoint(save_dir, name, keeps_save_dir, save_latest, barrier);
   log::info_rank0("saved checkpoint " + tag_dir + (save_latest ? " (latest)" : ""));
   return true;
@@ -475,7 +527,8 @@ bool Engine::save_16bit_model(const std::string& save_dir, const std::string& sa
     if (safetensors) {
       ckpt::save_safetensors(unique, path);
     } else {
-      ckpt::save(ckpt::ivalue_from_tensors(unique), path);
+      // Matches DeepSpeed: the writer's type applies; a decoupled writer commits at once.
+      checkpoint_writer().immediate_saver()(ckpt::ivalue_from_tensors(unique), path);
     }
   });
   if (comm::get_world_size() > 1) comm::barrier();
@@ -493,6 +546,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir,
   DS_CHECK(!load_dir.empty(), UsageError, "load_checkpoint: load_dir is empty");
   DS_CHECK(!zero_ || !zero_->backward_pending(), UsageError,
            "load_checkpoint: called between backward() and step() on an accumulation boundary");
+  commit_decoupled_checkpoint();  // a decoupled save's files are complete before anything reads
   std::optional<std::string> name = tag;
   const bool universal = config_.checkpoint.load_universal;
   if (!name && universal) {

@@ -2,7 +2,7 @@
 // stage), exact resume in new processes (2 steps + save, load in a new job + 2 steps == 4
 // steps), the layer files of a P=2 checkpoint loaded onto P=4, and a P=2 ZeRO-1 checkpoint
 // through ds_to_universal resuming with its optimizer state on P=4 and P=1 (and the same from
-// ZeRO-0, whose stages keep the optimizer in their model states).
+// ZeRO-0, whose stages keep the optimizer in their model states); a decoupled save resumes too.
 #include "deepspeed/pipe.h"
 
 #include <sys/stat.h>
@@ -144,6 +144,41 @@ TEST(PipeCheckpointDist, ExactResumeInNewProcessesAndLoadOntoFourStages) {
   for (const auto& name : param_names()) {
     EXPECT_TRUE(torch::equal(read("resumed", name), read("continuous", name))) << name;
     EXPECT_TRUE(torch::equal(read("p4", name), read("saved", name))) << name;
+  }
+}
+
+// checkpoint.writer.decoupled (Note [Decoupled checkpoints]): the stages' layer files join the
+// background writes, `latest` moves at the next train_batch's step, and the checkpoint resumes
+// exactly.
+TEST(PipeCheckpointDist, DecoupledSaveCommitsAtTheNextBatchAndResumesExactly) {
+  new_shared_dir();
+  json decoupled = config();
+  decoupled["checkpoint"] = {{"writer", {{"type", "fast"}, {"decoupled", true},
+                                         {"io_buffer_size", 8192}}}};
+  run_ranks(2, [](int, int) {
+    auto engine = make_engine(2);
+    train(*engine, 0, 4);
+    dump(*engine, "continuous");
+  });
+  run_ranks(2, [&](int, int) {
+    const std::string dir = shared_dir() + "/ckpt";
+    auto engine = make_engine(2, decoupled);
+    train(*engine, 0, 2);
+    engine->save_checkpoint(dir);
+    EXPECT_FALSE(checkpoint::read_latest(dir).has_value());
+    train(*engine, 2, 1);
+    EXPECT_EQ(checkpoint::read_latest(dir).value_or(""), "global_step2");
+  });
+  run_ranks(2, [&](int, int) {
+    auto engine = make_engine(2, decoupled);
+    ASSERT_TRUE(engine->load_checkpoint(shared_dir() + "/ckpt").load_path.has_value());
+    EXPECT_EQ(engine->global_steps(), 2);
+    train(*engine, 2, 2);
+    dump(*engine, "resumed");
+  });
+  if (testing::in_rank_process()) return;
+  for (const auto& name : param_names()) {
+    EXPECT_TRUE(torch::equal(read("resumed", name), read("continuous", name))) << name;
   }
 }
 

@@ -85,7 +85,7 @@ ckpt::TensorDict without_expert_states(const ckpt::TensorDict& module_state) {
 }
 
 void save_expert_files(torch::nn::Module& module, const std::string& tag_dir, int mp_rank,
-                       bool node_local) {
+                       bool node_local, const ckpt::FileSaver& save_file) {
   int layer_id = 0;
   for (const auto& [name, layer] : named_moe_layers(module)) {
     const moe::ExpertGroups* g = layer->ep_groups();
@@ -100,8 +100,8 @@ void save_expert_files(torch::nn::Module& module, const std::string& tag_dir, in
           const std::string inner = name.empty() ? local_key : local_key.substr(name.size() + 1);
           expert.insert(global_key, state[inner].detach().clone());
         }
-        ckpt::save(ckpt::ivalue_from_tensors(expert),
-                   tag_dir + "/" + expert_file_name(layer_id, id, mp_rank));
+        save_file(ckpt::ivalue_from_tensors(expert),
+                  tag_dir + "/" + expert_file_name(layer_id, id, mp_rank));
       }
     }
     ++layer_id;

@@ -32,7 +32,7 @@ checkpoint::TensorDict without_expert_states(const checkpoint::TensorDict& modul
 /// Writes this rank's experts (on expert-data-parallel rank 0 only, or with `node_local` on the
 /// first of each node), keys renamed from local to global expert ids.
 void save_expert_files(torch::nn::Module& module, const std::string& tag_dir, int mp_rank,
-                       bool node_local);
+                       bool node_local, const checkpoint::FileSaver& save_file);
 
 /// Reads this rank's experts from their files (by global id) into `module_state`, keys renamed
 /// to this rank's local ids. CheckpointError naming the file when one is missing or lacks a key.

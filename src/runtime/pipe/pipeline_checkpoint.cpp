@@ -60,6 +60,7 @@ bool PipelineEngine::save_checkpoint(const std::string& save_dir,
                                      const std::optional<std::string>& tag,
                                      const ClientState& client_state) {
   DS_CHECK(!save_dir.empty(), UsageError, "save_checkpoint: save_dir is empty");
+  commit_decoupled_checkpoint();  // before this save's layer files join the writer's queue
   // 3D: the T tensor-parallel ranks of a stage write their own shards, named as DeepSpeed's
   // (layer_XX-model_YY-..., and mp_rank_<stage * T + tp rank> by the base engine).
   const auto tp = runtime::tensor_parallel_group_of(module().parameters());
@@ -83,9 +84,10 @@ bool PipelineEngine::save_checkpoint(const std::string& save_dir,
   if (!layers.empty()) {
     comm::PhaseScope phase(comm::Phase::kCheckpoint);
     checkpoint::create_directories(dir);
+    const checkpoint::FileSaver save_file = checkpoint_file_saver();
     for (const auto& [idx, m] : layers) {
-      checkpoint::save(checkpoint::ivalue_from_tensors(layer_state(*m)),
-                       dir + "/" + layer_file_name(idx, tp));
+      save_file(checkpoint::ivalue_from_tensors(layer_state(*m)),
+                dir + "/" + layer_file_name(idx, tp));
     }
   }
   return Engine::save_checkpoint(save_dir, t, client_state);

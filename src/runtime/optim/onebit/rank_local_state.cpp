@@ -45,12 +45,16 @@ std::string rank_local_state_file_name(int dp_rank, int mp_rank) {
 }
 
 void save_rank_local_state(torch::optim::Optimizer& optimizer, const std::string& tag_dir,
-                           int dp_rank, int mp_rank) {
+                           int dp_rank, int mp_rank, const checkpoint::FileSaver& save_file) {
   if (dynamic_cast<CompressedCommunication*>(&optimizer) == nullptr) return;
   checkpoint::TensorDict d;
   for (auto& [key, t] : rank_local_tensors(optimizer)) d.insert(key, t->detach());
-  checkpoint::save(checkpoint::ivalue_from_tensors(d),
-                   tag_dir + "/" + rank_local_state_file_name(dp_rank, mp_rank));
+  const std::string path = tag_dir + "/" + rank_local_state_file_name(dp_rank, mp_rank);
+  if (save_file) {
+    save_file(checkpoint::ivalue_from_tensors(d), path);
+  } else {
+    checkpoint::save(checkpoint::ivalue_from_tensors(d), path);
+  }
 }
 
 void load_rank_local_state(torch::optim::Optimizer& optimizer, const std::string& tag_dir,
