@@ -248,11 +248,7 @@ std::optional<std::pair<std::string, IValue>> FlatZeroOptimizer::optimizer_state
     const ZeroCheckpointContext& ctx) {
   if (moe_) {
     const bool node_local = ctx.config->checkpoint.use_node_local_storage;
-    const ckpt::FileSaver plain = [](const IValue& value, const std::string& path) {
-      ckpt::save(value, path);
-    };
-    save_expert_files(*moe_->module, ctx.tag_dir, ctx.mp_rank, node_local,
-                      ctx.save_file ? ctx.save_file : plain);
+    save_expert_files(*moe_->module, ctx.tag_dir, ctx.mp_rank, node_local, ctx.save_file);
     if (stage_ == 0) {
       // DeepSpeed's _save_moe_checkpoint: expert-data-parallel rank 0 of each expert-parallel
       // rank writes {'optimizer': <the optimizer's state_dict>} (Note [Node-local checkpoint

@@ -44,7 +44,10 @@ struct ZeroCheckpointContext {
   bool python_objects = false;  // DS_CHECKPOINT_PYTHON_OBJECTS: DeepSpeed's pickled classes
   std::vector<std::pair<std::string, std::string>> shared_params;  // tied: alias -> source
   bool exclude_frozen_parameters = false;  // save
-  checkpoint::FileSaver save_file;         // save: files written beside the stage's own
+  /// save: how files beside the stage's own are written (the engine's checkpoint writer).
+  checkpoint::FileSaver save_file = [](const c10::IValue& value, const std::string& path) {
+    checkpoint::save(value, path);
+  };
   bool want_optimizer = false;      // load: optimizer state (and masters, scaler) asked for
   bool load_module_strict = true;   // load: the module's names must match the checkpoint's
   /// Load: the engine's checks of the shared parts (module names and shapes, the saved stage
