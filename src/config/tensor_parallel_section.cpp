@@ -32,6 +32,22 @@ TensorParallelSection read_tensor_parallel_section(ConfigReader& top,
   if (r.get_raw("partition_config")) unimplemented->emplace_back("tensor_parallel.partition_config");
   if (r.get_raw("preset_model")) unimplemented->emplace_back("tensor_parallel.preset_model");
   if (s.tp_overlap_comm) unimplemented->emplace_back("tensor_parallel.tp_overlap_comm");
+  // DeepSpeed 0.19.8's vocabulary-parallel LM head. null follows a Hugging Face tp_plan that
+  // asks for it (there is none here), false keeps the head replicated: both are what AutoTP
+  // does here. true shards lm_head's rows and trains with a vocabulary-parallel loss, which a
+  // C++ model computes itself (linear_cross_entropy with tp_group, docs/cross_entropy.md).
+  if (r.get_bool("vocab_parallel_lm_head", false)) {
+    unimplemented->emplace_back("tensor_parallel.vocab_parallel_lm_head (AutoTP keeps the LM "
+                                "head replicated; linear_cross_entropy takes a vocabulary-"
+                                "parallel head's loss)");
+  }
+  const std::string ce_backend = r.get_string("vocab_parallel_ce_backend", "torch");
+  if (ce_backend == "liger") {
+    unimplemented->emplace_back("tensor_parallel.vocab_parallel_ce_backend \"liger\"");
+  } else if (ce_backend != "torch") {
+    r.fail("vocab_parallel_ce_backend",
+           "must be \"torch\" or \"liger\", got \"" + ce_backend + "\"");
+  }
   // DeepSpeed's training path splits evenly and leaves tp_grain_size to inference ("not
   // activated in training yet"); a grain other than 1 would promise uneven shards.
   if (s.tp_grain_size != 1) {

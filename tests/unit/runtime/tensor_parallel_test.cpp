@@ -92,6 +92,30 @@ TEST(TensorParallel, ConfigSectionAcceptsAutoTpAndRefusesTheRestByName) {
                  "tp_grain_size");
   expect_refused(R"({"train_batch_size": 4, "tensor_parallel": {"autotp_size": 2, "tp_overlap_comm": true}})",
                  "tensor_parallel.tp_overlap_comm");
+  // DeepSpeed 0.19.8's vocabulary-parallel head: replicated (null, false) is AutoTP here.
+  for (const char* head : {"null", "false"}) {
+    EXPECT_NO_THROW(DeepSpeedConfig::from_string(
+                        std::string(R"({"train_batch_size": 4, "tensor_parallel": {"autotp_size": 2, )"
+                                    R"("vocab_parallel_lm_head": )") +
+                            head + R"(, "vocab_parallel_ce_backend": "torch"}})",
+                        1)
+                        .check_supported())
+        << head;
+  }
+  expect_refused(R"({"train_batch_size": 4, "tensor_parallel": {"vocab_parallel_lm_head": true}})",
+                 "tensor_parallel.vocab_parallel_lm_head");
+  expect_refused(R"({"train_batch_size": 4, "tensor_parallel": {"vocab_parallel_ce_backend": "liger"}})",
+                 "tensor_parallel.vocab_parallel_ce_backend \"liger\"");
+  try {
+    DeepSpeedConfig::from_string(
+        R"({"train_batch_size": 4, "tensor_parallel": {"vocab_parallel_ce_backend": "triton"}})", 1);
+    ADD_FAILURE() << "expected ConfigError for vocab_parallel_ce_backend \"triton\"";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  R"(tensor_parallel.vocab_parallel_ce_backend must be "torch" or "liger", got "triton")"),
+              std::string::npos)
+        << e.what();
+  }
   // Unknown keys are errors (DeepSpeed's model forbids them).
   EXPECT_THROW(DeepSpeedConfig::from_string(
                    R"({"train_batch_size": 4, "tensor_parallel": {"autotp_sise": 2}})", 1),
