@@ -257,6 +257,13 @@ torch::Tensor LlamaForCausalLMImpl::logits(const torch::Tensor& ids, LlamaKvCach
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& ids, const torch::Tensor& targets) {
+  if (lm_loss_ == LmLoss::kFused) {
+    return linear_cross_entropy(model->forward(ids), output_weight(), targets);
+  }
+  if (lm_loss_ == LmLoss::kChunked) {
+    auto lg = torch::matmul(model->forward(ids), output_weight().t());
+    return chunked_cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+  }
   auto lg = logits(ids);
   return torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
 }

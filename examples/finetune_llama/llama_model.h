@@ -18,6 +18,7 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 
+#include "deepspeed/cross_entropy.h"
 #include "deepspeed/zero3.h"
 #include "llama_config.h"
 
@@ -115,8 +116,12 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   LlamaForCausalLMImpl(const LlamaConfig& cfg, const LlamaWeightSource& weights = {});
   /// ids [B, T] int64 -> logits [B, T, vocab] (fp32).
   torch::Tensor logits(const torch::Tensor& ids, LlamaKvCache* cache = nullptr);
-  /// Mean next-token cross-entropy: predicting targets [B, T] from ids [B, T].
+  /// Mean next-token cross-entropy: predicting targets [B, T] from ids [B, T], in the form
+  /// set_lm_loss() chose (all equal within rounding: the softmax is taken in fp32 in each).
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& targets);
+  /// kCrossEntropy (default): the fp32 logits, then cross_entropy; kChunked: the logits in the
+  /// model's dtype, then chunked_cross_entropy; kFused: linear_cross_entropy, no logits.
+  void set_lm_loss(LmLoss form) { lm_loss_ = form; }
   const LlamaConfig& config() const { return cfg_; }
   /// The output projection's weight (embed_tokens' when tied).
   torch::Tensor output_weight() const;
@@ -126,6 +131,7 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
 
  private:
   LlamaConfig cfg_;
+  LmLoss lm_loss_ = LmLoss::kCrossEntropy;
 };
 TORCH_MODULE(LlamaForCausalLM);
 

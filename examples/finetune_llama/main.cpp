@@ -41,6 +41,7 @@ struct Args {
   int64_t max_new_tokens = 32;
   double temperature = 0.0, top_p = 1.0;
   bool activation_checkpointing = false;  // each layer through checkpointing::checkpoint
+  std::string lm_loss = "cross_entropy";  // the loss's form (LlamaForCausalLM::set_lm_loss)
   // LoRA (deepspeed::linear): off while lora_r is 0.
   int64_t lora_r = 0;
   double lora_alpha = 16.0;
@@ -103,6 +104,7 @@ double held_out_loss(ex::LlamaForCausalLMImpl& model, const std::vector<uint16_t
 }
 
 int run(const Args& a) {
+  const ds::LmLoss lm_loss = ds::parse_lm_loss(a.lm_loss, "--lm_loss");
   auto config = ds::load_config(a.deepspeed_config);
   const int rank = ds::comm::get_rank(), world = ds::comm::get_world_size();
   auto ck = ex::open_llama_checkpoint(a.model);
@@ -132,6 +134,7 @@ int run(const Args& a) {
     model = std::make_shared<ex::LlamaForCausalLMImpl>(ck.config, ck.weights);
   }
   model->model->set_activation_checkpointing(a.activation_checkpointing);
+  model->set_lm_loss(lm_loss);
   // LoRA trains the adapters alone: everything else frozen (deepspeed.linear.init_lora).
   if (ck.config.lora) ds::linear::init_lora(*model);
   auto [engine, optimizer, lr_scheduler] = ds::initialize(model, config);
@@ -320,6 +323,8 @@ int main(int argc, char** argv) {
   app.add_flag("--activation_checkpointing", a.activation_checkpointing,
                "recompute each decoder layer in backward instead of keeping its activations (the "
                "config's activation_checkpointing section applies)");
+  app.add_option("--lm_loss", a.lm_loss, "cross_entropy | chunked (no fp32 [tokens, vocab] tensors) | fused (the "
+                 "output projection fused into the loss: no logits)")->capture_default_str();
   app.add_option("--lora_r", a.lora_r, "LoRA rank of the adapters on the decoder projections "
                                        "(deepspeed::linear; 0: full fine-tuning)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);

@@ -4,6 +4,8 @@
 #include "deepspeed/causal_attention.h"
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/compression.h"
+#include "deepspeed/cross_entropy.h"
+#include "deepspeed/errors.h"
 #include "deepspeed/sequence.h"
 #include "deepspeed/tensor_parallel.h"
 
@@ -182,12 +184,23 @@ GptImpl::GptImpl(const GptConfig& cfg) : cfg_(cfg) {
 }
 
 void GptImpl::set_sequence_parallel_group(const comm::Group& group) {
+  if (group.size() > 1 && cfg_.lm_loss != LmLoss::kCrossEntropy) {
+    throw UsageError("the example GPT's sequence-parallel loss (vocab_sequence_parallel_cross_"
+                     "entropy) takes the logits; lm_loss chunked/fused do not combine with "
+                     "sequence_parallel_size " + std::to_string(group.size()));
+  }
   sequence_group_ = group;
   for (auto& block : blocks) block->attn->sequence_group = group;
 }
 
 torch::Tensor GptImpl::logits(const torch::Tensor& idx, std::optional<double> pld_theta,
                               const RandomLtdScheduler* random_ltd) {
+  // Tied embeddings: the output projection is the token embedding matrix.
+  return torch::matmul(hidden_states(idx, pld_theta, random_ltd), wte->weight.t());
+}
+
+torch::Tensor GptImpl::hidden_states(const torch::Tensor& idx, std::optional<double> pld_theta,
+                                     const RandomLtdScheduler* random_ltd) {
   // Under sequence parallelism `idx` is this rank's chunk of each sequence, at this offset.
   const int64_t parts = sequence_group_ ? sequence_group_->size() : 1;
   const int64_t T = idx.size(1), first = sequence_group_ ? sequence_group_->rank() * T : 0;
@@ -218,9 +231,7 @@ torch::Tensor GptImpl::logits(const torch::Tensor& idx, std::optional<double> pl
       return run_block(block, in);
     });
   }
-  x = ln_f(x);
-  // Tied embeddings: the output projection is the token embedding matrix.
-  return torch::matmul(x, wte->weight.t());
+  return ln_f(x);
 }
 
 torch::Tensor GptImpl::run_block(const std::shared_ptr<zero::Unit<BlockImpl>>& block,
@@ -267,18 +278,24 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx_in, const torch::Tensor&
     idx = sequence::shard_sequence(idx, *sequence_group_, 1);
     targets = sequence::shard_sequence(targets, *sequence_group_, 1);
   }
-  auto lg = logits(idx,
-                   kwargs.progressive_layer_drop ? std::optional<double>(kwargs.pld_theta)
-                                                 : std::nullopt,
-                   kwargs.random_ltd);
+  const std::optional<double> pld_theta =
+      kwargs.progressive_layer_drop ? std::optional<double>(kwargs.pld_theta) : std::nullopt;
   torch::Tensor loss;
   if (sequence_parallel) {  // the whole sequence's mean; backward reaches this rank's logits
+    auto lg = logits(idx, pld_theta, kwargs.random_ltd);
     loss = sequence::vocab_sequence_parallel_cross_entropy(lg.transpose(0, 1),
                                                            targets.transpose(0, 1),
                                                            *sequence_group_)
                .mean();
+  } else if (cfg_.lm_loss == LmLoss::kFused) {
+    loss = linear_cross_entropy(hidden_states(idx, pld_theta, kwargs.random_ltd), wte->weight,
+                                targets);
   } else {
-    loss = torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+    auto lg = logits(idx, pld_theta, kwargs.random_ltd);
+    loss = cfg_.lm_loss == LmLoss::kChunked
+               ? chunked_cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}))
+               : torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}),
+                                                      targets.reshape({-1}));
   }
   // The load-balancing loss trains the gates; a held-out (eval) loss is the LM loss alone.
   if (!cfg_.moe.enabled() || !is_training()) return loss;

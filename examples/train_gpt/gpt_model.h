@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -16,6 +17,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "deepspeed/comm.h"
+#include "deepspeed/cross_entropy.h"
 #include "deepspeed/forward_kwargs.h"
 #include "deepspeed/random_ltd.h"
 #include "deepspeed/sparse_attention.h"
@@ -44,6 +46,10 @@ struct GptConfig {
   std::optional<sparse_attention::SparseAttentionConfig> sparse_attention;
   /// Seeds the pattern's random blocks (as Python's random.seed).
   int64_t sparse_attention_seed = 0;
+  /// The training and evaluation loss's form; all three give the same loss (within rounding;
+  /// in bf16/fp16 the chunked and fused ones take the softmax in fp32, cross_entropy in the
+  /// logits' dtype). Sequence parallelism takes its own loss (cross_entropy only).
+  LmLoss lm_loss = LmLoss::kCrossEntropy;
 };
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
@@ -111,6 +117,10 @@ class GptImpl : public torch::nn::Module {
   /// of each sequence's tokens (RandomLayerTokenDrop); the other tokens skip them.
   torch::Tensor logits(const torch::Tensor& idx, std::optional<double> pld_theta = std::nullopt,
                        const RandomLtdScheduler* random_ltd = nullptr);
+  /// What logits() projects onto the vocabulary: the final LayerNorm's output [B, T, n_embd].
+  torch::Tensor hidden_states(const torch::Tensor& idx,
+                              std::optional<double> pld_theta = std::nullopt,
+                              const RandomLtdScheduler* random_ltd = nullptr);
   /// Mean cross-entropy of predicting `targets` ([B, T]) from `idx`.
   torch::Tensor forward(const torch::Tensor& idx, const torch::Tensor& targets);
   /// The engine's training forward: with a "seqlen" curriculum the step trains on the first

@@ -3,6 +3,8 @@
 
 #include <torch/torch.h>
 
+#include "deepspeed/cross_entropy.h"
+
 namespace deepspeed::examples {
 
 GptEmbeddingImpl::GptEmbeddingImpl(const GptConfig& cfg) {
@@ -56,6 +58,10 @@ std::vector<pipe::LayerSpec> gpt_pipeline_specs(const GptConfig& cfg) {
 torch::Tensor gpt_pipeline_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
                                               targets.reshape({-1}));
+}
+
+torch::Tensor gpt_pipeline_chunked_loss(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return chunked_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 
 }  // namespace deepspeed::examples

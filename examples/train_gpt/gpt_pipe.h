@@ -25,5 +25,7 @@ TORCH_MODULE(GptEmbedding);
 std::vector<pipe::LayerSpec> gpt_pipeline_specs(const GptConfig& cfg);
 /// Mean cross-entropy of logits [B, T, V] against targets [B, T] (the pipeline's loss_fn).
 torch::Tensor gpt_pipeline_loss(const torch::Tensor& logits, const torch::Tensor& targets);
+/// The same loss through chunked_cross_entropy (--lm_loss chunked).
+torch::Tensor gpt_pipeline_chunked_loss(const torch::Tensor& logits, const torch::Tensor& targets);
 
 }  // namespace deepspeed::examples

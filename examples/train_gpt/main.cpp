@@ -72,6 +72,7 @@ struct Args {
   bool continue_on_nonfinite_loss = false;  // train on after a nan/inf loss (default: stop)
   bool activation_checkpointing = false;    // each block through checkpointing::checkpoint
   double dropout = 0.0;                     // GPT-2's dropout probability (0.1 there)
+  std::string lm_loss = "cross_entropy";  // the LM loss's form (GptConfig::lm_loss)
   int64_t pipeline_parallel_size = 1;  // > 1: the GPT as a PipelineModule of this many stages
   // How the pipeline cuts its layers; empty: by blocks, "type:Block" (Megatron-DeepSpeed's GPT
   // uses "type:transformer"), as "parameters" would weigh the vocabulary's embedding as a stage.
@@ -343,6 +344,11 @@ int run(const Args& a) {
   if (!a.pipe_partition_method.empty() && !pipelined) {
     throw ds::UsageError("--pipe_partition_method needs --pipeline_parallel_size > 1");
   }
+  const ds::LmLoss lm_loss = ds::parse_lm_loss(a.lm_loss, "--lm_loss");
+  if (pipelined && lm_loss == ds::LmLoss::kFused) {
+    throw ds::UsageError("--lm_loss fused: the pipeline's head is its own stage layer; use "
+                         "--lm_loss chunked with --pipeline_parallel_size");
+  }
   ds::DeepSpeedConfig config;
   if (pipelined || tp > 1) {
     ds::comm::init_distributed();
@@ -380,6 +386,7 @@ int run(const Args& a) {
   gcfg.n_head = a.n_head;
   gcfg.n_embd = a.n_embd;
   gcfg.dropout = a.dropout;
+  gcfg.lm_loss = lm_loss;
   gcfg.moe = a.moe;
   // sparse_attention: DeepSpeed's block-sparse attention in every block (read from the file
   // here: a pipeline's stages are built before the engine's config is).
@@ -405,7 +412,9 @@ int run(const Args& a) {
     ds::pipe::PipelineModuleOptions po;
     po.num_stages = static_cast<int>(a.pipeline_parallel_size);
     po.partition_method = a.pipe_partition_method.empty() ? "type:Block" : a.pipe_partition_method;
-    po.loss_fn = deepspeed::examples::gpt_pipeline_loss;
+    po.loss_fn = gcfg.lm_loss == ds::LmLoss::kChunked
+                     ? deepspeed::examples::gpt_pipeline_chunked_loss
+                     : deepspeed::examples::gpt_pipeline_loss;
     po.seed_layers = true;
     po.base_seed = a.seed;
     po.activation_checkpoint_interval = a.activation_checkpointing ? 1 : 0;
@@ -855,6 +864,10 @@ int main(int argc, char** argv) {
   app.add_flag("--activation_checkpointing", a.activation_checkpointing,
                "recompute each transformer block in backward instead of keeping its activations "
                "(the config's activation_checkpointing section applies)");
+  app.add_option("--lm_loss", a.lm_loss,
+                 "cross_entropy | chunked (no fp32 [tokens, vocab] tensors) | fused (the output "
+                 "projection fused into the loss: no logits)")
+      ->capture_default_str();
   app.add_option("--dropout", a.dropout, "dropout probability (GPT-2: 0.1)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
