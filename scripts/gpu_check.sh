@@ -60,7 +60,7 @@ else
 fi
 
 failed=0
-for t in engine_gpu_test fused_optim_gpu_test sparse_attention_gpu_test; do
+for t in engine_gpu_test fused_optim_gpu_test sparse_attention_gpu_test cross_entropy_gpu_test; do
   if [ ! -x "$bin/$t" ]; then log "$t: missing from $bin"; failed=1; continue; fi
   t0=$(date +%s)
   timeout 600 "$bin/$t" >"$out/$t.log" 2>&1

@@ -32,7 +32,7 @@ cp -L "/usr/lib/$arch/libaio.so.1" "$usr/lib/$arch/libaio.so.1"
 ln -sf libaio.so.1 "$usr/lib/$arch/libaio.so"
 if ((prebuilt)); then
   mkdir -p "$out/bin"
-  for b in engine_gpu_test fused_optim_gpu_test sparse_attention_gpu_test train_gpt; do
+  for b in engine_gpu_test fused_optim_gpu_test sparse_attention_gpu_test cross_entropy_gpu_test train_gpt; do
     if [ -x "$root/build-cuda/bin/$b" ]; then
       cp "$root/build-cuda/bin/$b" "$out/bin/"
       strip --strip-unneeded "$out/bin/$b"
