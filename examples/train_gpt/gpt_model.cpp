@@ -184,11 +184,6 @@ GptImpl::GptImpl(const GptConfig& cfg) : cfg_(cfg) {
 }
 
 void GptImpl::set_sequence_parallel_group(const comm::Group& group) {
-  if (group.size() > 1 && cfg_.lm_loss != LmLoss::kCrossEntropy) {
-    throw UsageError("the example GPT's sequence-parallel loss (vocab_sequence_parallel_cross_"
-                     "entropy) takes the logits; lm_loss chunked/fused do not combine with "
-                     "sequence_parallel_size " + std::to_string(group.size()));
-  }
   sequence_group_ = group;
   for (auto& block : blocks) block->attn->sequence_group = group;
 }
@@ -281,12 +276,30 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx_in, const torch::Tensor&
   const std::optional<double> pld_theta =
       kwargs.progressive_layer_drop ? std::optional<double>(kwargs.pld_theta) : std::nullopt;
   torch::Tensor loss;
-  if (sequence_parallel) {  // the whole sequence's mean; backward reaches this rank's logits
+  if (sequence_parallel && cfg_.lm_loss == LmLoss::kCrossEntropy) {
+    // The whole sequence's mean; backward reaches this rank's logits.
     auto lg = logits(idx, pld_theta, kwargs.random_ltd);
     loss = sequence::vocab_sequence_parallel_cross_entropy(lg.transpose(0, 1),
                                                            targets.transpose(0, 1),
                                                            *sequence_group_)
                .mean();
+  } else if (sequence_parallel) {
+    // The same from this rank's per-token losses ([B, T/P]), gathered as that function gathers
+    // its own: every rank gets the whole sequence's, backward reaches this rank's tokens.
+    at::Tensor local;
+    if (cfg_.lm_loss == LmLoss::kFused) {
+      LinearCrossEntropyOptions o;
+      o.reduction = LossReduction::kNone;
+      local = linear_cross_entropy(hidden_states(idx, pld_theta, kwargs.random_ltd), wte->weight,
+                                   targets, o);
+    } else {
+      ChunkedCrossEntropyOptions o;
+      o.reduction = LossReduction::kNone;
+      auto lg = logits(idx, pld_theta, kwargs.random_ltd);
+      local = chunked_cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}), o)
+                  .view(targets.sizes());
+    }
+    loss = sequence::gather_sequence(local.transpose(0, 1), *sequence_group_, 0).mean();
   } else if (cfg_.lm_loss == LmLoss::kFused) {
     loss = linear_cross_entropy(hidden_states(idx, pld_theta, kwargs.random_ltd), wte->weight,
                                 targets);

@@ -48,7 +48,8 @@ struct GptConfig {
   int64_t sparse_attention_seed = 0;
   /// The training and evaluation loss's form; all three give the same loss (within rounding;
   /// in bf16/fp16 the chunked and fused ones take the softmax in fp32, cross_entropy in the
-  /// logits' dtype). Sequence parallelism takes its own loss (cross_entropy only).
+  /// logits' dtype). Under sequence parallelism each rank takes its tokens' losses in that form
+  /// and gathers the whole sequence's.
   LmLoss lm_loss = LmLoss::kCrossEntropy;
 };
 

@@ -83,6 +83,12 @@ TEST(TrainGptSequenceParallelE2E, TwoSequenceRanksTrainAsOneProcess) {
   // The ranks of a sequence group read the same windows: 1 data-parallel replica.
   EXPECT_NE(sp.output.find("1 data-parallel"), std::string::npos) << sp.output;
   expect_same_losses(train_gpt(dir, 2, "sp_zero3.json", "sp_zero3"), one);
+  // --lm_loss chunked/fused: each rank's tokens' losses in that form, gathered over the group.
+  for (const std::string form : {"chunked", "fused"}) {
+    expect_same_losses(
+        train_gpt(dir, 2, "sp.json", "sp_" + form, "--n_head 2 --n_embd 32 --lm_loss " + form),
+        one);
+  }
 
   // 2 replicas x 2 sequence ranks read and train as 2 data-parallel ranks.
   expect_same_losses(train_gpt(dir, 4, "sp.json", "sp_dp"), train_gpt(dir, 2, "plain.json", "dp"));
