@@ -5,7 +5,6 @@
 #include "deepspeed/checkpointing.h"
 #include "deepspeed/compression.h"
 #include "deepspeed/cross_entropy.h"
-#include "deepspeed/errors.h"
 #include "deepspeed/sequence.h"
 #include "deepspeed/tensor_parallel.h"
 
@@ -276,39 +275,35 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx_in, const torch::Tensor&
   const std::optional<double> pld_theta =
       kwargs.progressive_layer_drop ? std::optional<double>(kwargs.pld_theta) : std::nullopt;
   torch::Tensor loss;
-  if (sequence_parallel && cfg_.lm_loss == LmLoss::kCrossEntropy) {
-    // The whole sequence's mean; backward reaches this rank's logits.
+  if (cfg_.lm_loss == LmLoss::kCrossEntropy) {
     auto lg = logits(idx, pld_theta, kwargs.random_ltd);
-    loss = sequence::vocab_sequence_parallel_cross_entropy(lg.transpose(0, 1),
-                                                           targets.transpose(0, 1),
-                                                           *sequence_group_)
-               .mean();
-  } else if (sequence_parallel) {
-    // The same from this rank's per-token losses ([B, T/P]), gathered as that function gathers
-    // its own: every rank gets the whole sequence's, backward reaches this rank's tokens.
-    at::Tensor local;
-    if (cfg_.lm_loss == LmLoss::kFused) {
-      LinearCrossEntropyOptions o;
-      o.reduction = LossReduction::kNone;
-      local = linear_cross_entropy(hidden_states(idx, pld_theta, kwargs.random_ltd), wte->weight,
-                                   targets, o);
-    } else {
-      ChunkedCrossEntropyOptions o;
-      o.reduction = LossReduction::kNone;
-      auto lg = logits(idx, pld_theta, kwargs.random_ltd);
-      local = chunked_cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}), o)
-                  .view(targets.sizes());
-    }
-    loss = sequence::gather_sequence(local.transpose(0, 1), *sequence_group_, 0).mean();
-  } else if (cfg_.lm_loss == LmLoss::kFused) {
-    loss = linear_cross_entropy(hidden_states(idx, pld_theta, kwargs.random_ltd), wte->weight,
-                                targets);
-  } else {
-    auto lg = logits(idx, pld_theta, kwargs.random_ltd);
-    loss = cfg_.lm_loss == LmLoss::kChunked
-               ? chunked_cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}))
+    loss = sequence_parallel  // the whole sequence's mean; backward reaches this rank's logits
+               ? sequence::vocab_sequence_parallel_cross_entropy(
+                     lg.transpose(0, 1), targets.transpose(0, 1), *sequence_group_)
+                     .mean()
                : torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}),
                                                       targets.reshape({-1}));
+  } else {
+    // Under sequence parallelism: this rank's per-token losses, gathered as
+    // vocab_sequence_parallel_cross_entropy gathers its own (every rank gets the whole
+    // sequence's; backward reaches this rank's tokens).
+    const LossReduction reduction = sequence_parallel ? LossReduction::kNone : LossReduction::kMean;
+    if (cfg_.lm_loss == LmLoss::kFused) {
+      LinearCrossEntropyOptions o;
+      o.reduction = reduction;
+      loss = linear_cross_entropy(hidden_states(idx, pld_theta, kwargs.random_ltd), wte->weight,
+                                  targets, o);
+    } else {
+      ChunkedCrossEntropyOptions o;
+      o.reduction = reduction;
+      auto lg = logits(idx, pld_theta, kwargs.random_ltd);
+      loss = chunked_cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}), o);
+    }
+    if (sequence_parallel) {
+      loss = sequence::gather_sequence(loss.view(targets.sizes()).transpose(0, 1),
+                                       *sequence_group_, 0)
+                 .mean();
+    }
   }
   // The load-balancing loss trains the gates; a held-out (eval) loss is the LM loss alone.
   if (!cfg_.moe.enabled() || !is_training()) return loss;
