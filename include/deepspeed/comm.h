@@ -168,6 +168,16 @@ void barrier(const Group& group = world());
 Handle all_to_all_single(at::Tensor& output, const at::Tensor& input, bool async_op = false,
                          const Group& group = world());
 
+/// torch.distributed.all_to_all_single with split sizes: `input`'s first input_splits[r] rows
+/// (dim 0, in group rank order) go to group rank r, which writes them as its output rows from
+/// source this rank; `output` has sum(output_splits) rows. Every other dimension must agree.
+/// The sizes may differ by rank (each rank knows what it receives, as in torch); the cross-rank
+/// collective check compares the name and dtype only. Throws CommError on inconsistent sizes.
+Handle all_to_all_single(at::Tensor& output, const at::Tensor& input,
+                         const std::vector<int64_t>& output_splits,
+                         const std::vector<int64_t>& input_splits, bool async_op = false,
+                         const Group& group = world());
+
 /// Number of collectives this rank has issued, over all groups.
 int64_t sequence_number();
 

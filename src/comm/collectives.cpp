@@ -371,6 +371,53 @@ Handle all_to_all_single(at::Tensor& output, const at::Tensor& input, bool async
   return finish(std::move(state), async_op);
 }
 
+Handle all_to_all_single(at::Tensor& output, const at::Tensor& input,
+                         const std::vector<int64_t>& output_splits,
+                         const std::vector<int64_t>& input_splits, bool async_op,
+                         const Group& group) {
+  auto& c = usable("all_to_all_single", group);
+  check_flat(output, "all_to_all_single", "output");
+  check_flat(input, "all_to_all_single", "input");
+  const auto w = static_cast<size_t>(group.size());
+  DS_CHECK(output_splits.size() == w && input_splits.size() == w, CommError,
+           where(c, "all_to_all_single", group), output_splits.size(), " output and ",
+           input_splits.size(), " input split sizes for a group of ", w);
+  DS_CHECK(input.dim() >= 1 && output.dim() == input.dim() &&
+               output.sizes().slice(1) == input.sizes().slice(1) &&
+               output.scalar_type() == input.scalar_type(),
+           CommError, where(c, "all_to_all_single", group), "output ", output.sizes(), " of ",
+           output.scalar_type(), " does not match input ", input.sizes(), " of ",
+           input.scalar_type());
+  int64_t in_rows = 0, out_rows = 0;
+  for (size_t r = 0; r < w; ++r) {
+    DS_CHECK(input_splits[r] >= 0 && output_splits[r] >= 0, CommError,
+             where(c, "all_to_all_single", group), "negative split size");
+    in_rows += input_splits[r];
+    out_rows += output_splits[r];
+  }
+  DS_CHECK(in_rows == input.size(0) && out_rows == output.size(0), CommError,
+           where(c, "all_to_all_single", group), "split sizes sum to ", in_rows, " input and ",
+           out_rows, " output rows; the tensors have ", input.size(0), " and ",
+           output.size(0));
+  const int me = group.rank();
+  if (w == 1) output.copy_(input);
+  // The record carries no size: it differs by rank by design.
+  auto state = start("all_to_all_v", at::empty({0}, input.options()), group, [&] {
+    at::Tensor out = as_gloo_bits(output);
+    at::Tensor in = as_gloo_bits(input);
+    std::vector<int64_t> out_splits = output_splits, in_splits = input_splits;
+    c10d::AllToAllOptions o;
+    o.timeout = c.timeout();
+    return c.backend_for(group, in).alltoall_base(out, in, out_splits, in_splits, o);
+  });
+  const int64_t row_bytes =
+      in_rows == 0 ? 0 : input.numel() / in_rows * static_cast<int64_t>(input.element_size());
+  detail::count_sent_bytes("all_to_all_v",
+                           (in_rows - input_splits[static_cast<size_t>(me)]) * row_bytes,
+                           static_cast<int>(w), false);
+  return finish(std::move(state), async_op);
+}
+
 void barrier(const Group& group) {
   usable("barrier", group);
   Communicator::instance().barrier(group);

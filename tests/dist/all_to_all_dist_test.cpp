@@ -1,5 +1,6 @@
 // comm::all_to_all_single on 2, 3 and 4 ranks (float, uint8, bf16, sub-groups), its size checks,
-// and the sent-byte accounting of every collective (Note [Sent bytes]).
+// with split sizes (zero rows among them), and the sent-byte accounting of every collective
+// (Note [Sent bytes]).
 #include "deepspeed/comm.h"
 
 #include <gtest/gtest.h>
@@ -57,6 +58,51 @@ void check_all_to_all(int rank, int world) {
 TEST(AllToAllDist, ExchangesSlicesOnTwoRanks) { run_ranks(2, check_all_to_all); }
 TEST(AllToAllDist, ExchangesSlicesOnThreeRanks) { run_ranks(3, check_all_to_all); }
 TEST(AllToAllDist, ExchangesSlicesOnFourRanks) { run_ranks(4, check_all_to_all); }
+
+// Split sizes: rank s sends (s + r) % 3 rows of width 3 to rank r (zero rows included), each row
+// (1000 s + 100 r + j); rank r receives them in source order. The sent bytes count the rows
+// that leave the rank; a split list of the wrong length or sum is an error.
+void check_split_all_to_all(int rank, int world) {
+  std::vector<int64_t> in_splits, out_splits;
+  std::vector<at::Tensor> rows, want;
+  for (int r = 0; r < world; ++r) {
+    in_splits.push_back((rank + r) % 3);
+    out_splits.push_back((r + rank) % 3);
+    for (int64_t j = 0; j < in_splits.back(); ++j) {
+      rows.push_back(torch::full({1, 3}, 1000.0 * rank + 100.0 * r + j));
+    }
+    for (int64_t j = 0; j < out_splits.back(); ++j) {
+      want.push_back(torch::full({1, 3}, 1000.0 * r + 100.0 * rank + j));
+    }
+  }
+  const auto cat = [](const std::vector<at::Tensor>& v) {
+    return v.empty() ? torch::zeros({0, 3}) : torch::cat(v);
+  };
+  const at::Tensor in = cat(rows), expected = cat(want);
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    at::Tensor out = torch::full({expected.size(0), 3}, -1.0).to(dtype);
+    const int64_t before = comm::bytes_sent();
+    comm::all_to_all_single(out, in.to(dtype), out_splits, in_splits);
+    EXPECT_TRUE(torch::equal(out, expected.to(dtype))) << dtype;
+    const int64_t leaving = in.size(0) - in_splits[static_cast<size_t>(rank)];
+    EXPECT_EQ(comm::bytes_sent() - before, leaving * 3 * out.element_size()) << dtype;
+  }
+  EXPECT_THROW_WITH(
+      [&] {
+        at::Tensor out = torch::zeros({expected.size(0), 3});
+        std::vector<int64_t> short_list(in_splits.begin(), in_splits.end() - 1);
+        comm::all_to_all_single(out, in, out_splits, short_list);
+      }(),
+      CommError, "input split sizes for a group of");
+  EXPECT_THROW_WITH(
+      [&] {
+        at::Tensor out = torch::zeros({expected.size(0) + 1, 3});
+        comm::all_to_all_single(out, in, out_splits, in_splits);
+      }(),
+      CommError, "split sizes sum to");
+}
+
+TEST(AllToAllDist, SplitSizesExchangeRowsOnThreeRanks) { run_ranks(3, check_split_all_to_all); }
 
 TEST(AllToAllDist, RunsOnASubGroupInGroupRankOrder) {
   run_ranks(4, [](int rank, int) {
