@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "deepspeed/auto_ep.h"
 #include "deepspeed/moe.h"
 #include "util/check.h"
 
@@ -27,6 +28,16 @@ std::vector<ExpertParamGroup> expert_param_groups(torch::nn::Module& module) {
     auto [it, inserted] = index.emplace(g->name, out.size());
     if (inserted) out.push_back(ExpertParamGroup{g, {}});
     for (auto& p : layer->expert_parameters()) {
+      if (p.requires_grad()) out[it->second].params.push_back(p);
+    }
+  }
+  // AutoEP's sharded token-choice layers (a whole layer's experts are ordinary parameters).
+  for (const auto& item : token_choice_layers(module)) {
+    const ExpertGroups* g = item.second->ep_groups();
+    if (g == nullptr) continue;
+    auto [it, inserted] = index.emplace(g->name, out.size());
+    if (inserted) out.push_back(ExpertParamGroup{g, {}});
+    for (auto& p : item.second->expert_parameters()) {
       if (p.requires_grad()) out[it->second].params.push_back(p);
     }
   }
