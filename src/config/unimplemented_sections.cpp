@@ -3,6 +3,7 @@
 // refuses an enabled feature by name and a disabled section passes. Their other keys are kept
 // verbatim in DeepSpeedConfig::raw.
 #include "config/feature_sections.h"
+#include "config/expert_parallel_section.h"
 #include "config/tensor_parallel_section.h"
 
 namespace deepspeed::config_detail {
@@ -32,6 +33,7 @@ void parse_unimplemented_sections(ConfigReader& top, DeepSpeedConfig& c) {
     on.emplace_back("compile.deepcompile");
   }
   read_tensor_parallel_section(top, &on);  // AutoTP is implemented; the section is strict
+  read_expert_parallel_section(top, &on);  // AutoEP is implemented (the engine reads it again)
   if (top.get_bool("graph_harvesting", false)) on.emplace_back("graph_harvesting");
   // Keys read elsewhere in DeepSpeed (model setup, inference); type-checked here so that a wrong
   // type is reported rather than carried along.
