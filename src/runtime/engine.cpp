@@ -43,6 +43,7 @@
 #include "runtime/hybrid/hybrid_engine_state.h"
 #include "runtime/memory_budget.h"
 #include "runtime/memory_formula.h"
+#include "runtime/auto_ep_setup.h"
 #include "runtime/moe_params.h"
 #include "runtime/muon_combinations.h"
 #include "runtime/optim/optimizer_factory.h"
@@ -269,6 +270,10 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
   // MoE layers get their expert groups (collectively) before the parameters are broadcast.
   runtime::configure_moe_layers(*module_, config_, dp_group_,
                                 mpu_ ? mpu_->get_pipe_parallel_world_size() : 1);
+  // AutoEP shards its layers' experts before the broadcast, which then starts them from their
+  // expert-data-parallel group's first rank.
+  runtime::configure_auto_ep(*module_, config_, dp_group_,
+                             mpu_ != nullptr || runtime::autotp_size(config_) > 1);
   // ZeRO-3 broadcasts while it partitions, one parameter at a time (never the whole model).
   const bool stage3 = config_.zero_optimization.stage == 3;
   if (!stage3) broadcast_parameters();

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 
+#include "deepspeed/auto_ep.h"
 #include "deepspeed/moe.h"
 #include "runtime/checkpoint/shared_file_writers.h"
 #include "util/check.h"
@@ -26,16 +27,37 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-// The MoE layers with their module names, in named_modules order (DeepSpeed's moe_layer_id).
-std::vector<std::pair<std::string, std::shared_ptr<moe::MoEImpl>>> named_moe_layers(
-    torch::nn::Module& module) {
-  std::vector<std::pair<std::string, std::shared_ptr<moe::MoEImpl>>> out;
+// The MoE layers with their module names, in named_modules order (DeepSpeed's moe_layer_id,
+// which counts its MoE layers and AutoEP's alike): one of the two pointers is set.
+struct ExpertLayer {
+  std::string name;
+  std::shared_ptr<moe::MoEImpl> moe;
+  std::shared_ptr<moe::TokenChoiceMoEImpl> token_choice;  // AutoEP's, once sharded
+};
+
+std::vector<ExpertLayer> expert_layers(torch::nn::Module& module) {
+  std::vector<ExpertLayer> out;
   for (const auto& item : module.named_modules("", /*include_self=*/true)) {
     if (auto m = std::dynamic_pointer_cast<moe::MoEImpl>(item.value())) {
-      out.emplace_back(item.key(), m);
+      out.push_back(ExpertLayer{item.key(), m, nullptr});
+    } else if (auto t = std::dynamic_pointer_cast<moe::TokenChoiceMoEImpl>(item.value())) {
+      if (t->ep_groups() != nullptr) out.push_back(ExpertLayer{item.key(), nullptr, t});
     }
   }
   return out;
+}
+
+// AutoEP's expert file entries (DeepSpeed's _save_moe_checkpoint for an AutoEPMoELayer): expert
+// `id` of each stacked weight as "<layer>.experts.<w>.<id>".
+constexpr const char* kStackedExpertWeights[] = {"w1", "w2", "w3"};
+
+at::Tensor& stacked_weight(moe::TokenChoiceMoEImpl& layer, int w) {
+  return w == 0 ? layer.experts->w1 : w == 1 ? layer.experts->w2 : layer.experts->w3;
+}
+
+std::string stacked_key(const std::string& module_name, int w) {
+  return (module_name.empty() ? std::string() : module_name + ".") + "experts." +
+         kStackedExpertWeights[w];
 }
 
 std::string prefixed(const std::string& module_name, const std::string& key) {
@@ -87,11 +109,22 @@ ckpt::TensorDict without_expert_states(const ckpt::TensorDict& module_state) {
 void save_expert_files(torch::nn::Module& module, const std::string& tag_dir, int mp_rank,
                        bool node_local, const ckpt::FileSaver& save_file) {
   int layer_id = 0;
-  for (const auto& [name, layer] : named_moe_layers(module)) {
-    const moe::ExpertGroups* g = layer->ep_groups();
+  for (const auto& [name, layer, token_choice] : expert_layers(module)) {
+    const moe::ExpertGroups* g = layer ? layer->ep_groups() : token_choice->ep_groups();
     const bool writer = g == nullptr || ckpt::writes_shared_files(g->expert_data_parallel,
                                                                   node_local);
-    if (writer) {
+    if (writer && token_choice) {
+      for (int64_t i = 0; i < token_choice->num_local_experts(); ++i) {
+        const int64_t id = token_choice->first_expert() + i;
+        ckpt::TensorDict expert;
+        for (int w = 0; w < 3; ++w) {
+          expert.insert(stacked_key(name, w) + "." + std::to_string(id),
+                        stacked_weight(*token_choice, w)[i].detach().clone());
+        }
+        save_file(ckpt::ivalue_from_tensors(expert),
+                  tag_dir + "/" + expert_file_name(layer_id, id, mp_rank));
+      }
+    } else if (writer) {
       const auto state = ckpt::module_state_dict(*layer);
       for (int64_t i = 0; i < layer->num_local_experts(); ++i) {
         const int64_t id = layer->global_expert_id(i);
@@ -108,21 +141,53 @@ void save_expert_files(torch::nn::Module& module, const std::string& tag_dir, in
   }
 }
 
+namespace {
+
+ckpt::TensorDict load_expert_file(const std::string& tag_dir, int layer_id, int64_t id,
+                                  int mp_rank) {
+  const std::string path = tag_dir + "/" + expert_file_name(layer_id, id, mp_rank);
+  DS_CHECK(file_exists(path), CheckpointError, "load_checkpoint: ", path,
+           " is missing: the checkpoint has no expert ", id, " for MoE layer ", layer_id,
+           " (saved with fewer experts, or not an MoE checkpoint)");
+  return ckpt::tensors_from_ivalue(ckpt::load(path), path);
+}
+
+const at::Tensor& expert_entry(const ckpt::TensorDict& saved, const std::string& key,
+                               const std::string& file) {
+  const at::Tensor* t = saved.find(key);
+  DS_CHECK(t != nullptr, CheckpointError, file, ": has no entry '", key, "'");
+  return *t;
+}
+
+}  // namespace
+
 void add_expert_states(torch::nn::Module& module, const std::string& tag_dir, int mp_rank,
                        ckpt::TensorDict* module_state) {
   int layer_id = 0;
-  for (const auto& [name, layer] : named_moe_layers(module)) {
-    for (int64_t i = 0; i < layer->num_local_experts(); ++i) {
-      const int64_t id = layer->global_expert_id(i);
-      const std::string path = tag_dir + "/" + expert_file_name(layer_id, id, mp_rank);
-      DS_CHECK(file_exists(path), CheckpointError, "load_checkpoint: ", path,
-               " is missing: the checkpoint has no expert ", id, " for MoE layer ", layer_id,
-               " (saved with fewer experts, or not an MoE checkpoint)");
-      const ckpt::TensorDict saved = ckpt::tensors_from_ivalue(ckpt::load(path), path);
-      for (const auto& [local_key, global_key] : expert_keys(name, *layer, i, id)) {
-        const at::Tensor* t = saved.find(global_key);
-        DS_CHECK(t != nullptr, CheckpointError, path, ": has no entry '", global_key, "'");
-        module_state->insert(local_key, *t);
+  for (const auto& [name, layer, token_choice] : expert_layers(module)) {
+    if (token_choice) {
+      // Each stacked weight is its experts' entries, stacked in local order.
+      std::vector<std::vector<at::Tensor>> parts(3);
+      for (int64_t i = 0; i < token_choice->num_local_experts(); ++i) {
+        const int64_t id = token_choice->first_expert() + i;
+        const ckpt::TensorDict saved = load_expert_file(tag_dir, layer_id, id, mp_rank);
+        const std::string file = expert_file_name(layer_id, id, mp_rank);
+        for (int w = 0; w < 3; ++w) {
+          parts[static_cast<size_t>(w)].push_back(
+              expert_entry(saved, stacked_key(name, w) + "." + std::to_string(id), file));
+        }
+      }
+      for (int w = 0; w < 3; ++w) {
+        module_state->insert(stacked_key(name, w), at::stack(parts[static_cast<size_t>(w)]));
+      }
+    } else {
+      for (int64_t i = 0; i < layer->num_local_experts(); ++i) {
+        const int64_t id = layer->global_expert_id(i);
+        const ckpt::TensorDict saved = load_expert_file(tag_dir, layer_id, id, mp_rank);
+        const std::string file = expert_file_name(layer_id, id, mp_rank);
+        for (const auto& [local_key, global_key] : expert_keys(name, *layer, i, id)) {
+          module_state->insert(local_key, expert_entry(saved, global_key, file));
+        }
       }
     }
     ++layer_id;
@@ -131,7 +196,10 @@ void add_expert_states(torch::nn::Module& module, const std::string& tag_dir, in
 
 std::map<std::string, std::string> expert_global_names(torch::nn::Module& module) {
   std::map<std::string, std::string> out;
-  for (const auto& [name, layer] : named_moe_layers(module)) {
+  for (const auto& [name, layer, token_choice] : expert_layers(module)) {
+    DS_CHECK(!token_choice, NotSupportedError, "universal checkpoint: AutoEP's layer '", name,
+             "' stacks its experts in one tensor per weight; universal checkpoints of AutoEP "
+             "models are not supported yet (load the DeepSpeed checkpoint itself)");
     for (int64_t i = 0; i < layer->num_local_experts(); ++i) {
       const int64_t id = layer->global_expert_id(i);
       for (auto& [local_key, global_key] : expert_keys(name, *layer, i, id)) {
@@ -144,7 +212,9 @@ std::map<std::string, std::string> expert_global_names(torch::nn::Module& module
 
 std::vector<int64_t> moe_num_experts(torch::nn::Module& module) {
   std::vector<int64_t> out;
-  for (const auto& item : named_moe_layers(module)) out.push_back(item.second->options().num_experts);
+  for (const auto& l : expert_layers(module)) {
+    out.push_back(l.moe ? l.moe->options().num_experts : l.token_choice->num_experts());
+  }
   return out;
 }
 

@@ -66,6 +66,11 @@ std::optional<MoeExperts> MoeExperts::read(const std::string& dir, int64_t mp,
                                                                       static_cast<int>(mp));
       for (const auto& item : tensors_from_ivalue(load(file), file)) {
         const auto name = parse_expert_name(item.key());
+        // AutoEP's entries ("<layer>.experts.w1.<id>") slice a stacked weight.
+        DS_CHECK(name || item.key().find(".experts.w") == std::string::npos, NotSupportedError,
+                 file, ": entry '", item.key(), "' is an AutoEP (expert_parallel) expert; "
+                 "converting AutoEP checkpoints (ds_to_universal, zero_to_fp32) is not supported "
+                 "yet: the engine's load_checkpoint reads them");
         DS_CHECK(name && name->id == e, CheckpointError, file, ": entry '", item.key(),
                  "' is not one of expert ", e, "'s");
         DS_CHECK(e == 0 || name->layer == layer, CheckpointError, file, ": entry '", item.key(),

@@ -1,0 +1,71 @@
+// See auto_ep_setup.h.
+#include "runtime/auto_ep_setup.h"
+
+#include <regex>
+
+#include "config/expert_parallel_section.h"
+#include "deepspeed/auto_ep.h"
+#include "util/check.h"
+
+namespace deepspeed::runtime {
+
+void configure_auto_ep(torch::nn::Module& module, const DeepSpeedConfig& config,
+                       const comm::Group& dp_group, bool model_parallel) {
+  const auto s = config_detail::expert_parallel_section(config);
+  if (!s.enabled) return;
+  std::vector<std::pair<std::string, std::shared_ptr<moe::TokenChoiceMoEImpl>>> layers;
+  for (auto& item : moe::token_choice_layers(module)) {
+    if (s.moe_layer_pattern && !std::regex_match(item.first, std::regex(*s.moe_layer_pattern))) {
+      continue;
+    }
+    layers.push_back(std::move(item));
+  }
+  DS_CHECK(!layers.empty(), ConfigError, config.source, ": expert_parallel.enabled is true but "
+           "the model has no TokenChoiceMoE layer",
+           s.moe_layer_pattern ? " whose name matches moe_layer_pattern \"" +
+                                     *s.moe_layer_pattern + "\""
+                               : std::string());
+  DS_CHECK(config.zero_optimization.stage < 3, NotSupportedError, config.source,
+           ": expert_parallel (AutoEP) with zero_optimization.stage 3 is not supported yet; "
+           "stages 0-2 are");
+  DS_CHECK(!model_parallel, NotSupportedError, config.source, ": expert_parallel (AutoEP) with "
+           "tensor or pipeline parallelism is not supported yet");
+  const int64_t ep = s.autoep_size;
+  DS_CHECK(dp_group.size() % ep == 0, ConfigError, config.source, ": expert_parallel.autoep_size (",
+           ep, ") must divide the data-parallel size (", dp_group.size(), ")");
+  for (auto& [name, layer] : layers) {
+    const int64_t e = layer->num_experts();
+    DS_CHECK(ep <= e, ConfigError, config.source, ": expert_parallel.autoep_size=", ep,
+             " exceeds num_experts=", e, " in layer '", name, "'; each rank must own at least "
+             "one expert");
+    DS_CHECK(e % ep == 0, ConfigError, config.source, ": num_experts=", e, " in layer '", name,
+             "' is not divisible by expert_parallel.autoep_size=", ep);
+    auto& o = layer->mutable_options();
+    if (s.top_k) {
+      DS_CHECK(*s.top_k <= e, ConfigError, config.source, ": expert_parallel.top_k=", *s.top_k,
+               " exceeds num_experts=", e, " in layer '", name, "'");
+      o.top_k = *s.top_k;
+    }
+    if (s.score_func != "auto") o.score_func = s.score_func;
+    if (s.score_apply != "auto") o.score_apply = s.score_apply;
+    if (s.route_norm) o.route_norm = *s.route_norm;
+    if (s.route_scale != 1.0) o.route_scale = s.route_scale;
+  }
+  const bool data_before_expert =
+      config.raw.is_object() && config.raw.value("use_data_before_expert_parallelism", false);
+  const moe::ExpertGroups& groups =
+      moe::create_expert_and_data_parallel(ep, data_before_expert, &dp_group);
+  torch::NoGradGuard no_grad;
+  for (auto& [name, layer] : layers) {
+    // Each rank keeps a slice of the whole weights: they must be the same everywhere first.
+    if (dp_group.size() > 1) {
+      for (const auto& w : layer->expert_parameters()) {
+        at::Tensor t = w.detach();
+        comm::broadcast(t, dp_group.global_rank(0), false, dp_group);
+      }
+    }
+    layer->shard_experts(&groups);
+  }
+}
+
+}  // namespace deepspeed::runtime

@@ -1,0 +1,356 @@
+// AutoEP (the expert_parallel section; deepspeed/auto_ep.h) on Gloo ranks against one process:
+//  - a sharded TokenChoiceMoE gives every rank's tokens the whole layer's output, and the
+//    gradients of the whole layer (inputs, gate summed over the ranks, each rank's expert
+//    slice): with random routing, with every token routed to rank 0's experts (rank 1 sends and
+//    receives no row), with score_apply "pre" and sigmoid scores, and in bf16;
+//  - an engine with expert_parallel (autoep_size 2 on 2 ranks at ZeRO 0/1/2; on 4 ranks at
+//    ZeRO 2, two ranks per expert) ends with the parameters of one process that trained the
+//    whole batch with the whole layer;
+//  - checkpoints: DeepSpeed's per-expert files, an exact resume, and the weights onto
+//    autoep_size 1; ds_to_universal refuses them by name;
+//  - bad set-ups: an error naming what is wrong.
+#include "deepspeed/auto_ep.h"
+#include "deepspeed/deepspeed.h"
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "deepspeed/checkpoint.h"
+#include "deepspeed/universal_checkpoint.h"
+#include "support/multi_rank.h"
+#include "support/shared_run_dir.h"
+
+namespace deepspeed {
+namespace {
+
+using nlohmann::json;
+using testing::in_rank_process;
+using testing::run_ranks;
+
+constexpr int64_t kHidden = 8, kFfn = 12, kExperts = 4, kRows = 6, kSteps = 3;
+
+std::string& dir() {
+  static std::string d;
+  return d;
+}
+void share_dir() { dir() = testing::new_shared_run_dir("DS_AUTO_EP_TEST_DIR"); }
+
+struct LayerCase {
+  std::string score_func = "softmax", score_apply = "post";
+  bool one_sided = false;  // every token to experts 0 and 1 (rank 0's)
+  at::ScalarType dtype = at::kFloat;
+};
+
+at::Tensor tokens(int rank, const LayerCase& c) {
+  torch::manual_seed(100 + rank);
+  at::Tensor x = torch::randn({3, kRows, kHidden});
+  return (c.one_sided ? x.abs() : x).to(c.dtype);
+}
+
+// The sharded layer on each rank against the whole layer on every rank's tokens.
+void check_layer(int rank, int world, const LayerCase& c) {
+  moe::TokenChoiceOptions o;
+  o.num_experts = kExperts;
+  o.score_func = c.score_func;
+  o.score_apply = c.score_apply;
+  torch::manual_seed(7);
+  moe::TokenChoiceMoE whole(kHidden, kFfn, o), sharded(kHidden, kFfn, o);
+  {
+    torch::NoGradGuard no_grad;
+    if (c.one_sided) {
+      // Positive tokens score experts 0 and 1 above 2 and 3.
+      auto w = whole->gate->weight;
+      w.narrow(0, 0, 2).fill_(0.5);
+      w.narrow(0, 2, 2).fill_(-0.5);
+    }
+    const auto src = whole->named_parameters();
+    for (auto& p : sharded->named_parameters()) p.value().copy_(src[p.key()]);
+  }
+  whole->to(c.dtype);
+  sharded->to(c.dtype);
+  const auto& groups = moe::create_expert_and_data_parallel(world, false);
+  sharded->shard_experts(&groups);
+  ASSERT_EQ(sharded->num_local_experts(), kExperts / world);
+
+  at::Tensor x = tokens(rank, c).requires_grad_(true);
+  at::Tensor y = sharded->forward(x);
+  torch::manual_seed(200 + rank);
+  at::Tensor probe = torch::randn(y.sizes()).to(c.dtype);
+  (y * probe).sum().backward();
+
+  at::Tensor ref_y, ref_dx;
+  for (int r = 0; r < world; ++r) {
+    at::Tensor xr = tokens(r, c).requires_grad_(true);
+    at::Tensor yr = whole->forward(xr);
+    torch::manual_seed(200 + r);
+    (yr * torch::randn(yr.sizes()).to(c.dtype)).sum().backward();
+    if (r == rank) {
+      ref_y = yr.detach();
+      ref_dx = xr.grad();
+    }
+  }
+  const double tol = c.dtype == at::kFloat ? 1e-5 : 2e-2;
+  auto close = [tol](const at::Tensor& a, const at::Tensor& b) {
+    return torch::allclose(a.to(at::kFloat), b.to(at::kFloat), tol, tol);
+  };
+  EXPECT_TRUE(close(y, ref_y)) << (y - ref_y).abs().max();
+  EXPECT_TRUE(close(x.grad(), ref_dx));
+  // The gate is replicated: each rank's gradient is from its own tokens; summed, the whole's.
+  at::Tensor gate_grad = sharded->gate->weight.grad().to(at::kFloat).contiguous();
+  comm::all_reduce(gate_grad);
+  EXPECT_TRUE(close(gate_grad, whole->gate->weight.grad()));
+  const int64_t first = sharded->first_expert(), local = sharded->num_local_experts();
+  EXPECT_EQ(first, rank * local);
+  for (const char* w : {"experts.w1", "experts.w2", "experts.w3"}) {
+    const at::Tensor mine = sharded->named_parameters()[w].grad();
+    const at::Tensor ref = whole->named_parameters()[w].grad().narrow(0, first, local);
+    ASSERT_TRUE(mine.defined()) << w;  // defined even where the experts got no row
+    EXPECT_TRUE(close(mine, ref)) << w << " " << (mine - ref).abs().max();
+  }
+  const at::Tensor counts = sharded->tokens_per_expert();
+  EXPECT_EQ(counts.sum().item<int64_t>(), 3 * kRows * o.top_k);
+  if (c.one_sided) EXPECT_EQ(counts.narrow(0, 2, 2).sum().item<int64_t>(), 0);
+}
+
+TEST(AutoEPDist, ShardedLayerEqualsTheWholeLayer) {
+  std::vector<LayerCase> cases(5);
+  cases[1].one_sided = true;
+  cases[2].score_apply = "pre";
+  cases[3].score_func = "sigmoid";
+  cases[4].dtype = at::kBFloat16;
+  for (const auto& c : cases) {
+    run_ranks(2, [&](int rank, int world) { check_layer(rank, world, c); });
+  }
+}
+
+// A small model around one TokenChoiceMoE, trained by the engine on `world` ranks.
+class NetImpl : public torch::nn::Module {
+ public:
+  NetImpl() {
+    torch::manual_seed(11);
+    moe::TokenChoiceOptions o;
+    o.num_experts = kExperts;
+    in = register_module("in", torch::nn::Linear(kHidden, kHidden));
+    block = register_module("moe", moe::TokenChoiceMoE(kHidden, kFfn, o));
+    out = register_module("out", torch::nn::Linear(kHidden, kHidden));
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& y) {
+    return torch::mse_loss(out(block(torch::tanh(in(x)))), y);
+  }
+  torch::nn::Linear in{nullptr}, out{nullptr};
+  moe::TokenChoiceMoE block{nullptr};
+};
+TORCH_MODULE(Net);
+
+// The batches of ranks [first, first + count) at `step`: a rank trains on its own, one process
+// on every rank's, concatenated.
+std::pair<at::Tensor, at::Tensor> batch(int step, int first, int count) {
+  std::vector<at::Tensor> xs, ys;
+  for (int r = first; r < first + count; ++r) {
+    torch::manual_seed(1000 + 10 * step + r);
+    xs.push_back(torch::randn({kRows, kHidden}));
+    ys.push_back(torch::randn({kRows, kHidden}));
+  }
+  return {torch::cat(xs), torch::cat(ys)};
+}
+
+json net_config(int stage, int64_t rows, int64_t autoep_size) {
+  json c{{"train_micro_batch_size_per_gpu", rows},
+         {"gradient_accumulation_steps", 1},
+         {"gradient_clipping", 0.5},
+         {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.02}}}}},
+         {"zero_optimization", {{"stage", stage}}}};
+  if (autoep_size > 0) c["expert_parallel"] = {{"enabled", true}, {"autoep_size", autoep_size}};
+  return c;
+}
+
+// Writes the parameters after `steps` steps: dense ones whole, experts by global id.
+void save_params(Net& net, const std::string& tag) {
+  if (comm::get_rank() == 0) {
+    std::vector<at::Tensor> dense;
+    for (const auto& p : net->named_parameters()) {
+      if (p.key().find("experts") == std::string::npos) dense.push_back(p.value().detach().clone());
+    }
+    torch::save(dense, dir() + "/" + tag + "_dense.pt");
+  }
+  const auto& b = net->block;
+  // One writer per expert: the first rank of its expert-data-parallel group.
+  if (b->ep_groups() != nullptr && b->ep_groups()->expert_data_parallel.rank() != 0) return;
+  for (int64_t i = 0; i < b->num_local_experts(); ++i) {
+    std::vector<at::Tensor> w;
+    for (const auto& p : b->expert_parameters()) w.push_back(p[i].detach().clone());
+    torch::save(w, dir() + "/" + tag + "_expert" + std::to_string(b->first_expert() + i) + ".pt");
+  }
+}
+
+void train(int world, int stage, int64_t autoep_size, const std::string& tag) {
+  run_ranks(world, [&](int rank, int) {
+    Net net;
+    auto engine = initialize(net.ptr(), net_config(stage, kRows, autoep_size)).engine;
+    for (int s = 0; s < kSteps; ++s) {
+      auto [x, y] = batch(s, rank, 1);
+      engine->backward(engine->forward(x, y));
+      engine->step();
+    }
+    save_params(net, tag);
+  });
+}
+
+void train_reference(int world, const std::string& tag) {
+  run_ranks(1, [&](int, int) {
+    Net net;
+    auto engine = initialize(net.ptr(), net_config(0, kRows * world, 0)).engine;
+    for (int s = 0; s < kSteps; ++s) {
+      auto [x, y] = batch(s, 0, world);
+      engine->backward(engine->forward(x, y));
+      engine->step();
+    }
+    save_params(net, tag);
+  });
+}
+
+void expect_same_params(const std::string& ref, const std::string& tag, double tol = 1e-5) {
+  std::vector<at::Tensor> a, b;
+  torch::load(a, dir() + "/" + ref + "_dense.pt");
+  torch::load(b, dir() + "/" + tag + "_dense.pt");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::allclose(a[i], b[i], tol, tol)) << tag;
+  for (int64_t e = 0; e < kExperts; ++e) {
+    torch::load(a, dir() + "/" + ref + "_expert" + std::to_string(e) + ".pt");
+    torch::load(b, dir() + "/" + tag + "_expert" + std::to_string(e) + ".pt");
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(a[i], b[i], tol, tol))
+          << tag << " expert " << e << " w" << i << ": " << (a[i] - b[i]).abs().max();
+    }
+  }
+}
+
+TEST(AutoEPDist, EngineTrainsAsOneProcessWithTheWholeLayer) {
+  share_dir();
+  train_reference(2, "ref2");
+  train_reference(4, "ref4");
+  for (int stage : {0, 1, 2}) {
+    const std::string tag = "ep2_s" + std::to_string(stage);
+    train(2, stage, 2, tag);
+    if (!in_rank_process()) expect_same_params("ref2", tag);
+  }
+  train(4, 2, 2, "w4_ep2_s2");
+  train(4, 1, 4, "w4_ep4_s1");
+  if (!in_rank_process()) {
+    expect_same_params("ref4", "w4_ep2_s2");
+    expect_same_params("ref4", "w4_ep4_s1");
+    // The training moved the experts (the comparison is not of untouched weights).
+    std::vector<at::Tensor> trained;
+    torch::load(trained, dir() + "/ref2_expert3.pt");
+    Net fresh;
+    EXPECT_FALSE(torch::allclose(trained[0], fresh->block->experts->w1[3], 1e-4, 1e-4));
+  }
+}
+
+TEST(AutoEPDist, CheckpointsUseDeepSpeedsExpertFilesAndResumeExactly) {
+  share_dir();
+  const std::string ckpt = dir() + "/ckpt";
+  // Uninterrupted: kSteps steps. Interrupted: 2 steps, save, new processes load, 1 more step.
+  train(2, 1, 2, "straight");
+  run_ranks(2, [&](int rank, int) {
+    Net net;
+    auto engine = initialize(net.ptr(), net_config(1, kRows, 2)).engine;
+    for (int s = 0; s < 2; ++s) {
+      auto [x, y] = batch(s, rank, 1);
+      engine->backward(engine->forward(x, y));
+      engine->step();
+    }
+    engine->save_checkpoint(ckpt, "two");
+  });
+  run_ranks(2, [&](int rank, int) {
+    Net net;
+    auto engine = initialize(net.ptr(), net_config(1, kRows, 2)).engine;
+    engine->load_checkpoint(ckpt, "two");
+    auto [x, y] = batch(2, rank, 1);
+    engine->backward(engine->forward(x, y));
+    engine->step();
+    save_params(net, "resumed");
+  });
+  // The weights alone onto autoep_size 1 (every rank whole): the saved step-2 experts.
+  run_ranks(2, [&](int, int) {
+    Net net;
+    auto engine = initialize(net.ptr(), net_config(0, kRows, 1)).engine;
+    LoadCheckpointOptions only;
+    only.load_module_only = true;
+    engine->load_checkpoint(ckpt, "two", only);
+    EXPECT_EQ(net->block->num_local_experts(), kExperts);
+    save_params(net, "onto_ep1");
+  });
+  if (in_rank_process()) return;
+  expect_same_params("straight", "resumed", 0.0);
+  // DeepSpeed's AutoEP layout: experts by global id, "<layer>.experts.<w>.<id>", and a model
+  // states file without them.
+  for (int64_t e = 0; e < kExperts; ++e) {
+    const std::string f = ckpt + "/two/layer_0_expert_" + std::to_string(e) +
+                          "_mp_rank_00_model_states.pt";
+    ASSERT_TRUE(std::filesystem::exists(f)) << f;
+    const auto saved = checkpoint::tensors_from_ivalue(checkpoint::load(f), f);
+    const std::string id = std::to_string(e);
+    for (const char* w : {"w1", "w2", "w3"}) {
+      const at::Tensor* t = saved.find(std::string("moe.experts.") + w + "." + id);
+      ASSERT_NE(t, nullptr) << f << " " << w;
+      EXPECT_EQ(t->dim(), 2);
+    }
+    std::vector<at::Tensor> onto;
+    torch::load(onto, dir() + "/onto_ep1_expert" + id + ".pt");
+    EXPECT_TRUE(torch::equal(onto[0], *saved.find("moe.experts.w1." + id)));
+  }
+  // Converting them is not supported yet, and says so.
+  try {
+    checkpoint::ds_to_universal(ckpt + "/two", dir() + "/universal");
+    ADD_FAILURE() << "ds_to_universal converted an AutoEP checkpoint";
+  } catch (const NotSupportedError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("is an AutoEP (expert_parallel) expert"), std::string::npos) << what;
+  }
+  const std::string states = ckpt + "/two/mp_rank_00_model_states.pt";
+  const auto model = checkpoint::ModelStates::from_ivalue(checkpoint::load(states), states);
+  EXPECT_EQ(model.module.find("moe.experts.w1"), nullptr);
+  EXPECT_NE(model.module.find("moe.gate.weight"), nullptr);
+}
+
+std::string error_of(const json& config) {
+  Net net;
+  try {
+    initialize(net.ptr(), config);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(AutoEPDist, BadSetUpsNameWhatIsWrong) {
+  run_ranks(2, [](int, int) {
+    json c = net_config(1, kRows, 2);
+    c["expert_parallel"]["autoep_size"] = 3;  // neither divides 4 experts nor 2 ranks
+    EXPECT_NE(error_of(c).find("autoep_size (3) must divide the data-parallel size (2)"),
+              std::string::npos) << error_of(c);
+    c = net_config(3, kRows, 2);
+    EXPECT_NE(error_of(c).find("zero_optimization.stage 3"), std::string::npos) << error_of(c);
+    c = net_config(1, kRows, 2);
+    c["expert_parallel"]["moe_layer_pattern"] = "model\\.layers\\.\\d+\\.mlp";
+    EXPECT_NE(error_of(c).find("no TokenChoiceMoE layer whose name matches"), std::string::npos)
+        << error_of(c);
+    c = net_config(1, kRows, 2);
+    c["expert_parallel"]["top_k"] = 5;
+    EXPECT_NE(error_of(c).find("top_k=5 exceeds num_experts=4 in layer 'moe'"), std::string::npos)
+        << error_of(c);
+  });
+  run_ranks(1, [](int, int) {
+    json c = net_config(1, kRows, 1);
+    c["expert_parallel"]["moe_layer_pattern"] = "moe";  // fully matches: sharded (ep 1)
+    Net net;
+    initialize(net.ptr(), c);
+    EXPECT_NE(net->block->ep_groups(), nullptr);
+  });
+}
+
+}  // namespace
+}  // namespace deepspeed
