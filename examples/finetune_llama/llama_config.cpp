@@ -43,6 +43,10 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
            ": general.architecture is '", arch, "'; finetune_llama reads 'llama' and 'qwen2' "
            "models");
   const std::string p = arch + ".";
+  // llama.cpp stores Mixtral as arch 'llama' with experts (ffn_gate_exps tensors).
+  DS_CHECK(!f.has(p + "expert_count") || f.get_int(p + "expert_count") == 0, NotSupportedError,
+           "GGUF file ", f.path(), ": ", p, "expert_count is ", f.get_int(p + "expert_count"),
+           "; finetune_llama reads MoE models (Mixtral) from Hugging Face folders");
   LlamaConfig c;
   c.model_type = arch;
   if (arch == "qwen2") c.max_position_embeddings = 32768;  // Qwen2Config's default
@@ -92,6 +96,25 @@ int64_t json_int(const nlohmann::json& j, const char* key, const std::string& pa
   return j.at(key).get<int64_t>();
 }
 
+// MixtralConfig's expert keys. The router's load-balancing loss (output_router_logits) and its
+// training-time jitter are refused rather than ignored: the block here has neither.
+void read_mixtral_experts(const nlohmann::json& j, const std::string& path, LlamaConfig* c) {
+  c->num_local_experts =
+      j.contains("num_local_experts") ? json_int(j, "num_local_experts", path) : 8;
+  c->num_experts_per_tok =
+      j.contains("num_experts_per_tok") ? json_int(j, "num_experts_per_tok", path) : 2;
+  DS_CHECK(c->num_local_experts > 0 && c->num_experts_per_tok > 0 &&
+               c->num_experts_per_tok <= c->num_local_experts,
+           ModelFileError, path, ": num_experts_per_tok (", c->num_experts_per_tok,
+           ") must be in 1..num_local_experts (", c->num_local_experts, ")");
+  DS_CHECK(!j.value("output_router_logits", false), NotSupportedError, path,
+           ": output_router_logits is true; finetune_llama's Mixtral trains without the router's "
+           "load-balancing loss");
+  DS_CHECK(j.value("router_jitter_noise", 0.0) == 0.0, NotSupportedError, path,
+           ": router_jitter_noise is ", j.value("router_jitter_noise", 0.0),
+           "; finetune_llama's Mixtral router has no jitter");
+}
+
 int64_t json_token_id(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) return -1;
   const auto& v = j.at(key);
@@ -105,26 +128,28 @@ int64_t json_token_id(const nlohmann::json& j, const char* key) {
 LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string& path) {
   DS_CHECK(j.is_object(), ModelFileError, path, ": expected a JSON object");
   const std::string type = j.value("model_type", std::string());
-  DS_CHECK(type == "llama" || type == "mistral" || type == "qwen2", ModelFileError, path,
-           ": model_type is '", type, "'; finetune_llama reads 'llama', 'mistral' and 'qwen2' "
-           "models");
-  const bool mistral = type == "mistral", qwen2 = type == "qwen2";
+  DS_CHECK(type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral",
+           ModelFileError, path, ": model_type is '", type, "'; finetune_llama reads 'llama', "
+           "'mistral', 'qwen2' and 'mixtral' models");
+  const bool mixtral = type == "mixtral";
+  const bool mistral = type == "mistral" || mixtral, qwen2 = type == "qwen2";
   LlamaConfig c;
   c.model_type = type;
   if (mistral) {
-    // MistralConfig's defaults where they differ from LlamaConfig's.
+    // MistralConfig's (and MixtralConfig's) defaults where they differ from LlamaConfig's.
     c.max_position_embeddings = 4096 * 32;
     c.bos_token_id = 1;
     c.eos_token_id = 2;
-    c.sliding_window = 4096;
+    c.sliding_window = mixtral ? -1 : 4096;
     if (j.contains("sliding_window")) {
       c.sliding_window = j["sliding_window"].is_null() ? -1 : json_int(j, "sliding_window", path);
       DS_CHECK(c.sliding_window != 0, ModelFileError, path, ": sliding_window is 0");
     }
     // transformers' Mistral rotary embedding reads no rope_scaling: refused rather than ignored.
     DS_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), NotSupportedError, path,
-             ": rope_scaling is set on a 'mistral' model, whose rotary embedding (transformers' "
-             "MistralRotaryEmbedding) has none");
+             ": rope_scaling is set on a '", type, "' model, whose rotary embedding "
+             "(transformers' MistralRotaryEmbedding) has none");
+    if (mixtral) read_mixtral_experts(j, path, &c);
   } else if (qwen2) {
     c.max_position_embeddings = 32768;  // Qwen2Config's default
     // Qwen2Config keeps sliding_window only with use_sliding_window, which transformers applies
@@ -154,8 +179,8 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
            " but a 'qwen2' model's head size is hidden_size / num_attention_heads (", c.head_dim,
            ")");
   c.max_position_embeddings = j.value("max_position_embeddings", c.max_position_embeddings);
-  c.rope_theta = j.value("rope_theta", c.rope_theta);
-  c.rms_norm_eps = j.value("rms_norm_eps", c.rms_norm_eps);
+  c.rope_theta = j.value("rope_theta", mixtral ? 1e6 : c.rope_theta);
+  c.rms_norm_eps = j.value("rms_norm_eps", mixtral ? 1e-5 : c.rms_norm_eps);
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);  // LlamaConfig's default
   if (j.contains("rope_scaling")) c.rope_scaling = RopeScaling::from_hf_json(j["rope_scaling"], path);
   if (type == "llama") {
@@ -186,9 +211,10 @@ void LlamaConfig::validate(const std::string& source) const {
 
 nlohmann::json LlamaConfig::to_hf_json() const {
   nlohmann::json j = {
-      {"architectures", {model_type == "mistral" ? "MistralForCausalLM"
-                         : model_type == "qwen2" ? "Qwen2ForCausalLM"
-                                                 : "LlamaForCausalLM"}},
+      {"architectures", {model_type == "mistral"   ? "MistralForCausalLM"
+                         : model_type == "qwen2"   ? "Qwen2ForCausalLM"
+                         : model_type == "mixtral" ? "MixtralForCausalLM"
+                                                   : "LlamaForCausalLM"}},
       {"model_type", model_type},
       {"vocab_size", vocab_size},
       {"hidden_size", hidden_size},
@@ -208,10 +234,16 @@ nlohmann::json LlamaConfig::to_hf_json() const {
       {"tie_word_embeddings", tie_word_embeddings},
       {"torch_dtype", "float32"},
   };
-  if (model_type == "mistral") {
-    // MistralConfig has no rope_scaling and no biases.
+  if (model_type == "mistral" || model_type == "mixtral") {
+    // MistralConfig and MixtralConfig have no rope_scaling and no biases.
     for (const char* key : {"rope_scaling", "attention_bias", "mlp_bias"}) j.erase(key);
     j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
+    if (model_type == "mixtral") {
+      j["num_local_experts"] = num_local_experts;
+      j["num_experts_per_tok"] = num_experts_per_tok;
+      j["output_router_logits"] = false;
+      j["router_jitter_noise"] = 0.0;
+    }
   } else if (model_type == "qwen2") {
     // Qwen2Config: no head_dim (hidden_size / heads), no bias flags (q/k/v have them).
     for (const char* key : {"head_dim", "attention_bias", "mlp_bias"}) j.erase(key);

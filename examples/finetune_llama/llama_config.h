@@ -17,7 +17,8 @@ class GgufFile;
 
 struct LlamaConfig {
   /// "llama", "mistral" (MistralForCausalLM: the same decoder, with a sliding window and no
-  /// rope_scaling) or "qwen2" (Qwen2ForCausalLM: biases on the q/k/v projections).
+  /// rope_scaling), "qwen2" (Qwen2ForCausalLM: biases on the q/k/v projections) or "mixtral"
+  /// (MixtralForCausalLM: Mistral's attention, and a sparse MoE block for each MLP).
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -37,6 +38,10 @@ struct LlamaConfig {
   int64_t sliding_window = -1;  // Mistral: attention to the last sliding_window positions; -1: all
   bool attention_bias = false;  // LlamaConfig's: biases on q/k/v/o_proj
   bool mlp_bias = false;        // LlamaConfig's: biases on gate/up/down_proj
+  // Mixtral: each layer's MLP is a block_sparse_moe of num_local_experts SwiGLU experts, each
+  // token sent to its num_experts_per_tok best (deepspeed::moe::TokenChoiceMoE). 0: dense.
+  int64_t num_local_experts = 0;
+  int64_t num_experts_per_tok = 2;
   /// Not part of config.json: the fine-tuning's LoRA adapters (deepspeed::linear) on the decoder
   /// projections whose names contain one of lora->target_mods; none by default.
   std::optional<linear::LoRAConfig> lora;

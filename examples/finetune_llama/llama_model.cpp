@@ -71,7 +71,19 @@ void fill_parameters(torch::nn::Module& module, const std::string& prefix,
     torch::Tensor& p = item.value();
     if (done.count(p.unsafeGetTensorImpl())) continue;
     const std::string name = prefix + item.key();
-    if (weights) {
+    if (weights && p.dim() == 3) {
+      // A sparse MoE block's experts, stacked: transformers names each expert's projection
+      // ("block_sparse_moe.experts.<e>.w1.weight").
+      const auto dot = name.rfind('.');
+      for (int64_t e = 0; e < p.size(0); ++e) {
+        const std::string expert = name.substr(0, dot) + "." + std::to_string(e) + "." +
+                                   name.substr(dot + 1) + ".weight";
+        torch::Tensor w = weights(expert);
+        DS_CHECK(w.sizes() == p[e].sizes(), ModelFileError, "tensor '", expert, "' has shape ",
+                 w.sizes(), "; the model config expects ", p[e].sizes());
+        p[e].copy_(w);
+      }
+    } else if (weights) {
       torch::Tensor w = weights(name);
       DS_CHECK(w.sizes() == p.sizes(), ModelFileError, "tensor '", name, "' has shape ", w.sizes(),
                "; the model config expects ", p.sizes());
@@ -172,7 +184,16 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t ind
   self_attn = register_module("self_attn", LlamaAttention(cfg, prefix + "self_attn."));
   post_attention_layernorm =
       register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
-  mlp = register_module("mlp", LlamaMlp(cfg, prefix + "mlp."));
+  if (cfg.num_local_experts > 0) {
+    // MixtralSparseMoeBlock's routing: softmax in fp32, the top k, renormalised.
+    moe::TokenChoiceOptions o;
+    o.num_experts = cfg.num_local_experts;
+    o.top_k = cfg.num_experts_per_tok;
+    block_sparse_moe = register_module(
+        "block_sparse_moe", moe::TokenChoiceMoE(cfg.hidden_size, cfg.intermediate_size, o));
+  } else {
+    mlp = register_module("mlp", LlamaMlp(cfg, prefix + "mlp."));
+  }
   fill_parameters(*this, prefix, weights);
 }
 
@@ -185,7 +206,8 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
     past_v = &cache->values.at(static_cast<size_t>(index_));
   }
   auto h = x + self_attn(input_layernorm(x), cos, sin, past_k, past_v);
-  return h + mlp(post_attention_layernorm(h));
+  const auto normed = post_attention_layernorm(h);
+  return h + (block_sparse_moe ? block_sparse_moe(normed) : mlp(normed));
 }
 
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& weights) : cfg_(cfg) {

@@ -1,5 +1,6 @@
 // A Llama-architecture decoder (Hugging Face's LlamaForCausalLM, same parameter names): RMSNorm,
-// rotary position embeddings, SwiGLU MLP, grouped-query causal attention, optional tied output
+// rotary position embeddings, SwiGLU MLP (or Mixtral's sparse MoE block, its experts stacked as
+// DeepSpeed's AutoEP keeps them), grouped-query causal attention, optional tied output
 // embedding, projection biases where the config has them (Qwen2's q/k/v), and a key/value cache
 // for generation. Each decoder layer is a ZeRO-3 unit and can
 // fill its weights while it is constructed, so that a model built inside zero::Init loads a
@@ -18,6 +19,7 @@
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 
+#include "deepspeed/auto_ep.h"
 #include "deepspeed/cross_entropy.h"
 #include "deepspeed/zero3.h"
 #include "llama_config.h"
@@ -80,7 +82,8 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
 
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
-  LlamaMlp mlp{nullptr};
+  LlamaMlp mlp{nullptr};                            // null in a Mixtral
+  moe::TokenChoiceMoE block_sparse_moe{nullptr};    // Mixtral's MLP; null otherwise
 
  private:
   int64_t index_;

@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <torch/torch.h>
 
+#include "deepspeed/auto_ep.h"
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/linear.h"
 #include "deepspeed/zero3.h"
@@ -162,10 +163,39 @@ void save_hf_weights(LlamaForCausalLMImpl& model, const std::string& dir, bool w
     if (lora->bias.defined()) merged[item.key() + ".bias"] = lora->bias.to(at::kFloat);
     for (const auto& p : lora->parameters()) merged_params.insert(p.unsafeGetTensorImpl());
   }
+  // Mixtral's experts: whole (gathered from the expert-parallel group when AutoEP sharded
+  // them), then one tensor per expert under transformers' names.
+  std::map<std::string, at::Tensor> experts;
+  for (const auto& [name, layer] : moe::token_choice_layers(model)) {
+    const char* names[] = {"w1", "w2", "w3"};
+    const auto params = layer->expert_parameters();
+    for (size_t w = 0; w < params.size(); ++w) {
+      at::Tensor whole = params[w].detach().to(at::kFloat).contiguous();
+      if (const moe::ExpertGroups* g = layer->ep_groups(); g && g->ep_size > 1) {
+        const int ep = g->expert_parallel.size();
+        at::Tensor all = at::empty({ep * whole.numel()}, whole.options());
+        comm::all_gather(all, whole.view({-1}), false, g->expert_parallel);
+        std::vector<int64_t> shape = whole.sizes().vec();
+        shape[0] *= ep;
+        whole = all.view(shape);
+      }
+      experts[name + ".experts." + names[w]] = whole;
+      merged_params.insert(params[w].unsafeGetTensorImpl());
+    }
+  }
   if (!write) return;
   fs::create_directories(dir);
   checkpoint::TensorDict tensors;
   for (const auto& item : model.named_parameters()) {
+    if (auto e = experts.find(item.key()); e != experts.end()) {
+      const auto dot = item.key().rfind('.');
+      for (int64_t i = 0; i < e->second.size(0); ++i) {
+        tensors.insert(item.key().substr(0, dot) + "." + std::to_string(i) +
+                           item.key().substr(dot) + ".weight",
+                       e->second[i].contiguous());
+      }
+      continue;
+    }
     if (merged_params.count(item.value().unsafeGetTensorImpl())) {
       auto it = merged.find(item.key());
       if (it != merged.end()) tensors.insert(item.key(), it->second.contiguous());

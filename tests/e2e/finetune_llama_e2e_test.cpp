@@ -2,6 +2,7 @@
 // Face folder (SmolLM2's tokenizer, so the Austen text tokenizes as for the real model):
 // 2 ranks under ZeRO-3 (built inside zero::Init, each layer a unit) train to the same losses and
 // weights as 1 rank under ZeRO-0, the held-out loss falls, and --save_hf / --save_dir round-trip.
+// A Mixtral trains alike with its experts sharded by AutoEP.
 #include <unistd.h>
 
 #include <cmath>
@@ -29,9 +30,14 @@ using testing::TempDir;
 const std::string kGguf = std::string(DS_SOURCE_DIR) + "/data/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 // A 2-layer Llama (hidden 32, 4 heads, 2 kv heads) with SmolLM2's vocabulary, as a HF folder.
-void write_tiny_model(const std::string& dir) {
+// With `experts`: a Mixtral of that many experts per layer, 2 per token.
+void write_tiny_model(const std::string& dir, int64_t experts = 0) {
   const auto tokenizer = LlamaTokenizer::from_gguf(GgufFile::open(kGguf));
   LlamaConfig c;
+  if (experts > 0) {
+    c.model_type = "mixtral";
+    c.num_local_experts = experts;
+  }
   c.vocab_size = static_cast<int64_t>(tokenizer.vocab_size());
   c.hidden_size = 32;
   c.intermediate_size = 64;
@@ -137,6 +143,54 @@ TEST(FinetuneLlamaE2E, Zero3On2RanksMatchesZero0On1Rank) {
   ASSERT_EQ(row.at("memory_bytes").at("parameters").size(), 2u) << first;
   EXPECT_GT(row.at("memory_bytes").at("parameters")[0].get<int64_t>(), 0) << first;
   EXPECT_EQ(row.at("rss_bytes"), row.at("memory_bytes").at("rss")) << first;
+}
+
+// A Mixtral (4 experts per layer) with DeepSpeed 0.19.8's AutoEP: on 2 ranks with
+// expert_parallel.autoep_size 2 under ZeRO-2, each rank holding 2 experts of each layer, the
+// losses are those of one rank with every expert; --save_hf gathers the experts back into
+// transformers' names, and --save_dir writes DeepSpeed's per-expert files. Under ZeRO-3 without
+// AutoEP (the experts partitioned like any weight) the losses are the same too.
+TEST(FinetuneLlamaE2E, MixtralWithAutoEpOn2RanksMatchesOneRank) {
+  TempDir dir;
+  write_tiny_model(dir.file("tiny"), 4);
+  finetune(dir, 1, "zero0", config(0, 4), "--steps 3 --save_hf " + dir.file("hf0"));
+  const nlohmann::json ep = {{"expert_parallel", {{"enabled", true}, {"autoep_size", 2}}}};
+  const std::string out = finetune(dir, 2, "ep2", config(2, 2, ep),
+                                   "--steps 3 --save_hf " + dir.file("hf2") + " --save_dir " +
+                                       dir.file("ckpt"));
+  finetune(dir, 2, "zero3", config(3, 2), "--steps 3");
+  const auto l0 = losses(dir.file("zero0.jsonl"));
+  ASSERT_EQ(l0.size(), 3u);
+  for (const char* run : {"ep2.jsonl", "zero3.jsonl"}) {
+    const auto l = losses(dir.file(run));
+    ASSERT_EQ(l.size(), 3u) << run;
+    for (size_t i = 0; i < l0.size(); ++i) {
+      EXPECT_NEAR(l[i], l0[i], 1e-5 * std::abs(l0[i])) << run << " step " << i + 1;
+    }
+  }
+  const auto w0 = checkpoint::load_safetensors(dir.file("hf0/model.safetensors"));
+  const auto w2 = checkpoint::load_safetensors(dir.file("hf2/model.safetensors"));
+  ASSERT_EQ(w0.size(), w2.size());
+  ASSERT_NE(w2.find("model.layers.1.block_sparse_moe.experts.3.w2.weight"), nullptr);
+  for (const auto& item : w0) {
+    const auto* other = w2.find(item.key());
+    ASSERT_NE(other, nullptr) << item.key();
+    const double scale = item.value().abs().max().item<double>();
+    EXPECT_LE((item.value() - *other).abs().max().item<double>(), 1e-5 * scale + 2e-2 * 3e-3)
+        << item.key();
+  }
+  std::ifstream latest(dir.file("ckpt/latest"));
+  std::string tag;
+  latest >> tag;
+  for (int layer = 0; layer < 2; ++layer) {
+    for (int e = 0; e < 4; ++e) {
+      EXPECT_TRUE(std::filesystem::exists(dir.file("ckpt/" + tag + "/layer_" + std::to_string(layer) +
+                                                    "_expert_" + std::to_string(e) +
+                                                    "_mp_rank_00_model_states.pt")))
+          << layer << " " << e;
+    }
+  }
+  EXPECT_NE(out.find("held-out loss"), std::string::npos) << out;
 }
 
 // Gradient checkpointing (each layer recomputed in backward) under ZeRO-3 on 2 ranks takes the

@@ -5,11 +5,14 @@ tests, saved by save_pretrained:
            tokenizer_config.json naming LlamaTokenizerFast as the real model's does;
   mistral: the same as a MistralForCausalLM whose sliding window (12 positions) is far shorter
            than the sequences the tests run;
+  mixtral: the same as a MixtralForCausalLM: 4 experts per layer, 2 per token, the routers'
+           weights scaled up so that no token's choice of experts hangs on a rounding, the
+           experts' so that their outputs weigh in the logits;
   qwen2:   a Qwen2ForCausalLM (random q/k/v biases: transformers would start them at zero) with
            the byte-level "qwen2" tokenizer of tokenizer_pretokenizers_reference.py (NFC, Qwen2's
            pattern) and Qwen2TokenizerFast's tokenizer_config.json. With GGUF, the same model and
            vocabulary are also written there as llama.cpp lays out a "qwen2" GGUF (f32 tensors).
-Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
+Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]   (KIND: llama2, mistral, mixtral, qwen2)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
 (scripts/setup_python_refs.sh).
 """
@@ -19,7 +22,7 @@ import sys
 
 import torch
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM)
+                          MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tokenizer_pretokenizers_reference import QWEN2_SPECIALS, qwen2  # noqa: E402
@@ -98,6 +101,14 @@ def main():
         sizes = dict(vocab_size=tok.get_vocab_size(), bos_token_id=1, eos_token_id=2, **SIZES)
         if kind == "mistral":
             model = MistralForCausalLM(MistralConfig(sliding_window=12, **sizes))
+        elif kind == "mixtral":
+            model = MixtralForCausalLM(MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
+                                                     **sizes))
+            with torch.no_grad():
+                for layer in model.model.layers:
+                    layer.block_sparse_moe.gate.weight.normal_(0.0, 0.2)
+                    for p in layer.block_sparse_moe.experts.parameters():
+                        p.normal_(0.0, 0.15)
         else:
             model = LlamaForCausalLM(LlamaConfig(**sizes))
         config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>",

@@ -2,9 +2,9 @@
 // dequantise the same file): the tokenizer's ids, the logits of a prompt (fp32, 1e-4), the
 // --score_file loss (1e-4 relative), 20 greedy tokens with the KV cache (identical), and the
 // --save_hf folder (loads in transformers to the same logits; our loader reads it back
-// bit-identically). Then the same on small random Llama 2, Mistral and Qwen2 folders, and a Qwen2
-// GGUF (hf_folder_reference.py). The model file and the Python environment come from the CTest
-// fixtures llama_model_file and llama_python_refs (scripts/fetch_smollm2.sh,
+// bit-identically). Then the same on small random Llama 2, Mistral, Mixtral and Qwen2 folders,
+// and a Qwen2 GGUF (hf_folder_reference.py). The model file and the Python environment come from
+// the CTest fixtures llama_model_file and llama_python_refs (scripts/fetch_smollm2.sh,
 // scripts/setup_python_refs.sh).
 #include <filesystem>
 #include <fstream>
@@ -158,9 +158,10 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
   }
 }
 
-// A folder shaped as Llama 2's or Mistral's (random weights, a SentencePiece-style tokenizer.json
-// with the legacy normalizer and byte fallback; Mistral's sliding window of 12 positions, shorter
-// than the 64 scored tokens and the 12 + 20 of the generation) or Qwen2's (q/k/v biases, a
+// A folder shaped as Llama 2's, Mistral's or Mixtral's (random weights, a SentencePiece-style
+// tokenizer.json with the legacy normalizer and byte fallback; Mistral's sliding window of 12
+// positions, shorter than the 64 scored tokens and the 12 + 20 of the generation; Mixtral's
+// sparse MoE blocks of 4 experts, 2 per token) or Qwen2's (q/k/v biases, a
 // byte-level tokenizer.json with NFC and Qwen2's pattern): finetune_llama tokenizes, scores
 // and greedily generates as transformers does, decodes the generation to transformers' text, and
 // its --save_hf folder loads in transformers to the same ids and generation.
@@ -206,7 +207,7 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
-                         ::testing::Values("llama2", "mistral", "qwen2"));
+                         ::testing::Values("llama2", "mistral", "mixtral", "qwen2"));
 
 // The same Qwen2 as llama.cpp lays it out in a GGUF file, read by transformers' GGUF loader
 // (its Qwen2 tokenizer: NFC, Qwen2's pattern, three special tokens, no BOS) and by ours.

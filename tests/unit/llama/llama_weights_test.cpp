@@ -257,8 +257,52 @@ TEST(LlamaConfig, MistralConfigJsonDefaultsAndRefusals) {
                     "l/config.json: sliding_window is set on a 'llama' model");
   llama["model_type"] = "gemma";
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "g/config.json"), ModelFileError,
-                    "model_type is 'gemma'; finetune_llama reads 'llama', 'mistral' and 'qwen2' "
-                    "models");
+                    "model_type is 'gemma'; finetune_llama reads 'llama', 'mistral', 'qwen2' "
+                    "and 'mixtral' models");
+}
+
+// MixtralConfig's defaults (8 experts, 2 per token, no window, rope_theta 1e6, rms 1e-5), its
+// config.json round trip, the refusals, and a decoder layer built with a sparse MoE block.
+TEST(LlamaConfig, MixtralConfigJsonDefaultsAndRefusals) {
+  auto j = tiny_config().to_hf_json();
+  j["model_type"] = "mixtral";
+  for (const char* key : {"rope_scaling", "rope_theta", "rms_norm_eps", "attention_bias",
+                          "mlp_bias", "bos_token_id", "eos_token_id"}) {
+    j.erase(key);
+  }
+  const auto m = LlamaConfig::from_hf_json(j, "x/config.json");
+  EXPECT_EQ(m.num_local_experts, 8);
+  EXPECT_EQ(m.num_experts_per_tok, 2);
+  EXPECT_EQ(m.sliding_window, -1);
+  EXPECT_EQ(m.rope_theta, 1e6);
+  EXPECT_EQ(m.rms_norm_eps, 1e-5);
+  EXPECT_EQ(m.bos_token_id, 1);
+  const auto back = m.to_hf_json();
+  EXPECT_EQ(back["architectures"][0], "MixtralForCausalLM");
+  EXPECT_EQ(back["num_local_experts"], 8);
+  EXPECT_EQ(LlamaConfig::from_hf_json(back, "again").to_hf_json(), back);
+  auto bad = j;
+  bad["output_router_logits"] = true;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "x/config.json"), NotSupportedError,
+                    "x/config.json: output_router_logits is true");
+  bad = j;
+  bad["router_jitter_noise"] = 0.1;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "x/config.json"), NotSupportedError,
+                    "router_jitter_noise is 0.1");
+  bad = j;
+  bad["num_experts_per_tok"] = 9;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "x/config.json"), ModelFileError,
+                    "num_experts_per_tok (9) must be in 1..num_local_experts (8)");
+  auto c = LlamaConfig::from_hf_json(j, "x/config.json");
+  c.num_local_experts = 4;
+  torch::manual_seed(0);
+  LlamaForCausalLM model(c);
+  const auto& layer = *model->model->units[0];
+  ASSERT_TRUE(layer.block_sparse_moe);
+  EXPECT_FALSE(layer.mlp);
+  EXPECT_EQ(layer.block_sparse_moe->experts->w1.sizes(),
+            (std::vector<int64_t>{4, c.intermediate_size, c.hidden_size}));
+  EXPECT_EQ(model->logits(torch::randint(c.vocab_size, {1, 5})).size(1), 5);
 }
 
 LlamaConfig tiny_qwen2() {
