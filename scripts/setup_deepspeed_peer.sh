@@ -10,7 +10,8 @@
 # torch 1.13 cannot run (its Gloo has no bf16 collectives, so DeepSpeed cannot train bf16 there).
 # The torch is the CUDA build's wheel in .venv-cuda (scripts/install_deps.sh --cuda), reached
 # through a .pth file rather than installed twice; without .venv-cuda the wheel is installed into
-# this venv. DeepSpeed runs on the CPU there all the same (DS_ACCELERATOR=cpu).
+# this venv. DeepSpeed runs on the CPU there all the same (DS_ACCELERATOR=cpu). It also gets
+# transformers 5 (DeepSpeed's AutoEP replaces its Mixtral blocks).
 # Idempotent: a venv whose stamp matches the pins, and whose torch imports, is kept.
 # Usage: [--torch2] [VENV_DIR]
 set -euo pipefail
@@ -24,7 +25,10 @@ fi
 if ((torch2)); then
   venv=${1:-$root/.venv-deepspeed-torch2}
   readonly TORCH_PIN="torch==2.11.0"
-  readonly PINS="deepspeed==0.19.8 $TORCH_PIN"
+  # AutoEP's Mixtral preset needs transformers 5 (bench/token_choice_moe); 5.15.1 is the one
+  # its layer replacement runs with (5.25's output-recorder registry changed its signature).
+  readonly TRANSFORMERS_PIN="transformers==5.15.1"
+  readonly PINS="deepspeed==0.19.8 $TORCH_PIN $TRANSFORMERS_PIN"
 else
   venv=${1:-$root/.venv-deepspeed}
   readonly PINS="deepspeed==0.15.4"
@@ -72,6 +76,10 @@ else
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "${PINS%% *}" ||
   die "pip install ${PINS%% *} failed"
+if ((torch2)); then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TRANSFORMERS_PIN" ||
+    die "pip install $TRANSFORMERS_PIN failed"
+fi
 readonly CHECK='
 import os, torch, deepspeed
 from deepspeed.accelerator import get_accelerator
