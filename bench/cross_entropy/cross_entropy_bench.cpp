@@ -11,35 +11,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "deepspeed/cross_entropy.h"
+#include "common/resident_peak.h"
 
-namespace {
-
-// A field of /proc/self/status in MiB ("VmRSS", "VmHWM").
-double status_mib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string key;
-  double kib = 0;
-  while (in >> key) {
-    if (key == field + ":") {
-      in >> kib;
-      return kib / 1024.0;
-    }
-    std::string rest;
-    std::getline(in, rest);
-  }
-  return 0;
-}
-
-// Lowers VmHWM to the current resident size (Linux's clear_refs "5").
-void reset_resident_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
-
-}  // namespace
+using deepspeed::bench::reset_resident_peak;
+using deepspeed::bench::status_mib;
 
 int main(int argc, char** argv) {
   if (argc < 6) {

@@ -10,25 +10,16 @@ The DeepSpeed forms need DeepSpeed >= 0.19.8 (the project's .venv-deepspeed-torc
 Usage: python_cross_entropy.py FORM N D V fp32|bf16 [ITERS]; prints "step_ms=<median>
 step_peak_mb=<resident peak of a step above the memory before it> loss=<loss>".
 """
+import os
 import statistics
 import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from resident_peak import reset_resident_peak, status_mib  # noqa: E402
 import torch.nn.functional as F
-
-
-def status_mib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024.0
-    return 0.0
-
-
-def reset_resident_peak():
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
 
 
 def main():

@@ -15,18 +15,8 @@ import time
 
 import torch
 
-
-def status_mib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024.0
-    return 0.0
-
-
-def reset_resident_peak():
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from resident_peak import reset_resident_peak, status_mib  # noqa: E402
 
 
 def mixtral_config(h, f, e, k):
