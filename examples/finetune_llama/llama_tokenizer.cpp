@@ -95,6 +95,47 @@ bool is_utf8(std::string_view s) {
   return true;
 }
 
+// `s` with each ill-formed UTF-8 sequence replaced by one U+FFFD per maximal subpart, as Rust's
+// String::from_utf8_lossy does for tokenizers' ByteLevel decoder (and Python's "replace"): a
+// generation may stop inside a character, or a model emit bytes that form none.
+std::string utf8_lossy(std::string_view s) {
+  static const char kReplacement[] = "\xEF\xBF\xBD";
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      out += s[i++];
+      continue;
+    }
+    size_t need = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range; later ones are 80..BF
+    if (c >= 0xC2 && c <= 0xDF) {
+      need = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      need = 2;
+      if (c == 0xE0) lo = 0xA0;  // no overlong form
+      if (c == 0xED) hi = 0x9F;  // no surrogate
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      need = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;  // nothing past U+10FFFF
+    }
+    size_t k = 1;
+    for (; need > 0 && k <= need && i + k < s.size(); ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF)) break;
+    }
+    if (need > 0 && k == need + 1) {
+      out.append(s.substr(i, k));
+    } else {
+      out += kReplacement;
+    }
+    i += k;
+  }
+  return out;
+}
+
 // The byte a "<0xXX>" token stands for (hex in either case, as ByteFallback parses it), or -1.
 int byte_of_token(const std::string& t) {
   if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return -1;
@@ -529,7 +570,7 @@ std::string LlamaTokenizer::decode(const std::vector<int64_t>& ids, bool skip_sp
     if (skip_special && is_special_[static_cast<size_t>(id)]) continue;
     s += token_bytes_[static_cast<size_t>(id)];
   }
-  return s;
+  return utf8_lossy(s);
 }
 
 std::string LlamaTokenizer::decode_sentencepiece(const std::vector<int64_t>& ids,

@@ -81,8 +81,35 @@ TEST(LlamaTokenizer, DecodeInvertsEncodeForAnyBytes) {
   const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(write_vocab(dir)));
   const std::string text = "hello, w\xC3\xB6rld\n\t 42 \xF0\x9F\x99\x82 \xFF";
   auto ids = tok.encode(text);
-  EXPECT_EQ(tok.decode(ids), "<s>" + text);
-  EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), text);
+  // The lone \xFF is no UTF-8: decoded as U+FFFD, as tokenizers' ByteLevel decoder does.
+  const std::string back = text.substr(0, text.size() - 1) + "\xEF\xBF\xBD";
+  EXPECT_EQ(tok.decode(ids), "<s>" + back);
+  EXPECT_EQ(tok.decode(ids, /*skip_special=*/true), back);
+}
+
+// Bytes that form no UTF-8 (a generation stopped inside a character, or bytes a model emits in
+// an impossible order) decode as Python's bytes.decode("utf-8", "replace") and Rust's
+// from_utf8_lossy do: one U+FFFD per maximal ill-formed subpart.
+TEST(LlamaTokenizer, DecodeReplacesIllFormedUtf8AsTransformers) {
+  TempDir dir;
+  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(write_vocab(dir)));
+  const auto ids_of = [](const std::string& s) {  // ids 0-255 are the bytes
+    std::vector<int64_t> ids;
+    for (unsigned char c : s) ids.push_back(c);
+    return ids;
+  };
+  const std::string r = "\xEF\xBF\xBD";
+  const std::pair<std::string, std::string> cases[] = {
+      {"caf\xC3", "caf" + r},                 // cut inside a character
+      {"\xE0\x80", r + r},                    // overlong: the lead byte alone, then the 80
+      {"\xF0\x9F\x99", r},                    // a truncated emoji: one replacement
+      {"\xF0\x9F\x99" "A", r + "A"},
+      {"\xED\xA0\x80", r + r + r},            // a surrogate
+      {"\xC0\xAF", r + r},
+      {"\xF4\x90\x80\x80", r + r + r + r},     // past U+10FFFF
+      {"ok \xF0\x9F\x99\x82", "ok \xF0\x9F\x99\x82"},  // well-formed stays as it is
+  };
+  for (const auto& [in, out] : cases) EXPECT_EQ(tok.decode(ids_of(in)), out) << in;
 }
 
 TEST(LlamaTokenizer, HfJsonExportEncodesTheSame) {
