@@ -96,23 +96,102 @@ int64_t json_int(const nlohmann::json& j, const char* key, const std::string& pa
   return j.at(key).get<int64_t>();
 }
 
-// MixtralConfig's expert keys. The router's load-balancing loss (output_router_logits) and its
-// training-time jitter are refused rather than ignored: the block here has neither.
-void read_mixtral_experts(const nlohmann::json& j, const std::string& path, LlamaConfig* c) {
-  c->num_local_experts =
-      j.contains("num_local_experts") ? json_int(j, "num_local_experts", path) : 8;
-  c->num_experts_per_tok =
-      j.contains("num_experts_per_tok") ? json_int(j, "num_experts_per_tok", path) : 2;
-  DS_CHECK(c->num_local_experts > 0 && c->num_experts_per_tok > 0 &&
-               c->num_experts_per_tok <= c->num_local_experts,
-           ModelFileError, path, ": num_experts_per_tok (", c->num_experts_per_tok,
-           ") must be in 1..num_local_experts (", c->num_local_experts, ")");
+// The router's load-balancing loss (output_router_logits) and its training-time jitter are
+// refused rather than ignored: the sparse blocks here have neither.
+void check_router(const nlohmann::json& j, const std::string& path, const LlamaConfig& c,
+                  const char* experts_key) {
+  DS_CHECK(c.num_experts_per_tok > 0 && c.num_experts_per_tok <= c.num_local_experts,
+           ModelFileError, path, ": num_experts_per_tok (", c.num_experts_per_tok,
+           ") must be in 1..", experts_key, " (", c.num_local_experts, ")");
   DS_CHECK(!j.value("output_router_logits", false), NotSupportedError, path,
-           ": output_router_logits is true; finetune_llama's Mixtral trains without the router's "
-           "load-balancing loss");
+           ": output_router_logits is true; finetune_llama's '", c.model_type, "' trains without "
+           "the router's load-balancing loss");
   DS_CHECK(j.value("router_jitter_noise", 0.0) == 0.0, NotSupportedError, path,
            ": router_jitter_noise is ", j.value("router_jitter_noise", 0.0),
-           "; finetune_llama's Mixtral router has no jitter");
+           "; finetune_llama's routers have no jitter");
+}
+
+int64_t int_or(const nlohmann::json& j, const char* key, const std::string& path,
+               int64_t fallback) {
+  return j.contains(key) && !j.at(key).is_null() ? json_int(j, key, path) : fallback;
+}
+
+// MixtralConfig's expert keys.
+void read_mixtral_experts(const nlohmann::json& j, const std::string& path, LlamaConfig* c) {
+  c->num_local_experts = int_or(j, "num_local_experts", path, 8);
+  c->num_experts_per_tok = int_or(j, "num_experts_per_tok", path, 2);
+  check_router(j, path, *c, "num_local_experts");
+}
+
+// Qwen3MoeConfig's expert keys (transformers 5 writes num_experts back as num_local_experts).
+// Its router divides the k scores by their sum only with norm_topk_prob, false by default.
+void read_qwen3_moe_experts(const nlohmann::json& j, const std::string& path, LlamaConfig* c) {
+  const char* count = j.contains("num_experts") ? "num_experts" : "num_local_experts";
+  c->num_local_experts = int_or(j, count, path, 128);
+  c->num_experts_per_tok = int_or(j, "num_experts_per_tok", path, 8);
+  c->moe_intermediate_size = int_or(j, "moe_intermediate_size", path, 768);
+  c->norm_topk_prob = j.value("norm_topk_prob", false);
+  c->decoder_sparse_step = int_or(j, "decoder_sparse_step", path, 1);
+  DS_CHECK(c->decoder_sparse_step > 0, ModelFileError, path, ": decoder_sparse_step is ",
+           c->decoder_sparse_step, "; expected a positive integer");
+  if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+    const auto& layers = j["mlp_only_layers"];
+    DS_CHECK(layers.is_array(), ModelFileError, path, ": mlp_only_layers is ",
+             layers.type_name(), "; expected a list of layer indices");
+    for (const auto& l : layers) {
+      DS_CHECK(l.is_number_integer(), ModelFileError, path, ": mlp_only_layers holds ", l.dump(),
+               "; expected layer indices");
+      c->mlp_only_layers.push_back(l.get<int64_t>());
+    }
+  }
+  DS_CHECK(c->moe_intermediate_size > 0 && c->num_local_experts >= 0, ModelFileError, path,
+           ": moe_intermediate_size (", c->moe_intermediate_size, ") must be positive and ",
+           count, " (", c->num_local_experts, ") not negative");
+  if (c->num_local_experts > 0) check_router(j, path, *c, count);
+}
+
+// Qwen2Config and Qwen3Config keep sliding_window only with use_sliding_window, which
+// transformers applies to the layers from max_window_layers on.
+void refuse_sliding_layers(const nlohmann::json& j, const std::string& path,
+                           const std::string& type) {
+  DS_CHECK(!j.value("use_sliding_window", false), NotSupportedError, path,
+           ": use_sliding_window is true; finetune_llama's '", type, "' attends to every "
+           "position");
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    for (const auto& t : j["layer_types"]) {
+      DS_CHECK(t == "full_attention", NotSupportedError, path, ": layer_types holds ", t.dump(),
+               "; finetune_llama's '", type, "' reads 'full_attention' layers only");
+    }
+  }
+}
+
+// The rotary base and scaling: transformers 5 keeps both in rope_parameters (and writes them
+// back so); the Hub's configs and older transformers have rope_theta and rope_scaling.
+void read_rope(const nlohmann::json& j, const std::string& path, double default_theta,
+               LlamaConfig* c) {
+  c->rope_theta = j.contains("rope_theta") ? j.at("rope_theta").get<double>() : default_theta;
+  if (!j.contains("rope_parameters") || j["rope_parameters"].is_null()) {
+    if (j.contains("rope_scaling")) {
+      c->rope_scaling = RopeScaling::from_hf_json(j["rope_scaling"], path);
+    }
+    return;
+  }
+  nlohmann::json rp = j["rope_parameters"];
+  DS_CHECK(rp.is_object(), ModelFileError, path, ": rope_parameters is ", rp.type_name(),
+           "; expected an object");
+  DS_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), NotSupportedError, path,
+           ": both rope_parameters and rope_scaling are set; keep one");
+  if (rp.contains("rope_theta")) {
+    DS_CHECK(rp["rope_theta"].is_number(), ModelFileError, path, ": rope_parameters.rope_theta "
+             "is ", rp["rope_theta"].type_name(), "; expected a number");
+    const double theta = rp["rope_theta"].get<double>();
+    DS_CHECK(!j.contains("rope_theta") || theta == c->rope_theta, ModelFileError, path,
+             ": rope_theta (", c->rope_theta, ") and rope_parameters.rope_theta (", theta,
+             ") disagree");
+    c->rope_theta = theta;
+    rp.erase("rope_theta");
+  }
+  c->rope_scaling = RopeScaling::from_hf_json(rp, path, "rope_parameters");
 }
 
 int64_t json_token_id(const nlohmann::json& j, const char* key) {
@@ -128,11 +207,13 @@ int64_t json_token_id(const nlohmann::json& j, const char* key) {
 LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string& path) {
   DS_CHECK(j.is_object(), ModelFileError, path, ": expected a JSON object");
   const std::string type = j.value("model_type", std::string());
-  DS_CHECK(type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral",
+  DS_CHECK(type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" ||
+               type == "qwen3" || type == "qwen3_moe",
            ModelFileError, path, ": model_type is '", type, "'; finetune_llama reads 'llama', "
-           "'mistral', 'qwen2' and 'mixtral' models");
+           "'mistral', 'qwen2', 'mixtral', 'qwen3' and 'qwen3_moe' models");
   const bool mixtral = type == "mixtral";
   const bool mistral = type == "mistral" || mixtral, qwen2 = type == "qwen2";
+  const bool qwen3 = type == "qwen3" || type == "qwen3_moe";
   LlamaConfig c;
   c.model_type = type;
   if (mistral) {
@@ -145,17 +226,11 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
       c.sliding_window = j["sliding_window"].is_null() ? -1 : json_int(j, "sliding_window", path);
       DS_CHECK(c.sliding_window != 0, ModelFileError, path, ": sliding_window is 0");
     }
-    // transformers' Mistral rotary embedding reads no rope_scaling: refused rather than ignored.
-    DS_CHECK(!j.contains("rope_scaling") || j["rope_scaling"].is_null(), NotSupportedError, path,
-             ": rope_scaling is set on a '", type, "' model, whose rotary embedding "
-             "(transformers' MistralRotaryEmbedding) has none");
     if (mixtral) read_mixtral_experts(j, path, &c);
-  } else if (qwen2) {
-    c.max_position_embeddings = 32768;  // Qwen2Config's default
-    // Qwen2Config keeps sliding_window only with use_sliding_window, which transformers applies
-    // to the layers from max_window_layers on (and only in some attention implementations).
-    DS_CHECK(!j.value("use_sliding_window", false), NotSupportedError, path,
-             ": use_sliding_window is true; finetune_llama's Qwen2 attends to every position");
+  } else if (qwen2 || qwen3) {
+    c.max_position_embeddings = 32768;  // Qwen2Config's and Qwen3Config's default
+    refuse_sliding_layers(j, path, type);
+    if (type == "qwen3_moe") read_qwen3_moe_experts(j, path, &c);
   } else {
     DS_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), NotSupportedError,
              path, ": sliding_window is set on a 'llama' model; finetune_llama reads it on "
@@ -169,9 +244,11 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.num_key_value_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
                               ? json_int(j, "num_key_value_heads", path)
                               : c.num_attention_heads;
+  // Qwen3Config's head_dim is 128 unless given (Qwen3MoeConfig has none: hidden / heads).
+  const int64_t split_head = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
   c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() && !qwen2
                    ? json_int(j, "head_dim", path)
-                   : (c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+                   : (type == "qwen3" ? 128 : split_head);
   // transformers' Qwen2 takes hidden_size / heads whatever head_dim says.
   DS_CHECK(!qwen2 || !j.contains("head_dim") || j["head_dim"].is_null() ||
                json_int(j, "head_dim", path) == c.head_dim,
@@ -179,20 +256,33 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
            " but a 'qwen2' model's head size is hidden_size / num_attention_heads (", c.head_dim,
            ")");
   c.max_position_embeddings = j.value("max_position_embeddings", c.max_position_embeddings);
-  c.rope_theta = j.value("rope_theta", mixtral ? 1e6 : c.rope_theta);
+  read_rope(j, path, mixtral ? 1e6 : c.rope_theta, &c);
+  // transformers' Mistral rotary embedding (4.x) reads no rope_scaling: refused, not ignored.
+  DS_CHECK(!mistral || c.rope_scaling.is_default(), NotSupportedError, path, ": rope scaling '",
+           c.rope_scaling.rope_type, "' is set on a '", type, "' model, whose rotary embedding "
+           "(transformers' MistralRotaryEmbedding) has none");
   c.rms_norm_eps = j.value("rms_norm_eps", mixtral ? 1e-5 : c.rms_norm_eps);
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);  // LlamaConfig's default
-  if (j.contains("rope_scaling")) c.rope_scaling = RopeScaling::from_hf_json(j["rope_scaling"], path);
-  if (type == "llama") {
-    // LlamaConfig's flags; Mistral has no biases and Qwen2 its fixed q/k/v ones.
+  if (type == "llama" || qwen3) {
+    // LlamaConfig's and Qwen3Config's flags; Mistral has no biases and Qwen2 its fixed q/k/v
+    // ones; Qwen3 has no mlp_bias.
     c.attention_bias = j.value("attention_bias", false);
-    c.mlp_bias = j.value("mlp_bias", false);
+    if (!qwen3) c.mlp_bias = j.value("mlp_bias", false);
   }
   if (!mistral || j.contains("bos_token_id")) c.bos_token_id = json_token_id(j, "bos_token_id");
   if (!mistral || j.contains("eos_token_id")) c.eos_token_id = json_token_id(j, "eos_token_id");
   c.pad_token_id = json_token_id(j, "pad_token_id");
   c.validate(path);
   return c;
+}
+
+bool LlamaConfig::is_sparse_layer(int64_t index) const {
+  if (num_local_experts == 0) return false;
+  if (model_type != "qwen3_moe") return true;  // Mixtral: every layer
+  for (int64_t dense : mlp_only_layers) {
+    if (dense == index) return false;
+  }
+  return (index + 1) % decoder_sparse_step == 0;
 }
 
 void LlamaConfig::validate(const std::string& source) const {
@@ -211,10 +301,12 @@ void LlamaConfig::validate(const std::string& source) const {
 
 nlohmann::json LlamaConfig::to_hf_json() const {
   nlohmann::json j = {
-      {"architectures", {model_type == "mistral"   ? "MistralForCausalLM"
-                         : model_type == "qwen2"   ? "Qwen2ForCausalLM"
-                         : model_type == "mixtral" ? "MixtralForCausalLM"
-                                                   : "LlamaForCausalLM"}},
+      {"architectures", {model_type == "mistral"     ? "MistralForCausalLM"
+                         : model_type == "qwen2"     ? "Qwen2ForCausalLM"
+                         : model_type == "mixtral"   ? "MixtralForCausalLM"
+                         : model_type == "qwen3"     ? "Qwen3ForCausalLM"
+                         : model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                                                     : "LlamaForCausalLM"}},
       {"model_type", model_type},
       {"vocab_size", vocab_size},
       {"hidden_size", hidden_size},
@@ -250,6 +342,21 @@ nlohmann::json LlamaConfig::to_hf_json() const {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = num_hidden_layers;
+  } else if (qk_norm()) {
+    // Qwen3Config and Qwen3MoeConfig: head_dim and attention_bias, no mlp_bias.
+    j.erase("mlp_bias");
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = num_hidden_layers;
+    if (model_type == "qwen3_moe") {
+      j["num_experts"] = num_local_experts;
+      j["num_experts_per_tok"] = num_experts_per_tok;
+      j["moe_intermediate_size"] = expert_intermediate_size();
+      j["norm_topk_prob"] = norm_topk_prob;
+      j["decoder_sparse_step"] = decoder_sparse_step;
+      j["mlp_only_layers"] = mlp_only_layers;
+      j["output_router_logits"] = false;
+    }
   }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_id >= 0) j["eos_token_id"] = eos_token_id;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -17,8 +18,10 @@ class GgufFile;
 
 struct LlamaConfig {
   /// "llama", "mistral" (MistralForCausalLM: the same decoder, with a sliding window and no
-  /// rope_scaling), "qwen2" (Qwen2ForCausalLM: biases on the q/k/v projections) or "mixtral"
-  /// (MixtralForCausalLM: Mistral's attention, and a sparse MoE block for each MLP).
+  /// rope_scaling), "qwen2" (Qwen2ForCausalLM: biases on the q/k/v projections), "mixtral"
+  /// (MixtralForCausalLM: Mistral's attention, and a sparse MoE block for each MLP), "qwen3"
+  /// (Qwen3ForCausalLM: an RMSNorm on each query and key head) or "qwen3_moe"
+  /// (Qwen3MoeForCausalLM: Qwen3's attention, a sparse MoE block for the MLPs it chooses).
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -40,14 +43,27 @@ struct LlamaConfig {
   bool mlp_bias = false;        // LlamaConfig's: biases on gate/up/down_proj
   // Mixtral: each layer's MLP is a block_sparse_moe of num_local_experts SwiGLU experts, each
   // token sent to its num_experts_per_tok best (deepspeed::moe::TokenChoiceMoE). 0: dense.
+  // Qwen3-MoE (config.json's num_experts): the `mlp` of the layers is_sparse_layer() picks.
   int64_t num_local_experts = 0;
   int64_t num_experts_per_tok = 2;
+  int64_t moe_intermediate_size = 0;  // Qwen3-MoE's expert width; 0: intermediate_size
+  bool norm_topk_prob = true;         // the k scores divided by their sum (Mixtral always)
+  int64_t decoder_sparse_step = 1;    // Qwen3-MoE: layer i is sparse when (i + 1) % step == 0
+  std::vector<int64_t> mlp_only_layers;  // Qwen3-MoE: layers kept dense whatever the step
   /// Not part of config.json: the fine-tuning's LoRA adapters (deepspeed::linear) on the decoder
   /// projections whose names contain one of lora->target_mods; none by default.
   std::optional<linear::LoRAConfig> lora;
 
   /// Whether q/k/v_proj have biases (attention_bias, or always in Qwen2).
   bool qkv_bias() const { return attention_bias || model_type == "qwen2"; }
+  /// Whether each query and key head goes through an RMSNorm before the rotation (Qwen3).
+  bool qk_norm() const { return model_type == "qwen3" || model_type == "qwen3_moe"; }
+  /// Whether layer `index`'s MLP is a sparse MoE block (Qwen3MoeDecoderLayer's rule).
+  bool is_sparse_layer(int64_t index) const;
+  /// The SwiGLU width of each expert.
+  int64_t expert_intermediate_size() const {
+    return moe_intermediate_size > 0 ? moe_intermediate_size : intermediate_size;
+  }
 
   /// From a GGUF file's metadata (general.architecture "llama" or "qwen2"; {arch}.block_count,
   /// .embedding_length, .feed_forward_length,
@@ -61,8 +77,10 @@ struct LlamaConfig {
   static LlamaConfig from_gguf(const GgufFile& file);
   /// From a Hugging Face config.json (model_type "llama"; "mistral" with MistralConfig's
   /// defaults: sliding_window 4096 when absent, none when null; "qwen2" with Qwen2Config's:
-  /// use_sliding_window is refused, its head size is hidden_size / heads); `path` names the file
-  /// in errors.
+  /// use_sliding_window is refused, its head size is hidden_size / heads; "mixtral", "qwen3",
+  /// "qwen3_moe" with their configs' defaults). The rotary base and scaling come from
+  /// rope_theta and rope_scaling, or from transformers 5's rope_parameters; `path` names the
+  /// file in errors.
   static LlamaConfig from_hf_json(const nlohmann::json& json, const std::string& path);
   /// The config.json that transformers' LlamaForCausalLM (Mistral-, Qwen2ForCausalLM) loads.
   nlohmann::json to_hf_json() const;

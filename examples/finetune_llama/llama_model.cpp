@@ -44,7 +44,7 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 // projection's base weight goes through load_base_weight (its shard when sharded); its adapters
 // keep their LoRA initialisation.
 void fill_parameters(torch::nn::Module& module, const std::string& prefix,
-                     const LlamaWeightSource& weights) {
+                     const LlamaWeightSource& weights, const LlamaConfig& cfg) {
   torch::NoGradGuard no_grad;
   std::set<const c10::TensorImpl*> done;
   for (const auto& item : module.named_modules("", /*include_self=*/false)) {
@@ -72,12 +72,9 @@ void fill_parameters(torch::nn::Module& module, const std::string& prefix,
     if (done.count(p.unsafeGetTensorImpl())) continue;
     const std::string name = prefix + item.key();
     if (weights && p.dim() == 3) {
-      // A sparse MoE block's experts, stacked: transformers names each expert's projection
-      // ("block_sparse_moe.experts.<e>.w1.weight").
-      const auto dot = name.rfind('.');
+      // A sparse MoE block's experts, stacked: transformers names each expert's projection.
       for (int64_t e = 0; e < p.size(0); ++e) {
-        const std::string expert = name.substr(0, dot) + "." + std::to_string(e) + "." +
-                                   name.substr(dot + 1) + ".weight";
+        const std::string expert = hf_expert_name(cfg, name, e);
         torch::Tensor w = weights(expert);
         DS_CHECK(w.sizes() == p[e].sizes(), ModelFileError, "tensor '", expert, "' has shape ",
                  w.sizes(), "; the model config expects ", p[e].sizes());
@@ -99,6 +96,15 @@ void fill_parameters(torch::nn::Module& module, const std::string& prefix,
 }
 
 }  // namespace
+
+std::string hf_expert_name(const LlamaConfig& cfg, const std::string& stacked, int64_t expert) {
+  const auto dot = stacked.rfind('.');
+  std::string w = stacked.substr(dot + 1);
+  if (cfg.model_type == "qwen3_moe") {
+    w = w == "w1" ? "gate_proj" : w == "w2" ? "down_proj" : w == "w3" ? "up_proj" : w;
+  }
+  return stacked.substr(0, dot) + "." + std::to_string(expert) + "." + w + ".weight";
+}
 
 RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
@@ -122,14 +128,24 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const std::string
   k_proj = register_module("k_proj", projection(cfg, prefix + "k_proj", hidden, kv_out, qkv_bias));
   v_proj = register_module("v_proj", projection(cfg, prefix + "v_proj", hidden, kv_out, qkv_bias));
   o_proj = register_module("o_proj", projection(cfg, prefix + "o_proj", q_out, hidden, o_bias));
+  if (cfg.qk_norm()) {
+    q_norm = register_module("q_norm", RmsNorm(head_dim_, cfg.rms_norm_eps));
+    k_norm = register_module("k_norm", RmsNorm(head_dim_, cfg.rms_norm_eps));
+  }
 }
 
 torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
                                           const torch::Tensor& sin, torch::Tensor* past_k,
                                           torch::Tensor* past_v) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = q_proj(x).view({B, T, n_head_, head_dim_}).transpose(1, 2);  // [B, H, T, hd]
-  auto k = k_proj(x).view({B, T, n_kv_head_, head_dim_}).transpose(1, 2);
+  auto q = q_proj(x).view({B, T, n_head_, head_dim_});
+  auto k = k_proj(x).view({B, T, n_kv_head_, head_dim_});
+  if (q_norm) {  // Qwen3: each head normalised before the rotation
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = q.transpose(1, 2);  // [B, H, T, hd]
+  k = k.transpose(1, 2);
   auto v = v_proj(x).view({B, T, n_kv_head_, head_dim_}).transpose(1, 2);
   const auto c = cos.to(x.scalar_type()), s = sin.to(x.scalar_type());
   q = q * c + rotate_half(q) * s;
@@ -184,17 +200,20 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t ind
   self_attn = register_module("self_attn", LlamaAttention(cfg, prefix + "self_attn."));
   post_attention_layernorm =
       register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
-  if (cfg.num_local_experts > 0) {
-    // MixtralSparseMoeBlock's routing: softmax in fp32, the top k, renormalised.
+  if (cfg.is_sparse_layer(index)) {
+    // MixtralSparseMoeBlock's and Qwen3MoeSparseMoeBlock's routing: softmax in fp32, the top k,
+    // renormalised (Qwen3-MoE: only with norm_topk_prob).
     moe::TokenChoiceOptions o;
     o.num_experts = cfg.num_local_experts;
     o.top_k = cfg.num_experts_per_tok;
-    block_sparse_moe = register_module(
-        "block_sparse_moe", moe::TokenChoiceMoE(cfg.hidden_size, cfg.intermediate_size, o));
+    o.route_norm = cfg.norm_topk_prob;
+    sparse_moe = register_module(
+        cfg.model_type == "qwen3_moe" ? "mlp" : "block_sparse_moe",
+        moe::TokenChoiceMoE(cfg.hidden_size, cfg.expert_intermediate_size(), o));
   } else {
     mlp = register_module("mlp", LlamaMlp(cfg, prefix + "mlp."));
   }
-  fill_parameters(*this, prefix, weights);
+  fill_parameters(*this, prefix, weights, cfg);
 }
 
 torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& cos,
@@ -207,7 +226,7 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
   }
   auto h = x + self_attn(input_layernorm(x), cos, sin, past_k, past_v);
   const auto normed = post_attention_layernorm(h);
-  return h + (block_sparse_moe ? block_sparse_moe(normed) : mlp(normed));
+  return h + (sparse_moe ? sparse_moe(normed) : mlp(normed));
 }
 
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& weights) : cfg_(cfg) {
@@ -219,8 +238,8 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& 
     layers->push_back(units.back());
   }
   norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
-  fill_parameters(*embed_tokens, "model.embed_tokens.", weights);
-  fill_parameters(*norm, "model.norm.", weights);
+  fill_parameters(*embed_tokens, "model.embed_tokens.", weights, cfg);
+  fill_parameters(*norm, "model.norm.", weights, cfg);
   rope_.emplace(cfg.rope_scaling, cfg.rope_theta, cfg.head_dim, cfg.max_position_embeddings);
 }
 
@@ -265,7 +284,7 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& cfg, const LlamaWe
   model = register_module("model", LlamaModel(cfg, weights));
   if (!cfg.tie_word_embeddings) {
     lm_head = register_module("lm_head", linear(cfg.hidden_size, cfg.vocab_size));
-    fill_parameters(*lm_head, "lm_head.", weights);
+    fill_parameters(*lm_head, "lm_head.", weights, cfg);
   }
 }
 

@@ -1,10 +1,10 @@
 // A Llama-architecture decoder (Hugging Face's LlamaForCausalLM, same parameter names): RMSNorm,
-// rotary position embeddings, SwiGLU MLP (or Mixtral's sparse MoE block, its experts stacked as
-// DeepSpeed's AutoEP keeps them), grouped-query causal attention, optional tied output
-// embedding, projection biases where the config has them (Qwen2's q/k/v), and a key/value cache
-// for generation. Each decoder layer is a ZeRO-3 unit and can
-// fill its weights while it is constructed, so that a model built inside zero::Init loads a
-// pretrained checkpoint one layer at a time.
+// rotary position embeddings, SwiGLU MLP (or Mixtral's and Qwen3-MoE's sparse MoE block, its
+// experts stacked as DeepSpeed's AutoEP keeps them), grouped-query causal attention (Qwen3's
+// with an RMSNorm per query and key head), optional tied output embedding, projection biases
+// where the config has them (Qwen2's q/k/v), and a key/value cache for generation. Each decoder
+// layer is a ZeRO-3 unit and can fill its weights while it is constructed, so that a model built
+// inside zero::Init loads a pretrained checkpoint one layer at a time.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,11 @@ namespace deepspeed::examples {
 /// Gives the pretrained value (fp32, Hugging Face shape) of a parameter by its Hugging Face name
 /// ("model.layers.3.self_attn.q_proj.weight"). Empty: initialise randomly instead.
 using LlamaWeightSource = std::function<torch::Tensor(const std::string& hf_name)>;
+
+/// The Hugging Face name of one expert's share of a stacked expert weight: "<block>.experts.w1"
+/// and expert 3 -> "<block>.experts.3.w1.weight" in a Mixtral, "<block>.experts.3.gate_proj.weight"
+/// in a Qwen3-MoE (w2: down_proj, w3: up_proj).
+std::string hf_expert_name(const LlamaConfig& cfg, const std::string& stacked, int64_t expert);
 
 /// Keys and values of the positions seen so far, per layer: [B, kv_heads, T_past, head_dim].
 struct LlamaKvCache {
@@ -57,6 +62,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         torch::Tensor* past_k, torch::Tensor* past_v);
   linear::OptimizedLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3: over each head; null otherwise
 
  private:
   int64_t n_head_, n_kv_head_, head_dim_;
@@ -82,8 +88,10 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
 
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
-  LlamaMlp mlp{nullptr};                            // null in a Mixtral
-  moe::TokenChoiceMoE block_sparse_moe{nullptr};    // Mixtral's MLP; null otherwise
+  LlamaMlp mlp{nullptr};  // null in a sparse layer
+  // A sparse layer's MLP, registered under transformers' name: "block_sparse_moe" (Mixtral) or
+  // "mlp" (Qwen3-MoE). Null in a dense layer.
+  moe::TokenChoiceMoE sparse_moe{nullptr};
 
  private:
   int64_t index_;

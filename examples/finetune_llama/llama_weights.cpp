@@ -163,8 +163,8 @@ void save_hf_weights(LlamaForCausalLMImpl& model, const std::string& dir, bool w
     if (lora->bias.defined()) merged[item.key() + ".bias"] = lora->bias.to(at::kFloat);
     for (const auto& p : lora->parameters()) merged_params.insert(p.unsafeGetTensorImpl());
   }
-  // Mixtral's experts: whole (gathered from the expert-parallel group when AutoEP sharded
-  // them), then one tensor per expert under transformers' names.
+  // Mixtral's and Qwen3-MoE's experts: whole (gathered from the expert-parallel group when
+  // AutoEP sharded them), then one tensor per expert under transformers' names.
   std::map<std::string, at::Tensor> experts;
   for (const auto& [name, layer] : moe::token_choice_layers(model)) {
     const char* names[] = {"w1", "w2", "w3"};
@@ -188,11 +188,8 @@ void save_hf_weights(LlamaForCausalLMImpl& model, const std::string& dir, bool w
   checkpoint::TensorDict tensors;
   for (const auto& item : model.named_parameters()) {
     if (auto e = experts.find(item.key()); e != experts.end()) {
-      const auto dot = item.key().rfind('.');
       for (int64_t i = 0; i < e->second.size(0); ++i) {
-        tensors.insert(item.key().substr(0, dot) + "." + std::to_string(i) +
-                           item.key().substr(dot) + ".weight",
-                       e->second[i].contiguous());
+        tensors.insert(hf_expert_name(model.config(), item.key(), i), e->second[i].contiguous());
       }
       continue;
     }

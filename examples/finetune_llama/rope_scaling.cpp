@@ -27,18 +27,19 @@ at::Tensor default_inv_freq(double theta, int64_t head_dim) {
   return rdiv(1.0, at::pow(theta, exponent));
 }
 
-double json_number(const nlohmann::json& rs, const char* key, const std::string& path) {
-  DS_CHECK(rs.contains(key) && !rs.at(key).is_null(), ModelFileError, path, ": rope_scaling.",
-           key, " is missing (rope_type '", rs.value("rope_type", rs.value("type", "")), "')");
-  DS_CHECK(rs.at(key).is_number(), ModelFileError, path, ": rope_scaling.", key, " is ",
+// `where`: the file and the object read ("config.json: rope_scaling").
+double json_number(const nlohmann::json& rs, const char* key, const std::string& where) {
+  DS_CHECK(rs.contains(key) && !rs.at(key).is_null(), ModelFileError, where, ".", key,
+           " is missing (rope_type '", rs.value("rope_type", rs.value("type", "")), "')");
+  DS_CHECK(rs.at(key).is_number(), ModelFileError, where, ".", key, " is ",
            rs.at(key).type_name(), "; expected a number");
   return rs.at(key).get<double>();
 }
 
 std::optional<double> optional_number(const nlohmann::json& rs, const char* key,
-                                      const std::string& path) {
+                                      const std::string& where) {
   if (!rs.contains(key) || rs.at(key).is_null()) return std::nullopt;
-  return json_number(rs, key, path);
+  return json_number(rs, key, where);
 }
 
 at::Tensor llama3_inv_freq(const RopeScaling& s, double theta, int64_t head_dim) {
@@ -82,47 +83,49 @@ at::Tensor yarn_inv_freq(const RopeScaling& s, double theta, int64_t head_dim,
 
 }  // namespace
 
-RopeScaling RopeScaling::from_hf_json(const nlohmann::json& rs, const std::string& path) {
+RopeScaling RopeScaling::from_hf_json(const nlohmann::json& rs, const std::string& path,
+                                      const std::string& key) {
   RopeScaling s;
   if (rs.is_null()) return s;
-  DS_CHECK(rs.is_object(), ModelFileError, path, ": rope_scaling is ", rs.type_name(),
+  const std::string where = path + ": " + key;
+  DS_CHECK(rs.is_object(), ModelFileError, where, " is ", rs.type_name(),
            "; expected an object or null");
   // transformers' LlamaConfig copies the older `type` over `rope_type`.
   const char* type_key = rs.contains("type") ? "type" : "rope_type";
-  DS_CHECK(rs.contains(type_key) && rs.at(type_key).is_string(), ModelFileError, path,
-           ": rope_scaling has no rope_type string");
+  DS_CHECK(rs.contains(type_key) && rs.at(type_key).is_string(), ModelFileError, where,
+           " has no rope_type string");
   s.rope_type = rs.at(type_key).get<std::string>();
   std::set<std::string> known = {"type", "rope_type"};
   if (s.rope_type == "default") {
   } else if (s.rope_type == "linear" || s.rope_type == "dynamic") {
-    s.factor = json_number(rs, "factor", path);
+    s.factor = json_number(rs, "factor", where);
     known.insert("factor");
   } else if (s.rope_type == "llama3") {
-    s.factor = json_number(rs, "factor", path);
-    s.low_freq_factor = json_number(rs, "low_freq_factor", path);
-    s.high_freq_factor = json_number(rs, "high_freq_factor", path);
-    const double original = json_number(rs, "original_max_position_embeddings", path);
+    s.factor = json_number(rs, "factor", where);
+    s.low_freq_factor = json_number(rs, "low_freq_factor", where);
+    s.high_freq_factor = json_number(rs, "high_freq_factor", where);
+    const double original = json_number(rs, "original_max_position_embeddings", where);
     s.original_max_position_embeddings = static_cast<int64_t>(original);
     DS_CHECK(static_cast<double>(s.original_max_position_embeddings) == original, ModelFileError,
-             path, ": rope_scaling.original_max_position_embeddings is ", original,
+             where, ".original_max_position_embeddings is ", original,
              "; expected an integer");
     known.insert({"factor", "low_freq_factor", "high_freq_factor",
                   "original_max_position_embeddings"});
   } else if (s.rope_type == "yarn") {
-    s.factor = json_number(rs, "factor", path);
-    s.attention_factor = optional_number(rs, "attention_factor", path);
-    s.beta_fast = optional_number(rs, "beta_fast", path);
-    s.beta_slow = optional_number(rs, "beta_slow", path);
+    s.factor = json_number(rs, "factor", where);
+    s.attention_factor = optional_number(rs, "attention_factor", where);
+    s.beta_fast = optional_number(rs, "beta_fast", where);
+    s.beta_slow = optional_number(rs, "beta_slow", where);
     known.insert({"factor", "attention_factor", "beta_fast", "beta_slow"});
   } else {
-    DS_CHECK(s.rope_type != "longrope", NotSupportedError, path,
-             ": rope_scaling.rope_type 'longrope' is not supported yet; finetune_llama implements "
+    DS_CHECK(s.rope_type != "longrope", NotSupportedError, where,
+             ".rope_type 'longrope' is not supported yet; finetune_llama implements "
              "default, linear, dynamic, llama3 and yarn");
-    DS_CHECK(false, ModelFileError, path, ": rope_scaling.rope_type '", s.rope_type,
+    DS_CHECK(false, ModelFileError, where, ".rope_type '", s.rope_type,
              "' is unknown; expected default, linear, dynamic, llama3 or yarn");
   }
-  for (const auto& [key, value] : rs.items()) {
-    DS_CHECK(known.count(key) != 0, NotSupportedError, path, ": rope_scaling.", key,
+  for (const auto& [name, value] : rs.items()) {
+    DS_CHECK(known.count(name) != 0, NotSupportedError, where, ".", name,
              " is not read for rope_type '", s.rope_type, "' (transformers versions differ on "
              "it); remove it or convert the model with a config that leaves it out");
   }

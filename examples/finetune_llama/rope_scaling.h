@@ -33,8 +33,10 @@ struct RopeScaling {
   /// or its older spelling `type`. Throws ModelFileError naming `path` and the key for a missing
   /// or mistyped parameter, NotSupportedError for "longrope" and for keys the type does not read
   /// (yarn's and dynamic's newer `original_max_position_embeddings`, `mscale`, ... change their
-  /// meaning across transformers versions).
-  static RopeScaling from_hf_json(const nlohmann::json& rope_scaling, const std::string& path);
+  /// meaning across transformers versions). `key` names the object in errors: "rope_scaling", or
+  /// "rope_parameters" for transformers 5's form (the same keys, its rope_theta taken out).
+  static RopeScaling from_hf_json(const nlohmann::json& rope_scaling, const std::string& path,
+                                  const std::string& key = "rope_scaling");
   /// What config.json's `rope_scaling` holds: null for the default. Throws NotSupportedError for
   /// "freq_factors", which transformers' config cannot express.
   nlohmann::json to_hf_json() const;

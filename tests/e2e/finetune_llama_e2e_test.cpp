@@ -2,7 +2,7 @@
 // Face folder (SmolLM2's tokenizer, so the Austen text tokenizes as for the real model):
 // 2 ranks under ZeRO-3 (built inside zero::Init, each layer a unit) train to the same losses and
 // weights as 1 rank under ZeRO-0, the held-out loss falls, and --save_hf / --save_dir round-trip.
-// A Mixtral trains alike with its experts sharded by AutoEP.
+// A Mixtral and a Qwen3-MoE train alike with their experts sharded by AutoEP.
 #include <unistd.h>
 
 #include <cmath>
@@ -30,13 +30,15 @@ using testing::TempDir;
 const std::string kGguf = std::string(DS_SOURCE_DIR) + "/data/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 // A 2-layer Llama (hidden 32, 4 heads, 2 kv heads) with SmolLM2's vocabulary, as a HF folder.
-// With `experts`: a Mixtral of that many experts per layer, 2 per token.
-void write_tiny_model(const std::string& dir, int64_t experts = 0) {
+// `moe` "mixtral": a Mixtral of 4 experts per layer, 2 per token; "qwen3_moe": a Qwen3-MoE of 4
+// experts of width 32 (2 per token, not renormalised) in layer 1, layer 0 dense
+// (mlp_only_layers), heads of 16 (head_dim: the projections are 64 wide) with q/k norms.
+void write_tiny_model(const std::string& dir, const std::string& moe = "") {
   const auto tokenizer = LlamaTokenizer::from_gguf(GgufFile::open(kGguf));
   LlamaConfig c;
-  if (experts > 0) {
-    c.model_type = "mixtral";
-    c.num_local_experts = experts;
+  if (!moe.empty()) {
+    c.model_type = moe;
+    c.num_local_experts = 4;
   }
   c.vocab_size = static_cast<int64_t>(tokenizer.vocab_size());
   c.hidden_size = 32;
@@ -48,6 +50,12 @@ void write_tiny_model(const std::string& dir, int64_t experts = 0) {
   c.max_position_embeddings = 256;
   c.rms_norm_eps = 1e-5;
   c.tie_word_embeddings = true;
+  if (moe == "qwen3_moe") {
+    c.head_dim = 16;
+    c.moe_intermediate_size = 32;
+    c.norm_topk_prob = false;
+    c.mlp_only_layers = {0};
+  }
   c.bos_token_id = tokenizer.bos_token_id();
   c.eos_token_id = tokenizer.eos_token_id();
   torch::manual_seed(7);
@@ -145,14 +153,18 @@ TEST(FinetuneLlamaE2E, Zero3On2RanksMatchesZero0On1Rank) {
   EXPECT_EQ(row.at("rss_bytes"), row.at("memory_bytes").at("rss")) << first;
 }
 
-// A Mixtral (4 experts per layer) with DeepSpeed 0.19.8's AutoEP: on 2 ranks with
-// expert_parallel.autoep_size 2 under ZeRO-2, each rank holding 2 experts of each layer, the
-// losses are those of one rank with every expert; --save_hf gathers the experts back into
-// transformers' names, and --save_dir writes DeepSpeed's per-expert files. Under ZeRO-3 without
-// AutoEP (the experts partitioned like any weight) the losses are the same too.
-TEST(FinetuneLlamaE2E, MixtralWithAutoEpOn2RanksMatchesOneRank) {
+// A Mixtral (4 experts per layer) and a Qwen3-MoE (4 experts in its one sparse layer) with
+// DeepSpeed 0.19.8's AutoEP: on 2 ranks with expert_parallel.autoep_size 2 under ZeRO-2, each
+// rank holding 2 experts of each sparse layer, the losses are those of one rank with every
+// expert; --save_hf gathers the experts back into transformers' names, and --save_dir writes
+// DeepSpeed's per-expert files (one set per MoE layer). Under ZeRO-3 without AutoEP (the
+// experts partitioned like any weight) the losses are the same too.
+class FinetuneMoeE2E : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FinetuneMoeE2E, AutoEpOn2RanksMatchesOneRank) {
+  const bool mixtral = GetParam() == "mixtral";
   TempDir dir;
-  write_tiny_model(dir.file("tiny"), 4);
+  write_tiny_model(dir.file("tiny"), GetParam());
   finetune(dir, 1, "zero0", config(0, 4), "--steps 3 --save_hf " + dir.file("hf0"));
   const nlohmann::json ep = {{"expert_parallel", {{"enabled", true}, {"autoep_size", 2}}}};
   const std::string out = finetune(dir, 2, "ep2", config(2, 2, ep),
@@ -171,7 +183,9 @@ TEST(FinetuneLlamaE2E, MixtralWithAutoEpOn2RanksMatchesOneRank) {
   const auto w0 = checkpoint::load_safetensors(dir.file("hf0/model.safetensors"));
   const auto w2 = checkpoint::load_safetensors(dir.file("hf2/model.safetensors"));
   ASSERT_EQ(w0.size(), w2.size());
-  ASSERT_NE(w2.find("model.layers.1.block_sparse_moe.experts.3.w2.weight"), nullptr);
+  ASSERT_NE(w2.find(mixtral ? "model.layers.1.block_sparse_moe.experts.3.w2.weight"
+                            : "model.layers.1.mlp.experts.3.down_proj.weight"),
+            nullptr);
   for (const auto& item : w0) {
     const auto* other = w2.find(item.key());
     ASSERT_NE(other, nullptr) << item.key();
@@ -182,16 +196,21 @@ TEST(FinetuneLlamaE2E, MixtralWithAutoEpOn2RanksMatchesOneRank) {
   std::ifstream latest(dir.file("ckpt/latest"));
   std::string tag;
   latest >> tag;
-  for (int layer = 0; layer < 2; ++layer) {
+  const int moe_layers = mixtral ? 2 : 1;
+  for (int layer = 0; layer <= moe_layers; ++layer) {
     for (int e = 0; e < 4; ++e) {
-      EXPECT_TRUE(std::filesystem::exists(dir.file("ckpt/" + tag + "/layer_" + std::to_string(layer) +
-                                                    "_expert_" + std::to_string(e) +
-                                                    "_mp_rank_00_model_states.pt")))
+      EXPECT_EQ(std::filesystem::exists(dir.file("ckpt/" + tag + "/layer_" +
+                                                 std::to_string(layer) + "_expert_" +
+                                                 std::to_string(e) +
+                                                 "_mp_rank_00_model_states.pt")),
+                layer < moe_layers)
           << layer << " " << e;
     }
   }
   EXPECT_NE(out.find("held-out loss"), std::string::npos) << out;
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, FinetuneMoeE2E, ::testing::Values("mixtral", "qwen3_moe"));
 
 // Gradient checkpointing (each layer recomputed in backward) under ZeRO-3 on 2 ranks takes the
 // steps of plain ZeRO-0 on 1 rank.

@@ -11,16 +11,24 @@ tests, saved by save_pretrained:
   qwen2:   a Qwen2ForCausalLM (random q/k/v biases: transformers would start them at zero) with
            the byte-level "qwen2" tokenizer of tokenizer_pretokenizers_reference.py (NFC, Qwen2's
            pattern) and Qwen2TokenizerFast's tokenizer_config.json. With GGUF, the same model and
-           vocabulary are also written there as llama.cpp lays out a "qwen2" GGUF (f32 tensors).
-Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]   (KIND: llama2, mistral, mixtral, qwen2)
+           vocabulary are also written there as llama.cpp lays out a "qwen2" GGUF (f32 tensors);
+  qwen3:   a Qwen3ForCausalLM (head_dim 32 with 4 heads of a 64-wide model, the q/k norms'
+           weights random: transformers would start them at one) with Qwen2's tokenizer;
+  qwen3_moe: the same as a Qwen3MoeForCausalLM: 4 experts of width 48 per sparse layer, 2 per
+           token, norm_topk_prob true, layer 1 dense (mlp_only_layers), router and experts
+           scaled up as Mixtral's.
+Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
+       (KIND: llama2, mistral, mixtral, qwen2, qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
-(scripts/setup_python_refs.sh).
+(scripts/setup_python_refs.sh); qwen3 and qwen3_moe, which transformers 4.47 lacks, with
+transformers 5.15.1 and torch 2.11 (scripts/setup_deepspeed_peer.sh --torch2).
 """
 import json
 import os
 import sys
 
 import torch
+import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
                           MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
@@ -77,21 +85,46 @@ def write_qwen2_gguf(model, tok, path):
     w.close()
 
 
+def qwen3_model(kind, tok_ids):
+    """A Qwen3 or Qwen3-MoE (transformers >= 4.51) whose q/k norms and experts weigh in."""
+    sizes = dict(SIZES, head_dim=32, vocab_size=tok_ids["vocab_size"],
+                 bos_token_id=tok_ids["<|endoftext|>"],
+                 eos_token_id=tok_ids["<|im_end|>"], rope_theta=1e6)
+    if kind == "qwen3":
+        model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**sizes))
+    else:
+        model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True,
+            mlp_only_layers=[1], **sizes))
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+            layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
+            if kind == "qwen3_moe" and hasattr(layer.mlp, "experts"):
+                layer.mlp.gate.weight.normal_(0.0, 0.2)
+                for p in layer.mlp.experts.parameters():
+                    p.normal_(0.0, 0.15)
+    return model
+
+
 def main():
     corpus, out = sys.argv[1:3]
     kind = sys.argv[3] if len(sys.argv) > 3 else "llama2"
     torch.manual_seed(20261206)
-    if kind == "qwen2":
+    if kind in ("qwen2", "qwen3", "qwen3_moe"):
         tok = qwen2(corpus)
         ids = {t: tok.token_to_id(t) for t in QWEN2_SPECIALS}
-        model = Qwen2ForCausalLM(Qwen2Config(
-            vocab_size=tok.get_vocab_size(), bos_token_id=ids["<|endoftext|>"],
-            eos_token_id=ids["<|im_end|>"], **SIZES))
-        with torch.no_grad():
-            for layer in model.model.layers:
-                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj,
-                             layer.self_attn.v_proj):
-                    proj.bias.normal_(0.0, 0.5)
+        if kind == "qwen2":
+            model = Qwen2ForCausalLM(Qwen2Config(
+                vocab_size=tok.get_vocab_size(), bos_token_id=ids["<|endoftext|>"],
+                eos_token_id=ids["<|im_end|>"], **SIZES))
+            with torch.no_grad():
+                for layer in model.model.layers:
+                    for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj,
+                                 layer.self_attn.v_proj):
+                        proj.bias.normal_(0.0, 0.5)
+        else:
+            model = qwen3_model(kind, dict(ids, vocab_size=tok.get_vocab_size()))
         config = {"tokenizer_class": "Qwen2TokenizerFast", "bos_token": None,
                   "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
                   "add_prefix_space": False, "model_max_length": 256,

@@ -2,10 +2,11 @@
 // dequantise the same file): the tokenizer's ids, the logits of a prompt (fp32, 1e-4), the
 // --score_file loss (1e-4 relative), 20 greedy tokens with the KV cache (identical), and the
 // --save_hf folder (loads in transformers to the same logits; our loader reads it back
-// bit-identically). Then the same on small random Llama 2, Mistral, Mixtral and Qwen2 folders,
-// and a Qwen2 GGUF (hf_folder_reference.py). The model file and the Python environment come from
-// the CTest fixtures llama_model_file and llama_python_refs (scripts/fetch_smollm2.sh,
-// scripts/setup_python_refs.sh).
+// bit-identically). Then the same on small random Llama 2, Mistral, Mixtral, Qwen2, Qwen3 and
+// Qwen3-MoE folders, and a Qwen2 GGUF (hf_folder_reference.py). The model file and the Python
+// environments come from the CTest fixtures llama_model_file, llama_python_refs and
+// deepspeed_peer_torch2 (scripts/fetch_smollm2.sh, scripts/setup_python_refs.sh,
+// scripts/setup_deepspeed_peer.sh --torch2).
 #include <filesystem>
 #include <fstream>
 
@@ -27,6 +28,8 @@ using testing::TempDir;
 
 const std::string kModel = std::string(DS_SOURCE_DIR) + "/data/SmolLM2-135M-Instruct.Q4_1.gguf";
 const std::string kPython = std::string(DS_SOURCE_DIR) + "/.venv/bin/python";
+// transformers 5.15 on torch 2.11, for the models transformers 4.47 lacks (Qwen3, Qwen3-MoE).
+const std::string kPython5 = std::string(DS_SOURCE_DIR) + "/.venv-deepspeed-torch2/bin/python";
 const std::string kPrompt = "The capital of France is";
 const std::string kScoreFile = std::string(DS_SOURCE_DIR) + "/tests/data/austen_slice.txt";
 const std::vector<std::string> kTexts = {
@@ -37,8 +40,9 @@ const std::vector<std::string> kTexts = {
     "control \x04\x05 bytes\x01 and \x7F end",
 };
 
-nlohmann::json run_reference(const std::string& model, const std::string& out) {
-  std::string cmd = "OMP_NUM_THREADS=2 " + kPython + " " + DS_LLAMA_REFERENCE_PY + " --model '" +
+nlohmann::json run_reference(const std::string& model, const std::string& out,
+                             const std::string& python = kPython) {
+  std::string cmd = "OMP_NUM_THREADS=2 " + python + " " + DS_LLAMA_REFERENCE_PY + " --model '" +
                     model + "' --out '" + out + "' --prompt '" + kPrompt + "' --max_new_tokens 20" +
                     " --score_file '" + kScoreFile + "' --seq_len 64 --encode_json '" + out +
                     ".texts.json'";
@@ -162,21 +166,27 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
 // tokenizer.json with the legacy normalizer and byte fallback; Mistral's sliding window of 12
 // positions, shorter than the 64 scored tokens and the 12 + 20 of the generation; Mixtral's
 // sparse MoE blocks of 4 experts, 2 per token) or Qwen2's (q/k/v biases, a
-// byte-level tokenizer.json with NFC and Qwen2's pattern): finetune_llama tokenizes, scores
-// and greedily generates as transformers does, decodes the generation to transformers' text, and
-// its --save_hf folder loads in transformers to the same ids and generation.
+// byte-level tokenizer.json with NFC and Qwen2's pattern), Qwen3's (an explicit head_dim, q/k
+// norms; against transformers 5, whose config.json keeps the rotary base in rope_parameters)
+// and Qwen3-MoE's (sparse and dense layers, experts as `mlp.experts.<e>.gate_proj`):
+// finetune_llama tokenizes, scores and greedily generates as transformers does, decodes the
+// generation to transformers' text, and its --save_hf folder loads in transformers to the same
+// ids and generation.
 class LlamaFolderParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
-  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " (run scripts/setup_python_refs.sh)";
+  const bool qwen3 = GetParam().rfind("qwen3", 0) == 0;
+  const std::string python = qwen3 ? kPython5 : kPython;
+  ASSERT_TRUE(std::filesystem::exists(python))
+      << python << " (run scripts/setup_python_refs.sh, scripts/setup_deepspeed_peer.sh --torch2)";
   TempDir dir("llama2_folder");
   const std::string model = dir.file(GetParam());
-  const auto made = run_command(kPython + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
+  const auto made = run_command(python + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
                                 " '" + model + "' " + GetParam() + " 2>&1");
   ASSERT_EQ(made.exit_code, 0) << made.out;
-  const auto ref = run_reference(model, dir.file("ref.json"));
+  const auto ref = run_reference(model, dir.file("ref.json"), python);
   const auto tok = LlamaTokenizer::from_hf_json(model + "/tokenizer.json");
-  ASSERT_EQ(tok.sentencepiece_style(), GetParam() != "qwen2");
+  ASSERT_EQ(tok.sentencepiece_style(), GetParam().rfind("qwen", 0) != 0);
   for (size_t i = 0; i < kTexts.size(); ++i) {
     EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
   }
@@ -191,13 +201,13 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
   EXPECT_EQ(gen["token_ids"], ref["generated"]);
   // transformers' decode of the same ids (its Llama decoder strips the leading space).
   const auto decoded = run_command(
-      kPython + " -c \"import json,sys; from transformers import AutoTokenizer; "
+      python + " -c \"import json,sys; from transformers import AutoTokenizer; "
       "t = AutoTokenizer.from_pretrained(sys.argv[1]); "
       "print(json.dumps(t.decode(json.loads(sys.argv[2]), skip_special_tokens=True)))\" '" +
       model + "' '" + ref["generated"].dump() + "' 2>/dev/null");
   ASSERT_EQ(decoded.exit_code, 0) << decoded.out;
   EXPECT_EQ(gen["text"], nlohmann::json::parse(decoded.out));
-  const auto saved_ref = run_reference(saved, dir.file("saved_ref.json"));
+  const auto saved_ref = run_reference(saved, dir.file("saved_ref.json"), python);
   EXPECT_EQ(saved_ref["tokens"], ref["tokens"]);
   EXPECT_EQ(saved_ref["prompt_ids"], ref["prompt_ids"]);
   EXPECT_EQ(saved_ref["generated"], ref["generated"]);
@@ -207,7 +217,8 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
-                         ::testing::Values("llama2", "mistral", "mixtral", "qwen2"));
+                         ::testing::Values("llama2", "mistral", "mixtral", "qwen2", "qwen3",
+                                           "qwen3_moe"));
 
 // The same Qwen2 as llama.cpp lays it out in a GGUF file, read by transformers' GGUF loader
 // (its Qwen2 tokenizer: NFC, Qwen2's pattern, three special tokens, no BOS) and by ours.

@@ -1,7 +1,8 @@
 // Loading a Llama from GGUF and Hugging Face folders: hyper-parameters from metadata, names and
 // the q/k row order undone, the HF folder written by save_hf_weights read back bit-identically,
-// and the bad inputs (missing config.json, vocabulary/embedding mismatch). Mistral's and Qwen2's
-// configs, Qwen2's biases (also under LoRA) from a "qwen2" GGUF and a folder.
+// and the bad inputs (missing config.json, vocabulary/embedding mismatch). Mistral's, Mixtral's,
+// Qwen2's, Qwen3's and Qwen3-MoE's configs (and transformers 5's rope_parameters), Qwen2's biases
+// (also under LoRA) from a "qwen2" GGUF and a folder, Qwen3-MoE's folder names.
 #include "llama_weights.h"
 
 #include <filesystem>
@@ -250,15 +251,15 @@ TEST(LlamaConfig, MistralConfigJsonDefaultsAndRefusals) {
   auto scaled = j;
   scaled["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(scaled, "m/config.json"), NotSupportedError,
-                    "m/config.json: rope_scaling is set on a 'mistral' model");
+                    "m/config.json: rope scaling 'linear' is set on a 'mistral' model");
   auto llama = tiny_config().to_hf_json();
   llama["sliding_window"] = 64;
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "l/config.json"), NotSupportedError,
                     "l/config.json: sliding_window is set on a 'llama' model");
   llama["model_type"] = "gemma";
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "g/config.json"), ModelFileError,
-                    "model_type is 'gemma'; finetune_llama reads 'llama', 'mistral', 'qwen2' "
-                    "and 'mixtral' models");
+                    "model_type is 'gemma'; finetune_llama reads 'llama', 'mistral', 'qwen2', "
+                    "'mixtral', 'qwen3' and 'qwen3_moe' models");
 }
 
 // MixtralConfig's defaults (8 experts, 2 per token, no window, rope_theta 1e6, rms 1e-5), its
@@ -298,11 +299,163 @@ TEST(LlamaConfig, MixtralConfigJsonDefaultsAndRefusals) {
   torch::manual_seed(0);
   LlamaForCausalLM model(c);
   const auto& layer = *model->model->units[0];
-  ASSERT_TRUE(layer.block_sparse_moe);
+  ASSERT_TRUE(layer.sparse_moe);
   EXPECT_FALSE(layer.mlp);
-  EXPECT_EQ(layer.block_sparse_moe->experts->w1.sizes(),
+  EXPECT_EQ(layer.sparse_moe->experts->w1.sizes(),
             (std::vector<int64_t>{4, c.intermediate_size, c.hidden_size}));
   EXPECT_EQ(model->logits(torch::randint(c.vocab_size, {1, 5})).size(1), 5);
+}
+
+// Qwen3Config's defaults (head_dim 128 unless given, 32768 positions, no sliding window), its
+// round trip and refusals; Qwen3MoeConfig's (128 experts, 8 per token, width 768, no
+// renormalisation, every layer sparse), the layers mlp_only_layers and decoder_sparse_step
+// leave dense, and transformers 5's name for the expert count.
+TEST(LlamaConfig, Qwen3AndQwen3MoeConfigJsonDefaultsAndRefusals) {
+  auto j = tiny_config().to_hf_json();
+  j["model_type"] = "qwen3";
+  for (const char* key : {"head_dim", "max_position_embeddings", "mlp_bias"}) j.erase(key);
+  j["attention_bias"] = true;
+  const auto q = LlamaConfig::from_hf_json(j, "q/config.json");
+  EXPECT_EQ(q.head_dim, 128);
+  EXPECT_EQ(q.max_position_embeddings, 32768);
+  EXPECT_TRUE(q.qk_norm() && q.qkv_bias() && q.attention_bias);
+  EXPECT_FALSE(q.is_sparse_layer(0));
+  const auto back = q.to_hf_json();
+  EXPECT_EQ(back["architectures"][0], "Qwen3ForCausalLM");
+  EXPECT_FALSE(back.contains("mlp_bias"));
+  EXPECT_EQ(LlamaConfig::from_hf_json(back, "again").to_hf_json(), back);
+  auto bad = j;
+  bad["use_sliding_window"] = true;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "q/config.json"), NotSupportedError,
+                    "q/config.json: use_sliding_window is true; finetune_llama's 'qwen3'");
+  bad = j;
+  bad["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "q/config.json"), NotSupportedError,
+                    "layer_types holds \"sliding_attention\"");
+
+  j["model_type"] = "qwen3_moe";
+  j["attention_bias"] = false;
+  const auto m = LlamaConfig::from_hf_json(j, "m/config.json");
+  EXPECT_EQ(m.head_dim, 4);  // Qwen3MoeConfig: hidden_size / heads unless given
+  EXPECT_EQ(m.num_local_experts, 128);
+  EXPECT_EQ(m.num_experts_per_tok, 8);
+  EXPECT_EQ(m.expert_intermediate_size(), 768);
+  EXPECT_FALSE(m.norm_topk_prob);
+  EXPECT_TRUE(m.is_sparse_layer(0) && m.is_sparse_layer(1));
+  j["num_local_experts"] = 6;  // transformers 5 writes num_experts back so
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 12;
+  j["norm_topk_prob"] = true;
+  j["num_hidden_layers"] = 4;
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = {3};
+  const auto s = LlamaConfig::from_hf_json(j, "m/config.json");
+  EXPECT_EQ(s.num_local_experts, 6);
+  EXPECT_TRUE(s.norm_topk_prob);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(s.is_sparse_layer(i), i == 1) << i;
+  const auto moe_back = s.to_hf_json();
+  EXPECT_EQ(moe_back["architectures"][0], "Qwen3MoeForCausalLM");
+  EXPECT_EQ(moe_back["num_experts"], 6);
+  EXPECT_EQ(LlamaConfig::from_hf_json(moe_back, "again").to_hf_json(), moe_back);
+  bad = j;
+  bad["output_router_logits"] = true;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "m/config.json"), NotSupportedError,
+                    "m/config.json: output_router_logits is true; finetune_llama's 'qwen3_moe'");
+  bad = j;
+  bad["num_experts"] = 1;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "m/config.json"), ModelFileError,
+                    "num_experts_per_tok (2) must be in 1..num_experts (1)");
+  bad = j;
+  bad["mlp_only_layers"] = {"3"};
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "m/config.json"), ModelFileError,
+                    "mlp_only_layers holds \"3\"; expected layer indices");
+  bad = j;
+  bad["decoder_sparse_step"] = 0;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "m/config.json"), ModelFileError,
+                    "decoder_sparse_step is 0");
+}
+
+// transformers 5 writes the rotary base and scaling as rope_parameters: read as rope_theta and
+// rope_scaling are, and refused when they contradict the older keys.
+TEST(LlamaConfig, RopeParametersOfTransformers5) {
+  auto j = tiny_config().to_hf_json();
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "llama3"}, {"factor", 8.0},
+                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 32}};
+  const auto c = LlamaConfig::from_hf_json(j, "l/config.json");
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.rope_type, "llama3");
+  EXPECT_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 32);
+  // Read back from the older form it writes, the same config.
+  const auto again = LlamaConfig::from_hf_json(c.to_hf_json(), "again");
+  EXPECT_EQ(again.rope_theta, 500000.0);
+  EXPECT_EQ(again.rope_scaling.rope_type, "llama3");
+  auto plain = j;
+  plain["rope_parameters"] = {{"rope_theta", 1e6}, {"rope_type", "default"}};
+  EXPECT_TRUE(LlamaConfig::from_hf_json(plain, "l/config.json").rope_scaling.is_default());
+  EXPECT_EQ(LlamaConfig::from_hf_json(plain, "l/config.json").rope_theta, 1e6);
+  auto bad = j;
+  bad["rope_theta"] = 10000.0;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "l/config.json"), ModelFileError,
+                    "l/config.json: rope_theta (10000) and rope_parameters.rope_theta (500000) "
+                    "disagree");
+  bad = j;
+  bad["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "l/config.json"), NotSupportedError,
+                    "both rope_parameters and rope_scaling are set");
+  bad = j;
+  bad["rope_parameters"]["mscale"] = 1.0;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "l/config.json"), NotSupportedError,
+                    "l/config.json: rope_parameters.mscale is not read for rope_type 'llama3'");
+  bad = j;
+  bad["model_type"] = "mistral";
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "m/config.json"), NotSupportedError,
+                    "rope scaling 'llama3' is set on a 'mistral' model");
+}
+
+// A Qwen3-MoE's layers: q_norm/k_norm over each head, the sparse layer's MLP under Hugging
+// Face's name `mlp` and its experts as `mlp.experts.<e>.gate_proj/up_proj/down_proj`, read back
+// from its folder bit-identically; a dense layer (mlp_only_layers) keeps a plain MLP.
+TEST(LlamaWeights, Qwen3MoeFolderRoundTripUsesTransformersNames) {
+  auto c = tiny_config();
+  c.model_type = "qwen3_moe";
+  c.num_local_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 8;
+  c.norm_topk_prob = false;
+  c.mlp_only_layers = {1};
+  torch::manual_seed(3);
+  LlamaForCausalLM ref(c);
+  const auto& sparse = *ref->model->units[0];
+  ASSERT_TRUE(sparse.sparse_moe && !sparse.mlp);
+  EXPECT_EQ(sparse.sparse_moe->experts->w1.sizes(), (std::vector<int64_t>{4, 8, 16}));
+  ASSERT_TRUE(ref->model->units[1]->mlp && !ref->model->units[1]->sparse_moe);
+  EXPECT_EQ(sparse.self_attn->q_norm->weight.sizes(), (std::vector<int64_t>{c.head_dim}));
+  TempDir dir;
+  save_hf_weights(*ref, dir.file("hf"), true);
+  const auto saved = checkpoint::load_safetensors(dir.file("hf/model.safetensors"));
+  for (const char* name : {"model.layers.0.mlp.gate.weight",
+                           "model.layers.0.mlp.experts.3.gate_proj.weight",
+                           "model.layers.0.mlp.experts.3.up_proj.weight",
+                           "model.layers.0.mlp.experts.3.down_proj.weight",
+                           "model.layers.1.mlp.up_proj.weight",
+                           "model.layers.1.self_attn.k_norm.weight"}) {
+    EXPECT_NE(saved.find(name), nullptr) << name;
+  }
+  EXPECT_TRUE(torch::equal(*saved.find("model.layers.0.mlp.experts.2.down_proj.weight"),
+                           sparse.sparse_moe->experts->w2[2]));
+  const auto ck = open_llama_checkpoint(dir.file("hf"));
+  EXPECT_EQ(ck.config.mlp_only_layers, std::vector<int64_t>{1});
+  LlamaForCausalLM loaded(ck.config, ck.weights);
+  for (const auto& item : ref->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), loaded->named_parameters()[item.key()])) << item.key();
+  }
+  torch::NoGradGuard no_grad;
+  const auto ids = torch::randint(c.vocab_size, {1, 6});
+  EXPECT_TRUE(torch::equal(ref->logits(ids), loaded->logits(ids)));
 }
 
 LlamaConfig tiny_qwen2() {
