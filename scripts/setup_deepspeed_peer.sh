@@ -11,7 +11,8 @@
 # The torch is the CUDA build's wheel in .venv-cuda (scripts/install_deps.sh --cuda), reached
 # through a .pth file rather than installed twice; without .venv-cuda the wheel is installed into
 # this venv. DeepSpeed runs on the CPU there all the same (DS_ACCELERATOR=cpu). It also gets
-# transformers 5 (DeepSpeed's AutoEP replaces its Mixtral blocks).
+# transformers 5 (DeepSpeed's AutoEP replaces its Mixtral blocks; the reference for the models
+# transformers 4.47 lacks) and gguf.
 # Idempotent: a venv whose stamp matches the pins, and whose torch imports, is kept.
 # Usage: [--torch2] [VENV_DIR]
 set -euo pipefail
@@ -28,7 +29,10 @@ if ((torch2)); then
   # AutoEP's Mixtral preset needs transformers 5 (bench/token_choice_moe); 5.15.1 is the one
   # its layer replacement runs with (5.25's output-recorder registry changed its signature).
   readonly TRANSFORMERS_PIN="transformers==5.15.1"
-  readonly PINS="deepspeed==0.19.8 $TORCH_PIN $TRANSFORMERS_PIN"
+  # transformers' GGUF loader (llama_parity_test's Qwen3 GGUFs) needs accelerate, and reads a
+  # Qwen3/Qwen3-MoE file through gguf's architecture tables, which know them from 0.17 on.
+  readonly GGUF_PINS="gguf==0.19.0 accelerate==1.16.0"
+  readonly PINS="deepspeed==0.19.8 $TORCH_PIN $TRANSFORMERS_PIN $GGUF_PINS"
 else
   venv=${1:-$root/.venv-deepspeed}
   readonly PINS="deepspeed==0.15.4"
@@ -77,8 +81,9 @@ fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "${PINS%% *}" ||
   die "pip install ${PINS%% *} failed"
 if ((torch2)); then
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TRANSFORMERS_PIN" ||
-    die "pip install $TRANSFORMERS_PIN failed"
+  # shellcheck disable=SC2086  # GGUF_PINS is a list
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "$TRANSFORMERS_PIN" \
+      $GGUF_PINS || die "pip install $TRANSFORMERS_PIN $GGUF_PINS failed"
 fi
 readonly CHECK='
 import os, torch, deepspeed

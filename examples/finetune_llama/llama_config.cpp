@@ -39,30 +39,54 @@ RopeScaling gguf_rope_scaling(const GgufFile& f, const std::string& p, const Lla
 
 LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
-  DS_CHECK(arch == "llama" || arch == "qwen2", ModelFileError, "GGUF file ", f.path(),
-           ": general.architecture is '", arch, "'; finetune_llama reads 'llama' and 'qwen2' "
-           "models");
+  DS_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe",
+           ModelFileError, "GGUF file ", f.path(), ": general.architecture is '", arch,
+           "'; finetune_llama reads 'llama', 'qwen2', 'qwen3' and 'qwen3moe' models");
   const std::string p = arch + ".";
   // llama.cpp stores Mixtral as arch 'llama' with experts (ffn_gate_exps tensors).
-  DS_CHECK(!f.has(p + "expert_count") || f.get_int(p + "expert_count") == 0, NotSupportedError,
-           "GGUF file ", f.path(), ": ", p, "expert_count is ", f.get_int(p + "expert_count"),
-           "; finetune_llama reads MoE models (Mixtral) from Hugging Face folders");
+  DS_CHECK(arch == "qwen3moe" || !f.has(p + "expert_count") || f.get_int(p + "expert_count") == 0,
+           NotSupportedError, "GGUF file ", f.path(), ": ", p, "expert_count is ",
+           f.get_int(p + "expert_count"), "; finetune_llama reads Mixtral from Hugging Face "
+           "folders");
   LlamaConfig c;
-  c.model_type = arch;
-  if (arch == "qwen2") c.max_position_embeddings = 32768;  // Qwen2Config's default
+  c.model_type = arch == "qwen3moe" ? "qwen3_moe" : arch;
+  if (arch != "llama") c.max_position_embeddings = 32768;  // Qwen2Config's and Qwen3Config's
+  if (arch == "qwen3moe") {
+    // llama.cpp's qwen3moe: every layer sparse, the k scores always renormalised (transformers'
+    // GGUF loader sets norm_topk_prob for it).
+    c.num_local_experts = f.get_int(p + "expert_count");
+    c.num_experts_per_tok = f.get_int(p + "expert_used_count");
+    c.moe_intermediate_size = f.get_int(p + "expert_feed_forward_length");
+    c.norm_topk_prob = true;
+    DS_CHECK(c.num_experts_per_tok > 0 && c.num_experts_per_tok <= c.num_local_experts,
+             ModelFileError, "GGUF file ", f.path(), ": ", p, "expert_used_count (",
+             c.num_experts_per_tok, ") must be in 1..", p, "expert_count (",
+             c.num_local_experts, ")");
+  }
   c.num_hidden_layers = f.get_int(p + "block_count");
   c.hidden_size = f.get_int(p + "embedding_length");
-  c.intermediate_size = f.get_int(p + "feed_forward_length");
+  // A sparse model's dense width is used by no layer; llama.cpp's converter may leave it out.
+  c.intermediate_size = arch == "qwen3moe" && !f.has(p + "feed_forward_length")
+                            ? c.moe_intermediate_size
+                            : f.get_int(p + "feed_forward_length");
   c.num_attention_heads = f.get_int(p + "attention.head_count");
   c.num_key_value_heads = f.has(p + "attention.head_count_kv")
                               ? f.get_int(p + "attention.head_count_kv")
                               : c.num_attention_heads;
-  c.head_dim = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
+  // Qwen3's heads are wider than embedding_length / head_count (llama.cpp's key_length).
+  c.head_dim = f.has(p + "attention.key_length")
+                   ? f.get_int(p + "attention.key_length")
+                   : (c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  DS_CHECK(!f.has(p + "attention.value_length") ||
+               f.get_int(p + "attention.value_length") == c.head_dim,
+           NotSupportedError, "GGUF file ", f.path(), ": metadata '", p,
+           "attention.value_length' differs from the key head size ", c.head_dim);
   if (f.has(p + "rope.dimension_count")) {
     const int64_t rope_dim = f.get_int(p + "rope.dimension_count");
     DS_CHECK(rope_dim == c.head_dim, ModelFileError, "GGUF file ", f.path(), ": metadata '", p,
-             "rope.dimension_count' is ", rope_dim, " but the head size (embedding_length / "
-             "head_count) is ", c.head_dim, "; partial rotary embeddings are not supported");
+             "rope.dimension_count' is ", rope_dim, " but the head size (attention.key_length, "
+             "or embedding_length / head_count) is ", c.head_dim,
+             "; partial rotary embeddings are not supported");
   }
   if (f.has(p + "context_length")) c.max_position_embeddings = f.get_int(p + "context_length");
   if (f.has(p + "rope.freq_base")) c.rope_theta = f.get_float(p + "rope.freq_base");

@@ -65,8 +65,9 @@ struct LlamaConfig {
     return moe_intermediate_size > 0 ? moe_intermediate_size : intermediate_size;
   }
 
-  /// From a GGUF file's metadata (general.architecture "llama" or "qwen2"; {arch}.block_count,
-  /// .embedding_length, .feed_forward_length,
+  /// From a GGUF file's metadata (general.architecture "llama", "qwen2", "qwen3" or "qwen3moe";
+  /// {arch}.block_count, .embedding_length, .feed_forward_length, .attention.key_length,
+  /// .expert_count, .expert_used_count, .expert_feed_forward_length,
   /// .attention.head_count(_kv), .rope.freq_base, .attention.layer_norm_rms_epsilon,
   /// .context_length, .vocab_size or the token list's length, .rope.dimension_count,
   /// .rope.scaling.type "none"/"linear" with .rope.scaling.factor, or the older

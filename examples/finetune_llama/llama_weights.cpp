@@ -5,8 +5,9 @@
 
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -24,8 +25,8 @@ namespace deepspeed::examples {
 namespace fs = std::filesystem;
 namespace {
 
-// Hugging Face suffix within a layer -> GGUF suffix (llama.cpp's tensor names for "llama" and
-// "qwen2").
+// Hugging Face suffix within a layer -> GGUF suffix (llama.cpp's tensor names for "llama",
+// "qwen2", "qwen3" and "qwen3moe"; the latter's experts are gguf_expert_slice's).
 const std::pair<const char*, const char*> kLayerNames[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"post_attention_layernorm.weight", "ffn_norm.weight"},
@@ -39,7 +40,21 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"self_attn.q_proj.bias", "attn_q.bias"},  // Qwen2
     {"self_attn.k_proj.bias", "attn_k.bias"},
     {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},  // Qwen3
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},  // Qwen3-MoE's router
 };
+
+// One expert's projection in llama.cpp's layout: the experts of a layer stacked in one tensor
+// ("model.layers.3.mlp.experts.5.up_proj.weight" -> "blk.3.ffn_up_exps.weight", expert 5).
+std::optional<std::pair<std::string, int64_t>> gguf_expert_slice(const std::string& hf_name) {
+  static const std::regex expert(
+      R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight)");
+  std::smatch m;
+  if (!std::regex_match(hf_name, m, expert)) return std::nullopt;
+  return std::make_pair("blk." + m[1].str() + ".ffn_" + m[3].str() + "_exps.weight",
+                        std::stoll(m[2].str()));
+}
 
 nlohmann::json read_json(const std::string& path, const std::string& what) {
   std::ifstream in(path);
@@ -60,7 +75,21 @@ LlamaCheckpoint open_gguf(const std::string& path) {
   ck.is_gguf = true;
   ck.config = LlamaConfig::from_gguf(*file);
   const LlamaConfig cfg = ck.config;
-  ck.weights = [file, cfg](const std::string& hf_name) {
+  // The model asks for the experts one at a time, each stack's in a row: the stack last read is
+  // kept until its last expert is taken, rather than dequantised once per expert.
+  auto stack = std::make_shared<std::pair<std::string, at::Tensor>>();
+  ck.weights = [file, cfg, stack](const std::string& hf_name) {
+    if (const auto slice = gguf_expert_slice(hf_name)) {
+      if (stack->first != slice->first) {
+        *stack = {slice->first, file->load_tensor(slice->first, at::kFloat)};
+      }
+      DS_CHECK(stack->second.dim() == 3 && slice->second < stack->second.size(0), ModelFileError,
+               "GGUF file ", file->path(), ": tensor '", slice->first, "' of shape ",
+               stack->second.sizes(), " holds no expert ", slice->second);
+      at::Tensor w = stack->second[slice->second];
+      if (slice->second + 1 == stack->second.size(0)) *stack = {};
+      return w;
+    }
     at::Tensor w = file->load_tensor(gguf_tensor_name(hf_name), at::kFloat);
     const auto ends = [&](const char* s) {
       return hf_name.size() >= std::strlen(s) && hf_name.compare(hf_name.size() - std::strlen(s), std::string::npos, s) == 0;

@@ -1,5 +1,5 @@
-"""A Hugging Face folder shaped as Llama 2's, Mistral's or Qwen2's, for finetune_llama's parity
-tests, saved by save_pretrained:
+"""A Hugging Face folder shaped as Llama 2's, Mistral's, Mixtral's, Qwen2's, Qwen3's or
+Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   llama2:  a small random LlamaForCausalLM with a SentencePiece-style tokenizer.json, the
            "llama2" case of tokenizer_sentencepiece_reference.py (trained on CORPUS), and a
            tokenizer_config.json naming LlamaTokenizerFast as the real model's does;
@@ -10,18 +10,19 @@ tests, saved by save_pretrained:
            experts' so that their outputs weigh in the logits;
   qwen2:   a Qwen2ForCausalLM (random q/k/v biases: transformers would start them at zero) with
            the byte-level "qwen2" tokenizer of tokenizer_pretokenizers_reference.py (NFC, Qwen2's
-           pattern) and Qwen2TokenizerFast's tokenizer_config.json. With GGUF, the same model and
-           vocabulary are also written there as llama.cpp lays out a "qwen2" GGUF (f32 tensors);
-  qwen3:   a Qwen3ForCausalLM (head_dim 32 with 4 heads of a 64-wide model, the q/k norms'
+           pattern) and Qwen2TokenizerFast's tokenizer_config.json;
+  qwen3:   a Qwen3ForCausalLM (head_dim 128 with 4 heads of a 64-wide model, the q/k norms'
            weights random: transformers would start them at one) with Qwen2's tokenizer;
   qwen3_moe: the same as a Qwen3MoeForCausalLM: 4 experts of width 48 per sparse layer, 2 per
            token, norm_topk_prob true, layer 1 dense (mlp_only_layers), router and experts
-           scaled up as Mixtral's.
+           scaled up as Mixtral's (with GGUF: width 768, no dense layer).
+  With GGUF, a qwen2/qwen3/qwen3_moe model and vocabulary are also written there as llama.cpp
+  lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
        (KIND: llama2, mistral, mixtral, qwen2, qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
 (scripts/setup_python_refs.sh); qwen3 and qwen3_moe, which transformers 4.47 lacks, with
-transformers 5.15.1 and torch 2.11 (scripts/setup_deepspeed_peer.sh --torch2).
+transformers 5.15.1, gguf 0.19.0 and torch 2.11 (scripts/setup_deepspeed_peer.sh --torch2).
 """
 import json
 import os
@@ -40,62 +41,90 @@ SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
              num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
 
 
-def write_qwen2_gguf(model, tok, path):
-    """The model as convert_hf_to_gguf.py writes a Qwen2 (no q/k row permutation)."""
+GGUF_ARCH = {"qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3moe"}
+GGUF_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+              "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+              "mlp.gate": "ffn_gate_inp"}
+
+
+def write_gguf(folder, kind, tok, path):
+    """The saved folder as convert_hf_to_gguf.py writes a Qwen2, Qwen3 or Qwen3-MoE: no q/k row
+    permutation, Qwen3's head size as attention.key_length, each layer's experts stacked."""
     from gguf import GGUFWriter
-    c = model.config
+    from safetensors.torch import load_file
+    with open(os.path.join(folder, "config.json")) as f:
+        c = json.load(f)
     vocab = tok.get_vocab()
     tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
     merges = json.loads(tok.to_str())["model"]["merges"]
     merges = [m if isinstance(m, str) else " ".join(m) for m in merges]
-    w = GGUFWriter(path, "qwen2")
-    w.add_name("qwen2-test")
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    w.add_rope_freq_base(c.rope_theta)
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    w = GGUFWriter(path, GGUF_ARCH[kind])
+    w.add_name(kind + "-test")
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(c["hidden_size"])
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(c["num_attention_heads"])
+    w.add_head_count_kv(c["num_key_value_heads"])
+    theta = c.get("rope_theta") or c["rope_parameters"]["rope_theta"]
+    w.add_rope_freq_base(theta)
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    if kind != "qwen2":
+        w.add_key_length(c["head_dim"])
+        w.add_value_length(c["head_dim"])
+    if kind == "qwen3_moe":
+        w.add_expert_count(c.get("num_experts") or c["num_local_experts"])
+        w.add_expert_used_count(c["num_experts_per_tok"])
+        w.add_expert_feed_forward_length(c["moe_intermediate_size"])
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(tokens)
     w.add_token_merges(merges)
     w.add_token_types([3 if t in QWEN2_SPECIALS else 1 for t in tokens])
-    w.add_bos_token_id(c.bos_token_id)
-    w.add_eos_token_id(c.eos_token_id)
-    w.add_pad_token_id(c.bos_token_id)
+    w.add_bos_token_id(c["bos_token_id"])
+    w.add_eos_token_id(c["eos_token_id"])
+    w.add_pad_token_id(c["bos_token_id"])
     w.add_add_bos_token(False)
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
              "output_norm.weight", "lm_head.weight": "output.weight"}
-    layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-             "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
-             "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
-    for name, t in model.state_dict().items():
-        if name not in names:
-            _, _, i, rest = name.split(".", 3)
-            module, kind = rest.rsplit(".", 1)
-            names[name] = f"blk.{i}.{layer[module]}.{kind}"
-        w.add_tensor(names[name], t.detach().float().contiguous().numpy())
+    experts = {}  # (layer, proj) -> {expert: tensor}
+    for name, t in sorted(load_file(os.path.join(folder, "model.safetensors")).items()):
+        t = t.float().contiguous()
+        if name in names:
+            w.add_tensor(names[name], t.numpy())
+            continue
+        _, _, i, rest = name.split(".", 3)
+        if rest.startswith("mlp.experts."):
+            _, _, e, proj, _ = rest.split(".")
+            experts.setdefault((i, proj[:-len("_proj")]), {})[int(e)] = t
+            continue
+        module, kind_ = rest.rsplit(".", 1)
+        w.add_tensor(f"blk.{i}.{GGUF_LAYER[module]}.{kind_}", t.numpy())
+    for (i, proj), by_expert in sorted(experts.items()):
+        stacked = torch.stack([by_expert[e] for e in sorted(by_expert)])
+        w.add_tensor(f"blk.{i}.ffn_{proj}_exps.weight", stacked.numpy())
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
 
 
-def qwen3_model(kind, tok_ids):
-    """A Qwen3 or Qwen3-MoE (transformers >= 4.51) whose q/k norms and experts weigh in."""
-    sizes = dict(SIZES, head_dim=32, vocab_size=tok_ids["vocab_size"],
+def qwen3_model(kind, tok_ids, gguf):
+    """A Qwen3 or Qwen3-MoE (transformers >= 4.51) whose q/k norms and experts weigh in. For a
+    GGUF, the sizes transformers' GGUF loader takes from Qwen3MoeConfig's defaults whatever the
+    file says (expert width 768, every layer sparse)."""
+    sizes = dict(SIZES, head_dim=128, vocab_size=tok_ids["vocab_size"],
                  bos_token_id=tok_ids["<|endoftext|>"],
                  eos_token_id=tok_ids["<|im_end|>"], rope_theta=1e6)
     if kind == "qwen3":
         model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**sizes))
     else:
         model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
-            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True,
-            mlp_only_layers=[1], **sizes))
+            num_experts=4, num_experts_per_tok=2, moe_intermediate_size=768 if gguf else 48,
+            norm_topk_prob=True, mlp_only_layers=[] if gguf else [1], **sizes))
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
@@ -124,7 +153,8 @@ def main():
                                  layer.self_attn.v_proj):
                         proj.bias.normal_(0.0, 0.5)
         else:
-            model = qwen3_model(kind, dict(ids, vocab_size=tok.get_vocab_size()))
+            model = qwen3_model(kind, dict(ids, vocab_size=tok.get_vocab_size()),
+                                gguf=len(sys.argv) > 4)
         config = {"tokenizer_class": "Qwen2TokenizerFast", "bos_token": None,
                   "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
                   "add_prefix_space": False, "model_max_length": 256,
@@ -153,7 +183,7 @@ def main():
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump(config, f)
     if len(sys.argv) > 4:
-        write_qwen2_gguf(model, tok, sys.argv[4])
+        write_gguf(out, kind, tok, sys.argv[4])
 
 
 if __name__ == "__main__":

@@ -3,10 +3,10 @@
 // --score_file loss (1e-4 relative), 20 greedy tokens with the KV cache (identical), and the
 // --save_hf folder (loads in transformers to the same logits; our loader reads it back
 // bit-identically). Then the same on small random Llama 2, Mistral, Mixtral, Qwen2, Qwen3 and
-// Qwen3-MoE folders, and a Qwen2 GGUF (hf_folder_reference.py). The model file and the Python
-// environments come from the CTest fixtures llama_model_file, llama_python_refs and
-// deepspeed_peer_torch2 (scripts/fetch_smollm2.sh, scripts/setup_python_refs.sh,
-// scripts/setup_deepspeed_peer.sh --torch2).
+// Qwen3-MoE folders, and Qwen2, Qwen3 and Qwen3-MoE GGUFs (hf_folder_reference.py). The model
+// file and the Python environments come from the CTest fixtures llama_model_file,
+// llama_python_refs and deepspeed_peer_torch2 (scripts/fetch_smollm2.sh,
+// scripts/setup_python_refs.sh, scripts/setup_deepspeed_peer.sh --torch2).
 #include <filesystem>
 #include <fstream>
 
@@ -220,27 +220,48 @@ INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
                          ::testing::Values("llama2", "mistral", "mixtral", "qwen2", "qwen3",
                                            "qwen3_moe"));
 
-// The same Qwen2 as llama.cpp lays it out in a GGUF file, read by transformers' GGUF loader
-// (its Qwen2 tokenizer: NFC, Qwen2's pattern, three special tokens, no BOS) and by ours.
-TEST(Qwen2GgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
-  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " (run scripts/setup_python_refs.sh)";
-  TempDir dir("qwen2_gguf");
-  const std::string gguf = dir.file("qwen2.gguf");
-  const auto made = run_command(kPython + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
-                                " '" + dir.file("folder") + "' qwen2 '" + gguf + "' 2>&1");
+// The same Qwen2, Qwen3 and Qwen3-MoE as llama.cpp lays them out in a GGUF file (Qwen3's head
+// size as attention.key_length, its q/k norms as attn_q_norm/attn_k_norm, Qwen3-MoE's router as
+// ffn_gate_inp and each layer's experts stacked in ffn_gate_exps/ffn_up_exps/ffn_down_exps),
+// read by transformers' GGUF loader (its Qwen2 tokenizer: NFC, Qwen2's pattern, three special
+// tokens, no BOS) and by ours.
+class QwenGgufParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(QwenGgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
+  const std::string python = GetParam() == "qwen2" ? kPython : kPython5;
+  ASSERT_TRUE(std::filesystem::exists(python)) << python;
+  TempDir dir("qwen_gguf");
+  const std::string gguf = dir.file(GetParam() + ".gguf");
+  const auto made = run_command(python + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
+                                " '" + dir.file("folder") + "' " + GetParam() + " '" + gguf +
+                                "' 2>&1");
   ASSERT_EQ(made.exit_code, 0) << made.out;
-  const auto ref = run_reference(gguf, dir.file("ref.json"));
+  const auto ref = run_reference(gguf, dir.file("ref.json"), python);
   const auto file = GgufFile::open(gguf);
   const auto tok = LlamaTokenizer::from_gguf(file);
   for (size_t i = 0; i < kTexts.size(); ++i) {
     EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
   }
-  // The GGUF holds the folder's weights: both load to the same config and tensors.
+  // The GGUF holds the folder's weights: both load to the same config (but the padding token,
+  // which only the GGUF names, and the RMSNorm epsilon, an f32 there) and tensors.
   const auto from_gguf = open_llama_checkpoint(gguf);
   const auto from_folder = open_llama_checkpoint(dir.file("folder"));
-  EXPECT_EQ(from_gguf.config.to_hf_json()["model_type"], "qwen2");
-  for (const char* name : {"model.layers.1.self_attn.q_proj.weight",
-                           "model.layers.1.self_attn.k_proj.bias", "lm_head.weight"}) {
+  EXPECT_NEAR(from_gguf.config.rms_norm_eps, from_folder.config.rms_norm_eps, 1e-12);
+  auto gguf_config = from_gguf.config.to_hf_json(), folder_config = from_folder.config.to_hf_json();
+  for (const char* key : {"pad_token_id", "rms_norm_eps"}) {
+    gguf_config.erase(key);
+    folder_config.erase(key);
+  }
+  EXPECT_EQ(gguf_config, folder_config);
+  std::vector<std::string> names = {"model.layers.1.self_attn.q_proj.weight", "lm_head.weight"};
+  if (GetParam() == "qwen2") names.push_back("model.layers.1.self_attn.k_proj.bias");
+  if (GetParam() != "qwen2") names.push_back("model.layers.1.self_attn.k_norm.weight");
+  if (GetParam() == "qwen3_moe") {
+    names.push_back("model.layers.1.mlp.gate.weight");
+    names.push_back("model.layers.1.mlp.experts.3.up_proj.weight");
+    names.push_back("model.layers.0.mlp.experts.0.down_proj.weight");
+  }
+  for (const auto& name : names) {
     EXPECT_TRUE(torch::equal(from_gguf.weights(name), from_folder.weights(name))) << name;
   }
   expect_score_as(ref, run_finetune(gguf, "--seq_len 64 --score_file " + kScoreFile));
@@ -251,6 +272,8 @@ TEST(Qwen2GgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
   ASSERT_TRUE(in.good()) << gen_file;
   EXPECT_EQ(nlohmann::json::parse(in)["token_ids"], ref["generated"]);
 }
+
+INSTANTIATE_TEST_SUITE_P(Kinds, QwenGgufParity, ::testing::Values("qwen2", "qwen3", "qwen3_moe"));
 
 }  // namespace
 }  // namespace deepspeed::examples

@@ -573,6 +573,70 @@ TEST(LlamaWeights, Qwen2GgufAndFolderLoadTheBiasesAndUnpermutedRows) {
     EXPECT_TRUE(torch::equal(item.value(), again->named_parameters()[item.key()])) << item.key();
 }
 
+// A "qwen3moe" GGUF as llama.cpp's converter lays it out: the head size in attention.key_length
+// (wider than embedding_length / head_count), the q/k norms, the router as ffn_gate_inp and each
+// layer's experts stacked (ffn_gate_exps [E, ffn, hidden] ...). It loads bit-identically, every
+// layer sparse and renormalised as llama.cpp runs it; bad expert metadata is named.
+TEST(LlamaWeights, Qwen3MoeGgufLoadsStackedExpertsAndTheHeadSize) {
+  TempDir dir;
+  auto c = tiny_config();
+  c.model_type = "qwen3_moe";
+  c.tie_word_embeddings = false;
+  c.head_dim = 8;  // hidden 16 / 4 heads would be 4
+  c.num_local_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 6;
+  torch::manual_seed(11);
+  LlamaForCausalLM ref(c);
+  const auto write = [&](uint32_t used, const std::string& path) {
+    GgufTestWriter w;
+    w.kv_str("general.architecture", "qwen3moe");
+    w.kv_u32("qwen3moe.block_count", static_cast<uint32_t>(c.num_hidden_layers));
+    w.kv_u32("qwen3moe.embedding_length", static_cast<uint32_t>(c.hidden_size));
+    w.kv_u32("qwen3moe.attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
+    w.kv_u32("qwen3moe.attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
+    w.kv_u32("qwen3moe.attention.key_length", static_cast<uint32_t>(c.head_dim));
+    w.kv_u32("qwen3moe.attention.value_length", static_cast<uint32_t>(c.head_dim));
+    w.kv_f32("qwen3moe.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+    w.kv_u32("qwen3moe.expert_count", static_cast<uint32_t>(c.num_local_experts));
+    w.kv_u32("qwen3moe.expert_used_count", used);
+    w.kv_u32("qwen3moe.expert_feed_forward_length", static_cast<uint32_t>(6));
+    w.kv_u32("qwen3moe.vocab_size", static_cast<uint32_t>(c.vocab_size));
+    for (const auto& item : ref->named_parameters()) {
+      const torch::Tensor t = item.value().detach();
+      std::vector<uint64_t> ne(t.sizes().rbegin(), t.sizes().rend());
+      std::string name = item.key();
+      const auto experts = name.find(".mlp.experts.w");
+      // model.layers.<i>.mlp.experts.w1 -> blk.<i>.ffn_gate_exps.weight (w2: down, w3: up)
+      if (experts != std::string::npos) {
+        const char w_index = name.back();
+        const char* proj = w_index == '1' ? "gate" : w_index == '2' ? "down" : "up";
+        name = "blk." + name.substr(13, experts - 13) + ".ffn_" + proj + "_exps.weight";
+      } else {
+        name = gguf_tensor_name(name);
+      }
+      w.tensor(name, ne, 0, f32_bytes(t));
+    }
+    w.write(path);
+  };
+  write(2, dir.file("q.gguf"));
+  const auto ck = open_llama_checkpoint(dir.file("q.gguf"));
+  EXPECT_EQ(ck.config.model_type, "qwen3_moe");
+  EXPECT_EQ(ck.config.head_dim, 8);
+  EXPECT_EQ(ck.config.expert_intermediate_size(), 6);
+  EXPECT_EQ(ck.config.intermediate_size, 6);  // no feed_forward_length: the experts' width
+  EXPECT_TRUE(ck.config.norm_topk_prob);
+  EXPECT_TRUE(ck.config.is_sparse_layer(0) && ck.config.is_sparse_layer(1));
+  EXPECT_EQ(ck.config.max_position_embeddings, 32768);
+  LlamaForCausalLM loaded(ck.config, ck.weights);
+  for (const auto& item : ref->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), loaded->named_parameters()[item.key()])) << item.key();
+  }
+  write(5, dir.file("bad.gguf"));
+  EXPECT_THROW_WITH(open_llama_checkpoint(dir.file("bad.gguf")), ModelFileError,
+                    "qwen3moe.expert_used_count (5) must be in 1..qwen3moe.expert_count (4)");
+}
+
 // LoRA on biased projections: the bias is loaded with the base weight, stays frozen, and the
 // merged export carries it.
 TEST(LlamaWeights, LoraOnBiasedProjectionsKeepsAndExportsTheBias) {
