@@ -120,16 +120,20 @@ int64_t json_int(const nlohmann::json& j, const char* key, const std::string& pa
   return j.at(key).get<int64_t>();
 }
 
-// The router's load-balancing loss (output_router_logits) and its training-time jitter are
-// refused rather than ignored: the sparse blocks here have neither.
-void check_router(const nlohmann::json& j, const std::string& path, const LlamaConfig& c,
-                  const char* experts_key) {
-  DS_CHECK(c.num_experts_per_tok > 0 && c.num_experts_per_tok <= c.num_local_experts,
-           ModelFileError, path, ": num_experts_per_tok (", c.num_experts_per_tok,
-           ") must be in 1..", experts_key, " (", c.num_local_experts, ")");
-  DS_CHECK(!j.value("output_router_logits", false), NotSupportedError, path,
-           ": output_router_logits is true; finetune_llama's '", c.model_type, "' trains without "
-           "the router's load-balancing loss");
+// The router's load-balancing loss (output_router_logits, weighted router_aux_loss_coef); its
+// training-time jitter is refused rather than ignored: the sparse blocks here have none.
+void read_router(const nlohmann::json& j, const std::string& path, const char* experts_key,
+                 LlamaConfig* c) {
+  DS_CHECK(c->num_experts_per_tok > 0 && c->num_experts_per_tok <= c->num_local_experts,
+           ModelFileError, path, ": num_experts_per_tok (", c->num_experts_per_tok,
+           ") must be in 1..", experts_key, " (", c->num_local_experts, ")");
+  c->output_router_logits = j.value("output_router_logits", false);
+  if (j.contains("router_aux_loss_coef") && !j["router_aux_loss_coef"].is_null()) {
+    DS_CHECK(j["router_aux_loss_coef"].is_number(), ModelFileError, path,
+             ": router_aux_loss_coef is ", j["router_aux_loss_coef"].type_name(),
+             "; expected a number");
+    c->router_aux_loss_coef = j["router_aux_loss_coef"].get<double>();
+  }
   DS_CHECK(j.value("router_jitter_noise", 0.0) == 0.0, NotSupportedError, path,
            ": router_jitter_noise is ", j.value("router_jitter_noise", 0.0),
            "; finetune_llama's routers have no jitter");
@@ -144,7 +148,7 @@ int64_t int_or(const nlohmann::json& j, const char* key, const std::string& path
 void read_mixtral_experts(const nlohmann::json& j, const std::string& path, LlamaConfig* c) {
   c->num_local_experts = int_or(j, "num_local_experts", path, 8);
   c->num_experts_per_tok = int_or(j, "num_experts_per_tok", path, 2);
-  check_router(j, path, *c, "num_local_experts");
+  read_router(j, path, "num_local_experts", c);
 }
 
 // Qwen3MoeConfig's expert keys (transformers 5 writes num_experts back as num_local_experts).
@@ -171,7 +175,7 @@ void read_qwen3_moe_experts(const nlohmann::json& j, const std::string& path, Ll
   DS_CHECK(c->moe_intermediate_size > 0 && c->num_local_experts >= 0, ModelFileError, path,
            ": moe_intermediate_size (", c->moe_intermediate_size, ") must be positive and ",
            count, " (", c->num_local_experts, ") not negative");
-  if (c->num_local_experts > 0) check_router(j, path, *c, count);
+  if (c->num_local_experts > 0) read_router(j, path, count, c);
 }
 
 // Qwen2Config and Qwen3Config keep sliding_window only with use_sliding_window, which
@@ -357,7 +361,8 @@ nlohmann::json LlamaConfig::to_hf_json() const {
     if (model_type == "mixtral") {
       j["num_local_experts"] = num_local_experts;
       j["num_experts_per_tok"] = num_experts_per_tok;
-      j["output_router_logits"] = false;
+      j["output_router_logits"] = output_router_logits;
+      j["router_aux_loss_coef"] = router_aux_loss_coef;
       j["router_jitter_noise"] = 0.0;
     }
   } else if (model_type == "qwen2") {
@@ -379,7 +384,8 @@ nlohmann::json LlamaConfig::to_hf_json() const {
       j["norm_topk_prob"] = norm_topk_prob;
       j["decoder_sparse_step"] = decoder_sparse_step;
       j["mlp_only_layers"] = mlp_only_layers;
-      j["output_router_logits"] = false;
+      j["output_router_logits"] = output_router_logits;
+      j["router_aux_loss_coef"] = router_aux_loss_coef;
     }
   }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;

@@ -50,6 +50,10 @@ struct LlamaConfig {
   bool norm_topk_prob = true;         // the k scores divided by their sum (Mixtral always)
   int64_t decoder_sparse_step = 1;    // Qwen3-MoE: layer i is sparse when (i + 1) % step == 0
   std::vector<int64_t> mlp_only_layers;  // Qwen3-MoE: layers kept dense whatever the step
+  // Mixtral and Qwen3-MoE: the loss adds router_aux_loss_coef times transformers'
+  // load-balancing loss over the sparse layers' router logits.
+  bool output_router_logits = false;
+  double router_aux_loss_coef = 0.001;
   /// Not part of config.json: the fine-tuning's LoRA adapters (deepspeed::linear) on the decoder
   /// projections whose names contain one of lora->target_mods; none by default.
   std::optional<linear::LoRAConfig> lora;

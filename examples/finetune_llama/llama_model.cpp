@@ -106,6 +106,16 @@ std::string hf_expert_name(const LlamaConfig& cfg, const std::string& stacked, i
   return stacked.substr(0, dot) + "." + std::to_string(expert) + "." + w + ".weight";
 }
 
+at::Tensor router_load_balancing_loss(const std::vector<at::Tensor>& router_logits,
+                                      int64_t num_experts, int64_t top_k) {
+  const at::Tensor probs = at::softmax(at::cat(router_logits, 0), -1);  // [N, E]
+  const at::Tensor chosen = std::get<1>(probs.topk(top_k, -1));          // [N, k]
+  const at::Tensor tokens_per_expert =
+      at::one_hot(chosen, num_experts).to(at::kFloat).mean(0);  // [k, E]
+  const at::Tensor prob_per_expert = probs.mean(0);            // [E]
+  return (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * num_experts;
+}
+
 RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
@@ -210,6 +220,7 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t ind
     sparse_moe = register_module(
         cfg.model_type == "qwen3_moe" ? "mlp" : "block_sparse_moe",
         moe::TokenChoiceMoE(cfg.hidden_size, cfg.expert_intermediate_size(), o));
+    sparse_moe->set_keep_router_logits(cfg.output_router_logits);
   } else {
     mlp = register_module("mlp", LlamaMlp(cfg, prefix + "mlp."));
   }
@@ -241,6 +252,14 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& 
   fill_parameters(*embed_tokens, "model.embed_tokens.", weights, cfg);
   fill_parameters(*norm, "model.norm.", weights, cfg);
   rope_.emplace(cfg.rope_scaling, cfg.rope_theta, cfg.head_dim, cfg.max_position_embeddings);
+}
+
+void LlamaModelImpl::set_activation_checkpointing(bool on) {
+  DS_CHECK(!on || !cfg_.output_router_logits, NotSupportedError, "activation checkpointing with "
+           "output_router_logits: the router logits a checkpointed layer keeps carry no graph, so "
+           "the load-balancing loss would train nothing; set output_router_logits false in "
+           "config.json or train without --activation_checkpointing");
+  activation_checkpointing_ = on;
 }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* cache) {
@@ -298,15 +317,25 @@ torch::Tensor LlamaForCausalLMImpl::logits(const torch::Tensor& ids, LlamaKvCach
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& ids, const torch::Tensor& targets) {
+  torch::Tensor loss;
   if (lm_loss_ == LmLoss::kFused) {
-    return linear_cross_entropy(model->forward(ids), output_weight(), targets);
-  }
-  if (lm_loss_ == LmLoss::kChunked) {
+    loss = linear_cross_entropy(model->forward(ids), output_weight(), targets);
+  } else if (lm_loss_ == LmLoss::kChunked) {
     auto lg = torch::matmul(model->forward(ids), output_weight().t());
-    return chunked_cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+    loss = chunked_cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+  } else {
+    auto lg = logits(ids);
+    loss = torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
   }
-  auto lg = logits(ids);
-  return torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
+  if (!cfg_.output_router_logits) return loss;
+  std::vector<torch::Tensor> router_logits;
+  for (const auto& layer : model->units) {
+    if (layer->sparse_moe) router_logits.push_back(layer->sparse_moe->router_logits());
+  }
+  if (router_logits.empty()) return loss;
+  return loss + cfg_.router_aux_loss_coef *
+                    router_load_balancing_loss(router_logits, cfg_.num_local_experts,
+                                               cfg_.num_experts_per_tok);
 }
 
 }  // namespace deepspeed::examples

@@ -35,6 +35,13 @@ using LlamaWeightSource = std::function<torch::Tensor(const std::string& hf_name
 /// in a Qwen3-MoE (w2: down_proj, w3: up_proj).
 std::string hf_expert_name(const LlamaConfig& cfg, const std::string& stacked, int64_t expert);
 
+/// transformers' load-balancing loss of Mixtral and Qwen3-MoE (load_balancing_loss_func, no
+/// attention mask): over every sparse layer's router logits [tokens, num_experts] together,
+/// num_experts * sum over the k choices and experts of (the share of tokens whose i-th choice is
+/// the expert) * (the mean softmax probability of the expert). 1 at perfect balance, k at worst.
+at::Tensor router_load_balancing_loss(const std::vector<at::Tensor>& router_logits,
+                                      int64_t num_experts, int64_t top_k);
+
 /// Keys and values of the positions seen so far, per layer: [B, kv_heads, T_past, head_dim].
 struct LlamaKvCache {
   std::vector<torch::Tensor> keys, values;
@@ -104,8 +111,9 @@ class LlamaModelImpl : public torch::nn::Module {
   /// ids [B, T] -> final hidden states [B, T, hidden]; with a cache, the positions continue it.
   torch::Tensor forward(const torch::Tensor& ids, LlamaKvCache* cache = nullptr);
   /// Gradient checkpointing: with grad enabled and no cache, each layer runs through
-  /// deepspeed::checkpointing::checkpoint (its activations recomputed in backward).
-  void set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
+  /// deepspeed::checkpointing::checkpoint (its activations recomputed in backward). Refused
+  /// with output_router_logits: the router logits of a checkpointed forward carry no graph.
+  void set_activation_checkpointing(bool on);
 
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -127,8 +135,9 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   LlamaForCausalLMImpl(const LlamaConfig& cfg, const LlamaWeightSource& weights = {});
   /// ids [B, T] int64 -> logits [B, T, vocab] (fp32).
   torch::Tensor logits(const torch::Tensor& ids, LlamaKvCache* cache = nullptr);
-  /// Mean next-token cross-entropy: predicting targets [B, T] from ids [B, T], in the form
-  /// set_lm_loss() chose (all equal within rounding: the softmax is taken in fp32 in each).
+  /// Mean next-token cross-entropy: predicting targets [B, T] from ids [B, T] (-100: ignored),
+  /// in the form set_lm_loss() chose (all equal within rounding: the softmax is taken in fp32 in
+  /// each); with output_router_logits, plus router_aux_loss_coef times the load-balancing loss.
   torch::Tensor forward(const torch::Tensor& ids, const torch::Tensor& targets);
   /// kCrossEntropy (default): the fp32 logits, then cross_entropy; kChunked: the logits in the
   /// model's dtype, then chunked_cross_entropy; kFused: linear_cross_entropy, no logits.

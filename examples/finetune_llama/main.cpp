@@ -67,9 +67,12 @@ ex::LlamaTokenizer load_tokenizer(const ex::LlamaCheckpoint& ck) {
 std::pair<double, int64_t> score(ex::LlamaForCausalLMImpl& model, const std::vector<int64_t>& ids) {
   if (ids.size() < 2) throw ds::UsageError("--score_file: fewer than 2 tokens to score");
   torch::NoGradGuard no_grad;
+  // Every token goes in and the last predicts nothing (-100), as transformers scores with
+  // labels=ids: the router's load-balancing loss, where there is one, sees all of them.
   auto t = torch::tensor(ids, torch::kLong).unsqueeze(0);
   const int64_t n = t.size(1) - 1;
-  auto loss = model.forward(t.slice(1, 0, n), t.slice(1, 1, n + 1));
+  auto targets = torch::cat({t.slice(1, 1, n + 1), torch::full({1, 1}, -100, torch::kLong)}, 1);
+  auto loss = model.forward(t, targets);
   return {loss.item<double>(), n};
 }
 

@@ -73,6 +73,12 @@ class TokenChoiceMoEImpl : public torch::nn::Module {
   std::vector<at::Tensor> expert_parameters() const;
   /// Tokens routed to each of the num_experts experts by the last forward (this rank's).
   const at::Tensor& tokens_per_expert() const { return tokens_per_expert_; }
+  /// Keeps the gate's logits of each forward (fp32 [tokens, num_experts], in the autograd
+  /// graph) for a loss taken from them, such as transformers' load-balancing loss. Off by
+  /// default: kept logits hold their graph until the next forward.
+  void set_keep_router_logits(bool on) { keep_router_logits_ = on; }
+  /// The last forward's logits while kept; undefined otherwise.
+  const at::Tensor& router_logits() const { return router_logits_; }
 
   torch::nn::Linear gate{nullptr};  // [num_experts, hidden], no bias
   GroupedExperts experts{nullptr};
@@ -81,6 +87,8 @@ class TokenChoiceMoEImpl : public torch::nn::Module {
   TokenChoiceOptions options_;
   const ExpertGroups* groups_ = nullptr;
   at::Tensor tokens_per_expert_;
+  bool keep_router_logits_ = false;
+  at::Tensor router_logits_;
 };
 TORCH_MODULE(TokenChoiceMoE);
 

@@ -108,6 +108,7 @@ at::Tensor TokenChoiceMoEImpl::forward(const at::Tensor& x) {
   const at::Tensor flat = x.reshape({-1, hidden});
   // Routing, in fp32 as DeepSpeed's router and transformers' blocks take it.
   const at::Tensor logits = gate(flat).to(at::kFloat);
+  router_logits_ = keep_router_logits_ ? logits : at::Tensor();
   const at::Tensor scores =
       o.score_func == "softmax" ? at::softmax(logits, 1) : at::sigmoid(logits);
   const at::Tensor chosen = std::get<1>(scores.topk(k, 1));  // [T, k]

@@ -7,7 +7,8 @@ Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
            than the sequences the tests run;
   mixtral: the same as a MixtralForCausalLM: 4 experts per layer, 2 per token, the routers'
            weights scaled up so that no token's choice of experts hangs on a rounding, the
-           experts' so that their outputs weigh in the logits;
+           experts' so that their outputs weigh in the logits; output_router_logits with a
+           router_aux_loss_coef of 0.5, so that the load-balancing loss weighs in the score;
   qwen2:   a Qwen2ForCausalLM (random q/k/v biases: transformers would start them at zero) with
            the byte-level "qwen2" tokenizer of tokenizer_pretokenizers_reference.py (NFC, Qwen2's
            pattern) and Qwen2TokenizerFast's tokenizer_config.json;
@@ -15,7 +16,8 @@ Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
            weights random: transformers would start them at one) with Qwen2's tokenizer;
   qwen3_moe: the same as a Qwen3MoeForCausalLM: 4 experts of width 48 per sparse layer, 2 per
            token, norm_topk_prob true, layer 1 dense (mlp_only_layers), router and experts
-           scaled up as Mixtral's (with GGUF: width 768, no dense layer).
+           scaled up as Mixtral's, the load-balancing loss as Mixtral's (with GGUF: width 768,
+           no dense layer, no load-balancing loss, as a GGUF file has none of these).
   With GGUF, a qwen2/qwen3/qwen3_moe model and vocabulary are also written there as llama.cpp
   lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
@@ -124,7 +126,9 @@ def qwen3_model(kind, tok_ids, gguf):
     else:
         model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
             num_experts=4, num_experts_per_tok=2, moe_intermediate_size=768 if gguf else 48,
-            norm_topk_prob=True, mlp_only_layers=[] if gguf else [1], **sizes))
+            norm_topk_prob=True, mlp_only_layers=[] if gguf else [1],
+            **({} if gguf else dict(output_router_logits=True, router_aux_loss_coef=0.5)),
+            **sizes))
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
@@ -165,8 +169,9 @@ def main():
         if kind == "mistral":
             model = MistralForCausalLM(MistralConfig(sliding_window=12, **sizes))
         elif kind == "mixtral":
-            model = MixtralForCausalLM(MixtralConfig(num_local_experts=4, num_experts_per_tok=2,
-                                                     **sizes))
+            model = MixtralForCausalLM(MixtralConfig(
+                num_local_experts=4, num_experts_per_tok=2, output_router_logits=True,
+                router_aux_loss_coef=0.5, **sizes))
             with torch.no_grad():
                 for layer in model.model.layers:
                     layer.block_sparse_moe.gate.weight.normal_(0.0, 0.2)

@@ -57,8 +57,12 @@ def main():
             ids = tokenizer(args.prompt, return_tensors="pt").input_ids
             out["prompt_ids"] = ids[0].tolist()
             out["logits"] = model(ids).logits[0].tolist()
+            # The router logits do not take part in generation; transformers 4.47's Mixtral
+            # fails to take its load-balancing loss over a cached step's attention mask.
+            extra = {"output_router_logits": False} if hasattr(
+                model.config, "output_router_logits") else {}
             gen = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=args.max_new_tokens)
+                                 max_new_tokens=args.max_new_tokens, **extra)
             out["generated"] = gen[0, ids.shape[1]:].tolist()
         if args.score_file:
             with open(args.score_file, encoding="utf-8") as f:

@@ -282,10 +282,18 @@ TEST(LlamaConfig, MixtralConfigJsonDefaultsAndRefusals) {
   EXPECT_EQ(back["architectures"][0], "MixtralForCausalLM");
   EXPECT_EQ(back["num_local_experts"], 8);
   EXPECT_EQ(LlamaConfig::from_hf_json(back, "again").to_hf_json(), back);
+  EXPECT_FALSE(m.output_router_logits);
+  EXPECT_EQ(m.router_aux_loss_coef, 0.001);
   auto bad = j;
   bad["output_router_logits"] = true;
-  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "x/config.json"), NotSupportedError,
-                    "x/config.json: output_router_logits is true");
+  bad["router_aux_loss_coef"] = 0.02;
+  const auto aux = LlamaConfig::from_hf_json(bad, "x/config.json");
+  EXPECT_TRUE(aux.output_router_logits);
+  EXPECT_EQ(aux.router_aux_loss_coef, 0.02);
+  EXPECT_EQ(aux.to_hf_json()["router_aux_loss_coef"], 0.02);
+  bad["router_aux_loss_coef"] = "0.02";
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "x/config.json"), ModelFileError,
+                    "x/config.json: router_aux_loss_coef is string; expected a number");
   bad = j;
   bad["router_jitter_noise"] = 0.1;
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "x/config.json"), NotSupportedError,
@@ -359,9 +367,7 @@ TEST(LlamaConfig, Qwen3AndQwen3MoeConfigJsonDefaultsAndRefusals) {
   EXPECT_EQ(LlamaConfig::from_hf_json(moe_back, "again").to_hf_json(), moe_back);
   bad = j;
   bad["output_router_logits"] = true;
-  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "m/config.json"), NotSupportedError,
-                    "m/config.json: output_router_logits is true; finetune_llama's 'qwen3_moe'");
-  bad = j;
+  EXPECT_TRUE(LlamaConfig::from_hf_json(bad, "m/config.json").output_router_logits);
   bad["num_experts"] = 1;
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "m/config.json"), ModelFileError,
                     "num_experts_per_tok (2) must be in 1..num_experts (1)");
@@ -373,6 +379,50 @@ TEST(LlamaConfig, Qwen3AndQwen3MoeConfigJsonDefaultsAndRefusals) {
   bad["decoder_sparse_step"] = 0;
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "m/config.json"), ModelFileError,
                     "decoder_sparse_step is 0");
+}
+
+// output_router_logits: the loss is the cross-entropy plus router_aux_loss_coef times the
+// load-balancing loss of the sparse layers' router logits (its value against transformers' is
+// llama_parity_test's), whose gradient reaches the routers; a token-even router scores 1.
+// Activation checkpointing, which would leave the loss no graph to the routers, is refused.
+TEST(LlamaModel, RouterLoadBalancingLossJoinsTheLoss) {
+  const at::Tensor even = at::zeros({8, 4});  // every expert as likely: each share 1/4
+  EXPECT_NEAR(router_load_balancing_loss({even}, 4, 1).item<double>(), 1.0, 1e-6);
+  auto c = tiny_config();
+  c.model_type = "qwen3_moe";
+  c.num_local_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 8;
+  c.mlp_only_layers = {1};
+  torch::manual_seed(5);
+  LlamaForCausalLM plain(c);
+  c.output_router_logits = true;
+  c.router_aux_loss_coef = 10.0;
+  LlamaForCausalLM with_aux(c);
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& item : plain->named_parameters()) {
+      with_aux->named_parameters()[item.key()].copy_(item.value());
+    }
+  }
+  const auto ids = torch::randint(c.vocab_size, {2, 6});
+  const auto targets = torch::randint(c.vocab_size, {2, 6});
+  const auto base = plain->forward(ids, targets);
+  const auto total = with_aux->forward(ids, targets);
+  const auto logits = with_aux->model->units[0]->sparse_moe->router_logits();
+  ASSERT_TRUE(logits.defined());
+  EXPECT_FALSE(plain->model->units[0]->sparse_moe->router_logits().defined());
+  const double aux = router_load_balancing_loss({logits}, 4, 2).item<double>();
+  EXPECT_GE(aux, 1.0);
+  EXPECT_NEAR(total.item<double>(), base.item<double>() + 10.0 * aux, 1e-4);
+  base.backward();
+  total.backward();
+  const auto& g0 = plain->model->units[0]->sparse_moe->gate->weight.grad();
+  const auto& g1 = with_aux->model->units[0]->sparse_moe->gate->weight.grad();
+  EXPECT_GT((g1 - g0).abs().max().item<double>(), 1e-3);
+  EXPECT_THROW_WITH(with_aux->model->set_activation_checkpointing(true), NotSupportedError,
+                    "activation checkpointing with output_router_logits");
+  plain->model->set_activation_checkpointing(true);
 }
 
 // transformers 5 writes the rotary base and scaling as rope_parameters: read as rope_theta and
