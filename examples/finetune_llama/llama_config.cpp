@@ -151,13 +151,21 @@ void read_mixtral_experts(const nlohmann::json& j, const std::string& path, Llam
   read_router(j, path, "num_local_experts", c);
 }
 
-// Qwen3MoeConfig's expert keys (transformers 5 writes num_experts back as num_local_experts).
-// Its router divides the k scores by their sum only with norm_topk_prob, false by default.
-void read_qwen3_moe_experts(const nlohmann::json& j, const std::string& path, LlamaConfig* c) {
+// Qwen3MoeConfig's and Qwen2MoeConfig's expert keys (transformers 5 writes num_experts back as
+// num_local_experts). Their routers divide the k scores by their sum only with norm_topk_prob,
+// false by default; Qwen2-MoE's blocks add a gated shared expert.
+void read_qwen_moe_experts(const nlohmann::json& j, const std::string& path, LlamaConfig* c) {
+  const bool qwen2 = c->model_type == "qwen2_moe";
   const char* count = j.contains("num_experts") ? "num_experts" : "num_local_experts";
-  c->num_local_experts = int_or(j, count, path, 128);
-  c->num_experts_per_tok = int_or(j, "num_experts_per_tok", path, 8);
-  c->moe_intermediate_size = int_or(j, "moe_intermediate_size", path, 768);
+  c->num_local_experts = int_or(j, count, path, qwen2 ? 60 : 128);
+  c->num_experts_per_tok = int_or(j, "num_experts_per_tok", path, qwen2 ? 4 : 8);
+  c->moe_intermediate_size = int_or(j, "moe_intermediate_size", path, qwen2 ? 1408 : 768);
+  if (qwen2) {
+    c->shared_expert_intermediate_size = int_or(j, "shared_expert_intermediate_size", path, 5632);
+    DS_CHECK(c->shared_expert_intermediate_size > 0, ModelFileError, path,
+             ": shared_expert_intermediate_size is ", c->shared_expert_intermediate_size,
+             "; expected a positive integer");
+  }
   c->norm_topk_prob = j.value("norm_topk_prob", false);
   c->decoder_sparse_step = int_or(j, "decoder_sparse_step", path, 1);
   DS_CHECK(c->decoder_sparse_step > 0, ModelFileError, path, ": decoder_sparse_step is ",
@@ -236,11 +244,12 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   DS_CHECK(j.is_object(), ModelFileError, path, ": expected a JSON object");
   const std::string type = j.value("model_type", std::string());
   DS_CHECK(type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" ||
-               type == "qwen3" || type == "qwen3_moe",
+               type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe",
            ModelFileError, path, ": model_type is '", type, "'; finetune_llama reads 'llama', "
-           "'mistral', 'qwen2', 'mixtral', 'qwen3' and 'qwen3_moe' models");
+           "'mistral', 'qwen2', 'qwen2_moe', 'mixtral', 'qwen3' and 'qwen3_moe' models");
   const bool mixtral = type == "mixtral";
-  const bool mistral = type == "mistral" || mixtral, qwen2 = type == "qwen2";
+  const bool mistral = type == "mistral" || mixtral;
+  const bool qwen2 = type == "qwen2" || type == "qwen2_moe";
   const bool qwen3 = type == "qwen3" || type == "qwen3_moe";
   LlamaConfig c;
   c.model_type = type;
@@ -258,7 +267,7 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   } else if (qwen2 || qwen3) {
     c.max_position_embeddings = 32768;  // Qwen2Config's and Qwen3Config's default
     refuse_sliding_layers(j, path, type);
-    if (type == "qwen3_moe") read_qwen3_moe_experts(j, path, &c);
+    if (type == "qwen3_moe" || type == "qwen2_moe") read_qwen_moe_experts(j, path, &c);
   } else {
     DS_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), NotSupportedError,
              path, ": sliding_window is set on a 'llama' model; finetune_llama reads it on "
@@ -281,8 +290,8 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   DS_CHECK(!qwen2 || !j.contains("head_dim") || j["head_dim"].is_null() ||
                json_int(j, "head_dim", path) == c.head_dim,
            NotSupportedError, path, ": head_dim is ", j.value("head_dim", nlohmann::json()).dump(),
-           " but a 'qwen2' model's head size is hidden_size / num_attention_heads (", c.head_dim,
-           ")");
+           " but a '", type, "' model's head size is hidden_size / num_attention_heads (",
+           c.head_dim, ")");
   c.max_position_embeddings = j.value("max_position_embeddings", c.max_position_embeddings);
   read_rope(j, path, mixtral ? 1e6 : c.rope_theta, &c);
   // transformers' Mistral rotary embedding (4.x) reads no rope_scaling: refused, not ignored.
@@ -306,7 +315,7 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
 
 bool LlamaConfig::is_sparse_layer(int64_t index) const {
   if (num_local_experts == 0) return false;
-  if (model_type != "qwen3_moe") return true;  // Mixtral: every layer
+  if (!qwen_moe()) return true;  // Mixtral: every layer
   for (int64_t dense : mlp_only_layers) {
     if (dense == index) return false;
   }
@@ -334,6 +343,7 @@ nlohmann::json LlamaConfig::to_hf_json() const {
                          : model_type == "mixtral"   ? "MixtralForCausalLM"
                          : model_type == "qwen3"     ? "Qwen3ForCausalLM"
                          : model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                         : model_type == "qwen2_moe" ? "Qwen2MoeForCausalLM"
                                                      : "LlamaForCausalLM"}},
       {"model_type", model_type},
       {"vocab_size", vocab_size},
@@ -365,19 +375,16 @@ nlohmann::json LlamaConfig::to_hf_json() const {
       j["router_aux_loss_coef"] = router_aux_loss_coef;
       j["router_jitter_noise"] = 0.0;
     }
-  } else if (model_type == "qwen2") {
+  } else if (model_type == "qwen2" || model_type == "qwen2_moe" || qk_norm()) {
     // Qwen2Config: no head_dim (hidden_size / heads), no bias flags (q/k/v have them).
-    for (const char* key : {"head_dim", "attention_bias", "mlp_bias"}) j.erase(key);
-    j["use_sliding_window"] = false;
-    j["sliding_window"] = nullptr;
-    j["max_window_layers"] = num_hidden_layers;
-  } else if (qk_norm()) {
     // Qwen3Config and Qwen3MoeConfig: head_dim and attention_bias, no mlp_bias.
+    if (!qk_norm()) j.erase("head_dim");
+    if (!qk_norm()) j.erase("attention_bias");
     j.erase("mlp_bias");
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = num_hidden_layers;
-    if (model_type == "qwen3_moe") {
+    if (qwen_moe()) {
       j["num_experts"] = num_local_experts;
       j["num_experts_per_tok"] = num_experts_per_tok;
       j["moe_intermediate_size"] = expert_intermediate_size();
@@ -386,6 +393,9 @@ nlohmann::json LlamaConfig::to_hf_json() const {
       j["mlp_only_layers"] = mlp_only_layers;
       j["output_router_logits"] = output_router_logits;
       j["router_aux_loss_coef"] = router_aux_loss_coef;
+    }
+    if (model_type == "qwen2_moe") {
+      j["shared_expert_intermediate_size"] = shared_expert_intermediate_size;
     }
   }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;

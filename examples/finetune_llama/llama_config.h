@@ -20,8 +20,10 @@ struct LlamaConfig {
   /// "llama", "mistral" (MistralForCausalLM: the same decoder, with a sliding window and no
   /// rope_scaling), "qwen2" (Qwen2ForCausalLM: biases on the q/k/v projections), "mixtral"
   /// (MixtralForCausalLM: Mistral's attention, and a sparse MoE block for each MLP), "qwen3"
-  /// (Qwen3ForCausalLM: an RMSNorm on each query and key head) or "qwen3_moe"
-  /// (Qwen3MoeForCausalLM: Qwen3's attention, a sparse MoE block for the MLPs it chooses).
+  /// (Qwen3ForCausalLM: an RMSNorm on each query and key head), "qwen3_moe"
+  /// (Qwen3MoeForCausalLM: Qwen3's attention, a sparse MoE block for the MLPs it chooses) or
+  /// "qwen2_moe" (Qwen2MoeForCausalLM: Qwen2's attention, sparse blocks chosen alike, each with
+  /// a gated shared expert).
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -50,6 +52,9 @@ struct LlamaConfig {
   bool norm_topk_prob = true;         // the k scores divided by their sum (Mixtral always)
   int64_t decoder_sparse_step = 1;    // Qwen3-MoE: layer i is sparse when (i + 1) % step == 0
   std::vector<int64_t> mlp_only_layers;  // Qwen3-MoE: layers kept dense whatever the step
+  // Qwen2-MoE: each sparse block adds sigmoid(shared_expert_gate x) * shared_expert(x), a SwiGLU
+  // MLP of this width every token goes through. 0: none.
+  int64_t shared_expert_intermediate_size = 0;
   // Mixtral and Qwen3-MoE: the loss adds router_aux_loss_coef times transformers'
   // load-balancing loss over the sparse layers' router logits.
   bool output_router_logits = false;
@@ -58,8 +63,14 @@ struct LlamaConfig {
   /// projections whose names contain one of lora->target_mods; none by default.
   std::optional<linear::LoRAConfig> lora;
 
-  /// Whether q/k/v_proj have biases (attention_bias, or always in Qwen2).
-  bool qkv_bias() const { return attention_bias || model_type == "qwen2"; }
+  /// Whether q/k/v_proj have biases (attention_bias, or always in Qwen2 and Qwen2-MoE).
+  bool qkv_bias() const {
+    return attention_bias || model_type == "qwen2" || model_type == "qwen2_moe";
+  }
+  /// Qwen2-MoE and Qwen3-MoE: the sparse layers' MLP is `mlp` (Mixtral's `block_sparse_moe`),
+  /// chosen by decoder_sparse_step and mlp_only_layers, its experts' projections named
+  /// gate_proj/up_proj/down_proj (Mixtral's w1/w3/w2).
+  bool qwen_moe() const { return model_type == "qwen2_moe" || model_type == "qwen3_moe"; }
   /// Whether each query and key head goes through an RMSNorm before the rotation (Qwen3).
   bool qk_norm() const { return model_type == "qwen3" || model_type == "qwen3_moe"; }
   /// Whether layer `index`'s MLP is a sparse MoE block (Qwen3MoeDecoderLayer's rule).
@@ -83,7 +94,7 @@ struct LlamaConfig {
   /// From a Hugging Face config.json (model_type "llama"; "mistral" with MistralConfig's
   /// defaults: sliding_window 4096 when absent, none when null; "qwen2" with Qwen2Config's:
   /// use_sliding_window is refused, its head size is hidden_size / heads; "mixtral", "qwen3",
-  /// "qwen3_moe" with their configs' defaults). The rotary base and scaling come from
+  /// "qwen3_moe", "qwen2_moe" with their configs' defaults). The rotary base and scaling come from
   /// rope_theta and rope_scaling, or from transformers 5's rope_parameters; `path` names the
   /// file in errors.
   static LlamaConfig from_hf_json(const nlohmann::json& json, const std::string& path);

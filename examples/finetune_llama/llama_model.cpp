@@ -100,7 +100,7 @@ void fill_parameters(torch::nn::Module& module, const std::string& prefix,
 std::string hf_expert_name(const LlamaConfig& cfg, const std::string& stacked, int64_t expert) {
   const auto dot = stacked.rfind('.');
   std::string w = stacked.substr(dot + 1);
-  if (cfg.model_type == "qwen3_moe") {
+  if (cfg.qwen_moe()) {
     w = w == "w1" ? "gate_proj" : w == "w2" ? "down_proj" : w == "w3" ? "up_proj" : w;
   }
   return stacked.substr(0, dot) + "." + std::to_string(expert) + "." + w + ".weight";
@@ -188,8 +188,8 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   return o_proj(y);
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix) {
-  const int64_t hidden = cfg.hidden_size, inner = cfg.intermediate_size;
+LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix, int64_t width) {
+  const int64_t hidden = cfg.hidden_size, inner = width > 0 ? width : cfg.intermediate_size;
   const bool bias = cfg.mlp_bias;
   gate_proj =
       register_module("gate_proj", projection(cfg, prefix + "gate_proj", hidden, inner, bias));
@@ -218,9 +218,16 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t ind
     o.top_k = cfg.num_experts_per_tok;
     o.route_norm = cfg.norm_topk_prob;
     sparse_moe = register_module(
-        cfg.model_type == "qwen3_moe" ? "mlp" : "block_sparse_moe",
+        cfg.qwen_moe() ? "mlp" : "block_sparse_moe",
         moe::TokenChoiceMoE(cfg.hidden_size, cfg.expert_intermediate_size(), o));
     sparse_moe->set_keep_router_logits(cfg.output_router_logits);
+    if (cfg.shared_expert_intermediate_size > 0) {
+      shared_expert = sparse_moe->register_module(
+          "shared_expert",
+          LlamaMlp(cfg, prefix + "mlp.shared_expert.", cfg.shared_expert_intermediate_size));
+      shared_expert_gate =
+          sparse_moe->register_module("shared_expert_gate", linear(cfg.hidden_size, 1));
+    }
   } else {
     mlp = register_module("mlp", LlamaMlp(cfg, prefix + "mlp."));
   }
@@ -237,7 +244,12 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
   }
   auto h = x + self_attn(input_layernorm(x), cos, sin, past_k, past_v);
   const auto normed = post_attention_layernorm(h);
-  return h + (sparse_moe ? sparse_moe(normed) : mlp(normed));
+  if (!sparse_moe) return h + mlp(normed);
+  auto out = sparse_moe(normed);
+  if (shared_expert) {  // Qwen2MoeSparseMoeBlock's tail
+    out = out + torch::sigmoid(shared_expert_gate(normed)) * shared_expert(normed);
+  }
+  return h + out;
 }
 
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& weights) : cfg_(cfg) {

@@ -79,7 +79,8 @@ TORCH_MODULE(LlamaAttention);
 
 class LlamaMlpImpl : public torch::nn::Module {
  public:
-  explicit LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix = "");
+  /// `width`: the SwiGLU width; 0: cfg.intermediate_size.
+  explicit LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix = "", int64_t width = 0);
   torch::Tensor forward(const torch::Tensor& x);
   linear::OptimizedLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
@@ -97,8 +98,13 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};  // null in a sparse layer
   // A sparse layer's MLP, registered under transformers' name: "block_sparse_moe" (Mixtral) or
-  // "mlp" (Qwen3-MoE). Null in a dense layer.
+  // "mlp" (Qwen2-MoE, Qwen3-MoE). Null in a dense layer.
   moe::TokenChoiceMoE sparse_moe{nullptr};
+  // Qwen2-MoE's shared expert and its gate, registered inside sparse_moe so that their names are
+  // transformers' ("mlp.shared_expert.gate_proj.weight", "mlp.shared_expert_gate.weight"), and
+  // applied here: TokenChoiceMoE's forward knows only the routed experts. Null otherwise.
+  LlamaMlp shared_expert{nullptr};
+  torch::nn::Linear shared_expert_gate{nullptr};
 
  private:
   int64_t index_;

@@ -2,7 +2,7 @@
 // Face folder (SmolLM2's tokenizer, so the Austen text tokenizes as for the real model):
 // 2 ranks under ZeRO-3 (built inside zero::Init, each layer a unit) train to the same losses and
 // weights as 1 rank under ZeRO-0, the held-out loss falls, and --save_hf / --save_dir round-trip.
-// A Mixtral and a Qwen3-MoE train alike with their experts sharded by AutoEP.
+// A Mixtral, a Qwen3-MoE and a Qwen2-MoE train alike with their experts sharded by AutoEP.
 #include <unistd.h>
 
 #include <cmath>
@@ -32,7 +32,8 @@ const std::string kGguf = std::string(DS_SOURCE_DIR) + "/data/SmolLM2-135M-Instr
 // A 2-layer Llama (hidden 32, 4 heads, 2 kv heads) with SmolLM2's vocabulary, as a HF folder.
 // `moe` "mixtral": a Mixtral of 4 experts per layer, 2 per token; "qwen3_moe": a Qwen3-MoE of 4
 // experts of width 32 (2 per token, not renormalised) in layer 1, layer 0 dense
-// (mlp_only_layers), heads of 16 (head_dim: the projections are 64 wide) with q/k norms.
+// (mlp_only_layers), heads of 16 (head_dim: the projections are 64 wide) with q/k norms;
+// "qwen2_moe": the same experts with Qwen2's attention (q/k/v biases) and a shared expert.
 void write_tiny_model(const std::string& dir, const std::string& moe = "") {
   const auto tokenizer = LlamaTokenizer::from_gguf(GgufFile::open(kGguf));
   LlamaConfig c;
@@ -50,12 +51,13 @@ void write_tiny_model(const std::string& dir, const std::string& moe = "") {
   c.max_position_embeddings = 256;
   c.rms_norm_eps = 1e-5;
   c.tie_word_embeddings = true;
-  if (moe == "qwen3_moe") {
-    c.head_dim = 16;
+  if (moe == "qwen3_moe" || moe == "qwen2_moe") {
     c.moe_intermediate_size = 32;
     c.norm_topk_prob = false;
     c.mlp_only_layers = {0};
   }
+  if (moe == "qwen3_moe") c.head_dim = 16;
+  if (moe == "qwen2_moe") c.shared_expert_intermediate_size = 48;
   c.bos_token_id = tokenizer.bos_token_id();
   c.eos_token_id = tokenizer.eos_token_id();
   torch::manual_seed(7);
@@ -153,7 +155,8 @@ TEST(FinetuneLlamaE2E, Zero3On2RanksMatchesZero0On1Rank) {
   EXPECT_EQ(row.at("rss_bytes"), row.at("memory_bytes").at("rss")) << first;
 }
 
-// A Mixtral (4 experts per layer) and a Qwen3-MoE (4 experts in its one sparse layer) with
+// A Mixtral (4 experts per layer), a Qwen3-MoE and a Qwen2-MoE (4 experts in the one sparse
+// layer; Qwen2-MoE's shared expert replicated like any dense weight) with
 // DeepSpeed 0.19.8's AutoEP: on 2 ranks with expert_parallel.autoep_size 2 under ZeRO-2, each
 // rank holding 2 experts of each sparse layer, the losses are those of one rank with every
 // expert; --save_hf gathers the experts back into transformers' names, and --save_dir writes
@@ -210,7 +213,8 @@ TEST_P(FinetuneMoeE2E, AutoEpOn2RanksMatchesOneRank) {
   EXPECT_NE(out.find("held-out loss"), std::string::npos) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, FinetuneMoeE2E, ::testing::Values("mixtral", "qwen3_moe"));
+INSTANTIATE_TEST_SUITE_P(Models, FinetuneMoeE2E,
+                         ::testing::Values("mixtral", "qwen3_moe", "qwen2_moe"));
 
 // Gradient checkpointing (each layer recomputed in backward) under ZeRO-3 on 2 ranks takes the
 // steps of plain ZeRO-0 on 1 rank.

@@ -1,5 +1,5 @@
-"""A Hugging Face folder shaped as Llama 2's, Mistral's, Mixtral's, Qwen2's, Qwen3's or
-Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
+"""A Hugging Face folder shaped as Llama 2's, Mistral's, Mixtral's, Qwen2's, Qwen2-MoE's, Qwen3's
+or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   llama2:  a small random LlamaForCausalLM with a SentencePiece-style tokenizer.json, the
            "llama2" case of tokenizer_sentencepiece_reference.py (trained on CORPUS), and a
            tokenizer_config.json naming LlamaTokenizerFast as the real model's does;
@@ -12,6 +12,7 @@ Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   qwen2:   a Qwen2ForCausalLM (random q/k/v biases: transformers would start them at zero) with
            the byte-level "qwen2" tokenizer of tokenizer_pretokenizers_reference.py (NFC, Qwen2's
            pattern) and Qwen2TokenizerFast's tokenizer_config.json;
+  qwen2_moe: the same as a Qwen2MoeForCausalLM (qwen2_moe_model);
   qwen3:   a Qwen3ForCausalLM (head_dim 128 with 4 heads of a 64-wide model, the q/k norms'
            weights random: transformers would start them at one) with Qwen2's tokenizer;
   qwen3_moe: the same as a Qwen3MoeForCausalLM: 4 experts of width 48 per sparse layer, 2 per
@@ -21,7 +22,7 @@ Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   With GGUF, a qwen2/qwen3/qwen3_moe model and vocabulary are also written there as llama.cpp
   lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
-       (KIND: llama2, mistral, mixtral, qwen2, qwen3, qwen3_moe)
+       (KIND: llama2, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
 (scripts/setup_python_refs.sh); qwen3 and qwen3_moe, which transformers 4.47 lacks, with
 transformers 5.15.1, gguf 0.19.0 and torch 2.11 (scripts/setup_deepspeed_peer.sh --torch2).
@@ -140,22 +141,44 @@ def qwen3_model(kind, tok_ids, gguf):
     return model
 
 
+def qwen2_moe_model(sizes):
+    """A Qwen2-MoE: 4 experts of width 48, 2 per token, not renormalised, layer 0 dense, a
+    shared expert of width 80 (scaled up as the routed ones) whose gate weighs in, the
+    load-balancing loss weighted 0.5."""
+    model = transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
+        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+        shared_expert_intermediate_size=80, norm_topk_prob=False, mlp_only_layers=[0],
+        output_router_logits=True, router_aux_loss_coef=0.5, **sizes))
+    with torch.no_grad():
+        block = model.model.layers[1].mlp
+        block.gate.weight.normal_(0.0, 0.2)
+        block.shared_expert_gate.weight.normal_(0.0, 0.5)
+        for p in list(block.experts.parameters()) + list(block.shared_expert.parameters()):
+            p.normal_(0.0, 0.15)
+    return model
+
+
 def main():
     corpus, out = sys.argv[1:3]
     kind = sys.argv[3] if len(sys.argv) > 3 else "llama2"
     torch.manual_seed(20261206)
-    if kind in ("qwen2", "qwen3", "qwen3_moe"):
+    if kind in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         tok = qwen2(corpus)
         ids = {t: tok.token_to_id(t) for t in QWEN2_SPECIALS}
-        if kind == "qwen2":
-            model = Qwen2ForCausalLM(Qwen2Config(
-                vocab_size=tok.get_vocab_size(), bos_token_id=ids["<|endoftext|>"],
-                eos_token_id=ids["<|im_end|>"], **SIZES))
+        if kind in ("qwen2", "qwen2_moe"):
+            sizes = dict(vocab_size=tok.get_vocab_size(), bos_token_id=ids["<|endoftext|>"],
+                         eos_token_id=ids["<|im_end|>"], **SIZES)
+            if kind == "qwen2":
+                model = Qwen2ForCausalLM(Qwen2Config(**sizes))
+            else:
+                model = qwen2_moe_model(sizes)
+            # Qwen2-MoE's smaller: biases of 0.5 would drown its sparse block in the residual.
+            bias_std = 0.5 if kind == "qwen2" else 0.05
             with torch.no_grad():
                 for layer in model.model.layers:
                     for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj,
                                  layer.self_attn.v_proj):
-                        proj.bias.normal_(0.0, 0.5)
+                        proj.bias.normal_(0.0, bias_std)
         else:
             model = qwen3_model(kind, dict(ids, vocab_size=tok.get_vocab_size()),
                                 gguf=len(sys.argv) > 4)

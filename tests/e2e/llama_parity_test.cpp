@@ -2,9 +2,9 @@
 // dequantise the same file): the tokenizer's ids, the logits of a prompt (fp32, 1e-4), the
 // --score_file loss (1e-4 relative), 20 greedy tokens with the KV cache (identical), and the
 // --save_hf folder (loads in transformers to the same logits; our loader reads it back
-// bit-identically). Then the same on small random Llama 2, Mistral, Mixtral, Qwen2, Qwen3 and
-// Qwen3-MoE folders, and Qwen2, Qwen3 and Qwen3-MoE GGUFs (hf_folder_reference.py). The model
-// file and the Python environments come from the CTest fixtures llama_model_file,
+// bit-identically). Then the same on small random Llama 2, Mistral, Mixtral, Qwen2, Qwen2-MoE,
+// Qwen3 and Qwen3-MoE folders, and Qwen2, Qwen3 and Qwen3-MoE GGUFs (hf_folder_reference.py).
+// The model file and the Python environments come from the CTest fixtures llama_model_file,
 // llama_python_refs and deepspeed_peer_torch2 (scripts/fetch_smollm2.sh,
 // scripts/setup_python_refs.sh, scripts/setup_deepspeed_peer.sh --torch2).
 #include <filesystem>
@@ -168,7 +168,8 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
 // sparse MoE blocks of 4 experts, 2 per token) or Qwen2's (q/k/v biases, a
 // byte-level tokenizer.json with NFC and Qwen2's pattern), Qwen3's (an explicit head_dim, q/k
 // norms; against transformers 5, whose config.json keeps the rotary base in rope_parameters)
-// and Qwen3-MoE's (sparse and dense layers, experts as `mlp.experts.<e>.gate_proj`):
+// and Qwen3-MoE's (sparse and dense layers, experts as `mlp.experts.<e>.gate_proj`), and
+// Qwen2-MoE's (Qwen2's attention, a gated shared expert beside the routed ones):
 // finetune_llama tokenizes, scores and greedily generates as transformers does, decodes the
 // generation to transformers' text, and its --save_hf folder loads in transformers to the same
 // ids and generation.
@@ -217,8 +218,8 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
-                         ::testing::Values("llama2", "mistral", "mixtral", "qwen2", "qwen3",
-                                           "qwen3_moe"));
+                         ::testing::Values("llama2", "mistral", "mixtral", "qwen2", "qwen2_moe",
+                                           "qwen3", "qwen3_moe"));
 
 // The same Qwen2, Qwen3 and Qwen3-MoE as llama.cpp lays them out in a GGUF file (Qwen3's head
 // size as attention.key_length, its q/k norms as attn_q_norm/attn_k_norm, Qwen3-MoE's router as

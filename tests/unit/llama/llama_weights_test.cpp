@@ -259,7 +259,7 @@ TEST(LlamaConfig, MistralConfigJsonDefaultsAndRefusals) {
   llama["model_type"] = "gemma";
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "g/config.json"), ModelFileError,
                     "model_type is 'gemma'; finetune_llama reads 'llama', 'mistral', 'qwen2', "
-                    "'mixtral', 'qwen3' and 'qwen3_moe' models");
+                    "'qwen2_moe', 'mixtral', 'qwen3' and 'qwen3_moe' models");
 }
 
 // MixtralConfig's defaults (8 experts, 2 per token, no window, rope_theta 1e6, rms 1e-5), its
@@ -423,6 +423,62 @@ TEST(LlamaModel, RouterLoadBalancingLossJoinsTheLoss) {
   EXPECT_THROW_WITH(with_aux->model->set_activation_checkpointing(true), NotSupportedError,
                     "activation checkpointing with output_router_logits");
   plain->model->set_activation_checkpointing(true);
+}
+
+// Qwen2MoeConfig's defaults (60 experts, 4 per token, widths 1408 and 5632 for the shared
+// expert) and round trip; a layer's block holds the shared expert and its gate under
+// transformers' names, and adds sigmoid(gate x) * shared(x) to the routed experts' output.
+TEST(LlamaConfig, Qwen2MoeSharedExpertAndConfigJson) {
+  auto q = tiny_config();
+  q.model_type = "qwen2";
+  auto j = q.to_hf_json();
+  j["model_type"] = "qwen2_moe";
+  const auto d = LlamaConfig::from_hf_json(j, "q/config.json");
+  EXPECT_EQ(d.num_local_experts, 60);
+  EXPECT_EQ(d.num_experts_per_tok, 4);
+  EXPECT_EQ(d.expert_intermediate_size(), 1408);
+  EXPECT_EQ(d.shared_expert_intermediate_size, 5632);
+  EXPECT_TRUE(d.qkv_bias() && d.qwen_moe() && !d.qk_norm() && !d.norm_topk_prob);
+  j["num_experts"] = 4;
+  j["num_experts_per_tok"] = 2;
+  j["moe_intermediate_size"] = 8;
+  j["shared_expert_intermediate_size"] = 12;
+  j["mlp_only_layers"] = {1};
+  const auto c = LlamaConfig::from_hf_json(j, "q/config.json");
+  const auto back = c.to_hf_json();
+  EXPECT_EQ(back["architectures"][0], "Qwen2MoeForCausalLM");
+  EXPECT_EQ(back["shared_expert_intermediate_size"], 12);
+  EXPECT_FALSE(back.contains("head_dim"));
+  EXPECT_EQ(LlamaConfig::from_hf_json(back, "again").to_hf_json(), back);
+  auto bad = j;
+  bad["shared_expert_intermediate_size"] = 0;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "q/config.json"), ModelFileError,
+                    "shared_expert_intermediate_size is 0");
+
+  torch::manual_seed(9);
+  LlamaForCausalLM model(c);
+  auto& layer = *model->model->units[0];
+  ASSERT_TRUE(layer.sparse_moe && layer.shared_expert && layer.shared_expert_gate);
+  ASSERT_TRUE(model->model->units[1]->mlp && !model->model->units[1]->shared_expert);
+  const auto params = model->named_parameters();
+  for (const char* name : {"model.layers.0.mlp.shared_expert.up_proj.weight",
+                           "model.layers.0.mlp.shared_expert_gate.weight",
+                           "model.layers.0.mlp.gate.weight", "model.layers.0.mlp.experts.w1",
+                           "model.layers.0.self_attn.q_proj.bias"}) {
+    EXPECT_NE(params.find(name), nullptr) << name;
+  }
+  EXPECT_EQ(layer.shared_expert->up_proj->weight.sizes(), (std::vector<int64_t>{12, 16}));
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({1, 3, 16});
+  const int64_t t = 3;
+  const auto cos = torch::ones({t, c.head_dim}), sin = torch::zeros({t, c.head_dim});
+  const auto h = x + layer.self_attn(layer.input_layernorm(x), cos, sin, nullptr, nullptr);
+  const auto normed = layer.post_attention_layernorm(h);
+  const auto shared =
+      torch::sigmoid(layer.shared_expert_gate(normed)) * layer.shared_expert(normed);
+  EXPECT_GT(shared.abs().max().item<double>(), 1e-4);
+  const auto expected = h + layer.sparse_moe(normed) + shared;
+  EXPECT_TRUE(torch::allclose(layer.forward(x, cos, sin, nullptr), expected, 1e-6, 1e-6));
 }
 
 // transformers 5 writes the rotary base and scaling as rope_parameters: read as rope_theta and
