@@ -266,13 +266,7 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& 
   rope_.emplace(cfg.rope_scaling, cfg.rope_theta, cfg.head_dim, cfg.max_position_embeddings);
 }
 
-void LlamaModelImpl::set_activation_checkpointing(bool on) {
-  DS_CHECK(!on || !cfg_.output_router_logits, NotSupportedError, "activation checkpointing with "
-           "output_router_logits: the router logits a checkpointed layer keeps carry no graph, so "
-           "the load-balancing loss would train nothing; set output_router_logits false in "
-           "config.json or train without --activation_checkpointing");
-  activation_checkpointing_ = on;
-}
+void LlamaModelImpl::set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
 
 torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* cache) {
   const int64_t T = ids.size(1);
@@ -298,13 +292,30 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* ca
   }
   auto x = embed_tokens(ids);
   const bool checkpoint = activation_checkpointing_ && cache == nullptr && torch::GradMode::is_enabled();
+  router_logits_.clear();
   for (const auto& layer : units) {
-    if (checkpoint) {
-      // Captured by value: the function is kept until the backward recomputes it.
+    const bool keeps_logits = cfg_.output_router_logits && layer->sparse_moe;
+    if (checkpoint && keeps_logits) {
+      // The router logits leave the checkpointed layer as its second output: those the block
+      // keeps from a forward without a graph would give the load-balancing loss no path to the
+      // router. Captured by value: the function is kept until the backward recomputes it.
+      auto out = checkpointing::checkpoint(
+          [layer, cos, sin](const std::vector<torch::Tensor>& in) {
+            auto h = layer->forward(in[0], cos, sin, nullptr);
+            return std::vector<torch::Tensor>{h, layer->sparse_moe->router_logits()};
+          },
+          std::vector<torch::Tensor>{x});
+      x = out[0];
+      router_logits_.push_back(out[1]);
+    } else if (checkpoint) {
       x = checkpointing::checkpoint(
-          [layer, cos, sin](const torch::Tensor& h) { return layer->forward(h, cos, sin, nullptr); }, x);
+          [layer, cos, sin](const torch::Tensor& h) {
+            return layer->forward(h, cos, sin, nullptr);
+          },
+          x);
     } else {
       x = layer->forward(x, cos, sin, cache);
+      if (keeps_logits) router_logits_.push_back(layer->sparse_moe->router_logits());
     }
   }
   return norm(x);
@@ -339,11 +350,7 @@ torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& ids, const torc
     auto lg = logits(ids);
     loss = torch::nn::functional::cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
   }
-  if (!cfg_.output_router_logits) return loss;
-  std::vector<torch::Tensor> router_logits;
-  for (const auto& layer : model->units) {
-    if (layer->sparse_moe) router_logits.push_back(layer->sparse_moe->router_logits());
-  }
+  const auto& router_logits = model->router_logits();
   if (router_logits.empty()) return loss;
   return loss + cfg_.router_aux_loss_coef *
                     router_load_balancing_loss(router_logits, cfg_.num_local_experts,

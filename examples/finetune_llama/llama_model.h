@@ -117,9 +117,12 @@ class LlamaModelImpl : public torch::nn::Module {
   /// ids [B, T] -> final hidden states [B, T, hidden]; with a cache, the positions continue it.
   torch::Tensor forward(const torch::Tensor& ids, LlamaKvCache* cache = nullptr);
   /// Gradient checkpointing: with grad enabled and no cache, each layer runs through
-  /// deepspeed::checkpointing::checkpoint (its activations recomputed in backward). Refused
-  /// with output_router_logits: the router logits of a checkpointed forward carry no graph.
+  /// deepspeed::checkpointing::checkpoint (its activations recomputed in backward; a sparse
+  /// layer's router logits, with output_router_logits, are a second output of the checkpoint).
   void set_activation_checkpointing(bool on);
+  /// With output_router_logits, the sparse layers' router logits [tokens, experts] of the last
+  /// forward, in layer order, connected to the graph (checkpointed or not); empty otherwise.
+  const std::vector<torch::Tensor>& router_logits() const { return router_logits_; }
 
   torch::nn::Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -132,6 +135,7 @@ class LlamaModelImpl : public torch::nn::Module {
   // Derived, so neither parameters nor buffers; set once the config is validated.
   std::optional<RotaryFrequencies> rope_;
   bool activation_checkpointing_ = false;
+  std::vector<torch::Tensor> router_logits_;
 };
 TORCH_MODULE(LlamaModel);
 

@@ -34,7 +34,8 @@ const std::string kGguf = std::string(DS_SOURCE_DIR) + "/data/SmolLM2-135M-Instr
 // experts of width 32 (2 per token, not renormalised) in layer 1, layer 0 dense
 // (mlp_only_layers), heads of 16 (head_dim: the projections are 64 wide) with q/k norms;
 // "qwen2_moe": the same experts with Qwen2's attention (q/k/v biases) and a shared expert.
-void write_tiny_model(const std::string& dir, const std::string& moe = "") {
+void write_tiny_model(const std::string& dir, const std::string& moe = "",
+                      bool router_loss = false) {
   const auto tokenizer = LlamaTokenizer::from_gguf(GgufFile::open(kGguf));
   LlamaConfig c;
   if (!moe.empty()) {
@@ -58,6 +59,8 @@ void write_tiny_model(const std::string& dir, const std::string& moe = "") {
   }
   if (moe == "qwen3_moe") c.head_dim = 16;
   if (moe == "qwen2_moe") c.shared_expert_intermediate_size = 48;
+  c.output_router_logits = router_loss;
+  c.router_aux_loss_coef = 0.5;  // weighs in the loss
   c.bos_token_id = tokenizer.bos_token_id();
   c.eos_token_id = tokenizer.eos_token_id();
   torch::manual_seed(7);
@@ -215,6 +218,23 @@ TEST_P(FinetuneMoeE2E, AutoEpOn2RanksMatchesOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Models, FinetuneMoeE2E,
                          ::testing::Values("mixtral", "qwen3_moe", "qwen2_moe"));
+
+// The router's load-balancing loss under gradient checkpointing, with AutoEP on 2 ranks: the
+// recomputed sparse layers (their all-to-alls run again in backward) give the router logits
+// their graph back, so the steps are those of the same run without checkpointing.
+TEST(FinetuneLlamaE2E, RouterLossUnderActivationCheckpointingWithAutoEp) {
+  TempDir dir;
+  write_tiny_model(dir.file("tiny"), "qwen3_moe", /*router_loss=*/true);
+  const nlohmann::json ep = {{"expert_parallel", {{"enabled", true}, {"autoep_size", 2}}}};
+  finetune(dir, 2, "plain", config(2, 2, ep), "--steps 3");
+  finetune(dir, 2, "ckpt", config(2, 2, ep), "--steps 3 --activation_checkpointing");
+  const auto plain = losses(dir.file("plain.jsonl")), ckpt = losses(dir.file("ckpt.jsonl"));
+  ASSERT_EQ(plain.size(), 3u);
+  ASSERT_EQ(ckpt.size(), 3u);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_NEAR(ckpt[i], plain[i], 1e-5 * std::abs(plain[i])) << "step " << i + 1;
+  }
+}
 
 // Gradient checkpointing (each layer recomputed in backward) under ZeRO-3 on 2 ranks takes the
 // steps of plain ZeRO-0 on 1 rank.

@@ -384,7 +384,7 @@ TEST(LlamaConfig, Qwen3AndQwen3MoeConfigJsonDefaultsAndRefusals) {
 // output_router_logits: the loss is the cross-entropy plus router_aux_loss_coef times the
 // load-balancing loss of the sparse layers' router logits (its value against transformers' is
 // llama_parity_test's), whose gradient reaches the routers; a token-even router scores 1.
-// Activation checkpointing, which would leave the loss no graph to the routers, is refused.
+// Under activation checkpointing the loss and every gradient are the same.
 TEST(LlamaModel, RouterLoadBalancingLossJoinsTheLoss) {
   const at::Tensor even = at::zeros({8, 4});  // every expert as likely: each share 1/4
   EXPECT_NEAR(router_load_balancing_loss({even}, 4, 1).item<double>(), 1.0, 1e-6);
@@ -420,9 +420,24 @@ TEST(LlamaModel, RouterLoadBalancingLossJoinsTheLoss) {
   const auto& g0 = plain->model->units[0]->sparse_moe->gate->weight.grad();
   const auto& g1 = with_aux->model->units[0]->sparse_moe->gate->weight.grad();
   EXPECT_GT((g1 - g0).abs().max().item<double>(), 1e-3);
-  EXPECT_THROW_WITH(with_aux->model->set_activation_checkpointing(true), NotSupportedError,
-                    "activation checkpointing with output_router_logits");
-  plain->model->set_activation_checkpointing(true);
+  // Checkpointed, the same loss and the same gradients: the router logits leave each
+  // checkpointed layer with the graph the recomputation rebuilds.
+  LlamaForCausalLM checkpointed(c);
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& item : plain->named_parameters()) {
+      checkpointed->named_parameters()[item.key()].copy_(item.value());
+    }
+  }
+  checkpointed->model->set_activation_checkpointing(true);
+  const auto again = checkpointed->forward(ids, targets);
+  EXPECT_NEAR(again.item<double>(), total.item<double>(), 1e-6);
+  again.backward();
+  for (const auto& item : with_aux->named_parameters()) {
+    const auto& g = checkpointed->named_parameters()[item.key()].grad();
+    ASSERT_TRUE(g.defined()) << item.key();
+    EXPECT_TRUE(torch::allclose(g, item.value().grad(), 1e-5, 1e-6)) << item.key();
+  }
 }
 
 // Qwen2MoeConfig's defaults (60 experts, 4 per token, widths 1408 and 5632 for the shared
