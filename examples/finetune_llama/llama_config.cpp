@@ -39,25 +39,36 @@ RopeScaling gguf_rope_scaling(const GgufFile& f, const std::string& p, const Lla
 
 LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
-  DS_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe",
+  DS_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen2moe" ||
+               arch == "qwen3moe",
            ModelFileError, "GGUF file ", f.path(), ": general.architecture is '", arch,
-           "'; finetune_llama reads 'llama', 'qwen2', 'qwen3' and 'qwen3moe' models");
+           "'; finetune_llama reads 'llama' (with experts: Mixtral), 'qwen2', 'qwen3', "
+           "'qwen2moe' and 'qwen3moe' models");
   const std::string p = arch + ".";
-  // llama.cpp stores Mixtral as arch 'llama' with experts (ffn_gate_exps tensors).
-  DS_CHECK(arch == "qwen3moe" || !f.has(p + "expert_count") || f.get_int(p + "expert_count") == 0,
-           NotSupportedError, "GGUF file ", f.path(), ": ", p, "expert_count is ",
-           f.get_int(p + "expert_count"), "; finetune_llama reads Mixtral from Hugging Face "
-           "folders");
+  const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe";
+  const bool has_experts = f.has(p + "expert_count") && f.get_int(p + "expert_count") != 0;
+  DS_CHECK(arch == "llama" || qwen_moe || !has_experts, NotSupportedError, "GGUF file ",
+           f.path(), ": ", p, "expert_count is ", f.get_int(p + "expert_count"),
+           "; a '", arch, "' model has no experts here");
+  // llama.cpp stores Mixtral as architecture 'llama' with experts.
+  const bool mixtral = arch == "llama" && has_experts;
   LlamaConfig c;
-  c.model_type = arch == "qwen3moe" ? "qwen3_moe" : arch;
-  if (arch != "llama") c.max_position_embeddings = 32768;  // Qwen2Config's and Qwen3Config's
-  if (arch == "qwen3moe") {
-    // llama.cpp's qwen3moe: every layer sparse, the k scores always renormalised (transformers'
-    // GGUF loader sets norm_topk_prob for it).
+  c.model_type = arch == "qwen3moe"   ? "qwen3_moe"
+                 : arch == "qwen2moe" ? "qwen2_moe"
+                 : mixtral            ? "mixtral"
+                                      : arch;
+  if (arch != "llama") c.max_position_embeddings = 32768;  // the Qwen configs' default
+  if (qwen_moe || mixtral) {
+    // Every layer sparse, as llama.cpp runs them. It renormalises the k scores of Mixtral (which
+    // always does) and of qwen3moe (transformers' GGUF loader sets norm_topk_prob for it), not
+    // of qwen2moe (Qwen2MoeConfig's norm_topk_prob is false, and transformers keeps it).
     c.num_local_experts = f.get_int(p + "expert_count");
     c.num_experts_per_tok = f.get_int(p + "expert_used_count");
-    c.moe_intermediate_size = f.get_int(p + "expert_feed_forward_length");
-    c.norm_topk_prob = true;
+    if (qwen_moe) c.moe_intermediate_size = f.get_int(p + "expert_feed_forward_length");
+    if (arch == "qwen2moe") {
+      c.shared_expert_intermediate_size = f.get_int(p + "expert_shared_feed_forward_length");
+    }
+    c.norm_topk_prob = arch != "qwen2moe";
     DS_CHECK(c.num_experts_per_tok > 0 && c.num_experts_per_tok <= c.num_local_experts,
              ModelFileError, "GGUF file ", f.path(), ": ", p, "expert_used_count (",
              c.num_experts_per_tok, ") must be in 1..", p, "expert_count (",
@@ -66,9 +77,16 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   c.num_hidden_layers = f.get_int(p + "block_count");
   c.hidden_size = f.get_int(p + "embedding_length");
   // A sparse model's dense width is used by no layer; llama.cpp's converter may leave it out.
-  c.intermediate_size = arch == "qwen3moe" && !f.has(p + "feed_forward_length")
+  c.intermediate_size = qwen_moe && !f.has(p + "feed_forward_length")
                             ? c.moe_intermediate_size
                             : f.get_int(p + "feed_forward_length");
+  // Mixtral's experts are intermediate_size wide; a converter may say so again per expert.
+  DS_CHECK(!mixtral || !f.has(p + "expert_feed_forward_length") ||
+               f.get_int(p + "expert_feed_forward_length") == c.intermediate_size,
+           NotSupportedError, "GGUF file ", f.path(), ": metadata '", p,
+           "expert_feed_forward_length' (", f.get_int(p + "expert_feed_forward_length"),
+           ") differs from '", p, "feed_forward_length' (", c.intermediate_size,
+           "); a Mixtral's experts are feed_forward_length wide");
   c.num_attention_heads = f.get_int(p + "attention.head_count");
   c.num_key_value_heads = f.has(p + "attention.head_count_kv")
                               ? f.get_int(p + "attention.head_count_kv")

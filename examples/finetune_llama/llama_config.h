@@ -80,9 +80,11 @@ struct LlamaConfig {
     return moe_intermediate_size > 0 ? moe_intermediate_size : intermediate_size;
   }
 
-  /// From a GGUF file's metadata (general.architecture "llama", "qwen2", "qwen3" or "qwen3moe";
+  /// From a GGUF file's metadata (general.architecture "llama" — a Mixtral when it has
+  /// .expert_count —, "qwen2", "qwen3", "qwen2moe" or "qwen3moe";
   /// {arch}.block_count, .embedding_length, .feed_forward_length, .attention.key_length,
   /// .expert_count, .expert_used_count, .expert_feed_forward_length,
+  /// .expert_shared_feed_forward_length,
   /// .attention.head_count(_kv), .rope.freq_base, .attention.layer_norm_rms_epsilon,
   /// .context_length, .vocab_size or the token list's length, .rope.dimension_count,
   /// .rope.scaling.type "none"/"linear" with .rope.scaling.factor, or the older

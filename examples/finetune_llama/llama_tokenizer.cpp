@@ -327,8 +327,8 @@ LlamaTokenizer LlamaTokenizer::from_gguf(const GgufFile& f) {
   }
   const std::string arch =
       f.has("general.architecture") ? f.get_string("general.architecture") : std::string();
-  // transformers reads Qwen3's and Qwen3-MoE's with its Qwen2 converter too.
-  if (arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe") {
+  // transformers reads Qwen3's and the Qwen MoEs' with its Qwen2 converter too.
+  if (arch == "qwen2" || arch == "qwen3" || arch == "qwen2moe" || arch == "qwen3moe") {
     return qwen2_from_gguf(f, tokens, merges);
   }
   // transformers' GGUF loader builds its BPE with fuse_unk and byte_fallback.

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // Hugging Face suffix within a layer -> GGUF suffix (llama.cpp's tensor names for "llama",
-// "qwen2", "qwen3" and "qwen3moe"; the latter's experts are gguf_expert_slice's).
+// "qwen2", "qwen3", "qwen2moe" and "qwen3moe"; the experts are gguf_expert_slice's).
 const std::pair<const char*, const char*> kLayerNames[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"post_attention_layernorm.weight", "ffn_norm.weight"},
@@ -43,17 +43,35 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"self_attn.q_norm.weight", "attn_q_norm.weight"},  // Qwen3
     {"self_attn.k_norm.weight", "attn_k_norm.weight"},
     {"mlp.gate.weight", "ffn_gate_inp.weight"},  // Qwen3-MoE's router
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},  // Mixtral's
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},  // Qwen2-MoE's
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
 };
 
 // One expert's projection in llama.cpp's layout: the experts of a layer stacked in one tensor
-// ("model.layers.3.mlp.experts.5.up_proj.weight" -> "blk.3.ffn_up_exps.weight", expert 5).
-std::optional<std::pair<std::string, int64_t>> gguf_expert_slice(const std::string& hf_name) {
+// ("model.layers.3.mlp.experts.5.up_proj.weight" -> "blk.3.ffn_up_exps.weight", expert 5;
+// Mixtral's "block_sparse_moe.experts.5.w3.weight" alike, w1 the gate and w2 the down
+// projection). `legacy` is the same expert's tensor in the files llama.cpp wrote before it
+// stacked them ("blk.3.ffn_up.5.weight"), which it still reads.
+struct GgufExpertSlice {
+  std::string stacked;
+  int64_t expert = 0;
+  std::string legacy;
+};
+
+std::optional<GgufExpertSlice> gguf_expert_slice(const std::string& hf_name) {
   static const std::regex expert(
-      R"(model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight)");
+      R"(model\.layers\.(\d+)\.(mlp|block_sparse_moe)\.experts\.(\d+)\.)"
+      R"(((gate|up|down)_proj|w1|w2|w3)\.weight)");
   std::smatch m;
   if (!std::regex_match(hf_name, m, expert)) return std::nullopt;
-  return std::make_pair("blk." + m[1].str() + ".ffn_" + m[3].str() + "_exps.weight",
-                        std::stoll(m[2].str()));
+  const std::string w = m[4].str();
+  const std::string proj = w == "w1" ? "gate" : w == "w2" ? "down" : w == "w3" ? "up" : m[5].str();
+  const std::string blk = "blk." + m[1].str() + ".ffn_" + proj;
+  return GgufExpertSlice{blk + "_exps.weight", std::stoll(m[3].str()),
+                         blk + "." + m[3].str() + ".weight"};
 }
 
 nlohmann::json read_json(const std::string& path, const std::string& what) {
@@ -80,23 +98,31 @@ LlamaCheckpoint open_gguf(const std::string& path) {
   auto stack = std::make_shared<std::pair<std::string, at::Tensor>>();
   ck.weights = [file, cfg, stack](const std::string& hf_name) {
     if (const auto slice = gguf_expert_slice(hf_name)) {
-      if (stack->first != slice->first) {
-        *stack = {slice->first, file->load_tensor(slice->first, at::kFloat)};
+      if (file->find_tensor(slice->stacked) == nullptr) {
+        DS_CHECK(file->find_tensor(slice->legacy) != nullptr, ModelFileError, "GGUF file ",
+                 file->path(), ": expert ", slice->expert, " of '", hf_name, "' is in neither '",
+                 slice->stacked, "' nor '", slice->legacy, "'");
+        return file->load_tensor(slice->legacy, at::kFloat);
       }
-      DS_CHECK(stack->second.dim() == 3 && slice->second < stack->second.size(0), ModelFileError,
-               "GGUF file ", file->path(), ": tensor '", slice->first, "' of shape ",
-               stack->second.sizes(), " holds no expert ", slice->second);
-      at::Tensor w = stack->second[slice->second];
-      if (slice->second + 1 == stack->second.size(0)) *stack = {};
+      if (stack->first != slice->stacked) {
+        *stack = {slice->stacked, file->load_tensor(slice->stacked, at::kFloat)};
+      }
+      DS_CHECK(stack->second.dim() == 3 && slice->expert < stack->second.size(0), ModelFileError,
+               "GGUF file ", file->path(), ": tensor '", slice->stacked, "' of shape ",
+               stack->second.sizes(), " holds no expert ", slice->expert);
+      at::Tensor w = stack->second[slice->expert];
+      if (slice->expert + 1 == stack->second.size(0)) *stack = {};
       return w;
     }
     at::Tensor w = file->load_tensor(gguf_tensor_name(hf_name), at::kFloat);
     const auto ends = [&](const char* s) {
       return hf_name.size() >= std::strlen(s) && hf_name.compare(hf_name.size() - std::strlen(s), std::string::npos, s) == 0;
     };
-    // llama.cpp permutes a "llama" model's q/k rows to its rotary layout; a "qwen2" model's
-    // rotary layout is transformers' own, so its rows are as they were.
-    if (cfg.model_type != "llama") return w;
+    // llama.cpp keeps Qwen2-MoE's shared-expert gate [1, hidden] as a vector.
+    if (ends("mlp.shared_expert_gate.weight") && w.dim() == 1) return w.unsqueeze(0);
+    // llama.cpp permutes a "llama" model's (and so a Mixtral's) q/k rows to its rotary layout;
+    // a "qwen2" model's rotary layout is transformers' own, so its rows are as they were.
+    if (cfg.model_type != "llama" && cfg.model_type != "mixtral") return w;
     if (ends("self_attn.q_proj.weight")) return unpermute_rope_rows(w, cfg.num_attention_heads);
     if (ends("self_attn.k_proj.weight")) return unpermute_rope_rows(w, cfg.num_key_value_heads);
     return w;

@@ -12,20 +12,23 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   qwen2:   a Qwen2ForCausalLM (random q/k/v biases: transformers would start them at zero) with
            the byte-level "qwen2" tokenizer of tokenizer_pretokenizers_reference.py (NFC, Qwen2's
            pattern) and Qwen2TokenizerFast's tokenizer_config.json;
-  qwen2_moe: the same as a Qwen2MoeForCausalLM (qwen2_moe_model);
+  qwen2_moe: the same as a Qwen2MoeForCausalLM (qwen2_moe_model; with GGUF: Qwen2MoeConfig's
+           widths, 1408 and 5632, no dense layer, no load-balancing loss, as transformers' GGUF
+           loader takes them);
   qwen3:   a Qwen3ForCausalLM (head_dim 128 with 4 heads of a 64-wide model, the q/k norms'
            weights random: transformers would start them at one) with Qwen2's tokenizer;
   qwen3_moe: the same as a Qwen3MoeForCausalLM: 4 experts of width 48 per sparse layer, 2 per
            token, norm_topk_prob true, layer 1 dense (mlp_only_layers), router and experts
            scaled up as Mixtral's, the load-balancing loss as Mixtral's (with GGUF: width 768,
            no dense layer, no load-balancing loss, as a GGUF file has none of these).
-  With GGUF, a qwen2/qwen3/qwen3_moe model and vocabulary are also written there as llama.cpp
-  lays out such a GGUF (f32 tensors).
+  With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe model and vocabulary are also written there as
+  llama.cpp lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
        (KIND: llama2, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
-(scripts/setup_python_refs.sh); qwen3 and qwen3_moe, which transformers 4.47 lacks, with
-transformers 5.15.1, gguf 0.19.0 and torch 2.11 (scripts/setup_deepspeed_peer.sh --torch2).
+(scripts/setup_python_refs.sh); qwen3 and qwen3_moe, which transformers 4.47 lacks, and the
+GGUFs but qwen2's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
+(scripts/setup_deepspeed_peer.sh --torch2).
 """
 import json
 import os
@@ -44,18 +47,22 @@ SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_att
              num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False)
 
 
-GGUF_ARCH = {"qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3moe"}
+GGUF_ARCH = {"qwen2": "qwen2", "qwen2_moe": "qwen2moe", "qwen3": "qwen3", "qwen3_moe": "qwen3moe"}
 GGUF_LAYER = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
               "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
               "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
               "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
               "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-              "mlp.gate": "ffn_gate_inp"}
+              "mlp.gate": "ffn_gate_inp", "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
+              "mlp.shared_expert.up_proj": "ffn_up_shexp",
+              "mlp.shared_expert.down_proj": "ffn_down_shexp",
+              "mlp.shared_expert_gate": "ffn_gate_inp_shexp"}
 
 
 def write_gguf(folder, kind, tok, path):
-    """The saved folder as convert_hf_to_gguf.py writes a Qwen2, Qwen3 or Qwen3-MoE: no q/k row
-    permutation, Qwen3's head size as attention.key_length, each layer's experts stacked."""
+    """The saved folder as convert_hf_to_gguf.py writes a Qwen2, Qwen2-MoE, Qwen3 or Qwen3-MoE:
+    no q/k row permutation, Qwen3's head size as attention.key_length, each layer's experts
+    stacked, Qwen2-MoE's shared-expert gate a vector."""
     from gguf import GGUFWriter
     from safetensors.torch import load_file
     with open(os.path.join(folder, "config.json")) as f:
@@ -75,13 +82,15 @@ def write_gguf(folder, kind, tok, path):
     theta = c.get("rope_theta") or c["rope_parameters"]["rope_theta"]
     w.add_rope_freq_base(theta)
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
-    if kind != "qwen2":
+    if kind in ("qwen3", "qwen3_moe"):
         w.add_key_length(c["head_dim"])
         w.add_value_length(c["head_dim"])
-    if kind == "qwen3_moe":
+    if kind in ("qwen2_moe", "qwen3_moe"):
         w.add_expert_count(c.get("num_experts") or c["num_local_experts"])
         w.add_expert_used_count(c["num_experts_per_tok"])
         w.add_expert_feed_forward_length(c["moe_intermediate_size"])
+    if kind == "qwen2_moe":
+        w.add_expert_shared_feed_forward_length(c["shared_expert_intermediate_size"])
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("qwen2")
     w.add_token_list(tokens)
@@ -105,6 +114,8 @@ def write_gguf(folder, kind, tok, path):
             experts.setdefault((i, proj[:-len("_proj")]), {})[int(e)] = t
             continue
         module, kind_ = rest.rsplit(".", 1)
+        if module == "mlp.shared_expert_gate":
+            t = t.reshape(-1)  # [1, hidden] -> [hidden], as llama.cpp reads it
         w.add_tensor(f"blk.{i}.{GGUF_LAYER[module]}.{kind_}", t.numpy())
     for (i, proj), by_expert in sorted(experts.items()):
         stacked = torch.stack([by_expert[e] for e in sorted(by_expert)])
@@ -141,20 +152,31 @@ def qwen3_model(kind, tok_ids, gguf):
     return model
 
 
-def qwen2_moe_model(sizes):
+def qwen2_moe_model(sizes, gguf):
     """A Qwen2-MoE: 4 experts of width 48, 2 per token, not renormalised, layer 0 dense, a
     shared expert of width 80 (scaled up as the routed ones) whose gate weighs in, the
-    load-balancing loss weighted 0.5."""
+    load-balancing loss weighted 0.5. For a GGUF, what transformers' GGUF loader takes from
+    Qwen2MoeConfig's defaults whatever the file says: widths 1408 and 5632, every layer
+    sparse; the experts' down projections scaled down as they widen."""
+    if gguf:
+        widths = dict(moe_intermediate_size=1408, shared_expert_intermediate_size=5632,
+                      mlp_only_layers=[])
+    else:
+        widths = dict(moe_intermediate_size=48, shared_expert_intermediate_size=80,
+                      mlp_only_layers=[0], output_router_logits=True, router_aux_loss_coef=0.5)
     model = transformers.Qwen2MoeForCausalLM(transformers.Qwen2MoeConfig(
-        num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
-        shared_expert_intermediate_size=80, norm_topk_prob=False, mlp_only_layers=[0],
-        output_router_logits=True, router_aux_loss_coef=0.5, **sizes))
+        num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, **widths, **sizes))
     with torch.no_grad():
-        block = model.model.layers[1].mlp
-        block.gate.weight.normal_(0.0, 0.2)
-        block.shared_expert_gate.weight.normal_(0.0, 0.5)
-        for p in list(block.experts.parameters()) + list(block.shared_expert.parameters()):
-            p.normal_(0.0, 0.15)
+        for layer in model.model.layers:
+            block = layer.mlp
+            if not hasattr(block, "experts"):
+                continue
+            block.gate.weight.normal_(0.0, 0.2)
+            block.shared_expert_gate.weight.normal_(0.0, 0.5)
+            for name, p in list(block.experts.named_parameters()) + list(
+                    block.shared_expert.named_parameters()):
+                narrow = (48 / p.shape[-1]) ** 0.5 if gguf and "down" in name else 1.0
+                p.normal_(0.0, 0.15 * narrow)
     return model
 
 
@@ -171,7 +193,7 @@ def main():
             if kind == "qwen2":
                 model = Qwen2ForCausalLM(Qwen2Config(**sizes))
             else:
-                model = qwen2_moe_model(sizes)
+                model = qwen2_moe_model(sizes, gguf=len(sys.argv) > 4)
             # Qwen2-MoE's smaller: biases of 0.5 would drown its sparse block in the residual.
             bias_std = 0.5 if kind == "qwen2" else 0.05
             with torch.no_grad():

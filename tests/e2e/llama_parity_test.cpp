@@ -221,11 +221,12 @@ INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
                          ::testing::Values("llama2", "mistral", "mixtral", "qwen2", "qwen2_moe",
                                            "qwen3", "qwen3_moe"));
 
-// The same Qwen2, Qwen3 and Qwen3-MoE as llama.cpp lays them out in a GGUF file (Qwen3's head
-// size as attention.key_length, its q/k norms as attn_q_norm/attn_k_norm, Qwen3-MoE's router as
-// ffn_gate_inp and each layer's experts stacked in ffn_gate_exps/ffn_up_exps/ffn_down_exps),
-// read by transformers' GGUF loader (its Qwen2 tokenizer: NFC, Qwen2's pattern, three special
-// tokens, no BOS) and by ours.
+// The same Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE as llama.cpp lays them out in a GGUF file
+// (Qwen3's head size as attention.key_length, its q/k norms as attn_q_norm/attn_k_norm, the MoEs'
+// routers as ffn_gate_inp and each layer's experts stacked in ffn_gate_exps/ffn_up_exps/
+// ffn_down_exps, Qwen2-MoE's shared expert as ffn_*_shexp and its gate as the vector
+// ffn_gate_inp_shexp), read by transformers' GGUF loader (its Qwen2 tokenizer: NFC, Qwen2's
+// pattern, three special tokens, no BOS) and by ours.
 class QwenGgufParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(QwenGgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
@@ -255,12 +256,18 @@ TEST_P(QwenGgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
   }
   EXPECT_EQ(gguf_config, folder_config);
   std::vector<std::string> names = {"model.layers.1.self_attn.q_proj.weight", "lm_head.weight"};
-  if (GetParam() == "qwen2") names.push_back("model.layers.1.self_attn.k_proj.bias");
-  if (GetParam() != "qwen2") names.push_back("model.layers.1.self_attn.k_norm.weight");
-  if (GetParam() == "qwen3_moe") {
+  const bool qwen2 = GetParam() == "qwen2" || GetParam() == "qwen2_moe";
+  names.push_back(qwen2 ? "model.layers.1.self_attn.k_proj.bias"
+                        : "model.layers.1.self_attn.k_norm.weight");
+  if (GetParam() == "qwen2_moe" || GetParam() == "qwen3_moe") {
     names.push_back("model.layers.1.mlp.gate.weight");
     names.push_back("model.layers.1.mlp.experts.3.up_proj.weight");
     names.push_back("model.layers.0.mlp.experts.0.down_proj.weight");
+  }
+  if (GetParam() == "qwen2_moe") {
+    names.push_back("model.layers.0.mlp.shared_expert.gate_proj.weight");
+    names.push_back("model.layers.1.mlp.shared_expert.down_proj.weight");
+    names.push_back("model.layers.1.mlp.shared_expert_gate.weight");
   }
   for (const auto& name : names) {
     EXPECT_TRUE(torch::equal(from_gguf.weights(name), from_folder.weights(name))) << name;
@@ -274,7 +281,8 @@ TEST_P(QwenGgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
   EXPECT_EQ(nlohmann::json::parse(in)["token_ids"], ref["generated"]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, QwenGgufParity, ::testing::Values("qwen2", "qwen3", "qwen3_moe"));
+INSTANTIATE_TEST_SUITE_P(Kinds, QwenGgufParity,
+                         ::testing::Values("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"));
 
 }  // namespace
 }  // namespace deepspeed::examples

@@ -2,7 +2,8 @@
 // the q/k row order undone, the HF folder written by save_hf_weights read back bit-identically,
 // and the bad inputs (missing config.json, vocabulary/embedding mismatch). Mistral's, Mixtral's,
 // Qwen2's, Qwen3's and Qwen3-MoE's configs (and transformers 5's rope_parameters), Qwen2's biases
-// (also under LoRA) from a "qwen2" GGUF and a folder, Qwen3-MoE's folder names.
+// (also under LoRA) from a "qwen2" GGUF and a folder, Qwen3-MoE's folder names, Qwen3-MoE and
+// Mixtral GGUFs.
 #include "llama_weights.h"
 
 #include <filesystem>
@@ -756,6 +757,110 @@ TEST(LlamaWeights, Qwen3MoeGgufLoadsStackedExpertsAndTheHeadSize) {
   write(5, dir.file("bad.gguf"));
   EXPECT_THROW_WITH(open_llama_checkpoint(dir.file("bad.gguf")), ModelFileError,
                     "qwen3moe.expert_used_count (5) must be in 1..qwen3moe.expert_count (4)");
+}
+
+// A Mixtral GGUF as llama.cpp writes it: architecture "llama" with expert_count, q/k rows in
+// its rotary order, the router as ffn_gate_inp, and the experts stacked (ffn_gate_exps from w1,
+// ffn_down_exps from w2, ffn_up_exps from w3) or, in files written before llama.cpp stacked
+// them, one tensor per expert (blk.<i>.ffn_gate.<e>.weight). Both load bit-identically as a
+// "mixtral" model, every layer sparse and renormalised; a missing expert and bad expert
+// metadata are named.
+TEST(LlamaWeights, MixtralGgufLoadsStackedAndPerExpertTensors) {
+  TempDir dir;
+  auto c = tiny_config();
+  c.model_type = "mixtral";
+  c.tie_word_embeddings = false;
+  c.num_local_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.rope_theta = 1e6;
+  torch::manual_seed(13);
+  LlamaForCausalLM ref(c);
+  struct Layout {
+    bool stacked = true;
+    uint32_t used = 2;
+    uint32_t expert_width = 0;  // expert_feed_forward_length; 0: absent
+    bool drop_last_expert = false;
+  };
+  const auto write = [&](const Layout& l, const std::string& path) {
+    GgufTestWriter w;
+    w.kv_str("general.architecture", "llama");
+    w.kv_u32("llama.block_count", static_cast<uint32_t>(c.num_hidden_layers));
+    w.kv_u32("llama.context_length", static_cast<uint32_t>(c.max_position_embeddings));
+    w.kv_u32("llama.embedding_length", static_cast<uint32_t>(c.hidden_size));
+    w.kv_u32("llama.feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
+    w.kv_u32("llama.attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
+    w.kv_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
+    w.kv_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
+    w.kv_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+    w.kv_u32("llama.expert_count", static_cast<uint32_t>(c.num_local_experts));
+    w.kv_u32("llama.expert_used_count", l.used);
+    if (l.expert_width != 0) w.kv_u32("llama.expert_feed_forward_length", l.expert_width);
+    w.kv_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
+    for (const auto& item : ref->named_parameters()) {
+      torch::Tensor t = item.value().detach();
+      const std::string& name = item.key();
+      const auto experts = name.find(".block_sparse_moe.experts.w");
+      if (experts == std::string::npos) {
+        if (name.find("q_proj") != std::string::npos) {
+          t = permute_like_converter(t, c.num_attention_heads);
+        }
+        if (name.find("k_proj") != std::string::npos) {
+          t = permute_like_converter(t, c.num_key_value_heads);
+        }
+        std::vector<uint64_t> ne(t.sizes().rbegin(), t.sizes().rend());
+        w.tensor(gguf_tensor_name(name), ne, 0, f32_bytes(t));
+        continue;
+      }
+      const char w_index = name.back();
+      const char* proj = w_index == '1' ? "gate" : w_index == '2' ? "down" : "up";
+      const std::string blk = "blk." + name.substr(13, experts - 13) + ".ffn_" + proj;
+      if (l.stacked) {
+        std::vector<uint64_t> ne(t.sizes().rbegin(), t.sizes().rend());
+        w.tensor(blk + "_exps.weight", ne, 0, f32_bytes(t));
+        continue;
+      }
+      for (int64_t e = 0; e < t.size(0) - (l.drop_last_expert ? 1 : 0); ++e) {
+        std::vector<uint64_t> ne = {static_cast<uint64_t>(t.size(2)),
+                                    static_cast<uint64_t>(t.size(1))};
+        w.tensor(blk + "." + std::to_string(e) + ".weight", ne, 0, f32_bytes(t[e]));
+      }
+    }
+    w.write(path);
+  };
+  const auto ids = torch::randint(c.vocab_size, {1, 7});
+  for (const bool stacked : {true, false}) {
+    SCOPED_TRACE(stacked ? "stacked" : "one tensor per expert");
+    const std::string path = dir.file(stacked ? "stacked.gguf" : "legacy.gguf");
+    write({stacked, 2, stacked ? static_cast<uint32_t>(c.intermediate_size) : 0}, path);
+    const auto ck = open_llama_checkpoint(path);
+    EXPECT_EQ(ck.config.model_type, "mixtral");
+    EXPECT_EQ(ck.config.num_local_experts, 4);
+    EXPECT_EQ(ck.config.num_experts_per_tok, 2);
+    EXPECT_EQ(ck.config.expert_intermediate_size(), c.intermediate_size);
+    EXPECT_EQ(ck.config.rope_theta, 1e6);
+    EXPECT_EQ(ck.config.sliding_window, -1);
+    EXPECT_TRUE(ck.config.norm_topk_prob);
+    EXPECT_TRUE(ck.config.is_sparse_layer(0) && ck.config.is_sparse_layer(1));
+    EXPECT_EQ(ck.config.to_hf_json()["architectures"][0], "MixtralForCausalLM");
+    LlamaForCausalLM loaded(ck.config, ck.weights);
+    for (const auto& item : ref->named_parameters()) {
+      EXPECT_TRUE(torch::equal(item.value(), loaded->named_parameters()[item.key()]))
+          << item.key();
+    }
+    EXPECT_TRUE(torch::equal(ref->logits(ids), loaded->logits(ids)));
+  }
+  write({false, 2, 0, /*drop_last_expert=*/true}, dir.file("missing.gguf"));
+  const auto missing = open_llama_checkpoint(dir.file("missing.gguf"));
+  EXPECT_THROW_WITH(LlamaForCausalLM(missing.config, missing.weights), ModelFileError,
+                    "expert 3 of 'model.layers.0.block_sparse_moe.experts.3.w1.weight' is in "
+                    "neither 'blk.0.ffn_gate_exps.weight' nor 'blk.0.ffn_gate.3.weight'");
+  write({true, 5}, dir.file("used.gguf"));
+  EXPECT_THROW_WITH(open_llama_checkpoint(dir.file("used.gguf")), ModelFileError,
+                    "llama.expert_used_count (5) must be in 1..llama.expert_count (4)");
+  write({true, 2, 7}, dir.file("width.gguf"));
+  EXPECT_THROW_WITH(open_llama_checkpoint(dir.file("width.gguf")), NotSupportedError,
+                    "'llama.expert_feed_forward_length' (7) differs from "
+                    "'llama.feed_forward_length' (24)");
 }
 
 // LoRA on biased projections: the bias is loaded with the base weight, stays frozen, and the
