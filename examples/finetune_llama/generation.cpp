@@ -33,11 +33,23 @@ std::vector<int64_t> generate(LlamaForCausalLMImpl& model, const std::vector<int
   torch::Generator generator(gen);
   LlamaKvCache cache;
   std::vector<int64_t> out;
+  std::vector<int64_t> sequence = prompt;
   auto input = torch::tensor(prompt, torch::kLong).unsqueeze(0);
+  // Phi-3's longrope rotates with other frequencies once the sequence passes the original
+  // context: the step that first does so runs the whole sequence again without the cache, whose
+  // keys were rotated with the short ones (transformers' Phi3ForCausalLM does the same).
+  const RopeScaling& rope = model.config().rope_scaling;
+  const int64_t switch_at =
+      rope.rope_type == "longrope" ? rope.original_max_position_embeddings : -1;
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    if (cache.length() > 0 && cache.length() == switch_at) {
+      cache = LlamaKvCache();
+      input = torch::tensor(sequence, torch::kLong).unsqueeze(0);
+    }
     auto logits = model.logits(input, &cache);
     const int64_t next = pick(logits[0][-1], o, generator);
     out.push_back(next);
+    sequence.push_back(next);
     if (next == o.eos_token_id) break;
     input = torch::tensor({next}, torch::kLong).unsqueeze(0);
   }

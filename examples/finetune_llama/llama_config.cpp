@@ -248,6 +248,34 @@ void read_rope(const nlohmann::json& j, const std::string& path, double default_
   c->rope_scaling = RopeScaling::from_hf_json(rp, path, "rope_parameters");
 }
 
+// Phi3Config's keys beyond Llama's: the pretraining context longrope switches at (4096 by
+// default), the sliding window (none unless set), and what finetune_llama's decoder leaves out,
+// refused by name: dropout, a partial rotation.
+void read_phi3(const nlohmann::json& j, const std::string& path, LlamaConfig* c) {
+  c->original_max_position_embeddings = int_or(j, "original_max_position_embeddings", path, 4096);
+  DS_CHECK(c->original_max_position_embeddings > 0, ModelFileError, path,
+           ": original_max_position_embeddings is ", c->original_max_position_embeddings,
+           "; expected a positive integer");
+  if (j.contains("sliding_window") && !j["sliding_window"].is_null()) {
+    c->sliding_window = json_int(j, "sliding_window", path);
+    DS_CHECK(c->sliding_window > 0, ModelFileError, path, ": sliding_window is ",
+             c->sliding_window, "; expected a positive integer or null");
+  }
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attention_dropout"}) {
+    DS_CHECK(!j.contains(key) || j[key].is_null() || (j[key].is_number() && j[key] == 0),
+             NotSupportedError, path, ": ", key, " is ", j.value(key, nlohmann::json()).dump(),
+             "; finetune_llama's 'phi3' trains without dropout");
+  }
+  DS_CHECK(!j.contains("partial_rotary_factor") ||
+               (j["partial_rotary_factor"].is_number() && j["partial_rotary_factor"] == 1),
+           NotSupportedError, path, ": partial_rotary_factor is ",
+           j.value("partial_rotary_factor", nlohmann::json()).dump(),
+           "; finetune_llama rotates whole heads");
+  DS_CHECK(j.value("hidden_act", std::string("silu")) == "silu", NotSupportedError, path,
+           ": hidden_act is '", j.value("hidden_act", std::string()), "'; finetune_llama's MLP "
+           "is SwiGLU (silu)");
+}
+
 int64_t json_token_id(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) return -1;
   const auto& v = j.at(key);
@@ -262,10 +290,11 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   DS_CHECK(j.is_object(), ModelFileError, path, ": expected a JSON object");
   const std::string type = j.value("model_type", std::string());
   DS_CHECK(type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" ||
-               type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe",
+               type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe" || type == "phi3",
            ModelFileError, path, ": model_type is '", type, "'; finetune_llama reads 'llama', "
-           "'mistral', 'qwen2', 'qwen2_moe', 'mixtral', 'qwen3' and 'qwen3_moe' models");
+           "'mistral', 'qwen2', 'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe' and 'phi3' models");
   const bool mixtral = type == "mixtral";
+  const bool phi3 = type == "phi3";
   const bool mistral = type == "mistral" || mixtral;
   const bool qwen2 = type == "qwen2" || type == "qwen2_moe";
   const bool qwen3 = type == "qwen3" || type == "qwen3_moe";
@@ -286,6 +315,14 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
     c.max_position_embeddings = 32768;  // Qwen2Config's and Qwen3Config's default
     refuse_sliding_layers(j, path, type);
     if (type == "qwen3_moe" || type == "qwen2_moe") read_qwen_moe_experts(j, path, &c);
+  } else if (phi3) {
+    // Phi3Config's defaults where they differ from LlamaConfig's.
+    c.max_position_embeddings = 4096;
+    c.rms_norm_eps = 1e-5;
+    c.bos_token_id = 1;
+    c.eos_token_id = 32000;
+    c.pad_token_id = 32000;
+    read_phi3(j, path, &c);
   } else {
     DS_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), NotSupportedError,
              path, ": sliding_window is set on a 'llama' model; finetune_llama reads it on "
@@ -304,8 +341,8 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() && !qwen2
                    ? json_int(j, "head_dim", path)
                    : (type == "qwen3" ? 128 : split_head);
-  // transformers' Qwen2 takes hidden_size / heads whatever head_dim says.
-  DS_CHECK(!qwen2 || !j.contains("head_dim") || j["head_dim"].is_null() ||
+  // transformers' Qwen2 and Phi-3 take hidden_size / heads whatever head_dim says.
+  DS_CHECK(!(qwen2 || phi3) || !j.contains("head_dim") || j["head_dim"].is_null() ||
                json_int(j, "head_dim", path) == c.head_dim,
            NotSupportedError, path, ": head_dim is ", j.value("head_dim", nlohmann::json()).dump(),
            " but a '", type, "' model's head size is hidden_size / num_attention_heads (",
@@ -316,6 +353,18 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   DS_CHECK(!mistral || c.rope_scaling.is_default(), NotSupportedError, path, ": rope scaling '",
            c.rope_scaling.rope_type, "' is set on a '", type, "' model, whose rotary embedding "
            "(transformers' MistralRotaryEmbedding) has none");
+  // Only Phi-3's rotary embedding switches to the long factors (transformers 4.47's
+  // LlamaRotaryEmbedding would keep the short ones at any length).
+  DS_CHECK(phi3 || c.rope_scaling.rope_type != "longrope", NotSupportedError, path,
+           ": rope scaling 'longrope' is set on a '", type, "' model; finetune_llama reads it on "
+           "'phi3' models");
+  if (c.rope_scaling.rope_type == "longrope") {
+    auto& original = c.rope_scaling.original_max_position_embeddings;
+    DS_CHECK(original == 0 || original == c.original_max_position_embeddings, ModelFileError,
+             path, ": the rope scaling's original_max_position_embeddings (", original,
+             ") and the config's (", c.original_max_position_embeddings, ") disagree");
+    original = c.original_max_position_embeddings;
+  }
   c.rms_norm_eps = j.value("rms_norm_eps", mixtral ? 1e-5 : c.rms_norm_eps);
   c.tie_word_embeddings = j.value("tie_word_embeddings", false);  // LlamaConfig's default
   if (type == "llama" || qwen3) {
@@ -324,9 +373,15 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
     c.attention_bias = j.value("attention_bias", false);
     if (!qwen3) c.mlp_bias = j.value("mlp_bias", false);
   }
-  if (!mistral || j.contains("bos_token_id")) c.bos_token_id = json_token_id(j, "bos_token_id");
-  if (!mistral || j.contains("eos_token_id")) c.eos_token_id = json_token_id(j, "eos_token_id");
-  c.pad_token_id = json_token_id(j, "pad_token_id");
+  // Mistral's and Phi-3's configs default their token ids; Llama's and Qwen's have none.
+  const bool token_defaults = mistral || phi3;
+  if (!token_defaults || j.contains("bos_token_id")) {
+    c.bos_token_id = json_token_id(j, "bos_token_id");
+  }
+  if (!token_defaults || j.contains("eos_token_id")) {
+    c.eos_token_id = json_token_id(j, "eos_token_id");
+  }
+  if (!phi3 || j.contains("pad_token_id")) c.pad_token_id = json_token_id(j, "pad_token_id");
   c.validate(path);
   return c;
 }
@@ -362,6 +417,7 @@ nlohmann::json LlamaConfig::to_hf_json() const {
                          : model_type == "qwen3"     ? "Qwen3ForCausalLM"
                          : model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
                          : model_type == "qwen2_moe" ? "Qwen2MoeForCausalLM"
+                         : model_type == "phi3"      ? "Phi3ForCausalLM"
                                                      : "LlamaForCausalLM"}},
       {"model_type", model_type},
       {"vocab_size", vocab_size},
@@ -415,6 +471,19 @@ nlohmann::json LlamaConfig::to_hf_json() const {
     if (model_type == "qwen2_moe") {
       j["shared_expert_intermediate_size"] = shared_expert_intermediate_size;
     }
+  }
+  if (model_type == "phi3") {
+    // Phi3Config: the head size is hidden_size / heads; no bias flags.
+    for (const char* key : {"head_dim", "attention_bias", "mlp_bias"}) j.erase(key);
+    j["original_max_position_embeddings"] = original_max_position_embeddings;
+    j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
+    j["resid_pdrop"] = 0.0;
+    j["embd_pdrop"] = 0.0;
+    // Null where there is none: Phi3Config would default them (padding 32000, past a small
+    // vocabulary).
+    j["bos_token_id"] = nullptr;
+    j["eos_token_id"] = nullptr;
+    j["pad_token_id"] = nullptr;
   }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_id >= 0) j["eos_token_id"] = eos_token_id;

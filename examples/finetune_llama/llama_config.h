@@ -23,7 +23,8 @@ struct LlamaConfig {
   /// (Qwen3ForCausalLM: an RMSNorm on each query and key head), "qwen3_moe"
   /// (Qwen3MoeForCausalLM: Qwen3's attention, a sparse MoE block for the MLPs it chooses) or
   /// "qwen2_moe" (Qwen2MoeForCausalLM: Qwen2's attention, sparse blocks chosen alike, each with
-  /// a gated shared expert).
+  /// a gated shared expert) or "phi3" (Phi3ForCausalLM: Llama's decoder with q/k/v and gate/up
+  /// fused in its files, longrope scaling, a sliding window when set).
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -33,6 +34,7 @@ struct LlamaConfig {
   int64_t num_key_value_heads = 0;  // < num_attention_heads: grouped-query attention
   int64_t head_dim = 0;             // hidden_size / num_attention_heads unless given
   int64_t max_position_embeddings = 2048;  // the context length
+  int64_t original_max_position_embeddings = 0;  // Phi-3: the pretraining context (longrope's)
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;  // none unless config.json or the GGUF file says otherwise
   double rms_norm_eps = 1e-6;
@@ -40,7 +42,8 @@ struct LlamaConfig {
   int64_t bos_token_id = -1;         // -1: none
   int64_t eos_token_id = -1;
   int64_t pad_token_id = -1;
-  int64_t sliding_window = -1;  // Mistral: attention to the last sliding_window positions; -1: all
+  // Mistral, Phi-3: attention to the last sliding_window positions; -1: all.
+  int64_t sliding_window = -1;
   bool attention_bias = false;  // LlamaConfig's: biases on q/k/v/o_proj
   bool mlp_bias = false;        // LlamaConfig's: biases on gate/up/down_proj
   // Mixtral: each layer's MLP is a block_sparse_moe of num_local_experts SwiGLU experts, each
@@ -96,9 +99,9 @@ struct LlamaConfig {
   /// From a Hugging Face config.json (model_type "llama"; "mistral" with MistralConfig's
   /// defaults: sliding_window 4096 when absent, none when null; "qwen2" with Qwen2Config's:
   /// use_sliding_window is refused, its head size is hidden_size / heads; "mixtral", "qwen3",
-  /// "qwen3_moe", "qwen2_moe" with their configs' defaults). The rotary base and scaling come from
-  /// rope_theta and rope_scaling, or from transformers 5's rope_parameters; `path` names the
-  /// file in errors.
+  /// "qwen3_moe", "qwen2_moe", "phi3" with their configs' defaults; longrope on Phi-3 only). The
+  /// rotary base and scaling come from rope_theta and rope_scaling, or from transformers 5's
+  /// rope_parameters; `path` names the file in errors.
   static LlamaConfig from_hf_json(const nlohmann::json& json, const std::string& path);
   /// The config.json that transformers' LlamaForCausalLM (Mistral-, Qwen2ForCausalLM) loads.
   nlohmann::json to_hf_json() const;

@@ -130,6 +130,54 @@ LlamaCheckpoint open_gguf(const std::string& path) {
   return ck;
 }
 
+// Phi-3's files fuse q/k/v into self_attn.qkv_proj (rows q, then k, then v) and gate/up into
+// mlp.gate_up_proj (gate rows first); the model keeps them apart as a Llama does. Each fused
+// tensor is read once, kept until its last part is taken.
+struct FusedPart {
+  std::string fused;
+  int64_t begin = 0, end = 0;  // its rows
+  int64_t rows = 0;            // the fused tensor's
+  bool last() const { return end == rows; }
+};
+
+std::optional<FusedPart> phi3_fused_part(const LlamaConfig& c, const std::string& hf_name) {
+  static const std::regex part(
+      R"((model\.layers\.\d+\.)(self_attn\.(q|k|v)_proj|mlp\.(gate|up)_proj)\.weight)");
+  std::smatch m;
+  if (!std::regex_match(hf_name, m, part)) return std::nullopt;
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const int64_t ffn = c.intermediate_size;
+  const std::string layer = m[1].str();
+  if (m[3].matched) {
+    const std::string w = m[3].str();
+    const std::string fused = layer + "self_attn.qkv_proj.weight";
+    const int64_t rows = q + 2 * kv;
+    if (w == "q") return FusedPart{fused, 0, q, rows};
+    if (w == "k") return FusedPart{fused, q, q + kv, rows};
+    return FusedPart{fused, q + kv, rows, rows};
+  }
+  const std::string fused = layer + "mlp.gate_up_proj.weight";
+  if (m[4].str() == "gate") return FusedPart{fused, 0, ffn, 2 * ffn};
+  return FusedPart{fused, ffn, 2 * ffn, 2 * ffn};
+}
+
+LlamaWeightSource phi3_unfused(LlamaWeightSource file, const LlamaConfig& c,
+                               const std::string& dir) {
+  auto kept = std::make_shared<std::pair<std::string, at::Tensor>>();
+  return [file = std::move(file), c, dir, kept](const std::string& hf_name) {
+    const auto part = phi3_fused_part(c, hf_name);
+    if (!part) return file(hf_name);
+    if (kept->first != part->fused) *kept = {part->fused, file(part->fused)};
+    const at::Tensor& fused = kept->second;
+    DS_CHECK(fused.dim() == 2 && fused.size(0) == part->rows, ModelFileError,
+             "Hugging Face folder ", dir, ": tensor '", part->fused, "' has shape ", fused.sizes(),
+             "; the model config expects ", part->rows, " rows");
+    at::Tensor w = fused.slice(0, part->begin, part->end);
+    if (part->last()) *kept = {};
+    return w;
+  };
+}
+
 LlamaCheckpoint open_hf_folder(const std::string& dir) {
   LlamaCheckpoint ck;
   ck.path = dir;
@@ -163,6 +211,7 @@ LlamaCheckpoint open_hf_folder(const std::string& dir) {
              "' is listed in the index but not in the file");
     return t->to(at::kFloat);
   };
+  if (ck.config.model_type == "phi3") ck.weights = phi3_unfused(ck.weights, ck.config, dir);
   // The embedding decides the vocabulary: a config that disagrees is an error here, not a
   // shape mismatch deep inside the model.
   const at::Tensor embed = ck.weights("model.embed_tokens.weight");
@@ -241,6 +290,17 @@ void save_hf_weights(LlamaForCausalLMImpl& model, const std::string& dir, bool w
   if (!write) return;
   fs::create_directories(dir);
   checkpoint::TensorDict tensors;
+  // Phi-3's q/k/v and gate/up projections, by fused tensor and first row, fused below.
+  std::map<std::string, std::map<int64_t, at::Tensor>> fused;
+  const auto put = [&](const std::string& name, const at::Tensor& t) {
+    if (model.config().model_type == "phi3") {
+      if (const auto part = phi3_fused_part(model.config(), name)) {
+        fused[part->fused][part->begin] = t;
+        return;
+      }
+    }
+    tensors.insert(name, t.contiguous());
+  };
   for (const auto& item : model.named_parameters()) {
     if (auto e = experts.find(item.key()); e != experts.end()) {
       for (int64_t i = 0; i < e->second.size(0); ++i) {
@@ -250,10 +310,15 @@ void save_hf_weights(LlamaForCausalLMImpl& model, const std::string& dir, bool w
     }
     if (merged_params.count(item.value().unsafeGetTensorImpl())) {
       auto it = merged.find(item.key());
-      if (it != merged.end()) tensors.insert(item.key(), it->second.contiguous());
+      if (it != merged.end()) put(item.key(), it->second);
       continue;
     }
-    tensors.insert(item.key(), item.value().detach().to(at::kFloat).contiguous());
+    put(item.key(), item.value().detach().to(at::kFloat));
+  }
+  for (const auto& [name, parts] : fused) {
+    std::vector<at::Tensor> rows;
+    for (const auto& part : parts) rows.push_back(part.second);
+    tensors.insert(name, at::cat(rows, 0).contiguous());
   }
   checkpoint::save_safetensors(tensors, (fs::path(dir) / "model.safetensors").string());
   const LlamaConfig& cfg = model.config();

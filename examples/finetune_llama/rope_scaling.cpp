@@ -42,6 +42,32 @@ std::optional<double> optional_number(const nlohmann::json& rs, const char* key,
   return json_number(rs, key, where);
 }
 
+// A list of numbers (longrope's factors).
+std::vector<double> json_numbers(const nlohmann::json& rs, const char* key,
+                                 const std::string& where) {
+  DS_CHECK(rs.contains(key) && !rs.at(key).is_null(), ModelFileError, where, ".", key,
+           " is missing (rope_type 'longrope')");
+  const auto& list = rs.at(key);
+  DS_CHECK(list.is_array(), ModelFileError, where, ".", key, " is ", list.type_name(),
+           "; expected a list of numbers");
+  std::vector<double> out;
+  for (const auto& x : list) {
+    DS_CHECK(x.is_number(), ModelFileError, where, ".", key, " holds ", x.dump(),
+             "; expected a list of numbers");
+    out.push_back(x.get<double>());
+  }
+  return out;
+}
+
+// Phi-3's longrope: 1 / (factors * theta^(2i / d)), the factors an fp32 tensor.
+at::Tensor longrope_inv_freq(const std::vector<double>& factors, double theta,
+                             int64_t head_dim) {
+  const at::Tensor ext = at::tensor(factors, at::TensorOptions().dtype(at::kDouble)).to(at::kFloat);
+  const auto exponent =
+      at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(head_dim);
+  return rdiv(1.0, ext * at::pow(theta, exponent));
+}
+
 at::Tensor llama3_inv_freq(const RopeScaling& s, double theta, int64_t head_dim) {
   const at::Tensor inv_freq = default_inv_freq(theta, head_dim);
   const double old = static_cast<double>(s.original_max_position_embeddings);
@@ -95,6 +121,10 @@ RopeScaling RopeScaling::from_hf_json(const nlohmann::json& rs, const std::strin
   DS_CHECK(rs.contains(type_key) && rs.at(type_key).is_string(), ModelFileError, where,
            " has no rope_type string");
   s.rope_type = rs.at(type_key).get<std::string>();
+  // Phi3Config's backward compatibility: its older "su" and "yarn" are longrope.
+  const bool phi3_alias = std::string(type_key) == "type" && rs.contains("short_factor") &&
+                          (s.rope_type == "su" || s.rope_type == "yarn");
+  if (phi3_alias) s.rope_type = "longrope";
   std::set<std::string> known = {"type", "rope_type"};
   if (s.rope_type == "default") {
   } else if (s.rope_type == "linear" || s.rope_type == "dynamic") {
@@ -117,12 +147,20 @@ RopeScaling RopeScaling::from_hf_json(const nlohmann::json& rs, const std::strin
     s.beta_fast = optional_number(rs, "beta_fast", where);
     s.beta_slow = optional_number(rs, "beta_slow", where);
     known.insert({"factor", "attention_factor", "beta_fast", "beta_slow"});
+  } else if (s.rope_type == "longrope") {
+    s.short_factor = json_numbers(rs, "short_factor", where);
+    s.long_factor = json_numbers(rs, "long_factor", where);
+    if (rs.contains("original_max_position_embeddings")) {
+      const double original = json_number(rs, "original_max_position_embeddings", where);
+      s.original_max_position_embeddings = static_cast<int64_t>(original);
+      DS_CHECK(static_cast<double>(s.original_max_position_embeddings) == original,
+               ModelFileError, where, ".original_max_position_embeddings is ", original,
+               "; expected an integer");
+    }
+    known.insert({"short_factor", "long_factor", "original_max_position_embeddings"});
   } else {
-    DS_CHECK(s.rope_type != "longrope", NotSupportedError, where,
-             ".rope_type 'longrope' is not supported yet; finetune_llama implements "
-             "default, linear, dynamic, llama3 and yarn");
     DS_CHECK(false, ModelFileError, where, ".rope_type '", s.rope_type,
-             "' is unknown; expected default, linear, dynamic, llama3 or yarn");
+             "' is unknown; expected default, linear, dynamic, llama3, yarn or longrope");
   }
   for (const auto& [name, value] : rs.items()) {
     DS_CHECK(known.count(name) != 0, NotSupportedError, where, ".", name,
@@ -136,6 +174,9 @@ nlohmann::json RopeScaling::to_hf_json() const {
   if (is_default()) return nullptr;
   DS_CHECK(rope_type != "freq_factors", NotSupportedError, "rope_scaling: the GGUF file's "
            "rope_freqs.weight divisors are not llama3's; transformers' config cannot express them");
+  if (rope_type == "longrope") {
+    return {{"type", rope_type}, {"short_factor", short_factor}, {"long_factor", long_factor}};
+  }
   nlohmann::json j = {{"rope_type", rope_type}, {"factor", factor}};
   if (rope_type == "llama3") {
     j["low_freq_factor"] = low_freq_factor;
@@ -209,6 +250,21 @@ void RopeScaling::validate(int64_t head_dim, const std::string& source) const {
              ": rope_scaling.original_max_position_embeddings is ",
              original_max_position_embeddings, "; expected a positive integer");
   }
+  if (rope_type == "longrope") {
+    for (const auto* list : {&short_factor, &long_factor}) {
+      const char* name = list == &short_factor ? "short_factor" : "long_factor";
+      DS_CHECK(static_cast<int64_t>(list->size()) == head_dim / 2, ModelFileError, source,
+               ": rope_scaling.", name, " has ", list->size(), " values; the head size ",
+               head_dim, " needs ", head_dim / 2);
+      for (double f : *list) {
+        DS_CHECK(std::isfinite(f) && f > 0, ModelFileError, source, ": rope_scaling.", name,
+                 " holds ", f, "; expected positive divisors");
+      }
+    }
+    DS_CHECK(original_max_position_embeddings > 0, ModelFileError, source,
+             ": longrope needs original_max_position_embeddings > 0 (got ",
+             original_max_position_embeddings, ")");
+  }
   if (rope_type == "freq_factors") {
     DS_CHECK(static_cast<int64_t>(freq_factors.size()) == head_dim / 2, ModelFileError, source,
              ": rope_freqs.weight has ", freq_factors.size(), " values; the head size ", head_dim,
@@ -242,9 +298,18 @@ RotaryFrequencies::RotaryFrequencies(const RopeScaling& scaling, double rope_the
     : scaling_(scaling), theta_(rope_theta), head_dim_(head_dim),
       max_positions_(max_position_embeddings),
       original_(rope_frequencies(scaling, rope_theta, head_dim, max_position_embeddings)),
-      current_(original_), cached_length_(max_position_embeddings) {}
+      current_(original_), cached_length_(max_position_embeddings) {
+  if (scaling.rope_type == "longrope") {
+    long_ = original_;
+    long_.inv_freq = longrope_inv_freq(scaling.long_factor, rope_theta, head_dim);
+  }
+}
 
 const at::Tensor& RotaryFrequencies::for_length(int64_t seq_len) {
+  if (scaling_.rope_type == "longrope") {
+    current_ = seq_len > scaling_.original_max_position_embeddings ? long_ : original_;
+    return current_.inv_freq;
+  }
   if (!extends_context()) return current_.inv_freq;
   if (seq_len > cached_length_) {  // longer than any before: the base grows
     current_.inv_freq =
@@ -268,6 +333,12 @@ RopeFrequencies rope_frequencies(const RopeScaling& s, double rope_theta, int64_
   } else if (s.rope_type == "yarn") {
     r.inv_freq = yarn_inv_freq(s, rope_theta, head_dim, max_position_embeddings);
     r.attention_scaling = s.attention_factor.value_or(0.1 * std::log(s.factor) + 1.0);
+  } else if (s.rope_type == "longrope") {
+    r.inv_freq = longrope_inv_freq(s.short_factor, rope_theta, head_dim);
+    const double original = static_cast<double>(s.original_max_position_embeddings);
+    const double stretch = static_cast<double>(max_position_embeddings) / original;
+    r.attention_scaling =
+        stretch <= 1.0 ? 1.0 : std::sqrt(1 + std::log(stretch) / std::log(original));
   } else if (s.rope_type == "freq_factors") {
     r.inv_freq = default_inv_freq(rope_theta, head_dim) /
                  at::tensor(s.freq_factors, at::TensorOptions().dtype(at::kFloat));

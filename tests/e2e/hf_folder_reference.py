@@ -9,6 +9,9 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
            weights scaled up so that no token's choice of experts hangs on a rounding, the
            experts' so that their outputs weigh in the logits; output_router_logits with a
            router_aux_loss_coef of 0.5, so that the load-balancing loss weighs in the score;
+  phi3:    the same as a Phi3ForCausalLM (q/k/v and gate/up fused in its files) with longrope
+           scaling: random short and long factors, an original context of 16 positions, which
+           the 64 scored tokens pass and the generation crosses (the long factors take over);
   qwen2:   a Qwen2ForCausalLM (random q/k/v biases: transformers would start them at zero) with
            the byte-level "qwen2" tokenizer of tokenizer_pretokenizers_reference.py (NFC, Qwen2's
            pattern) and Qwen2TokenizerFast's tokenizer_config.json;
@@ -24,7 +27,7 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe model and vocabulary are also written there as
   llama.cpp lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
-       (KIND: llama2, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe)
+       (KIND: llama2, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
 (scripts/setup_python_refs.sh); qwen3 and qwen3_moe, which transformers 4.47 lacks, and the
 GGUFs but qwen2's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
@@ -37,7 +40,8 @@ import sys
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+                          MixtralConfig, MixtralForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tokenizer_pretokenizers_reference import QWEN2_SPECIALS, qwen2  # noqa: E402
@@ -222,6 +226,13 @@ def main():
                     layer.block_sparse_moe.gate.weight.normal_(0.0, 0.2)
                     for p in layer.block_sparse_moe.experts.parameters():
                         p.normal_(0.0, 0.15)
+        elif kind == "phi3":
+            half = sizes["hidden_size"] // sizes["num_attention_heads"] // 2
+            short = (1.0 + 0.3 * torch.rand(half)).tolist()
+            long = (1.0 + 8.0 * torch.rand(half)).tolist()
+            model = Phi3ForCausalLM(Phi3Config(
+                original_max_position_embeddings=16, pad_token_id=None, rope_scaling={
+                    "type": "longrope", "short_factor": short, "long_factor": long}, **sizes))
         else:
             model = LlamaForCausalLM(LlamaConfig(**sizes))
         config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>",

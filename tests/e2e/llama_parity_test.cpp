@@ -169,7 +169,10 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
 // byte-level tokenizer.json with NFC and Qwen2's pattern), Qwen3's (an explicit head_dim, q/k
 // norms; against transformers 5, whose config.json keeps the rotary base in rope_parameters)
 // and Qwen3-MoE's (sparse and dense layers, experts as `mlp.experts.<e>.gate_proj`), and
-// Qwen2-MoE's (Qwen2's attention, a gated shared expert beside the routed ones):
+// Qwen2-MoE's (Qwen2's attention, a gated shared expert beside the routed ones), and Phi-3's
+// (q/k/v and gate/up fused in its files; longrope, its original context of 16 positions passed
+// by the 64 scored tokens and crossed by the generation, whose cache transformers then
+// recomputes with the long factors):
 // finetune_llama tokenizes, scores and greedily generates as transformers does, decodes the
 // generation to transformers' text, and its --save_hf folder loads in transformers to the same
 // ids and generation.
@@ -218,8 +221,8 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
-                         ::testing::Values("llama2", "mistral", "mixtral", "qwen2", "qwen2_moe",
-                                           "qwen3", "qwen3_moe"));
+                         ::testing::Values("llama2", "mistral", "mixtral", "phi3", "qwen2",
+                                           "qwen2_moe", "qwen3", "qwen3_moe"));
 
 // The same Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE as llama.cpp lays them out in a GGUF file
 // (Qwen3's head size as attention.key_length, its q/k norms as attn_q_norm/attn_k_norm, the MoEs'

@@ -1,5 +1,6 @@
 // finetune_llama's rope_scaling against transformers: for linear, llama3, yarn (its defaults and
-// its tuned keys) and dynamic, rope_scaling_reference.py builds a small random LlamaForCausalLM,
+// its tuned keys), dynamic and longrope (on a Phi3ForCausalLM: the long factors past its original
+// context of 128, the short ones within), rope_scaling_reference.py builds a small random model,
 // saves it as a Hugging Face folder and writes its rotary frequencies and the logits of 300
 // tokens, then of the first 100. We load the folder: the frequencies must be the same floats and
 // the logits of both forwards equal to 2e-5 of their scale (dynamic's context is 256: the first
@@ -89,7 +90,8 @@ TEST_P(RopeScalingParity, FrequenciesAndLogitsEqualTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, RopeScalingParity,
-                         ::testing::Values("linear", "llama3", "yarn", "yarn_tuned", "dynamic"));
+                         ::testing::Values("linear", "llama3", "yarn", "yarn_tuned", "dynamic",
+                                           "longrope"));
 
 }  // namespace
 }  // namespace deepspeed::examples

@@ -3,9 +3,10 @@
 // and the bad inputs (missing config.json, vocabulary/embedding mismatch). Mistral's, Mixtral's,
 // Qwen2's, Qwen3's and Qwen3-MoE's configs (and transformers 5's rope_parameters), Qwen2's biases
 // (also under LoRA) from a "qwen2" GGUF and a folder, Qwen3-MoE's folder names, Qwen3-MoE and
-// Mixtral GGUFs.
+// Mixtral GGUFs, Phi-3's config, longrope and fused projections.
 #include "llama_weights.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -260,7 +261,7 @@ TEST(LlamaConfig, MistralConfigJsonDefaultsAndRefusals) {
   llama["model_type"] = "gemma";
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "g/config.json"), ModelFileError,
                     "model_type is 'gemma'; finetune_llama reads 'llama', 'mistral', 'qwen2', "
-                    "'qwen2_moe', 'mixtral', 'qwen3' and 'qwen3_moe' models");
+                    "'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe' and 'phi3' models");
 }
 
 // MixtralConfig's defaults (8 experts, 2 per token, no window, rope_theta 1e6, rms 1e-5), its
@@ -861,6 +862,166 @@ TEST(LlamaWeights, MixtralGgufLoadsStackedAndPerExpertTensors) {
   EXPECT_THROW_WITH(open_llama_checkpoint(dir.file("width.gguf")), NotSupportedError,
                     "'llama.expert_feed_forward_length' (7) differs from "
                     "'llama.feed_forward_length' (24)");
+}
+
+// Phi3Config's defaults (4096 positions and original positions, BOS 1, EOS and padding 32000,
+// epsilon 1e-5), longrope (also under Phi-3's older name "su") switching to the long factors
+// past the original context, the round trip as Phi3Config 4.47 reads it, and the refusals.
+LlamaConfig phi3_config() {
+  auto c = tiny_config();
+  c.model_type = "phi3";
+  c.tie_word_embeddings = false;
+  c.original_max_position_embeddings = 8;
+  c.rope_scaling.rope_type = "longrope";
+  c.rope_scaling.short_factor = {1.0, 1.3};
+  c.rope_scaling.long_factor = {3.0, 40.0};
+  c.rope_scaling.original_max_position_embeddings = 8;
+  c.bos_token_id = 1;  // given: Phi3Config's defaults would fill them back otherwise
+  c.eos_token_id = 2;
+  c.pad_token_id = 0;
+  return c;
+}
+
+TEST(LlamaConfig, Phi3ConfigJsonDefaultsLongropeAndRefusals) {
+  auto j = tiny_config().to_hf_json();
+  j["model_type"] = "phi3";
+  for (const char* key : {"rms_norm_eps", "bos_token_id", "eos_token_id", "rope_scaling",
+                          "max_position_embeddings"}) {
+    j.erase(key);
+  }
+  const auto plain = LlamaConfig::from_hf_json(j, "p/config.json");
+  EXPECT_EQ(plain.max_position_embeddings, 4096);
+  EXPECT_EQ(plain.original_max_position_embeddings, 4096);
+  EXPECT_EQ(plain.rms_norm_eps, 1e-5);
+  EXPECT_EQ(plain.bos_token_id, 1);
+  EXPECT_EQ(plain.eos_token_id, 32000);
+  EXPECT_EQ(plain.pad_token_id, 32000);
+  EXPECT_EQ(plain.sliding_window, -1);
+  EXPECT_TRUE(plain.rope_scaling.is_default());
+  j["max_position_embeddings"] = 64;
+  j["original_max_position_embeddings"] = 8;
+  j["sliding_window"] = 2047;
+  j["rope_scaling"] = {{"type", "su"}, {"short_factor", {1.0, 1.3}}, {"long_factor", {3, 40}}};
+  const auto c = LlamaConfig::from_hf_json(j, "p/config.json");
+  EXPECT_EQ(c.sliding_window, 2047);
+  EXPECT_EQ(c.rope_scaling.rope_type, "longrope");
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8);
+  EXPECT_EQ(c.rope_scaling.long_factor, (std::vector<double>{3.0, 40.0}));
+  const auto back = c.to_hf_json();
+  EXPECT_EQ(back["architectures"][0], "Phi3ForCausalLM");
+  EXPECT_EQ(back["rope_scaling"].size(), 3u);  // Phi3Config 4.47 takes exactly three keys
+  EXPECT_EQ(back["rope_scaling"]["type"], "longrope");
+  EXPECT_EQ(back["original_max_position_embeddings"], 8);
+  EXPECT_FALSE(back.contains("head_dim"));
+  auto none = c;
+  none.pad_token_id = -1;  // written as null, not left to Phi3Config's 32000
+  EXPECT_TRUE(none.to_hf_json().at("pad_token_id").is_null());
+  EXPECT_EQ(LlamaConfig::from_hf_json(none.to_hf_json(), "none").pad_token_id, -1);
+  EXPECT_EQ(LlamaConfig::from_hf_json(back, "again").to_hf_json(), back);
+  // The short factors within the original context, the long ones past it; the attention factor
+  // sqrt(1 + ln(64 / 8) / ln(8)) either way.
+  RotaryFrequencies rope(c.rope_scaling, c.rope_theta, c.head_dim, c.max_position_embeddings);
+  const auto short_freq = rope.for_length(8).clone();
+  const auto long_freq = rope.for_length(9).clone();
+  EXPECT_NEAR(short_freq[1].item<double>(), 1.0 / (1.3 * 100.0), 1e-9);
+  EXPECT_NEAR(long_freq[1].item<double>(), 1.0 / (40.0 * 100.0), 1e-9);
+  EXPECT_TRUE(torch::equal(rope.for_length(3), short_freq));
+  EXPECT_DOUBLE_EQ(rope.attention_scaling(), std::sqrt(1 + std::log(8.0) / std::log(8.0)));
+
+  auto bad = j;
+  bad["resid_pdrop"] = 0.1;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), NotSupportedError,
+                    "p/config.json: resid_pdrop is 0.1; finetune_llama's 'phi3' trains without "
+                    "dropout");
+  bad = j;
+  bad["partial_rotary_factor"] = 0.75;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), NotSupportedError,
+                    "partial_rotary_factor is 0.75");
+  bad = j;
+  bad["rope_scaling"]["short_factor"] = {1.0, 1.1, 1.2};
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), ModelFileError,
+                    "rope_scaling.short_factor has 3 values; the head size 4 needs 2");
+  bad = j;
+  bad["rope_scaling"]["original_max_position_embeddings"] = 16;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), ModelFileError,
+                    "original_max_position_embeddings (16) and the config's (8) disagree");
+  bad = j;
+  bad["model_type"] = "llama";
+  bad.erase("sliding_window");
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), NotSupportedError,
+                    "rope scaling 'longrope' is set on a 'llama' model; finetune_llama reads it "
+                    "on 'phi3' models");
+}
+
+// Phi-3's files fuse q/k/v into qkv_proj and gate/up into gate_up_proj: save_hf writes them so,
+// and they load back bit-identically, split by the config's head counts and widths; a fused
+// tensor of the wrong size is named.
+TEST(LlamaWeights, Phi3FolderFusesQkvAndGateUp) {
+  TempDir dir;
+  const auto c = phi3_config();
+  torch::manual_seed(17);
+  LlamaForCausalLM ref(c);
+  save_hf_weights(*ref, dir.file("hf"), /*write=*/true);
+  auto tensors = checkpoint::load_safetensors(dir.file("hf/model.safetensors"));
+  EXPECT_EQ(tensors.find("model.layers.0.self_attn.q_proj.weight"), nullptr);
+  const auto& attn = ref->model->units[1]->self_attn;
+  ASSERT_NE(tensors.find("model.layers.1.self_attn.qkv_proj.weight"), nullptr);
+  EXPECT_TRUE(torch::equal(tensors["model.layers.1.self_attn.qkv_proj.weight"],
+                           torch::cat({attn->q_proj->weight, attn->k_proj->weight,
+                                       attn->v_proj->weight})));
+  const auto& mlp = ref->model->units[1]->mlp;
+  EXPECT_TRUE(torch::equal(tensors["model.layers.1.mlp.gate_up_proj.weight"],
+                           torch::cat({mlp->gate_proj->weight, mlp->up_proj->weight})));
+  const auto ck = open_llama_checkpoint(dir.file("hf"));
+  EXPECT_EQ(ck.config.to_hf_json(), c.to_hf_json());
+  LlamaForCausalLM loaded(ck.config, ck.weights);
+  for (const auto& item : ref->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), loaded->named_parameters()[item.key()])) << item.key();
+  }
+  tensors["model.layers.0.mlp.gate_up_proj.weight"] =
+      tensors["model.layers.0.mlp.gate_up_proj.weight"].narrow(0, 0, 40).contiguous();
+  checkpoint::save_safetensors(tensors, dir.file("hf/model.safetensors"));
+  const auto bad = open_llama_checkpoint(dir.file("hf"));
+  EXPECT_THROW_WITH(LlamaForCausalLM(bad.config, bad.weights), ModelFileError,
+                    "tensor 'model.layers.0.mlp.gate_up_proj.weight' has shape [40, 16]; the "
+                    "model config expects 48 rows");
+}
+
+// Generating past longrope's original context: the step that crosses it runs the whole
+// sequence again with the long factors, as transformers' Phi-3 does, so every token is the
+// argmax of a full forward; the cache kept from the short factors would give others.
+TEST(LlamaGeneration, LongropeRecomputesTheCacheWhereTheLongFactorsTakeOver) {
+  torch::manual_seed(3);
+  const auto c = phi3_config();
+  LlamaForCausalLM model(c);
+  {
+    // Weights large enough that the rotation decides the tokens (N(0, 0.02) barely moves them).
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) {
+      if (p.dim() == 2) p.normal_(0.0, 0.5);
+    }
+  }
+  const std::vector<int64_t> prompt = {5, 17, 42, 7};
+  GenerationOptions greedy;
+  greedy.max_new_tokens = 12;
+  const auto g = generate(*model, prompt, greedy);
+  ASSERT_EQ(g.size(), 12u);
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> seq = prompt;
+  for (int64_t id : g) {
+    EXPECT_EQ(model->logits(torch::tensor(seq).unsqueeze(0))[0][-1].argmax().item<int64_t>(), id)
+        << "after " << seq.size() << " tokens";
+    seq.push_back(id);
+  }
+  // Without the recomputation the step past the context sees keys of the short factors.
+  LlamaKvCache cache;
+  model->logits(torch::tensor(std::vector<int64_t>(seq.begin(), seq.begin() + 8)).unsqueeze(0),
+                &cache);
+  const auto stale = model->logits(torch::tensor({seq[8]}).unsqueeze(0), &cache)[0][-1];
+  const auto fresh =
+      model->logits(torch::tensor(std::vector<int64_t>(seq.begin(), seq.begin() + 9))
+                        .unsqueeze(0))[0][-1];
+  EXPECT_GT((stale - fresh).abs().max().item<double>(), 0.1);
 }
 
 // LoRA on biased projections: the bias is loaded with the base weight, stays frozen, and the

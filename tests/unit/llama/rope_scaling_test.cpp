@@ -56,8 +56,8 @@ TEST(RopeScaling, ReadsEachTypeAndWritesItBack) {
 
 TEST(RopeScaling, RefusesWhatItDoesNotImplementByName) {
   EXPECT_THROW_WITH(RopeScaling::from_hf_json(json{{"rope_type", "longrope"}}, "m/config.json"),
-                    NotSupportedError,
-                    "m/config.json: rope_scaling.rope_type 'longrope' is not supported yet");
+                    ModelFileError,
+                    "m/config.json: rope_scaling.short_factor is missing (rope_type 'longrope')");
   EXPECT_THROW_WITH(
       RopeScaling::from_hf_json(json{{"rope_type", "dynamic"}, {"factor", 2.0},
                                      {"original_max_position_embeddings", 4096}},
