@@ -224,6 +224,16 @@ void refuse_sliding_layers(const nlohmann::json& j, const std::string& path,
 void read_rope(const nlohmann::json& j, const std::string& path, double default_theta,
                LlamaConfig* c) {
   c->rope_theta = j.contains("rope_theta") ? j.at("rope_theta").get<double>() : default_theta;
+  // transformers 4.49+ keeps partial_rotary_factor beside rope_theta; 5 also in rope_parameters.
+  const auto factor = [&](const nlohmann::json& o, const std::string& where) {
+    DS_CHECK(o["partial_rotary_factor"].is_number(), ModelFileError, path, ": ", where,
+             "partial_rotary_factor is ", o["partial_rotary_factor"].type_name(),
+             "; expected a number");
+    return o["partial_rotary_factor"].get<double>();
+  };
+  if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null()) {
+    c->partial_rotary_factor = factor(j, "");
+  }
   if (!j.contains("rope_parameters") || j["rope_parameters"].is_null()) {
     if (j.contains("rope_scaling")) {
       c->rope_scaling = RopeScaling::from_hf_json(j["rope_scaling"], path);
@@ -245,12 +255,20 @@ void read_rope(const nlohmann::json& j, const std::string& path, double default_
     c->rope_theta = theta;
     rp.erase("rope_theta");
   }
+  if (rp.contains("partial_rotary_factor")) {
+    const double partial = factor(rp, "rope_parameters.");
+    DS_CHECK(!j.contains("partial_rotary_factor") || partial == c->partial_rotary_factor,
+             ModelFileError, path, ": partial_rotary_factor (", c->partial_rotary_factor,
+             ") and rope_parameters.partial_rotary_factor (", partial, ") disagree");
+    c->partial_rotary_factor = partial;
+    rp.erase("partial_rotary_factor");
+  }
   c->rope_scaling = RopeScaling::from_hf_json(rp, path, "rope_parameters");
 }
 
 // Phi3Config's keys beyond Llama's: the pretraining context longrope switches at (4096 by
 // default), the sliding window (none unless set), and what finetune_llama's decoder leaves out,
-// refused by name: dropout, a partial rotation.
+// refused by name: dropout, another activation. (partial_rotary_factor is read_rope's.)
 void read_phi3(const nlohmann::json& j, const std::string& path, LlamaConfig* c) {
   c->original_max_position_embeddings = int_or(j, "original_max_position_embeddings", path, 4096);
   DS_CHECK(c->original_max_position_embeddings > 0, ModelFileError, path,
@@ -266,11 +284,6 @@ void read_phi3(const nlohmann::json& j, const std::string& path, LlamaConfig* c)
              NotSupportedError, path, ": ", key, " is ", j.value(key, nlohmann::json()).dump(),
              "; finetune_llama's 'phi3' trains without dropout");
   }
-  DS_CHECK(!j.contains("partial_rotary_factor") ||
-               (j["partial_rotary_factor"].is_number() && j["partial_rotary_factor"] == 1),
-           NotSupportedError, path, ": partial_rotary_factor is ",
-           j.value("partial_rotary_factor", nlohmann::json()).dump(),
-           "; finetune_llama rotates whole heads");
   DS_CHECK(j.value("hidden_act", std::string("silu")) == "silu", NotSupportedError, path,
            ": hidden_act is '", j.value("hidden_act", std::string()), "'; finetune_llama's MLP "
            "is SwiGLU (silu)");
@@ -353,6 +366,9 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   DS_CHECK(!mistral || c.rope_scaling.is_default(), NotSupportedError, path, ": rope scaling '",
            c.rope_scaling.rope_type, "' is set on a '", type, "' model, whose rotary embedding "
            "(transformers' MistralRotaryEmbedding) has none");
+  DS_CHECK(phi3 || c.partial_rotary_factor == 1.0, NotSupportedError, path,
+           ": partial_rotary_factor is ", c.partial_rotary_factor, " on a '", type,
+           "' model; finetune_llama reads it on 'phi3' models");
   // Only Phi-3's rotary embedding switches to the long factors (transformers 4.47's
   // LlamaRotaryEmbedding would keep the short ones at any length).
   DS_CHECK(phi3 || c.rope_scaling.rope_type != "longrope", NotSupportedError, path,
@@ -406,7 +422,12 @@ void LlamaConfig::validate(const std::string& source) const {
            "heads (", num_key_value_heads, ")");
   DS_CHECK(head_dim % 2 == 0, ModelFileError, source, ": head size ", head_dim,
            " is odd; rotary embeddings need an even one");
-  rope_scaling.validate(head_dim, source);
+  DS_CHECK(partial_rotary_factor > 0 && partial_rotary_factor <= 1 && rotary_dim() % 2 == 0 &&
+               rotary_dim() > 0,
+           ModelFileError, source, ": partial_rotary_factor ", partial_rotary_factor,
+           " rotates ", rotary_dim(), " of the head's ", head_dim,
+           " features; expected an even number, at least 2");
+  rope_scaling.validate(rotary_dim(), source);
 }
 
 nlohmann::json LlamaConfig::to_hf_json() const {
@@ -479,6 +500,7 @@ nlohmann::json LlamaConfig::to_hf_json() const {
     j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
     j["resid_pdrop"] = 0.0;
     j["embd_pdrop"] = 0.0;
+    if (partial_rotary_factor != 1.0) j["partial_rotary_factor"] = partial_rotary_factor;
     // Null where there is none: Phi3Config would default them (padding 32000, past a small
     // vocabulary).
     j["bos_token_id"] = nullptr;

@@ -33,6 +33,7 @@ struct LlamaConfig {
   int64_t num_attention_heads = 0;
   int64_t num_key_value_heads = 0;  // < num_attention_heads: grouped-query attention
   int64_t head_dim = 0;             // hidden_size / num_attention_heads unless given
+  double partial_rotary_factor = 1.0;  // Phi-3 (Phi-4-mini): the share of each head rotated
   int64_t max_position_embeddings = 2048;  // the context length
   int64_t original_max_position_embeddings = 0;  // Phi-3: the pretraining context (longrope's)
   double rope_theta = 10000.0;
@@ -78,6 +79,11 @@ struct LlamaConfig {
   bool qk_norm() const { return model_type == "qwen3" || model_type == "qwen3_moe"; }
   /// Whether layer `index`'s MLP is a sparse MoE block (Qwen3MoeDecoderLayer's rule).
   bool is_sparse_layer(int64_t index) const;
+  /// The features of each head the rotary embedding turns: transformers' int(head_dim *
+  /// partial_rotary_factor).
+  int64_t rotary_dim() const {
+    return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+  }
   /// The SwiGLU width of each expert.
   int64_t expert_intermediate_size() const {
     return moe_intermediate_size > 0 ? moe_intermediate_size : intermediate_size;

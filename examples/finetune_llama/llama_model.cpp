@@ -39,6 +39,15 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
 }
 
+// The rotary embedding of x [..., head_dim] by cos/sin [T, rotary_dim]: a partial rotation
+// (Phi-4-mini's) turns the first rotary_dim features of each head and passes the rest.
+torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t rotary = cos.size(-1);
+  if (rotary == x.size(-1)) return x * cos + rotate_half(x) * sin;
+  const auto turned = x.slice(-1, 0, rotary);
+  return torch::cat({turned * cos + rotate_half(turned) * sin, x.slice(-1, rotary)}, -1);
+}
+
 // Copies the pretrained value of each parameter of `module` (named prefix + local name) from
 // `weights`, or initialises it the way transformers' LlamaPreTrainedModel does. A LoRA
 // projection's base weight goes through load_base_weight (its shard when sharded); its adapters
@@ -158,8 +167,8 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   k = k.transpose(1, 2);
   auto v = v_proj(x).view({B, T, n_kv_head_, head_dim_}).transpose(1, 2);
   const auto c = cos.to(x.scalar_type()), s = sin.to(x.scalar_type());
-  q = q * c + rotate_half(q) * s;
-  k = k * c + rotate_half(k) * s;
+  q = rotate(q, c, s);
+  k = rotate(k, c, s);
   int64_t past = 0;
   if (past_k != nullptr) {
     if (past_k->defined()) {
@@ -263,7 +272,7 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& 
   norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
   fill_parameters(*embed_tokens, "model.embed_tokens.", weights, cfg);
   fill_parameters(*norm, "model.norm.", weights, cfg);
-  rope_.emplace(cfg.rope_scaling, cfg.rope_theta, cfg.head_dim, cfg.max_position_embeddings);
+  rope_.emplace(cfg.rope_scaling, cfg.rope_theta, cfg.rotary_dim(), cfg.max_position_embeddings);
 }
 
 void LlamaModelImpl::set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }

@@ -12,6 +12,10 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   phi3:    the same as a Phi3ForCausalLM (q/k/v and gate/up fused in its files) with longrope
            scaling: random short and long factors, an original context of 16 positions, which
            the 64 scored tokens pass and the generation crosses (the long factors take over);
+  phi4_mini: the same Phi-3 rotating 3/4 of each head (partial_rotary_factor, transformers 5)
+           with Qwen2's byte-level tokenizer below, its original context 48 positions: the
+           score passes it, the generation stays within it (transformers 5.15's generation
+           past it differs from its own full forward);
   qwen2:   a Qwen2ForCausalLM (random q/k/v biases: transformers would start them at zero) with
            the byte-level "qwen2" tokenizer of tokenizer_pretokenizers_reference.py (NFC, Qwen2's
            pattern) and Qwen2TokenizerFast's tokenizer_config.json;
@@ -27,10 +31,10 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe model and vocabulary are also written there as
   llama.cpp lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
-       (KIND: llama2, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe)
+       (KIND: llama2, mistral, mixtral, phi3, phi4_mini, qwen2, qwen2_moe, qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
-(scripts/setup_python_refs.sh); qwen3 and qwen3_moe, which transformers 4.47 lacks, and the
-GGUFs but qwen2's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
+(scripts/setup_python_refs.sh); qwen3, qwen3_moe and phi4_mini, which transformers 4.47 lacks,
+and the GGUFs but qwen2's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
 (scripts/setup_deepspeed_peer.sh --torch2).
 """
 import json
@@ -156,6 +160,21 @@ def qwen3_model(kind, tok_ids, gguf):
     return model
 
 
+def phi3_model(sizes, partial, original):
+    """A Phi-3 with longrope: random short and long factors, an original context of `original`
+    positions; rotating the first `partial` of each head (Phi-4-mini's 0.75 needs transformers
+    5, which reads partial_rotary_factor)."""
+    head = sizes["hidden_size"] // sizes["num_attention_heads"]
+    half = int(head * partial) // 2
+    short = (1.0 + 0.3 * torch.rand(half)).tolist()
+    long = (1.0 + 8.0 * torch.rand(half)).tolist()
+    extra = {"partial_rotary_factor": partial} if partial != 1.0 else {}
+    return Phi3ForCausalLM(Phi3Config(
+        original_max_position_embeddings=original, pad_token_id=None, rope_scaling={
+            "type": "longrope", "short_factor": short, "long_factor": long},
+        **extra, **sizes))
+
+
 def qwen2_moe_model(sizes, gguf):
     """A Qwen2-MoE: 4 experts of width 48, 2 per token, not renormalised, layer 0 dense, a
     shared expert of width 80 (scaled up as the routed ones) whose gate weighs in, the
@@ -188,10 +207,15 @@ def main():
     corpus, out = sys.argv[1:3]
     kind = sys.argv[3] if len(sys.argv) > 3 else "llama2"
     torch.manual_seed(20261206)
-    if kind in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
+    if kind in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi4_mini"):
         tok = qwen2(corpus)
         ids = {t: tok.token_to_id(t) for t in QWEN2_SPECIALS}
-        if kind in ("qwen2", "qwen2_moe"):
+        if kind == "phi4_mini":  # byte-level BPE, as Phi-4-mini's own
+            model = phi3_model(dict(vocab_size=tok.get_vocab_size(),
+                                    bos_token_id=ids["<|endoftext|>"],
+                                    eos_token_id=ids["<|im_end|>"], **SIZES),
+                               partial=0.75, original=48)
+        elif kind in ("qwen2", "qwen2_moe"):
             sizes = dict(vocab_size=tok.get_vocab_size(), bos_token_id=ids["<|endoftext|>"],
                          eos_token_id=ids["<|im_end|>"], **SIZES)
             if kind == "qwen2":
@@ -227,12 +251,7 @@ def main():
                     for p in layer.block_sparse_moe.experts.parameters():
                         p.normal_(0.0, 0.15)
         elif kind == "phi3":
-            half = sizes["hidden_size"] // sizes["num_attention_heads"] // 2
-            short = (1.0 + 0.3 * torch.rand(half)).tolist()
-            long = (1.0 + 8.0 * torch.rand(half)).tolist()
-            model = Phi3ForCausalLM(Phi3Config(
-                original_max_position_embeddings=16, pad_token_id=None, rope_scaling={
-                    "type": "longrope", "short_factor": short, "long_factor": long}, **sizes))
+            model = phi3_model(sizes, partial=1.0, original=16)
         else:
             model = LlamaForCausalLM(LlamaConfig(**sizes))
         config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>",

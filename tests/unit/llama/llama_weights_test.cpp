@@ -933,10 +933,35 @@ TEST(LlamaConfig, Phi3ConfigJsonDefaultsLongropeAndRefusals) {
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), NotSupportedError,
                     "p/config.json: resid_pdrop is 0.1; finetune_llama's 'phi3' trains without "
                     "dropout");
-  bad = j;
-  bad["partial_rotary_factor"] = 0.75;
+  // Phi-4-mini's partial rotation: beside rope_theta, or in transformers 5's rope_parameters.
+  auto partial = j;
+  partial["hidden_size"] = 32;  // head size 8: 6 features rotated, 3 factors each
+  partial.erase("head_dim");
+  partial["partial_rotary_factor"] = 0.75;
+  partial["rope_scaling"]["short_factor"] = {1.0, 1.1, 1.2};
+  partial["rope_scaling"]["long_factor"] = {2.0, 3.0, 4.0};
+  const auto phi4 = LlamaConfig::from_hf_json(partial, "p/config.json");
+  EXPECT_EQ(phi4.rotary_dim(), 6);
+  EXPECT_EQ(phi4.to_hf_json()["partial_rotary_factor"], 0.75);
+  auto v5 = partial;
+  v5.erase("partial_rotary_factor");
+  v5["rope_parameters"] = v5["rope_scaling"];
+  v5.erase("rope_scaling");
+  v5["rope_parameters"]["partial_rotary_factor"] = 0.75;
+  v5["rope_parameters"]["rope_theta"] = 10000.0;
+  EXPECT_EQ(LlamaConfig::from_hf_json(v5, "p/config.json").to_hf_json(), phi4.to_hf_json());
+  torch::manual_seed(4);
+  LlamaForCausalLM partial_model(phi4);
+  EXPECT_EQ(partial_model->logits(torch::randint(phi4.vocab_size, {1, 12})).size(1), 12);
+  bad = partial;
+  bad["partial_rotary_factor"] = 0.7;  // int(8 * 0.7) = 5 features: odd
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), ModelFileError,
+                    "partial_rotary_factor 0.7 rotates 5 of the head's 8 features");
+  bad = tiny_config().to_hf_json();
+  bad["partial_rotary_factor"] = 0.5;
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), NotSupportedError,
-                    "partial_rotary_factor is 0.75");
+                    "partial_rotary_factor is 0.5 on a 'llama' model; finetune_llama reads it on "
+                    "'phi3' models");
   bad = j;
   bad["rope_scaling"]["short_factor"] = {1.0, 1.1, 1.2};
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), ModelFileError,
