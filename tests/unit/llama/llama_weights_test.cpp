@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -56,9 +57,14 @@ std::vector<uint8_t> f32_bytes(const torch::Tensor& t) {
   return b;
 }
 
-// A GGUF file of `model`'s weights (F32), as llama.cpp's converter lays them out.
+// A GGUF file of `model`'s weights (F32), as llama.cpp's converter lays them out. `more_metadata`
+// adds keys; `write_experts` writes a stacked expert parameter (Mixtral's "...experts.w1") its
+// own way.
+using ExpertWriter = std::function<void(GgufTestWriter&, const std::string&, const torch::Tensor&)>;
 void write_gguf(LlamaForCausalLMImpl& model, const LlamaConfig& c, const std::string& path,
-                int64_t vocab_in_metadata) {
+                int64_t vocab_in_metadata,
+                const std::function<void(GgufTestWriter&)>& more_metadata = {},
+                const ExpertWriter& write_experts = {}) {
   GgufTestWriter w;
   w.kv_str("general.architecture", "llama");
   w.kv_u32("llama.block_count", static_cast<uint32_t>(c.num_hidden_layers));
@@ -70,9 +76,14 @@ void write_gguf(LlamaForCausalLMImpl& model, const LlamaConfig& c, const std::st
   w.kv_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
   w.kv_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   w.kv_u32("llama.vocab_size", static_cast<uint32_t>(vocab_in_metadata));
+  if (more_metadata) more_metadata(w);
   for (const auto& item : model.named_parameters()) {
     torch::Tensor t = item.value().detach();
     const std::string& name = item.key();
+    if (write_experts && t.dim() == 3) {
+      write_experts(w, name, t);
+      continue;
+    }
     if (name.find("q_proj") != std::string::npos) t = permute_like_converter(t, c.num_attention_heads);
     if (name.find("k_proj") != std::string::npos) t = permute_like_converter(t, c.num_key_value_heads);
     std::vector<uint64_t> ne(t.sizes().rbegin(), t.sizes().rend());
@@ -783,50 +794,30 @@ TEST(LlamaWeights, MixtralGgufLoadsStackedAndPerExpertTensors) {
     bool drop_last_expert = false;
   };
   const auto write = [&](const Layout& l, const std::string& path) {
-    GgufTestWriter w;
-    w.kv_str("general.architecture", "llama");
-    w.kv_u32("llama.block_count", static_cast<uint32_t>(c.num_hidden_layers));
-    w.kv_u32("llama.context_length", static_cast<uint32_t>(c.max_position_embeddings));
-    w.kv_u32("llama.embedding_length", static_cast<uint32_t>(c.hidden_size));
-    w.kv_u32("llama.feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
-    w.kv_u32("llama.attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
-    w.kv_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
-    w.kv_f32("llama.rope.freq_base", static_cast<float>(c.rope_theta));
-    w.kv_f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
-    w.kv_u32("llama.expert_count", static_cast<uint32_t>(c.num_local_experts));
-    w.kv_u32("llama.expert_used_count", l.used);
-    if (l.expert_width != 0) w.kv_u32("llama.expert_feed_forward_length", l.expert_width);
-    w.kv_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
-    for (const auto& item : ref->named_parameters()) {
-      torch::Tensor t = item.value().detach();
-      const std::string& name = item.key();
-      const auto experts = name.find(".block_sparse_moe.experts.w");
-      if (experts == std::string::npos) {
-        if (name.find("q_proj") != std::string::npos) {
-          t = permute_like_converter(t, c.num_attention_heads);
-        }
-        if (name.find("k_proj") != std::string::npos) {
-          t = permute_like_converter(t, c.num_key_value_heads);
-        }
-        std::vector<uint64_t> ne(t.sizes().rbegin(), t.sizes().rend());
-        w.tensor(gguf_tensor_name(name), ne, 0, f32_bytes(t));
-        continue;
-      }
+    const auto experts_metadata = [&](GgufTestWriter& w) {
+      w.kv_u32("llama.expert_count", static_cast<uint32_t>(c.num_local_experts));
+      w.kv_u32("llama.expert_used_count", l.used);
+      if (l.expert_width != 0) w.kv_u32("llama.expert_feed_forward_length", l.expert_width);
+    };
+    // model.layers.<i>.block_sparse_moe.experts.w1 -> blk.<i>.ffn_gate_exps.weight, or one
+    // blk.<i>.ffn_gate.<e>.weight per expert (w2: down, w3: up).
+    const auto experts = [&](GgufTestWriter& w, const std::string& name, const torch::Tensor& t) {
+      const auto at = name.find(".block_sparse_moe.experts.w");
       const char w_index = name.back();
       const char* proj = w_index == '1' ? "gate" : w_index == '2' ? "down" : "up";
-      const std::string blk = "blk." + name.substr(13, experts - 13) + ".ffn_" + proj;
+      const std::string blk = "blk." + name.substr(13, at - 13) + ".ffn_" + proj;
       if (l.stacked) {
         std::vector<uint64_t> ne(t.sizes().rbegin(), t.sizes().rend());
         w.tensor(blk + "_exps.weight", ne, 0, f32_bytes(t));
-        continue;
+        return;
       }
       for (int64_t e = 0; e < t.size(0) - (l.drop_last_expert ? 1 : 0); ++e) {
         std::vector<uint64_t> ne = {static_cast<uint64_t>(t.size(2)),
                                     static_cast<uint64_t>(t.size(1))};
         w.tensor(blk + "." + std::to_string(e) + ".weight", ne, 0, f32_bytes(t[e]));
       }
-    }
-    w.write(path);
+    };
+    write_gguf(*ref, c, path, c.vocab_size, experts_metadata, experts);
   };
   const auto ids = torch::randint(c.vocab_size, {1, 7});
   for (const bool stacked : {true, false}) {
