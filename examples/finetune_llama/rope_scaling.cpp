@@ -254,8 +254,8 @@ void RopeScaling::validate(int64_t head_dim, const std::string& source) const {
     for (const auto* list : {&short_factor, &long_factor}) {
       const char* name = list == &short_factor ? "short_factor" : "long_factor";
       DS_CHECK(static_cast<int64_t>(list->size()) == head_dim / 2, ModelFileError, source,
-               ": rope_scaling.", name, " has ", list->size(), " values; the head size ",
-               head_dim, " needs ", head_dim / 2);
+               ": rope_scaling.", name, " has ", list->size(), " values; rotating ", head_dim,
+               " features of each head needs ", head_dim / 2);
       for (double f : *list) {
         DS_CHECK(std::isfinite(f) && f > 0, ModelFileError, source, ": rope_scaling.", name,
                  " holds ", f, "; expected positive divisors");

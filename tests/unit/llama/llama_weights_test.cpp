@@ -945,6 +945,10 @@ TEST(LlamaConfig, Phi3ConfigJsonDefaultsLongropeAndRefusals) {
   LlamaForCausalLM partial_model(phi4);
   EXPECT_EQ(partial_model->logits(torch::randint(phi4.vocab_size, {1, 12})).size(1), 12);
   bad = partial;
+  bad["rope_scaling"]["long_factor"] = {2.0, 3.0, 4.0, 5.0};  // one per rotated pair
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), ModelFileError,
+                    "long_factor has 4 values; rotating 6 features of each head needs 3");
+  bad = partial;
   bad["partial_rotary_factor"] = 0.7;  // int(8 * 0.7) = 5 features: odd
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), ModelFileError,
                     "partial_rotary_factor 0.7 rotates 5 of the head's 8 features");
@@ -956,7 +960,8 @@ TEST(LlamaConfig, Phi3ConfigJsonDefaultsLongropeAndRefusals) {
   bad = j;
   bad["rope_scaling"]["short_factor"] = {1.0, 1.1, 1.2};
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), ModelFileError,
-                    "rope_scaling.short_factor has 3 values; the head size 4 needs 2");
+                    "rope_scaling.short_factor has 3 values; rotating 4 features of each head "
+                    "needs 2");
   bad = j;
   bad["rope_scaling"]["original_max_position_embeddings"] = 16;
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), ModelFileError,
