@@ -84,6 +84,8 @@ at::Tensor llama3_inv_freq(const RopeScaling& s, double theta, int64_t head_dim)
   return at::where(medium, smoothed, scaled);
 }
 
+// `max_positions`: the context the correction range is taken over (transformers 5 takes the
+// original context when the scaling names it).
 at::Tensor yarn_inv_freq(const RopeScaling& s, double theta, int64_t head_dim,
                          int64_t max_positions) {
   const auto dim = static_cast<double>(head_dim);
@@ -98,8 +100,9 @@ at::Tensor yarn_inv_freq(const RopeScaling& s, double theta, int64_t head_dim,
     return dim * std::log(static_cast<double>(max_positions) / (rotations * 2 * kPi)) /
            (2 * std::log(theta));
   };
-  const double low = std::max(std::floor(correction_dim(beta_fast)), 0.0);
-  double high = std::min(std::ceil(correction_dim(beta_slow)), dim - 1);
+  const double fast = correction_dim(beta_fast), slow = correction_dim(beta_slow);
+  const double low = std::max(s.truncate ? std::floor(fast) : fast, 0.0);
+  double high = std::min(s.truncate ? std::ceil(slow) : slow, dim - 1);
   if (low == high) high += 0.001;
   const at::Tensor ramp =
       at::clamp((at::arange(head_dim / 2, at::kFloat) - low) / (high - low), 0, 1);
@@ -146,7 +149,22 @@ RopeScaling RopeScaling::from_hf_json(const nlohmann::json& rs, const std::strin
     s.attention_factor = optional_number(rs, "attention_factor", where);
     s.beta_fast = optional_number(rs, "beta_fast", where);
     s.beta_slow = optional_number(rs, "beta_slow", where);
-    known.insert({"factor", "attention_factor", "beta_fast", "beta_slow"});
+    s.mscale = optional_number(rs, "mscale", where);
+    s.mscale_all_dim = optional_number(rs, "mscale_all_dim", where);
+    if (rs.contains("truncate") && !rs.at("truncate").is_null()) {
+      DS_CHECK(rs.at("truncate").is_boolean(), ModelFileError, where, ".truncate is ",
+               rs.at("truncate").type_name(), "; expected true or false");
+      s.truncate = rs.at("truncate").get<bool>();
+    }
+    if (const auto original = optional_number(rs, "original_max_position_embeddings", where)) {
+      s.original_max_position_embeddings = static_cast<int64_t>(*original);
+      DS_CHECK(static_cast<double>(s.original_max_position_embeddings) == *original &&
+                   *original > 0,
+               ModelFileError, where, ".original_max_position_embeddings is ", *original,
+               "; expected a positive integer");
+    }
+    known.insert({"factor", "attention_factor", "beta_fast", "beta_slow", "mscale",
+                  "mscale_all_dim", "truncate", "original_max_position_embeddings"});
   } else if (s.rope_type == "longrope") {
     s.short_factor = json_numbers(rs, "short_factor", where);
     s.long_factor = json_numbers(rs, "long_factor", where);
@@ -186,6 +204,14 @@ nlohmann::json RopeScaling::to_hf_json() const {
   if (attention_factor) j["attention_factor"] = *attention_factor;
   if (beta_fast) j["beta_fast"] = *beta_fast;
   if (beta_slow) j["beta_slow"] = *beta_slow;
+  if (rope_type == "yarn") {
+    if (original_max_position_embeddings > 0) {
+      j["original_max_position_embeddings"] = original_max_position_embeddings;
+    }
+    if (mscale) j["mscale"] = *mscale;
+    if (mscale_all_dim) j["mscale_all_dim"] = *mscale_all_dim;
+    if (!truncate) j["truncate"] = false;
+  }
   return j;
 }
 
@@ -331,8 +357,21 @@ RopeFrequencies rope_frequencies(const RopeScaling& s, double rope_theta, int64_
   } else if (s.rope_type == "llama3") {
     r.inv_freq = llama3_inv_freq(s, rope_theta, head_dim);
   } else if (s.rope_type == "yarn") {
-    r.inv_freq = yarn_inv_freq(s, rope_theta, head_dim, max_position_embeddings);
-    r.attention_scaling = s.attention_factor.value_or(0.1 * std::log(s.factor) + 1.0);
+    const int64_t context = s.original_max_position_embeddings > 0
+                                ? s.original_max_position_embeddings
+                                : max_position_embeddings;
+    r.inv_freq = yarn_inv_freq(s, rope_theta, head_dim, context);
+    // transformers' get_mscale; DeepSeek's ratio when mscale and mscale_all_dim are both set.
+    const auto mscale = [&](double m) {
+      return s.factor <= 1 ? 1.0 : 0.1 * m * std::log(s.factor) + 1.0;
+    };
+    if (s.attention_factor) {
+      r.attention_scaling = *s.attention_factor;
+    } else if (s.mscale.value_or(0) != 0 && s.mscale_all_dim.value_or(0) != 0) {
+      r.attention_scaling = mscale(*s.mscale) / mscale(*s.mscale_all_dim);
+    } else {
+      r.attention_scaling = mscale(1.0);
+    }
   } else if (s.rope_type == "longrope") {
     r.inv_freq = longrope_inv_freq(s.short_factor, rope_theta, head_dim);
     const double original = static_cast<double>(s.original_max_position_embeddings);

@@ -22,9 +22,14 @@ struct RopeScaling {
   double factor = 1.0;                              // linear, dynamic, llama3, yarn
   double low_freq_factor = 0.0;                     // llama3
   double high_freq_factor = 0.0;                    // llama3
-  int64_t original_max_position_embeddings = 0;     // llama3, longrope
+  int64_t original_max_position_embeddings = 0;     // llama3, longrope, yarn (0: unset)
   std::optional<double> attention_factor;           // yarn; unset: 0.1 ln(factor) + 1
   std::optional<double> beta_fast, beta_slow;       // yarn; unset: 32 and 1
+  // yarn (DeepSeek's, gpt-oss'): the attention factor mscale(factor, mscale) /
+  // mscale(factor, mscale_all_dim) when both are set; truncate false keeps the correction range
+  // unrounded.
+  std::optional<double> mscale, mscale_all_dim;
+  bool truncate = true;
   std::vector<float> freq_factors;                  // freq_factors: one per frequency
   // longrope: per-frequency divisors within the original context and past it.
   std::vector<double> short_factor, long_factor;
@@ -35,9 +40,11 @@ struct RopeScaling {
   /// or its older spelling `type` ("su" and "yarn" under `type` are Phi-3's old names of
   /// "longrope", as Phi3Config reads them; longrope's original context is the model config's
   /// unless the object gives it). Throws ModelFileError naming `path` and the key for a missing
-  /// or mistyped parameter, NotSupportedError for keys the type does not read (yarn's and
-  /// dynamic's newer `original_max_position_embeddings`, `mscale`, longrope's `factor` and
-  /// `attention_factor`, ... change their meaning across transformers versions). `key` names the object in errors: "rope_scaling", or
+  /// or mistyped parameter, NotSupportedError for keys the type does not read (dynamic's newer
+  /// `original_max_position_embeddings`, longrope's `factor` and `attention_factor`, ... change
+  /// their meaning across transformers versions). Yarn reads its later keys as transformers 5
+  /// does: `original_max_position_embeddings` (the context the correction range is taken
+  /// over; transformers 4.47 ignores it), `mscale`, `mscale_all_dim` and `truncate`. `key` names the object in errors: "rope_scaling", or
   /// "rope_parameters" for transformers 5's form (the same keys, its rope_theta taken out).
   static RopeScaling from_hf_json(const nlohmann::json& rope_scaling, const std::string& path,
                                   const std::string& key = "rope_scaling");

@@ -4,8 +4,9 @@
 // saves it as a Hugging Face folder and writes its rotary frequencies and the logits of 300
 // tokens, then of the first 100. We load the folder: the frequencies must be the same floats and
 // the logits of both forwards equal to 2e-5 of their scale (dynamic's context is 256: the first
-// forward stretches its frequencies, the second puts them back, as transformers does).
-// The Python environment comes from the CTest fixture llama_python_refs.
+// forward stretches its frequencies, the second puts them back, as transformers does). Yarn's
+// later keys against transformers 5.15.1 (RopeScalingParity5). The Python environments come from
+// the CTest fixtures llama_python_refs and deepspeed_peer_torch2.
 #include <filesystem>
 #include <fstream>
 
@@ -25,6 +26,8 @@ using testing::run_command;
 using testing::TempDir;
 
 const std::string kPython = std::string(DS_SOURCE_DIR) + "/.venv/bin/python";
+// transformers 5.15.1: yarn's later keys (original_max_position_embeddings, mscale, truncate).
+const std::string kPython5 = std::string(DS_SOURCE_DIR) + "/.venv-deepspeed-torch2/bin/python";
 
 torch::Tensor read_floats(const std::string& path, std::vector<int64_t> shape) {
   std::ifstream in(path, std::ios::binary);
@@ -34,27 +37,56 @@ torch::Tensor read_floats(const std::string& path, std::vector<int64_t> shape) {
   return t;
 }
 
+// The reference's cases, written once per suite by `python` (with `args`).
+TempDir* write_reference(const std::string& python, const std::string& args) {
+  EXPECT_TRUE(std::filesystem::exists(python))
+      << python << " (run scripts/setup_python_refs.sh, scripts/setup_deepspeed_peer.sh --torch2)";
+  auto* dir = new TempDir("rope_scaling_parity");
+  const auto r = run_command("OMP_NUM_THREADS=2 DS_ACCELERATOR=cpu " + python + " " +
+                             DS_ROPE_SCALING_REFERENCE_PY + " '" + dir->path() + "' " + args +
+                             " 2>&1");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  return dir;
+}
+
+void expect_parity(const std::string& folder, const std::string& name);
+
 class RopeScalingParity : public ::testing::TestWithParam<std::string> {
  protected:
-  static void SetUpTestSuite() {
-    ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython << " (run scripts/setup_python_refs.sh)";
-    dir_ = new TempDir("rope_scaling_parity");
-    const auto r = run_command("OMP_NUM_THREADS=2 " + kPython + " " + DS_ROPE_SCALING_REFERENCE_PY +
-                               " '" + dir_->path() + "' 2>&1");
-    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  }
+  static void SetUpTestSuite() { dir_ = write_reference(kPython, ""); }
   static void TearDownTestSuite() { delete dir_; }
   static TempDir* dir_;
 };
 TempDir* RopeScalingParity::dir_ = nullptr;
 
 TEST_P(RopeScalingParity, FrequenciesAndLogitsEqualTransformers) {
-  const std::string folder = dir_->file(GetParam());
+  expect_parity(dir_->file(GetParam()), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, RopeScalingParity,
+                         ::testing::Values("linear", "llama3", "yarn", "yarn_tuned", "dynamic",
+                                           "longrope"));
+
+// Yarn as transformers 5 reads it: the correction range over original_max_position_embeddings
+// (Qwen3's long-context recipe), DeepSeek's mscale / mscale_all_dim, gpt-oss' truncate false.
+class RopeScalingParity5 : public RopeScalingParity {
+ protected:
+  static void SetUpTestSuite() { dir_ = write_reference(kPython5, "--transformers5"); }
+};
+
+TEST_P(RopeScalingParity5, FrequenciesAndLogitsEqualTransformers5) {
+  expect_parity(dir_->file(GetParam()), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, RopeScalingParity5,
+                         ::testing::Values("yarn_original", "yarn_mscale"));
+
+void expect_parity(const std::string& folder, const std::string& name) {
   std::ifstream meta_in(folder + "/meta.json");
   const auto meta = nlohmann::json::parse(meta_in);
   const auto ck = open_llama_checkpoint(folder);
   const auto& c = ck.config;
-  EXPECT_EQ(c.rope_scaling.rope_type, GetParam().substr(0, GetParam().find('_')));
+  EXPECT_EQ(c.rope_scaling.rope_type, name.substr(0, name.find('_')));
 
   const auto rope = rope_frequencies(c.rope_scaling, c.rope_theta, c.head_dim,
                                      c.max_position_embeddings);
@@ -88,10 +120,6 @@ TEST_P(RopeScalingParity, FrequenciesAndLogitsEqualTransformers) {
       rope_frequencies(again, c.rope_theta, c.head_dim, c.max_position_embeddings).inv_freq,
       rope.inv_freq));
 }
-
-INSTANTIATE_TEST_SUITE_P(Types, RopeScalingParity,
-                         ::testing::Values("linear", "llama3", "yarn", "yarn_tuned", "dynamic",
-                                           "longrope"));
 
 }  // namespace
 }  // namespace deepspeed::examples

@@ -8,8 +8,10 @@ save_pretrained), inv_freq.bin (the rotary embedding's fp32 frequencies), logits
 that every branch of each scaling shows in the logits; dynamic's context is 256, so the first
 forward stretches its frequencies and the second puts them back. longrope's original context is
 128 positions: the first forward takes the long factors, the second the short ones.
-Produced with transformers 4.47.1 on torch 1.13 (scripts/setup_python_refs.sh).
-Usage: rope_scaling_reference.py OUT
+Produced with transformers 4.47.1 on torch 1.13 (scripts/setup_python_refs.sh); with
+--transformers5, the CASES5 (yarn's later keys, which 4.47 ignores or refuses) with transformers
+5.15.1 on torch 2.11 (scripts/setup_deepspeed_peer.sh --torch2).
+Usage: rope_scaling_reference.py OUT [--transformers5]
 """
 import json
 import os
@@ -40,12 +42,23 @@ CASES = {
                                    "short_factor": [1.0 + 0.07 * i for i in range(8)],
                                    "long_factor": [1.0 + 0.5 * i * i for i in range(8)]}),
 }
+# transformers 5 reads yarn's correction range over original_max_position_embeddings (4.47
+# takes max_position_embeddings), the attention factor mscale(f, mscale) / mscale(f, all_dim)
+# (DeepSeek's) and truncate false (gpt-oss': the range unrounded).
+CASES5 = {
+    "yarn_original": dict(rope_theta=10000.0, rope_scaling={
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}),
+    "yarn_mscale": dict(rope_theta=10000.0, rope_scaling={
+        "rope_type": "yarn", "factor": 3.0, "mscale": 1.0, "mscale_all_dim": 0.8,
+        "truncate": False, "beta_fast": 16.0, "original_max_position_embeddings": 700}),
+}
 SEQ, SHORT = 300, 100
 
 
 def main():
     out = sys.argv[1]
-    for i, (name, kwargs) in enumerate(CASES.items()):
+    cases = CASES5 if "--transformers5" in sys.argv[2:] else CASES
+    for i, (name, kwargs) in enumerate(cases.items()):
         shape = dict(num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)
         shape.update(kwargs)
         phi3 = name == "longrope"

@@ -68,10 +68,15 @@ TEST(RopeScaling, RefusesWhatItDoesNotImplementByName) {
                     "'ntk' is unknown");
   EXPECT_THROW_WITH(
       RopeScaling::from_hf_json(json{{"rope_type", "yarn"}, {"factor", 4.0},
-                                     {"original_max_position_embeddings", 4096}},
+                                     {"low_freq_factor", 1.0}},
                                 "c"),
-      NotSupportedError, "rope_scaling.original_max_position_embeddings is not read for rope_type "
-                         "'yarn'");
+      NotSupportedError, "rope_scaling.low_freq_factor is not read for rope_type 'yarn'");
+  EXPECT_THROW_WITH(
+      RopeScaling::from_hf_json(json{{"rope_type", "yarn"}, {"factor", 4.0},
+                                     {"original_max_position_embeddings", 0}},
+                                "c"),
+      ModelFileError, "rope_scaling.original_max_position_embeddings is 0; expected a positive "
+                      "integer");
   EXPECT_THROW_WITH(RopeScaling::from_hf_json(json{{"rope_type", "llama3"}, {"factor", 8.0}}, "c"),
                     ModelFileError, "rope_scaling.low_freq_factor is missing");
   EXPECT_THROW_WITH(RopeScaling::from_hf_json(json{{"rope_type", "linear"}, {"factor", "2"}}, "c"),
@@ -120,6 +125,36 @@ TEST(RopeScaling, FrequenciesFollowEachDefinition) {
   EXPECT_FLOAT_EQ(y.inv_freq[7].item<float>(), plain[7].item<float>() / 4);
   yarn.attention_factor = 1.25;
   EXPECT_EQ(rope_frequencies(yarn, 10000.0, 16, 1024).attention_scaling, 1.25);
+}
+
+// Yarn's later keys, as transformers 5 reads them: the correction range over
+// original_max_position_embeddings instead of the model's context, DeepSeek's mscale ratio as
+// the attention factor, and truncate false leaving the range unrounded. All written back.
+TEST(RopeScaling, YarnReadsOriginalContextMscaleAndTruncate) {
+  const auto yarn = RopeScaling::from_hf_json(
+      json{{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 256},
+           {"mscale", 1.0}, {"mscale_all_dim", 0.8}, {"truncate", false}},
+      "c");
+  EXPECT_EQ(yarn.original_max_position_embeddings, 256);
+  EXPECT_FALSE(yarn.truncate);
+  EXPECT_EQ(RopeScaling::from_hf_json(yarn.to_hf_json(), "again").to_hf_json(), yarn.to_hf_json());
+  RopeScaling over_original = yarn;
+  over_original.truncate = true;
+  RopeScaling over_context = over_original;
+  over_context.original_max_position_embeddings = 0;
+  EXPECT_TRUE(torch::equal(rope_frequencies(over_original, 10000.0, 64, 4096).inv_freq,
+                           rope_frequencies(over_context, 10000.0, 64, 256).inv_freq));
+  EXPECT_FALSE(torch::equal(rope_frequencies(over_original, 10000.0, 64, 4096).inv_freq,
+                            rope_frequencies(over_context, 10000.0, 64, 4096).inv_freq));
+  EXPECT_FALSE(torch::equal(rope_frequencies(yarn, 10000.0, 64, 4096).inv_freq,
+                            rope_frequencies(over_original, 10000.0, 64, 4096).inv_freq));
+  const double ln4 = std::log(4.0);
+  EXPECT_DOUBLE_EQ(rope_frequencies(yarn, 10000.0, 64, 4096).attention_scaling,
+                   (0.1 * ln4 + 1) / (0.1 * 0.8 * ln4 + 1));
+  EXPECT_THROW_WITH(RopeScaling::from_hf_json(json{{"rope_type", "yarn"}, {"factor", 4.0},
+                                                   {"truncate", "no"}},
+                                              "c"),
+                    ModelFileError, "rope_scaling.truncate is string; expected true or false");
 }
 
 // Dynamic NTK scaling: the original frequencies within the context; past it the base grows
