@@ -453,7 +453,10 @@ TEST(OffloadConfig, NvmeSwapFileErrorsNameTheFile) {
   auto model = std::make_shared<WideNet>();
   json cfg = nvme_config("nvme", tmp.path(), "fp32");
   cfg["gradient_accumulation_steps"] = 1;
+  // Neither read-ahead nor write-behind: a write still in flight when step() returns would
+  // land after the truncation below and restore the file's size.
   cfg["zero_optimization"]["offload_optimizer"]["pipeline_read"] = false;
+  cfg["zero_optimization"]["offload_optimizer"]["pipeline_write"] = false;
   auto engine = initialize(model, cfg).engine;
   train_wide(*engine, 0, 1, 3);
   const std::string victim = tmp.path() + "/zero_stage_3/optimizer/rank0/1_exp_avg.tensor.swp";
