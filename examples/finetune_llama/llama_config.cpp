@@ -1,6 +1,8 @@
 // LlamaConfig from GGUF metadata or config.json, and back (see llama_config.h).
 #include "llama_config.h"
 
+#include <cmath>
+
 #include "gguf_file.h"
 #include "util/check.h"
 
@@ -35,15 +37,90 @@ RopeScaling gguf_rope_scaling(const GgufFile& f, const std::string& p, const Lla
   return s;
 }
 
+// llama.cpp's Phi-3 (its converter's Phi3MiniModel): Phi3Config's context defaults, the
+// pretraining context as rope.scaling.original_context_length, the rotated share of each head as
+// rope.dimension_count (Phi-4-mini's partial_rotary_factor), longrope's factors as the tensors
+// rope_factors_short.weight and rope_factors_long.weight with their attention factor as
+// rope.scaling.attn_factor, and the sliding window (0: none). The window is kept as the model's
+// config.json has it, as finetune_llama reads that folder (llama.cpp runs Phi-3 without it for
+// now, transformers' GGUF loader drops it).
+void read_phi3_gguf(const GgufFile& f, const std::string& p, LlamaConfig* c) {
+  // Phi3Config's defaults; the token ids are the tokenizer metadata's, as for every GGUF.
+  c->max_position_embeddings = 4096;
+  c->original_max_position_embeddings = 4096;
+  if (f.has(p + "context_length")) c->max_position_embeddings = f.get_int(p + "context_length");
+  const std::string original_key = p + "rope.scaling.original_context_length";
+  if (f.has(original_key)) c->original_max_position_embeddings = f.get_int(original_key);
+  DS_CHECK(c->original_max_position_embeddings > 0, ModelFileError, "GGUF file ", f.path(),
+           ": metadata '", original_key, "' is ", c->original_max_position_embeddings,
+           "; expected a positive integer");
+  const std::string window_key = p + "attention.sliding_window";
+  if (f.has(window_key)) {
+    const int64_t window = f.get_int(window_key);
+    DS_CHECK(window >= 0, ModelFileError, "GGUF file ", f.path(), ": metadata '", window_key,
+             "' is ", window, "; expected a positive integer or 0 (none)");
+    c->sliding_window = window > 0 ? window : -1;
+  }
+  const std::string type_key = p + "rope.scaling.type";
+  DS_CHECK(!f.has(type_key) || f.get_string(type_key) == "none", NotSupportedError, "GGUF file ",
+           f.path(), ": metadata '", type_key, "' is '",
+           f.has(type_key) ? f.get_string(type_key) : "", "' on a 'phi3' model, whose scaling "
+           "finetune_llama reads from the tensors rope_factors_short/long.weight");
+  if (f.has(p + "rope.dimension_count")) {
+    const int64_t rotated = f.get_int(p + "rope.dimension_count");
+    DS_CHECK(rotated > 0 && rotated <= c->head_dim, ModelFileError, "GGUF file ", f.path(),
+             ": metadata '", p, "rope.dimension_count' is ", rotated,
+             "; expected 1..the head size (", c->head_dim, ")");
+    // The factor transformers would read back (int(head_dim * factor) features rotated),
+    // nudged up where the quotient rounds below.
+    c->partial_rotary_factor = static_cast<double>(rotated) / static_cast<double>(c->head_dim);
+    if (c->rotary_dim() < rotated) {
+      c->partial_rotary_factor = std::nextafter(c->partial_rotary_factor, 2.0);
+    }
+  }
+  const bool has_short = f.find_tensor("rope_factors_short.weight") != nullptr;
+  const bool has_long = f.find_tensor("rope_factors_long.weight") != nullptr;
+  DS_CHECK(has_short == has_long, ModelFileError, "GGUF file ", f.path(), ": tensor '",
+           has_short ? "rope_factors_long.weight" : "rope_factors_short.weight",
+           "' is missing; longrope needs both the short and the long factors");
+  if (!has_short) return;
+  const auto factors = [&](const char* name) {
+    const at::Tensor t = f.load_tensor(name, at::kFloat).contiguous().to(at::kDouble);
+    return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  };
+  RopeScaling& s = c->rope_scaling;
+  s.rope_type = "longrope";
+  s.short_factor = factors("rope_factors_short.weight");
+  s.long_factor = factors("rope_factors_long.weight");
+  s.original_max_position_embeddings = c->original_max_position_embeddings;
+  // Phi-3's attention factor follows from the two contexts (rope_scaling.h); a file that says
+  // otherwise (the converter's "yarn" form) would rotate differently here.
+  const std::string attn_key = p + "rope.scaling.attn_factor";
+  if (f.has(attn_key)) {
+    const double stretch = static_cast<double>(c->max_position_embeddings) /
+                           static_cast<double>(c->original_max_position_embeddings);
+    const double expected =
+        stretch <= 1.0 ? 1.0
+                       : std::sqrt(1.0 + std::log(stretch) /
+                                             std::log(static_cast<double>(
+                                                 c->original_max_position_embeddings)));
+    const double given = f.get_float(attn_key);
+    DS_CHECK(std::abs(given - expected) <= 1e-6 * expected, NotSupportedError, "GGUF file ",
+             f.path(), ": metadata '", attn_key, "' is ", given, " but longrope's attention "
+             "factor for ", c->max_position_embeddings, " positions over ",
+             c->original_max_position_embeddings, " original ones is ", expected);
+  }
+}
+
 }  // namespace
 
 LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
   DS_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen2moe" ||
-               arch == "qwen3moe",
+               arch == "qwen3moe" || arch == "phi3",
            ModelFileError, "GGUF file ", f.path(), ": general.architecture is '", arch,
            "'; finetune_llama reads 'llama' (with experts: Mixtral), 'qwen2', 'qwen3', "
-           "'qwen2moe' and 'qwen3moe' models");
+           "'qwen2moe', 'qwen3moe' and 'phi3' models");
   const std::string p = arch + ".";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe";
   const bool has_experts = f.has(p + "expert_count") && f.get_int(p + "expert_count") != 0;
@@ -57,7 +134,8 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
                  : arch == "qwen2moe" ? "qwen2_moe"
                  : mixtral            ? "mixtral"
                                       : arch;
-  if (arch != "llama") c.max_position_embeddings = 32768;  // the Qwen configs' default
+  const bool phi3 = arch == "phi3";
+  if (arch != "llama" && !phi3) c.max_position_embeddings = 32768;  // the Qwen configs' default
   if (qwen_moe || mixtral) {
     // Every layer sparse, as llama.cpp runs them. It renormalises the k scores of Mixtral (which
     // always does) and of qwen3moe (transformers' GGUF loader sets norm_topk_prob for it), not
@@ -99,7 +177,9 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
                f.get_int(p + "attention.value_length") == c.head_dim,
            NotSupportedError, "GGUF file ", f.path(), ": metadata '", p,
            "attention.value_length' differs from the key head size ", c.head_dim);
-  if (f.has(p + "rope.dimension_count")) {
+  if (phi3) {
+    read_phi3_gguf(f, p, &c);
+  } else if (f.has(p + "rope.dimension_count")) {
     const int64_t rope_dim = f.get_int(p + "rope.dimension_count");
     DS_CHECK(rope_dim == c.head_dim, ModelFileError, "GGUF file ", f.path(), ": metadata '", p,
              "rope.dimension_count' is ", rope_dim, " but the head size (attention.key_length, "
@@ -108,7 +188,7 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   }
   if (f.has(p + "context_length")) c.max_position_embeddings = f.get_int(p + "context_length");
   if (f.has(p + "rope.freq_base")) c.rope_theta = f.get_float(p + "rope.freq_base");
-  c.rope_scaling = gguf_rope_scaling(f, p, c);
+  if (!phi3) c.rope_scaling = gguf_rope_scaling(f, p, c);
   c.rms_norm_eps = f.get_float(p + "attention.layer_norm_rms_epsilon");
 
   const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");

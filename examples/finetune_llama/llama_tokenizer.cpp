@@ -297,6 +297,14 @@ LlamaTokenizer LlamaTokenizer::from_gguf(const GgufFile& f) {
            ": tokenizer.ggml.model is '", model, "'; finetune_llama reads byte-level BPE ('gpt2') "
            "and SentencePiece BPE ('llama') tokenizers");
   const std::string source = "GGUF file " + f.path();
+  // Phi-4-mini's byte-level vocabulary needs GPT-4o's pre-tokenizer, which is not here yet;
+  // Phi-3's and Phi-3.5's are SentencePiece BPE ("llama").
+  DS_CHECK(model != "gpt2" || !f.has("general.architecture") ||
+               f.get_string("general.architecture") != "phi3",
+           NotSupportedError, source, ": a 'phi3' model with a byte-level ('gpt2') tokenizer "
+           "(Phi-4-mini's, tokenizer.ggml.pre '",
+           f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "",
+           "') is not read yet; Phi-3's SentencePiece vocabulary ('llama') is");
   const auto tokens = string_array(f.get_array("tokenizer.ggml.tokens"));
   LlamaTokenizer t;
   MergeList merges;

@@ -48,6 +48,8 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
     {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
     {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight"},  // Phi-3's fused projections
+    {"mlp.gate_up_proj.weight", "ffn_up.weight"},
 };
 
 // One expert's projection in llama.cpp's layout: the experts of a layer stacked in one tensor
@@ -84,6 +86,58 @@ nlohmann::json read_json(const std::string& path, const std::string& what) {
     DS_CHECK(false, ModelFileError, path, ": not valid JSON (", e.what(), ")");
   }
   return {};
+}
+
+// Phi-3's files fuse q/k/v into self_attn.qkv_proj (rows q, then k, then v) and gate/up into
+// mlp.gate_up_proj (gate rows first); the model keeps them apart as a Llama does. Each fused
+// tensor is read once, kept until its last part is taken.
+struct FusedPart {
+  std::string fused;
+  int64_t begin = 0, end = 0;  // its rows
+  int64_t rows = 0;            // the fused tensor's
+  bool last() const { return end == rows; }
+};
+
+std::optional<FusedPart> phi3_fused_part(const LlamaConfig& c, const std::string& hf_name) {
+  static const std::regex part(
+      R"((model\.layers\.\d+\.)(self_attn\.(q|k|v)_proj|mlp\.(gate|up)_proj)\.weight)");
+  std::smatch m;
+  if (!std::regex_match(hf_name, m, part)) return std::nullopt;
+  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
+  const int64_t ffn = c.intermediate_size;
+  const std::string layer = m[1].str();
+  if (m[3].matched) {
+    const std::string w = m[3].str();
+    const std::string fused = layer + "self_attn.qkv_proj.weight";
+    const int64_t rows = q + 2 * kv;
+    if (w == "q") return FusedPart{fused, 0, q, rows};
+    if (w == "k") return FusedPart{fused, q, q + kv, rows};
+    return FusedPart{fused, q + kv, rows, rows};
+  }
+  const std::string fused = layer + "mlp.gate_up_proj.weight";
+  if (m[4].str() == "gate") return FusedPart{fused, 0, ffn, 2 * ffn};
+  return FusedPart{fused, ffn, 2 * ffn, 2 * ffn};
+}
+
+// `fused_in_file` says whether the file holds a fused tensor (a GGUF file may keep q/k/v apart;
+// a Hugging Face folder always fuses them). `source` names the file in errors.
+LlamaWeightSource phi3_unfused(LlamaWeightSource file, const LlamaConfig& c,
+                               const std::string& source,
+                               std::function<bool(const std::string&)> fused_in_file) {
+  auto kept = std::make_shared<std::pair<std::string, at::Tensor>>();
+  return [file = std::move(file), c, source, fused_in_file = std::move(fused_in_file),
+          kept](const std::string& hf_name) {
+    const auto part = phi3_fused_part(c, hf_name);
+    if (!part || !fused_in_file(part->fused)) return file(hf_name);
+    if (kept->first != part->fused) *kept = {part->fused, file(part->fused)};
+    const at::Tensor& fused = kept->second;
+    DS_CHECK(fused.dim() == 2 && fused.size(0) == part->rows, ModelFileError, source,
+             ": tensor '", part->fused, "' has shape ", fused.sizes(),
+             "; the model config expects ", part->rows, " rows");
+    at::Tensor w = fused.slice(0, part->begin, part->end);
+    if (part->last()) *kept = {};
+    return w;
+  };
 }
 
 LlamaCheckpoint open_gguf(const std::string& path) {
@@ -127,55 +181,14 @@ LlamaCheckpoint open_gguf(const std::string& path) {
     if (ends("self_attn.k_proj.weight")) return unpermute_rope_rows(w, cfg.num_key_value_heads);
     return w;
   };
-  return ck;
-}
-
-// Phi-3's files fuse q/k/v into self_attn.qkv_proj (rows q, then k, then v) and gate/up into
-// mlp.gate_up_proj (gate rows first); the model keeps them apart as a Llama does. Each fused
-// tensor is read once, kept until its last part is taken.
-struct FusedPart {
-  std::string fused;
-  int64_t begin = 0, end = 0;  // its rows
-  int64_t rows = 0;            // the fused tensor's
-  bool last() const { return end == rows; }
-};
-
-std::optional<FusedPart> phi3_fused_part(const LlamaConfig& c, const std::string& hf_name) {
-  static const std::regex part(
-      R"((model\.layers\.\d+\.)(self_attn\.(q|k|v)_proj|mlp\.(gate|up)_proj)\.weight)");
-  std::smatch m;
-  if (!std::regex_match(hf_name, m, part)) return std::nullopt;
-  const int64_t q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim;
-  const int64_t ffn = c.intermediate_size;
-  const std::string layer = m[1].str();
-  if (m[3].matched) {
-    const std::string w = m[3].str();
-    const std::string fused = layer + "self_attn.qkv_proj.weight";
-    const int64_t rows = q + 2 * kv;
-    if (w == "q") return FusedPart{fused, 0, q, rows};
-    if (w == "k") return FusedPart{fused, q, q + kv, rows};
-    return FusedPart{fused, q + kv, rows, rows};
+  // llama.cpp's Phi-3 keeps Phi-3's fused layout and rows (ffn_up holds gate, then up).
+  if (cfg.model_type == "phi3") {
+    ck.weights = phi3_unfused(ck.weights, cfg, "GGUF file " + path,
+                              [file](const std::string& fused) {
+                                return file->find_tensor(gguf_tensor_name(fused)) != nullptr;
+                              });
   }
-  const std::string fused = layer + "mlp.gate_up_proj.weight";
-  if (m[4].str() == "gate") return FusedPart{fused, 0, ffn, 2 * ffn};
-  return FusedPart{fused, ffn, 2 * ffn, 2 * ffn};
-}
-
-LlamaWeightSource phi3_unfused(LlamaWeightSource file, const LlamaConfig& c,
-                               const std::string& dir) {
-  auto kept = std::make_shared<std::pair<std::string, at::Tensor>>();
-  return [file = std::move(file), c, dir, kept](const std::string& hf_name) {
-    const auto part = phi3_fused_part(c, hf_name);
-    if (!part) return file(hf_name);
-    if (kept->first != part->fused) *kept = {part->fused, file(part->fused)};
-    const at::Tensor& fused = kept->second;
-    DS_CHECK(fused.dim() == 2 && fused.size(0) == part->rows, ModelFileError,
-             "Hugging Face folder ", dir, ": tensor '", part->fused, "' has shape ", fused.sizes(),
-             "; the model config expects ", part->rows, " rows");
-    at::Tensor w = fused.slice(0, part->begin, part->end);
-    if (part->last()) *kept = {};
-    return w;
-  };
+  return ck;
 }
 
 LlamaCheckpoint open_hf_folder(const std::string& dir) {
@@ -211,7 +224,10 @@ LlamaCheckpoint open_hf_folder(const std::string& dir) {
              "' is listed in the index but not in the file");
     return t->to(at::kFloat);
   };
-  if (ck.config.model_type == "phi3") ck.weights = phi3_unfused(ck.weights, ck.config, dir);
+  if (ck.config.model_type == "phi3") {
+    ck.weights = phi3_unfused(ck.weights, ck.config, "Hugging Face folder " + dir,
+                              [](const std::string&) { return true; });
+  }
   // The embedding decides the vocabulary: a config that disagrees is an error here, not a
   // shape mismatch deep inside the model.
   const at::Tensor embed = ck.weights("model.embed_tokens.weight");

@@ -28,8 +28,8 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
            token, norm_topk_prob true, layer 1 dense (mlp_only_layers), router and experts
            scaled up as Mixtral's, the load-balancing loss as Mixtral's (with GGUF: width 768,
            no dense layer, no load-balancing loss, as a GGUF file has none of these).
-  With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe model and vocabulary are also written there as
-  llama.cpp lays out such a GGUF (f32 tensors).
+  With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe/phi3 model and vocabulary are also written there
+  as llama.cpp lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
        (KIND: llama2, mistral, mixtral, phi3, phi4_mini, qwen2, qwen2_moe, qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
@@ -128,6 +128,70 @@ def write_gguf(folder, kind, tok, path):
     for (i, proj), by_expert in sorted(experts.items()):
         stacked = torch.stack([by_expert[e] for e in sorted(by_expert)])
         w.add_tensor(f"blk.{i}.ffn_{proj}_exps.weight", stacked.numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+PHI3_GGUF = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
+             "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def write_phi3_gguf(folder, vocab, path):
+    """The saved Phi-3 folder as convert_hf_to_gguf.py's Phi3MiniModel writes it: qkv_proj and
+    gate_up_proj kept fused (attn_qkv, ffn_up), the rotated features of a head as
+    rope.dimension_count, longrope's factors as the tensors rope_factors_short/long.weight with
+    its attention factor, the original context, the sliding window (0: none); the
+    SentencePiece vocabulary with scores and no merges, each piece scored below those learnt
+    before it (so that merging by score merges in the trained order)."""
+    import math
+
+    from gguf import GGUFWriter
+    from safetensors.torch import load_file
+    with open(os.path.join(folder, "config.json")) as f:
+        c = json.load(f)
+    n_embd, n_head = c["hidden_size"], c["num_attention_heads"]
+    w = GGUFWriter(path, "phi3")
+    w.add_name("phi3-test")
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_rope_scaling_orig_ctx_len(c["original_max_position_embeddings"])
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_head_count(n_head)
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    w.add_rope_dimension_count(int(c.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
+    w.add_rope_freq_base(c["rope_theta"])
+    w.add_sliding_window(c.get("sliding_window") or 0)
+    scaling = c["rope_scaling"]
+    stretch = c["max_position_embeddings"] / c["original_max_position_embeddings"]
+    w.add_rope_scaling_attn_factors(
+        math.sqrt(1 + math.log(stretch) / math.log(c["original_max_position_embeddings"]))
+        if stretch > 1.0 else 1.0)
+    w.add_tensor("rope_factors_long.weight", torch.tensor(scaling["long_factor"]).numpy())
+    w.add_tensor("rope_factors_short.weight", torch.tensor(scaling["short_factor"]).numpy())
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0 if i < 3 + 256 else -float(i) for i in range(len(tokens))])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259))
+    w.add_unk_token_id(0)
+    w.add_bos_token_id(c["bos_token_id"])
+    w.add_eos_token_id(c["eos_token_id"])
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
+             "output_norm.weight", "lm_head.weight": "output.weight"}
+    for name, t in sorted(load_file(os.path.join(folder, "model.safetensors")).items()):
+        t = t.float().contiguous().numpy()
+        if name in names:
+            w.add_tensor(names[name], t)
+        else:
+            _, _, i, rest = name.split(".", 3)
+            module, kind_ = rest.rsplit(".", 1)
+            w.add_tensor(f"blk.{i}.{PHI3_GGUF[module]}.{kind_}", t)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -262,7 +326,9 @@ def main():
     tok.save(os.path.join(out, "tokenizer.json"))
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump(config, f)
-    if len(sys.argv) > 4:
+    if len(sys.argv) > 4 and kind == "phi3":
+        write_phi3_gguf(out, tok.get_vocab(), sys.argv[4])
+    elif len(sys.argv) > 4:
         write_gguf(out, kind, tok, sys.argv[4])
 
 

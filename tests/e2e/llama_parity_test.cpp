@@ -293,5 +293,59 @@ TEST_P(QwenGgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
 INSTANTIATE_TEST_SUITE_P(Kinds, QwenGgufParity,
                          ::testing::Values("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"));
 
+// The Phi-3 of LlamaFolderParity as llama.cpp's converter writes its GGUF (q/k/v and gate/up
+// fused as attn_qkv and ffn_up, longrope's factors as tensors, the original context of 16
+// positions as metadata, the SentencePiece vocabulary with scores and no merges). transformers'
+// GGUF loader drops the longrope factors, so the reference is transformers on the folder: the
+// GGUF tokenizes, scores (past the original context, on the long factors) and generates
+// (crossing it) as that, and loads to the folder's config and weights.
+TEST(Phi3GgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
+  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython;
+  TempDir dir("phi3_gguf");
+  const std::string folder = dir.file("folder"), gguf = dir.file("phi3.gguf");
+  const auto made = run_command(kPython + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
+                                " '" + folder + "' phi3 '" + gguf + "' 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto ref = run_reference(folder, dir.file("ref.json"));
+  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(gguf));
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
+  }
+  const auto from_gguf = open_llama_checkpoint(gguf);
+  const auto from_folder = open_llama_checkpoint(folder);
+  EXPECT_EQ(from_gguf.config.model_type, "phi3");
+  // The same config but for the f32s of the file: the epsilon and the longrope factors.
+  EXPECT_NEAR(from_gguf.config.rms_norm_eps, from_folder.config.rms_norm_eps, 1e-12);
+  const auto& gguf_rope = from_gguf.config.rope_scaling;
+  const auto& folder_rope = from_folder.config.rope_scaling;
+  EXPECT_EQ(gguf_rope.rope_type, "longrope");
+  ASSERT_EQ(gguf_rope.long_factor.size(), folder_rope.long_factor.size());
+  for (size_t i = 0; i < gguf_rope.long_factor.size(); ++i) {
+    EXPECT_EQ(static_cast<float>(gguf_rope.long_factor[i]),
+              static_cast<float>(folder_rope.long_factor[i]));
+    EXPECT_EQ(static_cast<float>(gguf_rope.short_factor[i]),
+              static_cast<float>(folder_rope.short_factor[i]));
+  }
+  auto gguf_config = from_gguf.config.to_hf_json(), folder_config = from_folder.config.to_hf_json();
+  for (const char* key : {"rms_norm_eps", "rope_scaling"}) {
+    gguf_config.erase(key);
+    folder_config.erase(key);
+  }
+  EXPECT_EQ(gguf_config, folder_config);
+  for (const char* name : {"model.layers.1.self_attn.q_proj.weight",
+                           "model.layers.1.self_attn.v_proj.weight",
+                           "model.layers.0.mlp.gate_proj.weight",
+                           "model.layers.0.mlp.up_proj.weight", "lm_head.weight"}) {
+    EXPECT_TRUE(torch::equal(from_gguf.weights(name), from_folder.weights(name))) << name;
+  }
+  expect_score_as(ref, run_finetune(gguf, "--seq_len 64 --score_file " + kScoreFile));
+  const std::string gen_file = dir.file("gen.json");
+  run_finetune(gguf, "--prompt '" + kPrompt + "' --max_new_tokens 20 --generation_file " +
+                         gen_file);
+  std::ifstream in(gen_file);
+  ASSERT_TRUE(in.good()) << gen_file;
+  EXPECT_EQ(nlohmann::json::parse(in)["token_ids"], ref["generated"]);
+}
+
 }  // namespace
 }  // namespace deepspeed::examples

@@ -3,7 +3,7 @@
 // and the bad inputs (missing config.json, vocabulary/embedding mismatch). Mistral's, Mixtral's,
 // Qwen2's, Qwen3's and Qwen3-MoE's configs (and transformers 5's rope_parameters), Qwen2's biases
 // (also under LoRA) from a "qwen2" GGUF and a folder, Qwen3-MoE's folder names, Qwen3-MoE and
-// Mixtral GGUFs, Phi-3's config, longrope and fused projections.
+// Mixtral GGUFs, Phi-3's config, longrope and fused projections, from a folder and a GGUF.
 #include "llama_weights.h"
 
 #include <cmath>
@@ -18,6 +18,7 @@
 #include "generation.h"
 #include "gguf_file.h"
 #include "gguf_test_writer.h"
+#include "llama_tokenizer.h"
 #include "support/expect_throw.h"
 #include "support/temp_dir.h"
 
@@ -1006,6 +1007,146 @@ TEST(LlamaWeights, Phi3FolderFusesQkvAndGateUp) {
   EXPECT_THROW_WITH(LlamaForCausalLM(bad.config, bad.weights), ModelFileError,
                     "tensor 'model.layers.0.mlp.gate_up_proj.weight' has shape [40, 16]; the "
                     "model config expects 48 rows");
+}
+
+// A "phi3" GGUF as llama.cpp's converter writes it: q/k/v fused in attn_qkv (or, as its loader
+// also takes them, apart) and gate/up in ffn_up, no row permutation, longrope's factors as
+// tensors with their attention factor, the original context and sliding window as metadata, the
+// rotated features as rope.dimension_count. It loads to the folder's config and weights; what
+// it cannot mean here is named.
+struct Phi3Gguf {
+  bool fused_qkv = true;
+  int64_t rotated = 4;
+  float attn_factor = static_cast<float>(std::sqrt(1 + std::log(8.0) / std::log(8.0)));
+  bool short_factors = true;
+  std::string scaling_type;
+};
+
+void write_phi3_gguf(LlamaForCausalLMImpl& model, const LlamaConfig& c, const std::string& path,
+                     const Phi3Gguf& o) {
+  GgufTestWriter w;
+  w.kv_str("general.architecture", "phi3");
+  w.kv_u32("phi3.block_count", static_cast<uint32_t>(c.num_hidden_layers));
+  w.kv_u32("phi3.context_length", static_cast<uint32_t>(c.max_position_embeddings));
+  w.kv_u32("phi3.rope.scaling.original_context_length",
+           static_cast<uint32_t>(c.original_max_position_embeddings));
+  w.kv_u32("phi3.embedding_length", static_cast<uint32_t>(c.hidden_size));
+  w.kv_u32("phi3.feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
+  w.kv_u32("phi3.attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
+  w.kv_u32("phi3.attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
+  w.kv_f32("phi3.attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  w.kv_u32("phi3.rope.dimension_count", static_cast<uint32_t>(o.rotated));
+  w.kv_f32("phi3.rope.freq_base", static_cast<float>(c.rope_theta));
+  w.kv_u32("phi3.attention.sliding_window", static_cast<uint32_t>(std::max<int64_t>(
+                                                 c.sliding_window, 0)));
+  w.kv_f32("phi3.rope.scaling.attn_factor", o.attn_factor);
+  if (!o.scaling_type.empty()) w.kv_str("phi3.rope.scaling.type", o.scaling_type);
+  w.kv_u32("phi3.vocab_size", static_cast<uint32_t>(c.vocab_size));
+  w.kv_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_token_id));
+  w.kv_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_token_id));
+  w.kv_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(c.pad_token_id));
+  const auto add = [&](const std::string& name, const torch::Tensor& t) {
+    std::vector<uint64_t> ne(t.sizes().rbegin(), t.sizes().rend());
+    w.tensor(name, ne, 0, f32_bytes(t.contiguous()));
+  };
+  const auto factors = [](const std::vector<double>& f) {
+    return torch::tensor(std::vector<float>(f.begin(), f.end()));
+  };
+  add("rope_factors_long.weight", factors(c.rope_scaling.long_factor));
+  if (o.short_factors) add("rope_factors_short.weight", factors(c.rope_scaling.short_factor));
+  auto params = model.named_parameters();
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string hf = "model.layers." + std::to_string(i) + ".";
+    const std::string blk = "blk." + std::to_string(i) + ".";
+    if (o.fused_qkv) {
+      add(blk + "attn_qkv.weight", torch::cat({params[hf + "self_attn.q_proj.weight"],
+                                               params[hf + "self_attn.k_proj.weight"],
+                                               params[hf + "self_attn.v_proj.weight"]}));
+    }
+    add(blk + "ffn_up.weight", torch::cat({params[hf + "mlp.gate_proj.weight"],
+                                           params[hf + "mlp.up_proj.weight"]}));
+  }
+  for (const auto& item : params) {
+    const std::string& name = item.key();
+    const bool fused = name.find("gate_proj") != std::string::npos ||
+                       name.find("up_proj") != std::string::npos ||
+                       (o.fused_qkv && (name.find("q_proj") != std::string::npos ||
+                                        name.find("k_proj") != std::string::npos ||
+                                        name.find("v_proj") != std::string::npos));
+    if (!fused) add(gguf_tensor_name(name), item.value().detach());
+  }
+  w.write(path);
+}
+
+TEST(LlamaWeights, Phi3GgufLoadsFusedOrApartWithLongropeAndPartialRotation) {
+  TempDir dir;
+  auto c = phi3_config();
+  c.sliding_window = 6;
+  // f32s in the file: values it holds exactly.
+  c.rms_norm_eps = 1.0 / 1024;
+  c.rope_scaling.short_factor = {1.0, 1.25};
+  torch::manual_seed(19);
+  LlamaForCausalLM ref(c);
+  for (const bool fused : {true, false}) {
+    Phi3Gguf o;
+    o.fused_qkv = fused;
+    write_phi3_gguf(*ref, c, dir.file("phi3.gguf"), o);
+    const auto ck = open_llama_checkpoint(dir.file("phi3.gguf"));
+    EXPECT_EQ(ck.config.to_hf_json(), c.to_hf_json()) << "fused q/k/v " << fused;
+    LlamaForCausalLM loaded(ck.config, ck.weights);
+    for (const auto& item : ref->named_parameters()) {
+      EXPECT_TRUE(torch::equal(item.value(), loaded->named_parameters()[item.key()]))
+          << item.key() << ", fused q/k/v " << fused;
+    }
+  }
+  // Phi-4-mini's shape: 6 of the head's 8 features rotated.
+  auto partial = c;
+  partial.hidden_size = 32;
+  partial.head_dim = 8;
+  partial.partial_rotary_factor = 0.75;
+  partial.rope_scaling.short_factor = {1.0, 1.125, 1.25};
+  partial.rope_scaling.long_factor = {2.0, 3.0, 4.0};
+  LlamaForCausalLM ref_partial(partial);
+  Phi3Gguf o;
+  o.rotated = 6;
+  write_phi3_gguf(*ref_partial, partial, dir.file("phi4.gguf"), o);
+  const auto phi4 = open_llama_checkpoint(dir.file("phi4.gguf")).config;
+  EXPECT_EQ(phi4.rotary_dim(), 6);
+  EXPECT_EQ(phi4.to_hf_json(), partial.to_hf_json());
+
+  const auto refused = [&](const Phi3Gguf& bad, const std::string& needle, bool not_supported) {
+    write_phi3_gguf(*ref, c, dir.file("bad.gguf"), bad);
+    const auto open = [&] { return GgufFile::open(dir.file("bad.gguf")); };
+    if (not_supported) {
+      EXPECT_THROW_WITH(LlamaConfig::from_gguf(open()), NotSupportedError, needle);
+    } else {
+      EXPECT_THROW_WITH(LlamaConfig::from_gguf(open()), ModelFileError, needle);
+    }
+  };
+  Phi3Gguf bad;
+  bad.attn_factor = 1.1f;  // the converter's "yarn" form: 0.1 ln(s) + 1
+  refused(bad, "metadata 'phi3.rope.scaling.attn_factor' is 1.1", true);
+  bad = Phi3Gguf();
+  bad.short_factors = false;
+  refused(bad, "tensor 'rope_factors_short.weight' is missing; longrope needs both", false);
+  bad = Phi3Gguf();
+  bad.scaling_type = "yarn";
+  refused(bad, "metadata 'phi3.rope.scaling.type' is 'yarn' on a 'phi3' model", true);
+  bad = Phi3Gguf();
+  bad.rotated = 6;  // past the head's 4 features
+  refused(bad, "metadata 'phi3.rope.dimension_count' is 6; expected 1..the head size (4)", false);
+
+  // Phi-4-mini's byte-level vocabulary is refused by name, not read as SentencePiece.
+  GgufTestWriter w;
+  w.kv_str("general.architecture", "phi3");
+  w.kv_str("tokenizer.ggml.model", "gpt2");
+  w.kv_str("tokenizer.ggml.pre", "gpt-4o");
+  w.kv_strs("tokenizer.ggml.tokens", {"a", "b"});
+  w.write(dir.file("tok.gguf"));
+  EXPECT_THROW_WITH(LlamaTokenizer::from_gguf(GgufFile::open(dir.file("tok.gguf"))),
+                    NotSupportedError,
+                    "a 'phi3' model with a byte-level ('gpt2') tokenizer (Phi-4-mini's, "
+                    "tokenizer.ggml.pre 'gpt-4o') is not read yet");
 }
 
 // Generating past longrope's original context: the step that crosses it runs the whole
