@@ -13,6 +13,16 @@ constexpr const char* kLlama3Pattern =
 constexpr const char* kQwen2Pattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// As GPT-4o's (Phi-4-mini's) and Mistral NeMo's tokenizer.json spell theirs.
+constexpr const char* kO200kPattern =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+    "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| "
+    "?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kTekkenPattern =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"
+    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 bool is_type(const nlohmann::json& j, const char* type) {
   return j.is_object() && j.value("type", "") == type;
@@ -47,12 +57,14 @@ WordSplit word_split_from_hf_json(const nlohmann::json& pre, const std::string& 
       const auto pattern = first["pattern"]["Regex"].get<std::string>();
       if (pattern == kLlama3Pattern) return WordSplit::kLlama3;
       if (pattern == kQwen2Pattern) return WordSplit::kQwen2;
+      if (pattern == kO200kPattern) return WordSplit::kO200k;
+      if (pattern == kTekkenPattern) return WordSplit::kTekken;
     }
   }
   DS_CHECK(false, NotSupportedError, path, ": pre_tokenizer is ", pre.dump().substr(0, 300),
            "; finetune_llama supports ByteLevel without add_prefix_space (GPT-2's pattern), "
-           "Digits(individual_digits) + ByteLevel (SmolLM), and Llama 3's or Qwen2's Split + "
-           "ByteLevel");
+           "Digits(individual_digits) + ByteLevel (SmolLM), and Llama 3's, Qwen2's, GPT-4o's "
+           "(Phi-4-mini) or Mistral Tekken's Split + ByteLevel");
   return WordSplit::kGpt2;
 }
 
@@ -74,6 +86,12 @@ nlohmann::json word_split_to_hf_json(WordSplit split) {
     case WordSplit::kQwen2:
       return {{"type", "Sequence"},
               {"pretokenizers", {split_on(kQwen2Pattern), byte_level(false)}}};
+    case WordSplit::kO200k:
+      return {{"type", "Sequence"},
+              {"pretokenizers", {split_on(kO200kPattern), byte_level(false)}}};
+    case WordSplit::kTekken:
+      return {{"type", "Sequence"},
+              {"pretokenizers", {split_on(kTekkenPattern), byte_level(false)}}};
     case WordSplit::kGpt2:
       break;
   }

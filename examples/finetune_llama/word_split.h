@@ -19,6 +19,8 @@ enum class WordSplit {
   kGpt2IndividualDigits,  // Digits(individual_digits) then ByteLevel: SmolLM and SmolLM2
   kLlama3,                // Split(Llama 3's pattern) then ByteLevel without regex: Llama 3
   kQwen2,                 // the same pattern with single digits
+  kO200k,                 // Split(GPT-4o's pattern) then ByteLevel without regex: Phi-4-mini
+  kTekken,                // the same pattern without contractions, single digits: Mistral NeMo
 };
 
 /// From tokenizer.json's `pre_tokenizer`. Throws NotSupportedError naming `path` and showing the
@@ -46,6 +48,12 @@ void for_each_word(WordSplit split, std::string_view text, F&& word) {
       return;
     case WordSplit::kQwen2:
       split_with(text, [](std::string_view t, size_t p) { return llama3_word_end(t, p, 1); });
+      return;
+    case WordSplit::kO200k:
+      split_with(text, [](std::string_view t, size_t p) { return o200k_word_end(t, p); });
+      return;
+    case WordSplit::kTekken:
+      split_with(text, [](std::string_view t, size_t p) { return o200k_word_end(t, p, 1, false); });
       return;
     case WordSplit::kGpt2IndividualDigits: {
       // Every number code point is a word of its own; GPT-2's pattern splits the text between.

@@ -1,6 +1,7 @@
 // LlamaTokenizer against Hugging Face tokenizers on the pre-tokenizers of real models (SmolLM's
 // individual digits, Llama 3's split pattern with ignore_merges and a Sequence post-processor,
-// Qwen2's NFC normalizer and pattern; SentencePiece-style ones further down):
+// Qwen2's NFC normalizer and pattern, GPT-4o's (Phi-4-mini's) and Mistral NeMo's letter-case
+// patterns; SentencePiece-style ones further down):
 // tokenizer_pretokenizers_reference.py trains a small BPE with each, saves its tokenizer.json,
 // pre-tokenizes and encodes the texts; we load the same file and must split every text into the
 // same words (BPE alone would hide most splitting errors) and give the same ids. The texts
@@ -44,7 +45,11 @@ std::vector<std::string> texts() {
       "0", "7", "\xD9\xA3", "\xE2\x85\xAB", "\xC2\xBD", " ", "  ", "\t", "\n", "\r", "\r\n",
       "\xC2\xA0", "\xE3\x80\x80", "\xC2\x85", "\x1C", "\xE2\x80\xA8", "'", "'s", "'S", "'Re",
       "'LL", "'ve", "'D", "'t", ".", ",", "!", "(", "-", "\xF0\x9F\x98\x80", "\xCC\x81", "$",
-      "_", "12345", "hello", "World", " possession", "\x0B"};
+      "_", "12345", "hello", "World", " possession", "\x0B",
+      // Letter cases for GPT-4o's pattern: a title-case letter (Lt), a modifier letter (Lm), a
+      // capital with an accent, capitals before small letters, a consonant and its virama (Lo
+      // then Mn); and the slash its symbol runs end with.
+      "\xC7\x85", "\xCA\xB0", "\xC3\x89", "HTTP", "Server", "\xE0\xA4\x95\xE0\xA5\x8D", "/"};
   std::mt19937 rng(20261206);
   for (int i = 0; i < 400; ++i) {
     std::string s;
@@ -74,7 +79,7 @@ TEST(LlamaTokenizerParity, PreTokenizersOfRealModelsEncodeAsHuggingFaceTokenizer
   const auto r = run_command(kPython + " " + DS_TOKENIZER_REFERENCE_PY + " " + kCorpus + " '" +
                              dir.file("texts.json") + "' '" + dir.path() + "' 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (const std::string name : {"llama3", "smollm", "qwen2"}) {
+  for (const std::string name : {"llama3", "smollm", "qwen2", "o200k", "tekken"}) {
     SCOPED_TRACE(name);
     const std::string json_path = dir.file(name + "/tokenizer.json");
     const auto tok = LlamaTokenizer::from_hf_json(json_path);

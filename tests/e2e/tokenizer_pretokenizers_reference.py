@@ -10,6 +10,9 @@ Each case trains a small byte-level BPE on the corpus with a real model's pre-to
   qwen2:  Qwen2's NFC normalizer, then its Split regex (Llama 3's with single digits) and
           ByteLevel without regex; its three special tokens; no template (as transformers'
           Qwen2Converter builds it).
+  o200k:  GPT-4o's Split regex (Phi-4's and Phi-4-mini's tokenizer.json) then ByteLevel
+          without regex; no template.
+  tekken: Mistral NeMo's (the same without contractions, with single digits).
 and writes OUT/<case>/tokenizer.json, OUT/<case>/ids.json (the ids of each text of TEXTS.json)
 and OUT/<case>/words.json (where the pre-tokenizer ends each word of each text, in code points).
 Usage: tokenizer_pretokenizers_reference.py CORPUS TEXTS.json OUT
@@ -26,6 +29,14 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_PATTERN = LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
 QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# GPT-4o's (o200k_base, Phi-4-mini's) and Mistral NeMo's Tekken pattern, as their tokenizer.json
+# holds them.
+O200K_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+                 r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+"
+                 r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+TEKKEN_PATTERN = O200K_PATTERN.replace(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?", "").replace(
+    r"\p{N}{1,3}", r"\p{N}")
 # Whole words added to llama3's vocabulary without merges: BPE alone would split them.
 WHOLE_WORDS = ["Ġpossession", "Ġuniversally", "Ġacknowledged", "ĠElizabeth"]
 
@@ -75,11 +86,28 @@ def qwen2(corpus):
     return tok
 
 
+def split_then_byte_level(corpus, pattern, specials):
+    tok = train(corpus, pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), specials)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def o200k(corpus):
+    return split_then_byte_level(corpus, O200K_PATTERN, ["<|endoftext|>"])
+
+
+def tekken(corpus):
+    return split_then_byte_level(corpus, TEKKEN_PATTERN, ["<unk>", "<s>", "</s>"])
+
+
 def main():
     corpus, texts_path, out = sys.argv[1:4]
     with open(texts_path, encoding="utf-8") as f:
         texts = json.load(f)
-    for name, make in (("llama3", llama3), ("smollm", smollm), ("qwen2", qwen2)):
+    for name, make in (("llama3", llama3), ("smollm", smollm), ("qwen2", qwen2),
+                       ("o200k", o200k), ("tekken", tekken)):
         tok = make(corpus)
         os.makedirs(os.path.join(out, name), exist_ok=True)
         tok.save(os.path.join(out, name, "tokenizer.json"))

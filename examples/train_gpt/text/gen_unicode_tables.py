@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-# Regenerates unicode_class_tables.inc: the code-point ranges of \p{L}, \p{N} and \s exactly as the
-# PyPI `regex` module (the engine GPT-2's published encoder ran its pattern on) defines them.
+# Regenerates unicode_class_tables.inc: the code-point ranges of \p{L}, \p{N} and \s, and of the
+# letter cases below, exactly as the PyPI `regex` module (the engine GPT-2's published encoder ran
+# its pattern on) defines them.
 # Run: pip install regex && python3 gen_unicode_tables.py > unicode_class_tables.inc
 # The output is committed, so building needs neither Python nor `regex`.
 import sys
@@ -45,4 +46,9 @@ print("// Closed code-point ranges [lo, hi], sorted and disjoint; included by un
 emit("kLetterRanges", ranges(r"\p{L}"))
 emit("kNumberRanges", ranges(r"\p{N}"))
 emit("kSpaceRanges", ranges(r"\s"))
+# The letter cases of GPT-4o's (o200k) pattern: [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and
+# [\p{Ll}\p{Lm}\p{Lo}\p{M}] overlap in Lm, Lo and the marks.
+emit("kUpperRanges", ranges(r"[\p{Lu}\p{Lt}]"))
+emit("kLowerRanges", ranges(r"\p{Ll}"))
+emit("kCaselessRanges", ranges(r"[\p{Lm}\p{Lo}\p{M}]"))
 sys.stdout.flush()

@@ -27,4 +27,16 @@ std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
 // line breaks close a run of symbols or whitespace.
 size_t llama3_word_end(std::string_view text, size_t pos, int max_digits = 3);
 
+// The same for GPT-4o's pattern (o200k; Phi-4-mini's tokenizer.json,
+// o200k_pretokenizer.cpp), with U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}],
+// L = [\p{Ll}\p{Lm}\p{Lo}\p{M}] and C = (?i:'s|'t|'re|'ve|'m|'ll|'d):
+//   [^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|
+//   \s*[\r\n]+|\s+(?!\S)|\s+
+// A word is a run of capitals and the small letters after them ("HTTPServer" is one word,
+// "helloWorld" two), a contraction stays on its word, and a run of symbols takes the line breaks
+// and slashes after it. Mistral's Tekken pattern is the same without C and with single digits
+// (`contractions` false, `max_digits` 1).
+size_t o200k_word_end(std::string_view text, size_t pos, int max_digits = 3,
+                      bool contractions = true);
+
 }  // namespace deepspeed::examples

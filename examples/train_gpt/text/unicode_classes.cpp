@@ -1,5 +1,6 @@
-// Range tables for \p{L}, \p{N}, \s and their lookup; ASCII goes through a 128-entry table so
-// the common case is one load. See gen_unicode_tables.py for where the ranges come from.
+// Range tables for \p{L}, \p{N}, \s and the letter cases, and their lookup; ASCII goes through a
+// 128-entry table (the letter cases through a comparison) so the common case is one load. See
+// gen_unicode_tables.py for where the ranges come from.
 #include "unicode_classes.h"
 
 #include <algorithm>
@@ -40,7 +41,24 @@ const std::array<CharClass, 128>& ascii_table() {
   return table;
 }
 
+LetterCase letter_case_slow(char32_t cp) {
+  if (cp == kInvalidCodePoint) return LetterCase::kNone;
+  if (in_ranges(kUpperRanges, cp)) return LetterCase::kUpper;
+  if (in_ranges(kLowerRanges, cp)) return LetterCase::kLower;
+  if (in_ranges(kCaselessRanges, cp)) return LetterCase::kCaseless;
+  return LetterCase::kNone;
+}
+
 }  // namespace
+
+LetterCase letter_case(char32_t cp) {
+  if (cp < 128) {
+    if (cp >= 'A' && cp <= 'Z') return LetterCase::kUpper;
+    if (cp >= 'a' && cp <= 'z') return LetterCase::kLower;
+    return LetterCase::kNone;
+  }
+  return letter_case_slow(cp);
+}
 
 CharClass char_class(char32_t cp) {
   if (cp < 128) return ascii_table()[cp];

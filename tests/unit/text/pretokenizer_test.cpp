@@ -93,5 +93,44 @@ TEST(Llama3Pretokenizer, LineBreaksCloseSymbolsAndWhitespace) {
   EXPECT_EQ(split_llama3("end   "), (Words{"end", "   "}));
 }
 
+std::vector<std::string> split_o200k(std::string_view text, bool tekken = false) {
+  std::vector<std::string> out;
+  for (size_t p = 0; p < text.size();) {
+    const size_t e = tekken ? o200k_word_end(text, p, 1, false) : o200k_word_end(text, p);
+    out.emplace_back(text.substr(p, e - p));
+    p = e;
+  }
+  return out;
+}
+
+// Expected words as Python's `regex` module splits with the pattern.
+TEST(O200kPretokenizer, WordsEndWhereSmallLettersMeetACapital) {
+  EXPECT_EQ(split_o200k("helloWorld HTTPServer"), (Words{"hello", "World", " HTTPServer"}));
+  // Title case (U+01C5), a modifier letter (U+02B0) and an accented capital run (E-acute).
+  EXPECT_EQ(split_o200k("\xC7\x85" "emal \xCA\xB0" "a \xC3\x89" "COLEs"),
+            (Words{"\xC7\x85" "emal", " \xCA\xB0" "a", " \xC3\x89" "COLEs"}));
+}
+
+TEST(O200kPretokenizer, CaselessLettersAndMarksBelongToBothRuns) {
+  // Han letters then a capital: the capital run gives back to the last caseless letter.
+  EXPECT_EQ(split_o200k("\xE6\x97\xA5\xE6\x9C\xAC" "A"),
+            (Words{"\xE6\x97\xA5\xE6\x9C\xAC", "A"}));
+  // A combining mark before a capital is a word of its own (the first alternative, unled).
+  EXPECT_EQ(split_o200k("\xCC\x81" "A"), (Words{"\xCC\x81", "A"}));
+}
+
+TEST(O200kPretokenizer, ContractionsStayOnTheirWord) {
+  EXPECT_EQ(split_o200k("I'M don'T we'Re"), (Words{"I'M", " don'T", " we'Re"}));
+  // Mistral's Tekken: no contractions, single digits.
+  EXPECT_EQ(split_o200k("I'M don'T", true), (Words{"I", "'M", " don", "'T"}));
+  EXPECT_EQ(split_o200k("x 1234", true), (Words{"x", " ", "1", "2", "3", "4"}));
+}
+
+TEST(O200kPretokenizer, SymbolRunsTakeLineBreaksAndSlashes) {
+  EXPECT_EQ(split_o200k("a/b//\n/c"), (Words{"a", "/b", "//\n/", "c"}));
+  EXPECT_EQ(split_o200k("x 1234567"), (Words{"x", " ", "123", "456", "7"}));
+  EXPECT_EQ(split_o200k("end.\n\nNext"), (Words{"end", ".\n\n", "Next"}));
+}
+
 }  // namespace
 }  // namespace deepspeed::examples
