@@ -291,20 +291,54 @@ LlamaTokenizer LlamaTokenizer::qwen2_from_gguf(const GgufFile& f,
   return t;
 }
 
+// Phi-4-mini's byte-level vocabulary as llama.cpp reads it (transformers' GGUF loader reads any
+// 'phi3' vocabulary as SentencePiece): GPT-4o's split pattern (tokenizer.ggml.pre "gpt-4o", or
+// "llama4", which llama.cpp splits the same), no normalizer, the control and user-defined tokens
+// special, BOS prepended only with tokenizer.ggml.add_bos_token (its tokenizer.json adds none).
+LlamaTokenizer LlamaTokenizer::o200k_from_gguf(const GgufFile& f,
+                                               const std::vector<std::string>& tokens,
+                                               const MergeList& merges) {
+  const std::string source = "GGUF file " + f.path();
+  const std::string pre = f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "";
+  DS_CHECK(pre == "gpt-4o" || pre == "llama4", NotSupportedError, source,
+           ": tokenizer.ggml.pre is '", pre, "' on a 'phi3' model with a byte-level vocabulary; "
+           "finetune_llama reads Phi-4-mini's 'gpt-4o' (GPT-4o's split pattern)");
+  LlamaTokenizer t;
+  t.split_ = WordSplit::kO200k;
+  std::vector<int64_t> special;
+  if (f.has("tokenizer.ggml.token_type")) {
+    const auto& types = f.get_array("tokenizer.ggml.token_type");
+    DS_CHECK(types.size() == tokens.size(), ModelFileError, source,
+             ": tokenizer.ggml.token_type has ", types.size(), " entries, tokenizer.ggml.tokens ",
+             tokens.size());
+    for (size_t i = 0; i < types.size(); ++i) {
+      const int64_t type = types[i].get<int64_t>();
+      if (type == 3 || type == 4) special.push_back(static_cast<int64_t>(i));  // control, user
+    }
+  }
+  const auto id = [&](const char* key) { return f.has(key) ? f.get_int(key) : int64_t{-1}; };
+  t.bos_id_ = id("tokenizer.ggml.bos_token_id");
+  t.eos_id_ = id("tokenizer.ggml.eos_token_id");
+  t.pad_id_ = id("tokenizer.ggml.padding_token_id");
+  for (int64_t sid : {t.bos_id_, t.eos_id_, t.pad_id_}) {
+    DS_CHECK(sid < static_cast<int64_t>(tokens.size()), ModelFileError, source,
+             ": special token id ", sid, " is outside the vocabulary of ", tokens.size());
+  }
+  t.build(tokens, merges, special, source);
+  const auto& meta = f.metadata();
+  if (t.bos_id_ >= 0 && meta.contains("tokenizer.ggml.add_bos_token") &&
+      meta["tokenizer.ggml.add_bos_token"] == true) {
+    t.prefix_ = {t.bos_id_};
+  }
+  return t;
+}
+
 LlamaTokenizer LlamaTokenizer::from_gguf(const GgufFile& f) {
   const std::string model = f.get_string("tokenizer.ggml.model");
   DS_CHECK(model == "gpt2" || model == "llama", ModelFileError, "GGUF file ", f.path(),
            ": tokenizer.ggml.model is '", model, "'; finetune_llama reads byte-level BPE ('gpt2') "
            "and SentencePiece BPE ('llama') tokenizers");
   const std::string source = "GGUF file " + f.path();
-  // Phi-4-mini's byte-level vocabulary needs GPT-4o's pre-tokenizer, which is not here yet;
-  // Phi-3's and Phi-3.5's are SentencePiece BPE ("llama").
-  DS_CHECK(model != "gpt2" || !f.has("general.architecture") ||
-               f.get_string("general.architecture") != "phi3",
-           NotSupportedError, source, ": a 'phi3' model with a byte-level ('gpt2') tokenizer "
-           "(Phi-4-mini's, tokenizer.ggml.pre '",
-           f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "",
-           "') is not read yet; Phi-3's SentencePiece vocabulary ('llama') is");
   const auto tokens = string_array(f.get_array("tokenizer.ggml.tokens"));
   LlamaTokenizer t;
   MergeList merges;
@@ -339,6 +373,8 @@ LlamaTokenizer LlamaTokenizer::from_gguf(const GgufFile& f) {
   if (arch == "qwen2" || arch == "qwen3" || arch == "qwen2moe" || arch == "qwen3moe") {
     return qwen2_from_gguf(f, tokens, merges);
   }
+  // Phi-4-mini's; Phi-3's and Phi-3.5's are SentencePiece BPE ("llama").
+  if (arch == "phi3" && model == "gpt2") return o200k_from_gguf(f, tokens, merges);
   // transformers' GGUF loader builds its BPE with fuse_unk and byte_fallback.
   t.fuse_unk_ = true;
   t.byte_fallback_ = true;

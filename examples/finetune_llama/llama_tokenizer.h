@@ -72,6 +72,8 @@ class LlamaTokenizer {
   using MergeList = std::vector<std::pair<std::string, std::string>>;
   static LlamaTokenizer qwen2_from_gguf(const GgufFile& f, const std::vector<std::string>& tokens,
                                         const MergeList& merges);
+  static LlamaTokenizer o200k_from_gguf(const GgufFile& f, const std::vector<std::string>& tokens,
+                                        const MergeList& merges);
   void build(const std::vector<std::string>& tokens, const MergeList& merges,
              const std::vector<int64_t>& special_ids, const std::string& source);
   void encode_word(std::string_view word, std::vector<int64_t>* out) const;

@@ -13,9 +13,10 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
            scaling: random short and long factors, an original context of 16 positions, which
            the 64 scored tokens pass and the generation crosses (the long factors take over);
   phi4_mini: the same Phi-3 rotating 3/4 of each head (partial_rotary_factor, transformers 5)
-           with Qwen2's byte-level tokenizer below, its original context 48 positions: the
-           score passes it, the generation stays within it (transformers 5.15's generation
-           past it differs from its own full forward);
+           with a byte-level tokenizer on GPT-4o's split pattern (the "o200k" one of
+           tokenizer_pretokenizers_reference.py, as Phi-4-mini's), its original context 48
+           positions: the score passes it, the generation stays within it (transformers 5.15's
+           generation past it differs from its own full forward);
   qwen2:   a Qwen2ForCausalLM (random q/k/v biases: transformers would start them at zero) with
            the byte-level "qwen2" tokenizer of tokenizer_pretokenizers_reference.py (NFC, Qwen2's
            pattern) and Qwen2TokenizerFast's tokenizer_config.json;
@@ -28,13 +29,13 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
            token, norm_topk_prob true, layer 1 dense (mlp_only_layers), router and experts
            scaled up as Mixtral's, the load-balancing loss as Mixtral's (with GGUF: width 768,
            no dense layer, no load-balancing loss, as a GGUF file has none of these).
-  With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe/phi3 model and vocabulary are also written there
-  as llama.cpp lays out such a GGUF (f32 tensors).
+  With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe/phi3/phi4_mini model and vocabulary are also
+  written there as llama.cpp lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
        (KIND: llama2, mistral, mixtral, phi3, phi4_mini, qwen2, qwen2_moe, qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
 (scripts/setup_python_refs.sh); qwen3, qwen3_moe and phi4_mini, which transformers 4.47 lacks,
-and the GGUFs but qwen2's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
+and the GGUFs but qwen2's and phi3's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
 (scripts/setup_deepspeed_peer.sh --torch2).
 """
 import json
@@ -48,7 +49,7 @@ from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralF
                           Qwen2Config, Qwen2ForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tokenizer_pretokenizers_reference import QWEN2_SPECIALS, qwen2  # noqa: E402
+from tokenizer_pretokenizers_reference import QWEN2_SPECIALS, o200k, qwen2  # noqa: E402
 from tokenizer_sentencepiece_reference import llama2_tokenizer  # noqa: E402
 
 SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -139,13 +140,14 @@ PHI3_GGUF = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_no
              "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
 
 
-def write_phi3_gguf(folder, vocab, path):
+def write_phi3_gguf(folder, tok, path, byte_level):
     """The saved Phi-3 folder as convert_hf_to_gguf.py's Phi3MiniModel writes it: qkv_proj and
     gate_up_proj kept fused (attn_qkv, ffn_up), the rotated features of a head as
     rope.dimension_count, longrope's factors as the tensors rope_factors_short/long.weight with
-    its attention factor, the original context, the sliding window (0: none); the
-    SentencePiece vocabulary with scores and no merges, each piece scored below those learnt
-    before it (so that merging by score merges in the trained order)."""
+    its attention factor, the original context, the sliding window (0: none); a SentencePiece
+    vocabulary (phi3) with scores and no merges, each piece scored below those learnt before it
+    (so that merging by score merges in the trained order), or a byte-level one (phi4_mini) with
+    its merges and GPT-4o's pre-tokenizer, as Phi-4-mini's."""
     import math
 
     from gguf import GGUFWriter
@@ -153,6 +155,8 @@ def write_phi3_gguf(folder, vocab, path):
     with open(os.path.join(folder, "config.json")) as f:
         c = json.load(f)
     n_embd, n_head = c["hidden_size"], c["num_attention_heads"]
+    scaling = c.get("rope_scaling") or c["rope_parameters"]  # transformers 5 keeps it there
+    theta = c.get("rope_theta") or scaling["rope_theta"]
     w = GGUFWriter(path, "phi3")
     w.add_name("phi3-test")
     w.add_context_length(c["max_position_embeddings"])
@@ -164,22 +168,30 @@ def write_phi3_gguf(folder, vocab, path):
     w.add_head_count_kv(c["num_key_value_heads"])
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
     w.add_rope_dimension_count(int(c.get("partial_rotary_factor", 1.0) * n_embd) // n_head)
-    w.add_rope_freq_base(c["rope_theta"])
+    w.add_rope_freq_base(theta)
     w.add_sliding_window(c.get("sliding_window") or 0)
-    scaling = c["rope_scaling"]
     stretch = c["max_position_embeddings"] / c["original_max_position_embeddings"]
     w.add_rope_scaling_attn_factors(
         math.sqrt(1 + math.log(stretch) / math.log(c["original_max_position_embeddings"]))
         if stretch > 1.0 else 1.0)
     w.add_tensor("rope_factors_long.weight", torch.tensor(scaling["long_factor"]).numpy())
     w.add_tensor("rope_factors_short.weight", torch.tensor(scaling["short_factor"]).numpy())
-    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    w.add_token_list(tokens)
-    w.add_token_scores([0.0 if i < 3 + 256 else -float(i) for i in range(len(tokens))])
-    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259))
-    w.add_unk_token_id(0)
+    tokens = [t for t, _ in sorted(tok.get_vocab().items(), key=lambda kv: kv[1])]
+    if byte_level:
+        merges = json.loads(tok.to_str())["model"]["merges"]
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt-4o")
+        w.add_token_list(tokens)
+        w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+        w.add_token_types([3 if t == "<|endoftext|>" else 1 for t in tokens])
+        w.add_add_bos_token(False)
+    else:
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        w.add_token_list(tokens)
+        w.add_token_scores([0.0 if i < 3 + 256 else -float(i) for i in range(len(tokens))])
+        w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259))
+        w.add_unk_token_id(0)
     w.add_bos_token_id(c["bos_token_id"])
     w.add_eos_token_id(c["eos_token_id"])
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
@@ -271,15 +283,18 @@ def main():
     corpus, out = sys.argv[1:3]
     kind = sys.argv[3] if len(sys.argv) > 3 else "llama2"
     torch.manual_seed(20261206)
-    if kind in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi4_mini"):
+    if kind == "phi4_mini":  # byte-level BPE on GPT-4o's pattern, as Phi-4-mini's own
+        tok = o200k(corpus)
+        end = tok.token_to_id("<|endoftext|>")
+        model = phi3_model(dict(vocab_size=tok.get_vocab_size(), bos_token_id=end,
+                                eos_token_id=end, **SIZES), partial=0.75, original=48)
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|endoftext|>",
+                  "eos_token": "<|endoftext|>", "unk_token": "<|endoftext|>",
+                  "model_max_length": 256, "clean_up_tokenization_spaces": False}
+    elif kind in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         tok = qwen2(corpus)
         ids = {t: tok.token_to_id(t) for t in QWEN2_SPECIALS}
-        if kind == "phi4_mini":  # byte-level BPE, as Phi-4-mini's own
-            model = phi3_model(dict(vocab_size=tok.get_vocab_size(),
-                                    bos_token_id=ids["<|endoftext|>"],
-                                    eos_token_id=ids["<|im_end|>"], **SIZES),
-                               partial=0.75, original=48)
-        elif kind in ("qwen2", "qwen2_moe"):
+        if kind in ("qwen2", "qwen2_moe"):
             sizes = dict(vocab_size=tok.get_vocab_size(), bos_token_id=ids["<|endoftext|>"],
                          eos_token_id=ids["<|im_end|>"], **SIZES)
             if kind == "qwen2":
@@ -326,8 +341,8 @@ def main():
     tok.save(os.path.join(out, "tokenizer.json"))
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump(config, f)
-    if len(sys.argv) > 4 and kind == "phi3":
-        write_phi3_gguf(out, tok.get_vocab(), sys.argv[4])
+    if len(sys.argv) > 4 and kind in ("phi3", "phi4_mini"):
+        write_phi3_gguf(out, tok, sys.argv[4], byte_level=kind == "phi4_mini")
     elif len(sys.argv) > 4:
         write_gguf(out, kind, tok, sys.argv[4])
 

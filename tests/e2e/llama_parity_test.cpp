@@ -293,20 +293,25 @@ TEST_P(QwenGgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
 INSTANTIATE_TEST_SUITE_P(Kinds, QwenGgufParity,
                          ::testing::Values("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"));
 
-// The Phi-3 of LlamaFolderParity as llama.cpp's converter writes its GGUF (q/k/v and gate/up
-// fused as attn_qkv and ffn_up, longrope's factors as tensors, the original context of 16
-// positions as metadata, the SentencePiece vocabulary with scores and no merges). transformers'
-// GGUF loader drops the longrope factors, so the reference is transformers on the folder: the
-// GGUF tokenizes, scores (past the original context, on the long factors) and generates
-// (crossing it) as that, and loads to the folder's config and weights.
-TEST(Phi3GgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
-  ASSERT_TRUE(std::filesystem::exists(kPython)) << kPython;
+// The Phi-3 and Phi-4-mini of LlamaFolderParity as llama.cpp's converter writes their GGUFs
+// (q/k/v and gate/up fused as attn_qkv and ffn_up, longrope's factors as tensors, the original
+// context as metadata, Phi-4-mini's rotated features as rope.dimension_count; Phi-3's
+// SentencePiece vocabulary with scores and no merges, Phi-4-mini's byte-level one with GPT-4o's
+// pre-tokenizer). transformers' GGUF loader drops the longrope factors and reads any 'phi3'
+// vocabulary as SentencePiece, so the reference is transformers on the folder: the GGUF
+// tokenizes, scores (past the original context, on the long factors) and generates (Phi-3's
+// crossing it) as that, and loads to the folder's config and weights.
+class Phi3GgufParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Phi3GgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
+  const std::string python = GetParam() == "phi4_mini" ? kPython5 : kPython;
+  ASSERT_TRUE(std::filesystem::exists(python)) << python;
   TempDir dir("phi3_gguf");
   const std::string folder = dir.file("folder"), gguf = dir.file("phi3.gguf");
-  const auto made = run_command(kPython + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
-                                " '" + folder + "' phi3 '" + gguf + "' 2>&1");
+  const auto made = run_command(python + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
+                                " '" + folder + "' " + GetParam() + " '" + gguf + "' 2>&1");
   ASSERT_EQ(made.exit_code, 0) << made.out;
-  const auto ref = run_reference(folder, dir.file("ref.json"));
+  const auto ref = run_reference(folder, dir.file("ref.json"), python);
   const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(gguf));
   for (size_t i = 0; i < kTexts.size(); ++i) {
     EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
@@ -346,6 +351,8 @@ TEST(Phi3GgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
   ASSERT_TRUE(in.good()) << gen_file;
   EXPECT_EQ(nlohmann::json::parse(in)["token_ids"], ref["generated"]);
 }
+
+INSTANTIATE_TEST_SUITE_P(Kinds, Phi3GgufParity, ::testing::Values("phi3", "phi4_mini"));
 
 }  // namespace
 }  // namespace deepspeed::examples

@@ -355,5 +355,44 @@ TEST(LlamaTokenizer, GgufSentencePieceVocabularyWithoutMerges) {
   EXPECT_EQ(tok.decode(tok.encode("hi hi"), true), "hi hi");
 }
 
+// A 'phi3' GGUF with a byte-level vocabulary (Phi-4-mini's) as llama.cpp reads it: GPT-4o's
+// split pattern ("helloWorld" is two words, so the merge "o W" never applies; GPT-2's pattern
+// would merge across), control tokens special, BOS only with add_bos_token. Another
+// tokenizer.ggml.pre is refused by name.
+TEST(LlamaTokenizer, GgufPhi3ByteLevelVocabularySplitsAsGpt4o) {
+  TempDir dir;
+  auto tokens = byte_tokens();
+  for (const char* t : {"he", "ll", "hell", "oW", "<|endoftext|>"}) tokens.push_back(t);
+  std::vector<int32_t> types(tokens.size(), 1);
+  types[260] = 3;
+  const auto write = [&](const std::string& pre, bool add_bos) {
+    GgufTestWriter w;
+    w.kv_str("general.architecture", "phi3");
+    w.kv_str("tokenizer.ggml.model", "gpt2");
+    w.kv_str("tokenizer.ggml.pre", pre);
+    w.kv_strs("tokenizer.ggml.tokens", tokens);
+    w.kv_i32s("tokenizer.ggml.token_type", types);
+    w.kv_strs("tokenizer.ggml.merges", {"o W", "h e", "l l", "he ll"});
+    w.kv_u32("tokenizer.ggml.bos_token_id", 260);
+    w.kv_u32("tokenizer.ggml.eos_token_id", 260);
+    w.kv_bool("tokenizer.ggml.add_bos_token", add_bos);
+    w.write(dir.file("phi4.gguf"));
+    return GgufFile::open(dir.file("phi4.gguf"));
+  };
+  const auto tok = LlamaTokenizer::from_gguf(write("gpt-4o", false));
+  EXPECT_FALSE(tok.sentencepiece_style());
+  const Ids hello_world = {258, 'o', 'W', 'o', 'r', 'l', 'd'};  // "hell" "o" | "W" "o" "r" ...
+  EXPECT_EQ(tok.encode("helloWorld"), hello_world);
+  Ids with_special = hello_world;
+  with_special.push_back(260);
+  EXPECT_EQ(tok.encode("helloWorld<|endoftext|>"), with_special);
+  with_special.insert(with_special.begin(), 260);
+  EXPECT_EQ(LlamaTokenizer::from_gguf(write("llama4", true)).encode("helloWorld<|endoftext|>"),
+            with_special);
+  EXPECT_THROW_WITH(LlamaTokenizer::from_gguf(write("gpt-2", false)), NotSupportedError,
+                    "tokenizer.ggml.pre is 'gpt-2' on a 'phi3' model with a byte-level "
+                    "vocabulary; finetune_llama reads Phi-4-mini's 'gpt-4o'");
+}
+
 }  // namespace
 }  // namespace deepspeed::examples

@@ -18,7 +18,6 @@
 #include "generation.h"
 #include "gguf_file.h"
 #include "gguf_test_writer.h"
-#include "llama_tokenizer.h"
 #include "support/expect_throw.h"
 #include "support/temp_dir.h"
 
@@ -1135,18 +1134,6 @@ TEST(LlamaWeights, Phi3GgufLoadsFusedOrApartWithLongropeAndPartialRotation) {
   bad = Phi3Gguf();
   bad.rotated = 6;  // past the head's 4 features
   refused(bad, "metadata 'phi3.rope.dimension_count' is 6; expected 1..the head size (4)", false);
-
-  // Phi-4-mini's byte-level vocabulary is refused by name, not read as SentencePiece.
-  GgufTestWriter w;
-  w.kv_str("general.architecture", "phi3");
-  w.kv_str("tokenizer.ggml.model", "gpt2");
-  w.kv_str("tokenizer.ggml.pre", "gpt-4o");
-  w.kv_strs("tokenizer.ggml.tokens", {"a", "b"});
-  w.write(dir.file("tok.gguf"));
-  EXPECT_THROW_WITH(LlamaTokenizer::from_gguf(GgufFile::open(dir.file("tok.gguf"))),
-                    NotSupportedError,
-                    "a 'phi3' model with a byte-level ('gpt2') tokenizer (Phi-4-mini's, "
-                    "tokenizer.ggml.pre 'gpt-4o') is not read yet");
 }
 
 // Generating past longrope's original context: the step that crosses it runs the whole
