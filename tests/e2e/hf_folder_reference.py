@@ -5,6 +5,10 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
            tokenizer_config.json naming LlamaTokenizerFast as the real model's does;
   mistral: the same as a MistralForCausalLM whose sliding window (12 positions) is far shorter
            than the sequences the tests run;
+  mistral_nemo: a MistralForCausalLM as Mistral NeMo's: heads of 32 features on a 64-wide model
+           with 4 heads (head_dim, not hidden_size / heads), no sliding window, rotary base 1e6,
+           and a byte-level tokenizer on Mistral's Tekken pattern (the "tekken" one of
+           tokenizer_pretokenizers_reference.py);
   mixtral: the same as a MixtralForCausalLM: 4 experts per layer, 2 per token, the routers'
            weights scaled up so that no token's choice of experts hangs on a rounding, the
            experts' so that their outputs weigh in the logits; output_router_logits with a
@@ -32,7 +36,8 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe/phi3/phi4_mini model and vocabulary are also
   written there as llama.cpp lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
-       (KIND: llama2, mistral, mixtral, phi3, phi4_mini, qwen2, qwen2_moe, qwen3, qwen3_moe)
+       (KIND: llama2, mistral, mistral_nemo, mixtral, phi3, phi4_mini, qwen2, qwen2_moe, qwen3,
+       qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
 (scripts/setup_python_refs.sh); qwen3, qwen3_moe and phi4_mini, which transformers 4.47 lacks,
 and the GGUFs but qwen2's and phi3's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
@@ -49,7 +54,7 @@ from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralF
                           Qwen2Config, Qwen2ForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tokenizer_pretokenizers_reference import QWEN2_SPECIALS, o200k, qwen2  # noqa: E402
+from tokenizer_pretokenizers_reference import QWEN2_SPECIALS, o200k, qwen2, tekken  # noqa: E402
 from tokenizer_sentencepiece_reference import llama2_tokenizer  # noqa: E402
 
 SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -283,7 +288,15 @@ def main():
     corpus, out = sys.argv[1:3]
     kind = sys.argv[3] if len(sys.argv) > 3 else "llama2"
     torch.manual_seed(20261206)
-    if kind == "phi4_mini":  # byte-level BPE on GPT-4o's pattern, as Phi-4-mini's own
+    if kind == "mistral_nemo":  # byte-level BPE on Tekken's pattern, as Mistral NeMo's own
+        tok = tekken(corpus)
+        model = MistralForCausalLM(MistralConfig(
+            head_dim=32, sliding_window=None, rope_theta=1e6, vocab_size=tok.get_vocab_size(),
+            bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"), **SIZES))
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+                  "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 256,
+                  "clean_up_tokenization_spaces": False}
+    elif kind == "phi4_mini":  # byte-level BPE on GPT-4o's pattern, as Phi-4-mini's own
         tok = o200k(corpus)
         end = tok.token_to_id("<|endoftext|>")
         model = phi3_model(dict(vocab_size=tok.get_vocab_size(), bos_token_id=end,

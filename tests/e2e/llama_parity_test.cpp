@@ -169,12 +169,13 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
 // byte-level tokenizer.json with NFC and Qwen2's pattern), Qwen3's (an explicit head_dim, q/k
 // norms; against transformers 5, whose config.json keeps the rotary base in rope_parameters)
 // and Qwen3-MoE's (sparse and dense layers, experts as `mlp.experts.<e>.gate_proj`), and
-// Qwen2-MoE's (Qwen2's attention, a gated shared expert beside the routed ones), and Phi-3's
-// (q/k/v and gate/up fused in its files; longrope, its original context of 16 positions passed
-// by the 64 scored tokens and crossed by the generation, whose cache transformers then
-// recomputes with the long factors; and as Phi-4-mini's, 3/4 of each head rotated, with a
-// byte-level tokenizer, against transformers 5, whose generation stays within the original
-// context of 48):
+// Qwen2-MoE's (Qwen2's attention, a gated shared expert beside the routed ones), Mistral NeMo's
+// (heads wider than hidden_size / heads, no window, a byte-level tokenizer on Mistral's Tekken
+// pattern), and Phi-3's (q/k/v and gate/up fused in its files; longrope, its original context of
+// 16 positions passed by the 64 scored tokens and crossed by the generation, whose cache
+// transformers then recomputes with the long factors; and as Phi-4-mini's, 3/4 of each head
+// rotated, with a byte-level tokenizer on GPT-4o's pattern, against transformers 5, whose
+// generation stays within the original context of 48):
 // finetune_llama tokenizes, scores and greedily generates as transformers does, decodes the
 // generation to transformers' text, and its --save_hf folder loads in transformers to the same
 // ids and generation.
@@ -183,7 +184,8 @@ class LlamaFolderParity : public ::testing::TestWithParam<std::string> {};
 TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
   // transformers 5: Qwen3, which 4.47 lacks, and Phi-4-mini's partial rotation, which it ignores.
   const bool qwen3 = GetParam().rfind("qwen3", 0) == 0;
-  const bool byte_level = GetParam().rfind("qwen", 0) == 0 || GetParam() == "phi4_mini";
+  const bool byte_level = GetParam().rfind("qwen", 0) == 0 || GetParam() == "phi4_mini" ||
+                          GetParam() == "mistral_nemo";
   const std::string python = qwen3 || GetParam() == "phi4_mini" ? kPython5 : kPython;
   ASSERT_TRUE(std::filesystem::exists(python))
       << python << " (run scripts/setup_python_refs.sh, scripts/setup_deepspeed_peer.sh --torch2)";
@@ -221,14 +223,16 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
   EXPECT_EQ(saved_ref["generated"], ref["generated"]);
   std::ifstream config_in(saved + "/config.json");
   EXPECT_EQ(nlohmann::json::parse(config_in)["model_type"],
-            GetParam() == "llama2"      ? "llama"
-            : GetParam() == "phi4_mini" ? "phi3"
-                                        : GetParam());
+            GetParam() == "llama2"         ? "llama"
+            : GetParam() == "phi4_mini"    ? "phi3"
+            : GetParam() == "mistral_nemo" ? "mistral"
+                                           : GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
-                         ::testing::Values("llama2", "mistral", "mixtral", "phi3", "phi4_mini",
-                                           "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"));
+                         ::testing::Values("llama2", "mistral", "mistral_nemo", "mixtral", "phi3",
+                                           "phi4_mini", "qwen2", "qwen2_moe", "qwen3",
+                                           "qwen3_moe"));
 
 // The same Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE as llama.cpp lays them out in a GGUF file
 // (Qwen3's head size as attention.key_length, its q/k norms as attn_q_norm/attn_k_norm, the MoEs'
