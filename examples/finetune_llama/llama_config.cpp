@@ -369,6 +369,16 @@ void read_phi3(const nlohmann::json& j, const std::string& path, LlamaConfig* c)
            "is SwiGLU (silu)");
 }
 
+// GemmaConfig's activation: `hidden_activation`, tanh-approximated GELU when null or absent
+// (transformers then ignores `hidden_act`, as here); another one refused by name.
+void read_gemma(const nlohmann::json& j, const std::string& path) {
+  if (!j.contains("hidden_activation") || j["hidden_activation"].is_null()) return;
+  DS_CHECK(j["hidden_activation"] == "gelu_pytorch_tanh", NotSupportedError, path,
+           ": hidden_activation is ", j["hidden_activation"].dump(),
+           "; finetune_llama's 'gemma' MLP is GeGLU with tanh-approximated GELU "
+           "(gelu_pytorch_tanh)");
+}
+
 int64_t json_token_id(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) return -1;
   const auto& v = j.at(key);
@@ -383,11 +393,14 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   DS_CHECK(j.is_object(), ModelFileError, path, ": expected a JSON object");
   const std::string type = j.value("model_type", std::string());
   DS_CHECK(type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" ||
-               type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe" || type == "phi3",
+               type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe" || type == "phi3" ||
+               type == "gemma",
            ModelFileError, path, ": model_type is '", type, "'; finetune_llama reads 'llama', "
-           "'mistral', 'qwen2', 'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe' and 'phi3' models");
+           "'mistral', 'qwen2', 'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3' and 'gemma' "
+           "models");
   const bool mixtral = type == "mixtral";
   const bool phi3 = type == "phi3";
+  const bool gemma = type == "gemma";
   const bool mistral = type == "mistral" || mixtral;
   const bool qwen2 = type == "qwen2" || type == "qwen2_moe";
   const bool qwen3 = type == "qwen3" || type == "qwen3_moe";
@@ -416,6 +429,13 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
     c.eos_token_id = 32000;
     c.pad_token_id = 32000;
     read_phi3(j, path, &c);
+  } else if (gemma) {
+    // GemmaConfig's defaults where they differ from LlamaConfig's.
+    c.max_position_embeddings = 8192;
+    c.bos_token_id = 2;
+    c.eos_token_id = 1;
+    c.pad_token_id = 0;
+    read_gemma(j, path);
   } else {
     DS_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), NotSupportedError,
              path, ": sliding_window is set on a 'llama' model; finetune_llama reads it on "
@@ -429,11 +449,12 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.num_key_value_heads = j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()
                               ? json_int(j, "num_key_value_heads", path)
                               : c.num_attention_heads;
-  // Qwen3Config's head_dim is 128 unless given (Qwen3MoeConfig has none: hidden / heads).
+  // Qwen3Config's head_dim is 128 unless given (Qwen3MoeConfig has none: hidden / heads),
+  // GemmaConfig's 256.
   const int64_t split_head = c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0;
   c.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() && !qwen2
                    ? json_int(j, "head_dim", path)
-                   : (type == "qwen3" ? 128 : split_head);
+                   : (type == "qwen3" ? 128 : gemma ? 256 : split_head);
   // transformers' Qwen2 and Phi-3 take hidden_size / heads whatever head_dim says.
   DS_CHECK(!(qwen2 || phi3) || !j.contains("head_dim") || j["head_dim"].is_null() ||
                json_int(j, "head_dim", path) == c.head_dim,
@@ -443,9 +464,10 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.max_position_embeddings = j.value("max_position_embeddings", c.max_position_embeddings);
   read_rope(j, path, mixtral ? 1e6 : c.rope_theta, &c);
   // transformers' Mistral rotary embedding (4.x) reads no rope_scaling: refused, not ignored.
-  DS_CHECK(!mistral || c.rope_scaling.is_default(), NotSupportedError, path, ": rope scaling '",
-           c.rope_scaling.rope_type, "' is set on a '", type, "' model, whose rotary embedding "
-           "(transformers' MistralRotaryEmbedding) has none");
+  DS_CHECK(!(mistral || gemma) || c.rope_scaling.is_default(), NotSupportedError, path,
+           ": rope scaling '", c.rope_scaling.rope_type, "' is set on a '", type,
+           "' model, whose rotary embedding (transformers' ",
+           gemma ? "GemmaRotaryEmbedding" : "MistralRotaryEmbedding", ") has none");
   DS_CHECK(phi3 || c.partial_rotary_factor == 1.0, NotSupportedError, path,
            ": partial_rotary_factor is ", c.partial_rotary_factor, " on a '", type,
            "' model; finetune_llama reads it on 'phi3' models");
@@ -462,22 +484,26 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
     original = c.original_max_position_embeddings;
   }
   c.rms_norm_eps = j.value("rms_norm_eps", mixtral ? 1e-5 : c.rms_norm_eps);
-  c.tie_word_embeddings = j.value("tie_word_embeddings", false);  // LlamaConfig's default
+  // LlamaConfig's default; GemmaConfig ties them.
+  c.tie_word_embeddings = j.value("tie_word_embeddings", gemma);
+  if (gemma) c.attention_bias = j.value("attention_bias", false);  // no mlp_bias
   if (type == "llama" || qwen3) {
     // LlamaConfig's and Qwen3Config's flags; Mistral has no biases and Qwen2 its fixed q/k/v
     // ones; Qwen3 has no mlp_bias.
     c.attention_bias = j.value("attention_bias", false);
     if (!qwen3) c.mlp_bias = j.value("mlp_bias", false);
   }
-  // Mistral's and Phi-3's configs default their token ids; Llama's and Qwen's have none.
-  const bool token_defaults = mistral || phi3;
+  // Mistral's, Phi-3's and Gemma's configs default their token ids; Llama's and Qwen's have none.
+  const bool token_defaults = mistral || phi3 || gemma;
   if (!token_defaults || j.contains("bos_token_id")) {
     c.bos_token_id = json_token_id(j, "bos_token_id");
   }
   if (!token_defaults || j.contains("eos_token_id")) {
     c.eos_token_id = json_token_id(j, "eos_token_id");
   }
-  if (!phi3 || j.contains("pad_token_id")) c.pad_token_id = json_token_id(j, "pad_token_id");
+  if (!(phi3 || gemma) || j.contains("pad_token_id")) {
+    c.pad_token_id = json_token_id(j, "pad_token_id");
+  }
   c.validate(path);
   return c;
 }
@@ -519,6 +545,7 @@ nlohmann::json LlamaConfig::to_hf_json() const {
                          : model_type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
                          : model_type == "qwen2_moe" ? "Qwen2MoeForCausalLM"
                          : model_type == "phi3"      ? "Phi3ForCausalLM"
+                         : model_type == "gemma"     ? "GemmaForCausalLM"
                                                      : "LlamaForCausalLM"}},
       {"model_type", model_type},
       {"vocab_size", vocab_size},
@@ -583,6 +610,17 @@ nlohmann::json LlamaConfig::to_hf_json() const {
     if (partial_rotary_factor != 1.0) j["partial_rotary_factor"] = partial_rotary_factor;
     // Null where there is none: Phi3Config would default them (padding 32000, past a small
     // vocabulary).
+    j["bos_token_id"] = nullptr;
+    j["eos_token_id"] = nullptr;
+    j["pad_token_id"] = nullptr;
+  }
+  if (gemma()) {
+    // GemmaConfig: no rope_scaling, no mlp_bias; its activation under both names. Null token
+    // ids where there are none (GemmaConfig would default them).
+    j.erase("rope_scaling");
+    j.erase("mlp_bias");
+    j["hidden_act"] = "gelu_pytorch_tanh";
+    j["hidden_activation"] = "gelu_pytorch_tanh";
     j["bos_token_id"] = nullptr;
     j["eos_token_id"] = nullptr;
     j["pad_token_id"] = nullptr;

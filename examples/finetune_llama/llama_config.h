@@ -24,7 +24,9 @@ struct LlamaConfig {
   /// (Qwen3MoeForCausalLM: Qwen3's attention, a sparse MoE block for the MLPs it chooses) or
   /// "qwen2_moe" (Qwen2MoeForCausalLM: Qwen2's attention, sparse blocks chosen alike, each with
   /// a gated shared expert) or "phi3" (Phi3ForCausalLM: Llama's decoder with q/k/v and gate/up
-  /// fused in its files, longrope scaling, a sliding window when set).
+  /// fused in its files, longrope scaling, a sliding window when set) or "gemma"
+  /// (GemmaForCausalLM: embeddings scaled by sqrt(hidden_size), RMSNorm weights stored as an
+  /// offset from one, a GeGLU MLP).
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -75,6 +77,9 @@ struct LlamaConfig {
   /// chosen by decoder_sparse_step and mlp_only_layers, its experts' projections named
   /// gate_proj/up_proj/down_proj (Mixtral's w1/w3/w2).
   bool qwen_moe() const { return model_type == "qwen2_moe" || model_type == "qwen3_moe"; }
+  /// Gemma's decoder: the embeddings times sqrt(hidden_size) in the model dtype, each RMSNorm
+  /// scaling by (1 + weight) in fp32, the MLP's gate through tanh-approximated GELU.
+  bool gemma() const { return model_type == "gemma"; }
   /// Whether each query and key head goes through an RMSNorm before the rotation (Qwen3).
   bool qk_norm() const { return model_type == "qwen3" || model_type == "qwen3_moe"; }
   /// Whether layer `index`'s MLP is a sparse MoE block (Qwen3MoeDecoderLayer's rule).
@@ -105,7 +110,8 @@ struct LlamaConfig {
   /// From a Hugging Face config.json (model_type "llama"; "mistral" with MistralConfig's
   /// defaults: sliding_window 4096 when absent, none when null; "qwen2" with Qwen2Config's:
   /// use_sliding_window is refused, its head size is hidden_size / heads; "mixtral", "qwen3",
-  /// "qwen3_moe", "qwen2_moe", "phi3" with their configs' defaults; longrope on Phi-3 only). The
+  /// "qwen3_moe", "qwen2_moe", "phi3", "gemma" with their configs' defaults; longrope on Phi-3
+  /// only; Gemma's hidden_activation tanh-approximated GELU, no rope scaling). The
   /// rotary base and scaling come from rope_theta and rope_scaling, or from transformers 5's
   /// rope_parameters; `path` names the file in errors.
   static LlamaConfig from_hf_json(const nlohmann::json& json, const std::string& path);

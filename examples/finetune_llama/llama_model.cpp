@@ -97,7 +97,7 @@ void fill_parameters(torch::nn::Module& module, const std::string& prefix,
     } else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
       p.zero_();  // transformers zeroes Linear biases
     } else if (p.dim() == 1) {
-      p.fill_(1.0);  // RMSNorm weights
+      p.fill_(cfg.gemma() ? 0.0 : 1.0);  // RMSNorm weights: the identity (Gemma's an offset)
     } else {
       p.normal_(0.0, 0.02);
     }
@@ -125,13 +125,15 @@ at::Tensor router_load_balancing_loss(const std::vector<at::Tensor>& router_logi
   return (tokens_per_expert * prob_per_expert.unsqueeze(0)).sum() * num_experts;
 }
 
-RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
-  weight = register_parameter("weight", torch::ones({dim}));
+RmsNormImpl::RmsNormImpl(int64_t dim, double eps, bool offset_from_one)
+    : eps_(eps), offset_from_one_(offset_from_one) {
+  weight = register_parameter("weight", offset_from_one ? torch::zeros({dim}) : torch::ones({dim}));
 }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
   auto h = x.to(torch::kFloat);
   h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+  if (offset_from_one_) return (h * (weight.to(torch::kFloat) + 1.0)).to(x.scalar_type());
   return weight * h.to(x.scalar_type());
 }
 
@@ -197,7 +199,8 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   return o_proj(y);
 }
 
-LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix, int64_t width) {
+LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix, int64_t width)
+    : gelu_tanh_(cfg.gemma()) {
   const int64_t hidden = cfg.hidden_size, inner = width > 0 ? width : cfg.intermediate_size;
   const bool bias = cfg.mlp_bias;
   gate_proj =
@@ -208,17 +211,20 @@ LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix, in
 }
 
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+  const auto gate = gate_proj(x);
+  return down_proj((gelu_tanh_ ? torch::gelu(gate, "tanh") : torch::silu(gate)) * up_proj(x));
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t index,
                                              const LlamaWeightSource& weights)
     : index_(index) {
   const std::string prefix = "model.layers." + std::to_string(index) + ".";
-  input_layernorm = register_module("input_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  input_layernorm = register_module("input_layernorm",
+                                    RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma()));
   self_attn = register_module("self_attn", LlamaAttention(cfg, prefix + "self_attn."));
   post_attention_layernorm =
-      register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+      register_module("post_attention_layernorm",
+                      RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma()));
   if (cfg.is_sparse_layer(index)) {
     // MixtralSparseMoeBlock's and Qwen3MoeSparseMoeBlock's routing: softmax in fp32, the top k,
     // renormalised (Qwen3-MoE: only with norm_topk_prob).
@@ -269,7 +275,7 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& 
     units.push_back(std::make_shared<zero::Unit<LlamaDecoderLayerImpl>>(cfg, i, weights));
     layers->push_back(units.back());
   }
-  norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  norm = register_module("norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma()));
   fill_parameters(*embed_tokens, "model.embed_tokens.", weights, cfg);
   fill_parameters(*norm, "model.norm.", weights, cfg);
   rope_.emplace(cfg.rope_scaling, cfg.rope_theta, cfg.rotary_dim(), cfg.max_position_embeddings);
@@ -300,6 +306,10 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* ca
     sin = sin * rope_->attention_scaling();
   }
   auto x = embed_tokens(ids);
+  // GemmaModel: the embeddings times sqrt(hidden_size), the factor first rounded to their dtype.
+  if (cfg_.gemma()) {
+    x = x * torch::scalar_tensor(std::sqrt(static_cast<double>(cfg_.hidden_size)), x.options());
+  }
   const bool checkpoint = activation_checkpointing_ && cache == nullptr && torch::GradMode::is_enabled();
   router_logits_.clear();
   for (const auto& layer : units) {

@@ -48,14 +48,18 @@ struct LlamaKvCache {
   int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
 };
 
+/// LlamaRMSNorm: normalised in fp32, cast back, times the weight. With `offset_from_one`,
+/// GemmaRMSNorm: the weight is stored as an offset (zeros are the identity) and the product
+/// (1 + weight) is taken in fp32 before the cast.
 class RmsNormImpl : public torch::nn::Module {
  public:
-  RmsNormImpl(int64_t dim, double eps);
+  RmsNormImpl(int64_t dim, double eps, bool offset_from_one = false);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
 
  private:
   double eps_;
+  bool offset_from_one_;
 };
 TORCH_MODULE(RmsNorm);
 
@@ -79,10 +83,14 @@ TORCH_MODULE(LlamaAttention);
 
 class LlamaMlpImpl : public torch::nn::Module {
  public:
-  /// `width`: the SwiGLU width; 0: cfg.intermediate_size.
+  /// `width`: the SwiGLU width; 0: cfg.intermediate_size. Gemma's gate goes through
+  /// tanh-approximated GELU (GeGLU) instead of SiLU.
   explicit LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix = "", int64_t width = 0);
   torch::Tensor forward(const torch::Tensor& x);
   linear::OptimizedLinear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+
+ private:
+  bool gelu_tanh_ = false;
 };
 TORCH_MODULE(LlamaMlp);
 

@@ -5,6 +5,9 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
            tokenizer_config.json naming LlamaTokenizerFast as the real model's does;
   mistral: the same as a MistralForCausalLM whose sliding window (12 positions) is far shorter
            than the sequences the tests run;
+  gemma:   a GemmaForCausalLM (gemma_model: embeddings scaled by sqrt(hidden_size), RMSNorm
+           offsets from one, GeGLU) with the llama2 vocabulary tokenized as Gemma's
+           tokenizer.json does;
   mistral_nemo: a MistralForCausalLM as Mistral NeMo's: heads of 32 features on a 64-wide model
            with 4 heads (head_dim, not hidden_size / heads), no sliding window, rotary base 1e6,
            and a byte-level tokenizer on Mistral's Tekken pattern (the "tekken" one of
@@ -36,8 +39,8 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe/phi3/phi4_mini model and vocabulary are also
   written there as llama.cpp lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
-       (KIND: llama2, mistral, mistral_nemo, mixtral, phi3, phi4_mini, qwen2, qwen2_moe, qwen3,
-       qwen3_moe)
+       (KIND: gemma, llama2, mistral, mistral_nemo, mixtral, phi3, phi4_mini, qwen2, qwen2_moe,
+       qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
 (scripts/setup_python_refs.sh); qwen3, qwen3_moe and phi4_mini, which transformers 4.47 lacks,
 and the GGUFs but qwen2's and phi3's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
@@ -256,6 +259,27 @@ def phi3_model(sizes, partial, original):
         **extra, **sizes))
 
 
+def gemma_model(corpus):
+    """A GemmaForCausalLM (heads of 32 features on a 64-wide model with 4 heads, tied
+    embeddings, the RMSNorms' offsets random: transformers starts them at zero, the identity)
+    with the llama2 vocabulary tokenized as Gemma's tokenizer.json does: spaces replaced by
+    "▁" and nothing prepended, so no space stripped when decoding."""
+    from tokenizers import decoders, normalizers
+    tok = llama2_tokenizer(corpus)
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse()])
+    sizes = dict(SIZES, tie_word_embeddings=True, head_dim=32)
+    model = transformers.GemmaForCausalLM(transformers.GemmaConfig(
+        vocab_size=tok.get_vocab_size(), bos_token_id=1, eos_token_id=2, pad_token_id=0,
+        hidden_activation="gelu_pytorch_tanh", **sizes))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(-0.5, 0.5)
+    return tok, model
+
+
 def qwen2_moe_model(sizes, gguf):
     """A Qwen2-MoE: 4 experts of width 48, 2 per token, not renormalised, layer 0 dense, a
     shared expert of width 80 (scaled up as the routed ones) whose gate weighs in, the
@@ -288,7 +312,12 @@ def main():
     corpus, out = sys.argv[1:3]
     kind = sys.argv[3] if len(sys.argv) > 3 else "llama2"
     torch.manual_seed(20261206)
-    if kind == "mistral_nemo":  # byte-level BPE on Tekken's pattern, as Mistral NeMo's own
+    if kind == "gemma":
+        tok, model = gemma_model(corpus)
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+                  "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 256,
+                  "clean_up_tokenization_spaces": False}
+    elif kind == "mistral_nemo":  # byte-level BPE on Tekken's pattern, as Mistral NeMo's own
         tok = tekken(corpus)
         model = MistralForCausalLM(MistralConfig(
             head_dim=32, sliding_window=None, rope_theta=1e6, vocab_size=tok.get_vocab_size(),

@@ -171,11 +171,13 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
 // and Qwen3-MoE's (sparse and dense layers, experts as `mlp.experts.<e>.gate_proj`), and
 // Qwen2-MoE's (Qwen2's attention, a gated shared expert beside the routed ones), Mistral NeMo's
 // (heads wider than hidden_size / heads, no window, a byte-level tokenizer on Mistral's Tekken
-// pattern), and Phi-3's (q/k/v and gate/up fused in its files; longrope, its original context of
-// 16 positions passed by the 64 scored tokens and crossed by the generation, whose cache
-// transformers then recomputes with the long factors; and as Phi-4-mini's, 3/4 of each head
-// rotated, with a byte-level tokenizer on GPT-4o's pattern, against transformers 5, whose
-// generation stays within the original context of 48):
+// pattern), Gemma's (embeddings scaled, RMSNorm weights as offsets from one, GeGLU, tied
+// embeddings; a SentencePiece-style tokenizer that prepends nothing), and Phi-3's (q/k/v and
+// gate/up fused in its files; longrope, its original context of 16 positions passed by the 64
+// scored tokens and crossed by the generation, whose cache transformers then recomputes with
+// the long factors; and as Phi-4-mini's, 3/4 of each head rotated, with a byte-level tokenizer
+// on GPT-4o's pattern, against transformers 5, whose generation stays within the original
+// context of 48):
 // finetune_llama tokenizes, scores and greedily generates as transformers does, decodes the
 // generation to transformers' text, and its --save_hf folder loads in transformers to the same
 // ids and generation.
@@ -230,8 +232,8 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
-                         ::testing::Values("llama2", "mistral", "mistral_nemo", "mixtral", "phi3",
-                                           "phi4_mini", "qwen2", "qwen2_moe", "qwen3",
+                         ::testing::Values("llama2", "gemma", "mistral", "mistral_nemo", "mixtral",
+                                           "phi3", "phi4_mini", "qwen2", "qwen2_moe", "qwen3",
                                            "qwen3_moe"));
 
 // The same Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE as llama.cpp lays them out in a GGUF file

@@ -269,10 +269,10 @@ TEST(LlamaConfig, MistralConfigJsonDefaultsAndRefusals) {
   llama["sliding_window"] = 64;
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "l/config.json"), NotSupportedError,
                     "l/config.json: sliding_window is set on a 'llama' model");
-  llama["model_type"] = "gemma";
+  llama["model_type"] = "gemma2";
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "g/config.json"), ModelFileError,
-                    "model_type is 'gemma'; finetune_llama reads 'llama', 'mistral', 'qwen2', "
-                    "'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe' and 'phi3' models");
+                    "model_type is 'gemma2'; finetune_llama reads 'llama', 'mistral', 'qwen2', "
+                    "'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3' and 'gemma' models");
 }
 
 // MixtralConfig's defaults (8 experts, 2 per token, no window, rope_theta 1e6, rms 1e-5), its
@@ -972,6 +972,58 @@ TEST(LlamaConfig, Phi3ConfigJsonDefaultsLongropeAndRefusals) {
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "p/config.json"), NotSupportedError,
                     "rope scaling 'longrope' is set on a 'llama' model; finetune_llama reads it "
                     "on 'phi3' models");
+}
+
+// GemmaConfig's defaults (8192 positions, heads of 256, tied embeddings, BOS 2, EOS 1, padding
+// 0), its activation under either name, what it cannot hold refused by name; the model's
+// RMSNorm weights start at zero, the identity under Gemma's offset (the parity test checks the
+// forward against transformers').
+TEST(LlamaConfig, GemmaConfigJsonDefaultsAndRefusals) {
+  auto j = tiny_config().to_hf_json();
+  j["model_type"] = "gemma";
+  for (const char* key : {"head_dim", "max_position_embeddings", "bos_token_id", "eos_token_id",
+                          "pad_token_id", "tie_word_embeddings", "rope_scaling", "mlp_bias"}) {
+    j.erase(key);
+  }
+  j["hidden_act"] = "gelu";  // ignored, as transformers ignores it beside hidden_activation
+  const auto c = LlamaConfig::from_hf_json(j, "g/config.json");
+  EXPECT_TRUE(c.gemma());
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.max_position_embeddings, 8192);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.bos_token_id, 2);
+  EXPECT_EQ(c.eos_token_id, 1);
+  EXPECT_EQ(c.pad_token_id, 0);
+  const auto back = c.to_hf_json();
+  EXPECT_EQ(back["architectures"][0], "GemmaForCausalLM");
+  EXPECT_EQ(back["hidden_activation"], "gelu_pytorch_tanh");
+  EXPECT_FALSE(back.contains("rope_scaling"));
+  EXPECT_EQ(LlamaConfig::from_hf_json(back, "again").to_hf_json(), back);
+  auto none = c;
+  none.pad_token_id = -1;  // written as null, not left to GemmaConfig's 0
+  EXPECT_EQ(LlamaConfig::from_hf_json(none.to_hf_json(), "none").pad_token_id, -1);
+
+  auto bad = j;
+  bad["hidden_activation"] = "gelu";
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "g/config.json"), NotSupportedError,
+                    "g/config.json: hidden_activation is \"gelu\"; finetune_llama's 'gemma' MLP "
+                    "is GeGLU with tanh-approximated GELU");
+  bad = j;
+  bad["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "g/config.json"), NotSupportedError,
+                    "rope scaling 'linear' is set on a 'gemma' model, whose rotary embedding "
+                    "(transformers' GemmaRotaryEmbedding) has none");
+
+  auto small = tiny_config();
+  small.model_type = "gemma";
+  small.tie_word_embeddings = true;
+  torch::manual_seed(3);
+  LlamaForCausalLM model(small);
+  EXPECT_TRUE(torch::equal(model->model->norm->weight, torch::zeros({small.hidden_size})));
+  // A zero offset is the identity: the norm of x is x scaled to unit RMS.
+  const auto x = torch::randn({2, small.hidden_size});
+  EXPECT_TRUE(torch::allclose(model->model->norm->forward(x),
+                              x * torch::rsqrt(x.pow(2).mean(-1, true) + small.rms_norm_eps)));
 }
 
 // Phi-3's files fuse q/k/v into qkv_proj and gate/up into gate_up_proj: save_hf writes them so,
