@@ -379,6 +379,39 @@ void read_gemma(const nlohmann::json& j, const std::string& path) {
            "(gelu_pytorch_tanh)");
 }
 
+// Gemma2Config's keys beyond Gemma's, with its defaults: the score scale, the window (every
+// other layer's; null: none) and the two soft caps (null: none). transformers 5's layer_types
+// is read only when it names Gemma 2's own alternation.
+void read_gemma2(const nlohmann::json& j, const std::string& path, LlamaConfig* c) {
+  const auto positive_or = [&](const char* key, double fallback) {
+    if (!j.contains(key)) return fallback;
+    if (j[key].is_null()) return 0.0;
+    DS_CHECK(j[key].is_number() && j[key].get<double>() > 0, ModelFileError, path, ": ", key,
+             " is ", j[key].dump(), "; expected a positive number or null");
+    return j[key].get<double>();
+  };
+  c->query_pre_attn_scalar = positive_or("query_pre_attn_scalar", 256.0);
+  DS_CHECK(c->query_pre_attn_scalar > 0, ModelFileError, path,
+           ": query_pre_attn_scalar is null; expected a positive number");
+  c->attn_logit_softcapping = positive_or("attn_logit_softcapping", 50.0);
+  c->final_logit_softcapping = positive_or("final_logit_softcapping", 30.0);
+  c->sliding_window = 4096;
+  if (j.contains("sliding_window")) {
+    c->sliding_window = j["sliding_window"].is_null() ? -1 : json_int(j, "sliding_window", path);
+    DS_CHECK(c->sliding_window != 0, ModelFileError, path, ": sliding_window is 0");
+  }
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const auto& types = j["layer_types"];
+    bool alternating = types.is_array();
+    for (size_t i = 0; alternating && i < types.size(); ++i) {
+      alternating = types[i] == (i % 2 == 0 ? "sliding_attention" : "full_attention");
+    }
+    DS_CHECK(alternating, NotSupportedError, path, ": layer_types is ",
+             types.dump().substr(0, 200), "; finetune_llama's 'gemma2' slides the window in the "
+             "layers of even index, as Gemma2Config's default");
+  }
+}
+
 int64_t json_token_id(const nlohmann::json& j, const char* key) {
   if (!j.contains(key)) return -1;
   const auto& v = j.at(key);
@@ -394,13 +427,13 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   const std::string type = j.value("model_type", std::string());
   DS_CHECK(type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" ||
                type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe" || type == "phi3" ||
-               type == "gemma",
+               type == "gemma" || type == "gemma2",
            ModelFileError, path, ": model_type is '", type, "'; finetune_llama reads 'llama', "
-           "'mistral', 'qwen2', 'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3' and 'gemma' "
-           "models");
+           "'mistral', 'qwen2', 'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3', 'gemma' "
+           "and 'gemma2' models");
   const bool mixtral = type == "mixtral";
   const bool phi3 = type == "phi3";
-  const bool gemma = type == "gemma";
+  const bool gemma = type == "gemma" || type == "gemma2";
   const bool mistral = type == "mistral" || mixtral;
   const bool qwen2 = type == "qwen2" || type == "qwen2_moe";
   const bool qwen3 = type == "qwen3" || type == "qwen3_moe";
@@ -436,6 +469,7 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
     c.eos_token_id = 1;
     c.pad_token_id = 0;
     read_gemma(j, path);
+    if (type == "gemma2") read_gemma2(j, path, &c);
   } else {
     DS_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), NotSupportedError,
              path, ": sliding_window is set on a 'llama' model; finetune_llama reads it on "
@@ -546,6 +580,7 @@ nlohmann::json LlamaConfig::to_hf_json() const {
                          : model_type == "qwen2_moe" ? "Qwen2MoeForCausalLM"
                          : model_type == "phi3"      ? "Phi3ForCausalLM"
                          : model_type == "gemma"     ? "GemmaForCausalLM"
+                         : model_type == "gemma2"    ? "Gemma2ForCausalLM"
                                                      : "LlamaForCausalLM"}},
       {"model_type", model_type},
       {"vocab_size", vocab_size},
@@ -624,6 +659,17 @@ nlohmann::json LlamaConfig::to_hf_json() const {
     j["bos_token_id"] = nullptr;
     j["eos_token_id"] = nullptr;
     j["pad_token_id"] = nullptr;
+    if (gemma2()) {
+      const auto or_null = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
+      // An integer where it is one: transformers 5's Gemma2Config accepts nothing else.
+      const auto whole = static_cast<int64_t>(query_pre_attn_scalar);
+      j["query_pre_attn_scalar"] = static_cast<double>(whole) == query_pre_attn_scalar
+                                       ? nlohmann::json(whole)
+                                       : nlohmann::json(query_pre_attn_scalar);
+      j["attn_logit_softcapping"] = or_null(attn_logit_softcapping);
+      j["final_logit_softcapping"] = or_null(final_logit_softcapping);
+      j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
+    }
   }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_id >= 0) j["eos_token_id"] = eos_token_id;

@@ -26,7 +26,9 @@ struct LlamaConfig {
   /// a gated shared expert) or "phi3" (Phi3ForCausalLM: Llama's decoder with q/k/v and gate/up
   /// fused in its files, longrope scaling, a sliding window when set) or "gemma"
   /// (GemmaForCausalLM: embeddings scaled by sqrt(hidden_size), RMSNorm weights stored as an
-  /// offset from one, a GeGLU MLP).
+  /// offset from one, a GeGLU MLP) or "gemma2" (Gemma2ForCausalLM: Gemma's, with a norm after
+  /// the attention and around the MLP, the sliding window on every other layer, soft-capped
+  /// attention scores and logits).
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -45,8 +47,14 @@ struct LlamaConfig {
   int64_t bos_token_id = -1;         // -1: none
   int64_t eos_token_id = -1;
   int64_t pad_token_id = -1;
-  // Mistral, Phi-3: attention to the last sliding_window positions; -1: all.
+  // Mistral, Phi-3: attention to the last sliding_window positions; -1: all. Gemma 2: in the
+  // layers of even index only (layer_sliding_window).
   int64_t sliding_window = -1;
+  // Gemma 2: attention scores scaled by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2
+  // (0: head_dim); scores and logits soft-capped, s -> cap * tanh(s / cap) (0: not capped).
+  double query_pre_attn_scalar = 0.0;
+  double attn_logit_softcapping = 0.0;
+  double final_logit_softcapping = 0.0;
   bool attention_bias = false;  // LlamaConfig's: biases on q/k/v/o_proj
   bool mlp_bias = false;        // LlamaConfig's: biases on gate/up/down_proj
   // Mixtral: each layer's MLP is a block_sparse_moe of num_local_experts SwiGLU experts, each
@@ -79,7 +87,15 @@ struct LlamaConfig {
   bool qwen_moe() const { return model_type == "qwen2_moe" || model_type == "qwen3_moe"; }
   /// Gemma's decoder: the embeddings times sqrt(hidden_size) in the model dtype, each RMSNorm
   /// scaling by (1 + weight) in fp32, the MLP's gate through tanh-approximated GELU.
-  bool gemma() const { return model_type == "gemma"; }
+  bool gemma() const { return model_type == "gemma" || model_type == "gemma2"; }
+  /// Gemma 2's layer: a norm after the attention (post_attention_layernorm) and around the MLP
+  /// (pre_ and post_feedforward_layernorm).
+  bool gemma2() const { return model_type == "gemma2"; }
+  /// The window of layer `index`'s attention (-1: none): sliding_window, or for Gemma 2 only in
+  /// the layers of even index.
+  int64_t layer_sliding_window(int64_t index) const {
+    return gemma2() && index % 2 == 1 ? -1 : sliding_window;
+  }
   /// Whether each query and key head goes through an RMSNorm before the rotation (Qwen3).
   bool qk_norm() const { return model_type == "qwen3" || model_type == "qwen3_moe"; }
   /// Whether layer `index`'s MLP is a sparse MoE block (Qwen3MoeDecoderLayer's rule).

@@ -137,11 +137,16 @@ torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
   return weight * h.to(x.scalar_type());
 }
 
-LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const std::string& prefix)
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const std::string& prefix,
+                                       int64_t layer)
     : n_head_(cfg.num_attention_heads),
       n_kv_head_(cfg.num_key_value_heads),
       head_dim_(cfg.head_dim),
-      sliding_window_(cfg.sliding_window) {
+      sliding_window_(cfg.layer_sliding_window(layer)),
+      // Gemma 2's query_pre_attn_scalar ** -0.5, as Python computes it.
+      scaling_(cfg.query_pre_attn_scalar > 0 ? std::pow(cfg.query_pre_attn_scalar, -0.5)
+                                             : 1.0 / std::sqrt(static_cast<double>(cfg.head_dim))),
+      softcap_(cfg.attn_logit_softcapping) {
   const int64_t hidden = cfg.hidden_size;
   const int64_t q_out = n_head_ * head_dim_, kv_out = n_kv_head_ * head_dim_;
   const bool qkv_bias = cfg.qkv_bias(), o_bias = cfg.attention_bias;
@@ -186,7 +191,8 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
     k = k.unsqueeze(2).expand({B, n_kv_head_, rep, S, head_dim_}).reshape({B, n_head_, S, head_dim_});
     v = v.unsqueeze(2).expand({B, n_kv_head_, rep, S, head_dim_}).reshape({B, n_head_, S, head_dim_});
   }
-  auto att = torch::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim_)));
+  auto att = torch::matmul(q, k.transpose(2, 3)) * scaling_;
+  if (softcap_ > 0) att = torch::tanh(att / softcap_) * softcap_;  // Gemma 2, before the mask
   // Query i (absolute position past + i) sees keys 0 .. past + i; with a sliding window W only
   // keys past + i - W + 1 .. past + i, as transformers' Mistral masks them.
   auto hidden = torch::ones({T, S}, torch::kBool).triu(past + 1);
@@ -221,10 +227,16 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t ind
   const std::string prefix = "model.layers." + std::to_string(index) + ".";
   input_layernorm = register_module("input_layernorm",
                                     RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma()));
-  self_attn = register_module("self_attn", LlamaAttention(cfg, prefix + "self_attn."));
+  self_attn = register_module("self_attn", LlamaAttention(cfg, prefix + "self_attn.", index));
   post_attention_layernorm =
       register_module("post_attention_layernorm",
                       RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma()));
+  if (cfg.gemma2()) {
+    pre_feedforward_layernorm = register_module(
+        "pre_feedforward_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, true));
+    post_feedforward_layernorm = register_module(
+        "post_feedforward_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, true));
+  }
   if (cfg.is_sparse_layer(index)) {
     // MixtralSparseMoeBlock's and Qwen3MoeSparseMoeBlock's routing: softmax in fp32, the top k,
     // renormalised (Qwen3-MoE: only with norm_topk_prob).
@@ -256,6 +268,10 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
   if (cache != nullptr) {
     past_k = &cache->keys.at(static_cast<size_t>(index_));
     past_v = &cache->values.at(static_cast<size_t>(index_));
+  }
+  if (pre_feedforward_layernorm) {  // Gemma2DecoderLayer
+    auto h = x + post_attention_layernorm(self_attn(input_layernorm(x), cos, sin, past_k, past_v));
+    return h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
   }
   auto h = x + self_attn(input_layernorm(x), cos, sin, past_k, past_v);
   const auto normed = post_attention_layernorm(h);
@@ -353,17 +369,27 @@ torch::Tensor LlamaForCausalLMImpl::output_weight() const {
   return cfg_.tie_word_embeddings ? model->embed_tokens->weight : lm_head->weight;
 }
 
+torch::Tensor LlamaForCausalLMImpl::output_logits(const torch::Tensor& h) const {
+  auto lg = torch::matmul(h, output_weight().t());
+  const double cap = cfg_.final_logit_softcapping;
+  if (cap > 0) lg = torch::tanh(lg / cap) * cap;  // Gemma 2, in the model's dtype as transformers
+  return lg;
+}
+
 torch::Tensor LlamaForCausalLMImpl::logits(const torch::Tensor& ids, LlamaKvCache* cache) {
-  auto h = model->forward(ids, cache);
-  return torch::matmul(h, output_weight().t()).to(torch::kFloat);
+  return output_logits(model->forward(ids, cache)).to(torch::kFloat);
 }
 
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& ids, const torch::Tensor& targets) {
   torch::Tensor loss;
   if (lm_loss_ == LmLoss::kFused) {
+    // The fused loss never forms the logits, so it cannot cap them.
+    DS_CHECK(cfg_.final_logit_softcapping == 0, NotSupportedError, "the fused linear "
+             "cross-entropy loss with final_logit_softcapping (", cfg_.final_logit_softcapping,
+             "): Gemma 2's logits are capped before the loss; use the plain or chunked loss");
     loss = linear_cross_entropy(model->forward(ids), output_weight(), targets);
   } else if (lm_loss_ == LmLoss::kChunked) {
-    auto lg = torch::matmul(model->forward(ids), output_weight().t());
+    auto lg = output_logits(model->forward(ids));
     loss = chunked_cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));
   } else {
     auto lg = logits(ids);

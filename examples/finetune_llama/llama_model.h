@@ -66,8 +66,10 @@ TORCH_MODULE(RmsNorm);
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   /// `prefix`: the module's qualified name with a trailing dot ("model.layers.3.self_attn."),
-  /// which cfg.lora's target_mods are matched against.
-  explicit LlamaAttentionImpl(const LlamaConfig& cfg, const std::string& prefix = "");
+  /// which cfg.lora's target_mods are matched against; `layer`: its layer's index (Gemma 2's
+  /// window is every other layer's).
+  explicit LlamaAttentionImpl(const LlamaConfig& cfg, const std::string& prefix = "",
+                              int64_t layer = 0);
   /// x [B, T, hidden]; cos/sin [T, head_dim] for the positions of x; `past_k/past_v` (may be
   /// null) the cache of this layer, extended in place.
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -78,6 +80,8 @@ class LlamaAttentionImpl : public torch::nn::Module {
  private:
   int64_t n_head_, n_kv_head_, head_dim_;
   int64_t sliding_window_;  // Mistral: a query sees the last sliding_window_ keys; -1: all
+  double scaling_;          // of the scores: head_dim^-1/2 (Gemma 2: query_pre_attn_scalar's)
+  double softcap_;          // Gemma 2: scores soft-capped at this; 0: not
 };
 TORCH_MODULE(LlamaAttention);
 
@@ -103,6 +107,9 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
                         LlamaKvCache* cache);
 
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  // Gemma 2: the norms before and after the MLP (its post_attention_layernorm then normalises
+  // the attention's output). Null otherwise.
+  RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};  // null in a sparse layer
   // A sparse layer's MLP, registered under transformers' name: "block_sparse_moe" (Mixtral) or
@@ -163,6 +170,8 @@ class LlamaForCausalLMImpl : public torch::nn::Module {
   const LlamaConfig& config() const { return cfg_; }
   /// The output projection's weight (embed_tokens' when tied).
   torch::Tensor output_weight() const;
+  /// The logits of hidden states h, in their dtype (Gemma 2's soft-capped).
+  torch::Tensor output_logits(const torch::Tensor& h) const;
 
   LlamaModel model{nullptr};
   torch::nn::Linear lm_head{nullptr};  // null when tie_word_embeddings

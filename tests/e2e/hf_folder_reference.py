@@ -8,6 +8,8 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   gemma:   a GemmaForCausalLM (gemma_model: embeddings scaled by sqrt(hidden_size), RMSNorm
            offsets from one, GeGLU) with the llama2 vocabulary tokenized as Gemma's
            tokenizer.json does;
+  gemma2:  the same as a Gemma2ForCausalLM (its extra norms, window on every other layer and
+           soft caps);
   mistral_nemo: a MistralForCausalLM as Mistral NeMo's: heads of 32 features on a 64-wide model
            with 4 heads (head_dim, not hidden_size / heads), no sliding window, rotary base 1e6,
            and a byte-level tokenizer on Mistral's Tekken pattern (the "tekken" one of
@@ -39,8 +41,8 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe/phi3/phi4_mini model and vocabulary are also
   written there as llama.cpp lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
-       (KIND: gemma, llama2, mistral, mistral_nemo, mixtral, phi3, phi4_mini, qwen2, qwen2_moe,
-       qwen3, qwen3_moe)
+       (KIND: gemma, gemma2, llama2, mistral, mistral_nemo, mixtral, phi3, phi4_mini, qwen2,
+       qwen2_moe, qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
 (scripts/setup_python_refs.sh); qwen3, qwen3_moe and phi4_mini, which transformers 4.47 lacks,
 and the GGUFs but qwen2's and phi3's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
@@ -259,24 +261,38 @@ def phi3_model(sizes, partial, original):
         **extra, **sizes))
 
 
-def gemma_model(corpus):
+GEMMA2_ATTN_CAP, GEMMA2_FINAL_CAP = 1.0, 0.5
+
+
+def gemma_model(corpus, kind):
     """A GemmaForCausalLM (heads of 32 features on a 64-wide model with 4 heads, tied
     embeddings, the RMSNorms' offsets random: transformers starts them at zero, the identity)
     with the llama2 vocabulary tokenized as Gemma's tokenizer.json does: spaces replaced by
-    "▁" and nothing prepended, so no space stripped when decoding."""
+    "▁" and nothing prepended, so no space stripped when decoding. gemma2: a Gemma2ForCausalLM
+    alike, its scores scaled by query_pre_attn_scalar 24 (not the head size), its window of 32
+    positions in layer 0 (the 64 scored tokens pass it, the generation stays within it), its
+    q/k projections scaled up so that the scores reach the cap, its scores and logits capped
+    low enough that the caps weigh in (dropping either moves the score by 5e-4 or more)."""
     from tokenizers import decoders, normalizers
     tok = llama2_tokenizer(corpus)
     tok.normalizer = normalizers.Replace(" ", "\u2581")
     tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
                                      decoders.Fuse()])
-    sizes = dict(SIZES, tie_word_embeddings=True, head_dim=32)
-    model = transformers.GemmaForCausalLM(transformers.GemmaConfig(
-        vocab_size=tok.get_vocab_size(), bos_token_id=1, eos_token_id=2, pad_token_id=0,
-        hidden_activation="gelu_pytorch_tanh", **sizes))
+    sizes = dict(SIZES, tie_word_embeddings=True, head_dim=32, vocab_size=tok.get_vocab_size(),
+                 bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                 hidden_activation="gelu_pytorch_tanh")
+    if kind == "gemma2":
+        model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
+            query_pre_attn_scalar=24, sliding_window=32, attn_logit_softcapping=GEMMA2_ATTN_CAP,
+            final_logit_softcapping=GEMMA2_FINAL_CAP, **sizes))
+    else:
+        model = transformers.GemmaForCausalLM(transformers.GemmaConfig(**sizes))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.uniform_(-0.5, 0.5)
+            if kind == "gemma2" and ("q_proj" in name or "k_proj" in name):
+                p.normal_(0.0, 0.3)
     return tok, model
 
 
@@ -312,8 +328,8 @@ def main():
     corpus, out = sys.argv[1:3]
     kind = sys.argv[3] if len(sys.argv) > 3 else "llama2"
     torch.manual_seed(20261206)
-    if kind == "gemma":
-        tok, model = gemma_model(corpus)
+    if kind in ("gemma", "gemma2"):
+        tok, model = gemma_model(corpus, kind)
         config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
                   "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 256,
                   "clean_up_tokenization_spaces": False}

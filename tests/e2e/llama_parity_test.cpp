@@ -172,7 +172,9 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
 // Qwen2-MoE's (Qwen2's attention, a gated shared expert beside the routed ones), Mistral NeMo's
 // (heads wider than hidden_size / heads, no window, a byte-level tokenizer on Mistral's Tekken
 // pattern), Gemma's (embeddings scaled, RMSNorm weights as offsets from one, GeGLU, tied
-// embeddings; a SentencePiece-style tokenizer that prepends nothing), and Phi-3's (q/k/v and
+// embeddings; a SentencePiece-style tokenizer that prepends nothing) and Gemma 2's (its extra
+// norms, a window of 32 in layer 0 only, soft-capped scores and logits, its scores scaled by
+// query_pre_attn_scalar; against transformers 5), and Phi-3's (q/k/v and
 // gate/up fused in its files; longrope, its original context of 16 positions passed by the 64
 // scored tokens and crossed by the generation, whose cache transformers then recomputes with
 // the long factors; and as Phi-4-mini's, 3/4 of each head rotated, with a byte-level tokenizer
@@ -184,11 +186,13 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
 class LlamaFolderParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
-  // transformers 5: Qwen3, which 4.47 lacks, and Phi-4-mini's partial rotation, which it ignores.
-  const bool qwen3 = GetParam().rfind("qwen3", 0) == 0;
+  // transformers 5: Qwen3, which 4.47 lacks, Phi-4-mini's partial rotation, which it ignores, and
+  // Gemma 2, whose 4.47 generation cache needs torch 2.
+  const bool transformers5 = GetParam().rfind("qwen3", 0) == 0 || GetParam() == "phi4_mini" ||
+                             GetParam() == "gemma2";
   const bool byte_level = GetParam().rfind("qwen", 0) == 0 || GetParam() == "phi4_mini" ||
                           GetParam() == "mistral_nemo";
-  const std::string python = qwen3 || GetParam() == "phi4_mini" ? kPython5 : kPython;
+  const std::string python = transformers5 ? kPython5 : kPython;
   ASSERT_TRUE(std::filesystem::exists(python))
       << python << " (run scripts/setup_python_refs.sh, scripts/setup_deepspeed_peer.sh --torch2)";
   TempDir dir("llama2_folder");
@@ -232,9 +236,9 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
-                         ::testing::Values("llama2", "gemma", "mistral", "mistral_nemo", "mixtral",
-                                           "phi3", "phi4_mini", "qwen2", "qwen2_moe", "qwen3",
-                                           "qwen3_moe"));
+                         ::testing::Values("llama2", "gemma", "gemma2", "mistral", "mistral_nemo",
+                                           "mixtral", "phi3", "phi4_mini", "qwen2", "qwen2_moe",
+                                           "qwen3", "qwen3_moe"));
 
 // The same Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE as llama.cpp lays them out in a GGUF file
 // (Qwen3's head size as attention.key_length, its q/k norms as attn_q_norm/attn_k_norm, the MoEs'

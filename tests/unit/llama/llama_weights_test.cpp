@@ -269,10 +269,11 @@ TEST(LlamaConfig, MistralConfigJsonDefaultsAndRefusals) {
   llama["sliding_window"] = 64;
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "l/config.json"), NotSupportedError,
                     "l/config.json: sliding_window is set on a 'llama' model");
-  llama["model_type"] = "gemma2";
+  llama["model_type"] = "gemma3_text";
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "g/config.json"), ModelFileError,
-                    "model_type is 'gemma2'; finetune_llama reads 'llama', 'mistral', 'qwen2', "
-                    "'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3' and 'gemma' models");
+                    "model_type is 'gemma3_text'; finetune_llama reads 'llama', 'mistral', "
+                    "'qwen2', 'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3', 'gemma' and "
+                    "'gemma2' models");
 }
 
 // MixtralConfig's defaults (8 experts, 2 per token, no window, rope_theta 1e6, rms 1e-5), its
@@ -1013,6 +1014,41 @@ TEST(LlamaConfig, GemmaConfigJsonDefaultsAndRefusals) {
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad, "g/config.json"), NotSupportedError,
                     "rope scaling 'linear' is set on a 'gemma' model, whose rotary embedding "
                     "(transformers' GemmaRotaryEmbedding) has none");
+
+  // Gemma 2: Gemma2Config's score scale, window and caps unless given; null caps none; the
+  // window in the layers of even index only; another layer_types refused by name.
+  auto j2 = j;
+  j2["model_type"] = "gemma2";
+  const auto g2 = LlamaConfig::from_hf_json(j2, "g2/config.json");
+  EXPECT_TRUE(g2.gemma() && g2.gemma2());
+  EXPECT_EQ(g2.query_pre_attn_scalar, 256.0);
+  EXPECT_EQ(g2.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(g2.final_logit_softcapping, 30.0);
+  EXPECT_EQ(g2.layer_sliding_window(0), 4096);
+  EXPECT_EQ(g2.layer_sliding_window(1), -1);
+  const auto back2 = g2.to_hf_json();
+  EXPECT_EQ(back2["architectures"][0], "Gemma2ForCausalLM");
+  EXPECT_EQ(LlamaConfig::from_hf_json(back2, "again").to_hf_json(), back2);
+  j2["final_logit_softcapping"] = nullptr;
+  j2["layer_types"] = {"sliding_attention", "full_attention"};
+  EXPECT_EQ(LlamaConfig::from_hf_json(j2, "g2/config.json").final_logit_softcapping, 0.0);
+  j2["layer_types"] = {"full_attention", "sliding_attention"};
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(j2, "g2/config.json"), NotSupportedError,
+                    "layer_types is [\"full_attention\",\"sliding_attention\"]");
+  // The fused loss never forms the logits Gemma 2 caps: refused by name.
+  auto capped = tiny_config();
+  capped.model_type = "gemma2";
+  capped.final_logit_softcapping = 30.0;
+  torch::manual_seed(2);
+  LlamaForCausalLM capped_model(capped);
+  capped_model->set_lm_loss(LmLoss::kFused);
+  const auto ids = torch::randint(capped.vocab_size, {1, 6});
+  EXPECT_THROW_WITH(capped_model->forward(ids, ids), NotSupportedError,
+                    "the fused linear cross-entropy loss with final_logit_softcapping (30)");
+  capped_model->set_lm_loss(LmLoss::kChunked);
+  const auto chunked = capped_model->forward(ids, ids);
+  capped_model->set_lm_loss(LmLoss::kCrossEntropy);
+  EXPECT_NEAR(chunked.item<double>(), capped_model->forward(ids, ids).item<double>(), 1e-5);
 
   auto small = tiny_config();
   small.model_type = "gemma";
