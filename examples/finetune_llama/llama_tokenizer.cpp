@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <optional>
 
 #include "gguf_file.h"
@@ -186,6 +187,41 @@ std::vector<std::pair<std::string, std::string>> parse_merges(const nlohmann::js
   return out;
 }
 
+// The special token ids tokenizer.ggml.{bos,eos,unknown,padding}_token_id name (-1 where
+// absent), each checked to lie inside the vocabulary.
+struct GgufTokenIds {
+  int64_t bos = -1, eos = -1, unk = -1, pad = -1;
+};
+
+GgufTokenIds gguf_token_ids(const GgufFile& f, size_t vocab, const std::string& source) {
+  const auto id = [&](const char* key) {
+    const int64_t v = f.has(key) ? f.get_int(key) : int64_t{-1};
+    DS_CHECK(v < static_cast<int64_t>(vocab), ModelFileError, source, ": ", key, " is ", v,
+             ", outside the vocabulary of ", vocab);
+    return v;
+  };
+  return {id("tokenizer.ggml.bos_token_id"), id("tokenizer.ggml.eos_token_id"),
+          id("tokenizer.ggml.unknown_token_id"), id("tokenizer.ggml.padding_token_id")};
+}
+
+// The tokens whose tokenizer.ggml.token_type is one of `types` (3 control, 4 user-defined).
+std::vector<int64_t> gguf_tokens_of_type(const GgufFile& f, size_t vocab,
+                                         const std::string& source,
+                                         std::initializer_list<int64_t> types) {
+  std::vector<int64_t> out;
+  if (!f.has("tokenizer.ggml.token_type")) return out;
+  const auto& all = f.get_array("tokenizer.ggml.token_type");
+  DS_CHECK(all.size() == vocab, ModelFileError, source, ": tokenizer.ggml.token_type has ",
+           all.size(), " entries, tokenizer.ggml.tokens ", vocab);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const int64_t type = all[i].get<int64_t>();
+    if (std::find(types.begin(), types.end(), type) != types.end()) {
+      out.push_back(static_cast<int64_t>(i));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void LlamaTokenizer::build(const std::vector<std::string>& tokens, const MergeList& merges,
@@ -279,14 +315,10 @@ LlamaTokenizer LlamaTokenizer::qwen2_from_gguf(const GgufFile& f,
              " (transformers would add it past the embedding's rows)");
     special.push_back(it - tokens.begin());
   }
-  const auto id = [&](const char* key) { return f.has(key) ? f.get_int(key) : int64_t{-1}; };
-  t.bos_id_ = id("tokenizer.ggml.bos_token_id");
-  t.eos_id_ = id("tokenizer.ggml.eos_token_id");
-  t.pad_id_ = id("tokenizer.ggml.padding_token_id");
-  for (int64_t sid : {t.bos_id_, t.eos_id_, t.pad_id_}) {
-    DS_CHECK(sid < static_cast<int64_t>(tokens.size()), ModelFileError, source,
-             ": special token id ", sid, " is outside the vocabulary of ", tokens.size());
-  }
+  const GgufTokenIds ids = gguf_token_ids(f, tokens.size(), source);
+  t.bos_id_ = ids.bos;
+  t.eos_id_ = ids.eos;
+  t.pad_id_ = ids.pad;
   t.build(tokens, merges, special, source);
   return t;
 }
@@ -305,26 +337,11 @@ LlamaTokenizer LlamaTokenizer::o200k_from_gguf(const GgufFile& f,
            "finetune_llama reads Phi-4-mini's 'gpt-4o' (GPT-4o's split pattern)");
   LlamaTokenizer t;
   t.split_ = WordSplit::kO200k;
-  std::vector<int64_t> special;
-  if (f.has("tokenizer.ggml.token_type")) {
-    const auto& types = f.get_array("tokenizer.ggml.token_type");
-    DS_CHECK(types.size() == tokens.size(), ModelFileError, source,
-             ": tokenizer.ggml.token_type has ", types.size(), " entries, tokenizer.ggml.tokens ",
-             tokens.size());
-    for (size_t i = 0; i < types.size(); ++i) {
-      const int64_t type = types[i].get<int64_t>();
-      if (type == 3 || type == 4) special.push_back(static_cast<int64_t>(i));  // control, user
-    }
-  }
-  const auto id = [&](const char* key) { return f.has(key) ? f.get_int(key) : int64_t{-1}; };
-  t.bos_id_ = id("tokenizer.ggml.bos_token_id");
-  t.eos_id_ = id("tokenizer.ggml.eos_token_id");
-  t.pad_id_ = id("tokenizer.ggml.padding_token_id");
-  for (int64_t sid : {t.bos_id_, t.eos_id_, t.pad_id_}) {
-    DS_CHECK(sid < static_cast<int64_t>(tokens.size()), ModelFileError, source,
-             ": special token id ", sid, " is outside the vocabulary of ", tokens.size());
-  }
-  t.build(tokens, merges, special, source);
+  const GgufTokenIds ids = gguf_token_ids(f, tokens.size(), source);
+  t.bos_id_ = ids.bos;
+  t.eos_id_ = ids.eos;
+  t.pad_id_ = ids.pad;
+  t.build(tokens, merges, gguf_tokens_of_type(f, tokens.size(), source, {3, 4}), source);
   const auto& meta = f.metadata();
   if (t.bos_id_ >= 0 && meta.contains("tokenizer.ggml.add_bos_token") &&
       meta["tokenizer.ggml.add_bos_token"] == true) {
@@ -378,25 +395,12 @@ LlamaTokenizer LlamaTokenizer::from_gguf(const GgufFile& f) {
   // transformers' GGUF loader builds its BPE with fuse_unk and byte_fallback.
   t.fuse_unk_ = true;
   t.byte_fallback_ = true;
-  std::vector<int64_t> special;
-  if (f.has("tokenizer.ggml.token_type")) {
-    const auto& types = f.get_array("tokenizer.ggml.token_type");
-    DS_CHECK(types.size() == tokens.size(), ModelFileError, source,
-             ": tokenizer.ggml.token_type has ", types.size(), " entries, tokenizer.ggml.tokens ",
-             tokens.size());
-    for (size_t i = 0; i < types.size(); ++i) {
-      if (types[i].get<int64_t>() == 3) special.push_back(static_cast<int64_t>(i));  // control
-    }
-  }
-  const auto id = [&](const char* key) { return f.has(key) ? f.get_int(key) : int64_t{-1}; };
-  t.bos_id_ = id("tokenizer.ggml.bos_token_id");
-  t.eos_id_ = id("tokenizer.ggml.eos_token_id");
-  t.unk_id_ = id("tokenizer.ggml.unknown_token_id");
-  t.pad_id_ = id("tokenizer.ggml.padding_token_id");
-  for (int64_t sid : {t.bos_id_, t.eos_id_, t.unk_id_, t.pad_id_}) {
-    DS_CHECK(sid < static_cast<int64_t>(tokens.size()), ModelFileError, source,
-             ": special token id ", sid, " is outside the vocabulary of ", tokens.size());
-  }
+  std::vector<int64_t> special = gguf_tokens_of_type(f, tokens.size(), source, {3});
+  const GgufTokenIds ids = gguf_token_ids(f, tokens.size(), source);
+  t.bos_id_ = ids.bos;
+  t.eos_id_ = ids.eos;
+  t.unk_id_ = ids.unk;
+  t.pad_id_ = ids.pad;
   // transformers' tokenizer also adds the unknown and BOS tokens it is given as special tokens
   // (not EOS: the GGUF loader passes the BOS token's text for both).
   for (int64_t sid : {t.unk_id_, t.bos_id_}) {

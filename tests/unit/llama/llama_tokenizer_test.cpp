@@ -365,7 +365,7 @@ TEST(LlamaTokenizer, GgufPhi3ByteLevelVocabularySplitsAsGpt4o) {
   for (const char* t : {"he", "ll", "hell", "oW", "<|endoftext|>"}) tokens.push_back(t);
   std::vector<int32_t> types(tokens.size(), 1);
   types[260] = 3;
-  const auto write = [&](const std::string& pre, bool add_bos) {
+  const auto write = [&](const std::string& pre, bool add_bos, uint32_t bos = 260) {
     GgufTestWriter w;
     w.kv_str("general.architecture", "phi3");
     w.kv_str("tokenizer.ggml.model", "gpt2");
@@ -373,7 +373,7 @@ TEST(LlamaTokenizer, GgufPhi3ByteLevelVocabularySplitsAsGpt4o) {
     w.kv_strs("tokenizer.ggml.tokens", tokens);
     w.kv_i32s("tokenizer.ggml.token_type", types);
     w.kv_strs("tokenizer.ggml.merges", {"o W", "h e", "l l", "he ll"});
-    w.kv_u32("tokenizer.ggml.bos_token_id", 260);
+    w.kv_u32("tokenizer.ggml.bos_token_id", bos);
     w.kv_u32("tokenizer.ggml.eos_token_id", 260);
     w.kv_bool("tokenizer.ggml.add_bos_token", add_bos);
     w.write(dir.file("phi4.gguf"));
@@ -392,6 +392,8 @@ TEST(LlamaTokenizer, GgufPhi3ByteLevelVocabularySplitsAsGpt4o) {
   EXPECT_THROW_WITH(LlamaTokenizer::from_gguf(write("gpt-2", false)), NotSupportedError,
                     "tokenizer.ggml.pre is 'gpt-2' on a 'phi3' model with a byte-level "
                     "vocabulary; finetune_llama reads Phi-4-mini's 'gpt-4o'");
+  EXPECT_THROW_WITH(LlamaTokenizer::from_gguf(write("gpt-4o", true, 999)), ModelFileError,
+                    "tokenizer.ggml.bos_token_id is 999, outside the vocabulary of 261");
 }
 
 }  // namespace
