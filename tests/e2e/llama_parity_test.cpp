@@ -162,6 +162,18 @@ TEST_F(LlamaParity, SaveHfFolderLoadsInTransformersWithTheSameLogits) {
   }
 }
 
+// finetune_llama on `model` scores kScoreFile and greedily generates after kPrompt (into
+// `gen_file`) as the reference did.
+void expect_scores_and_generates_as(const nlohmann::json& ref, const std::string& model,
+                                    const std::string& gen_file) {
+  expect_score_as(ref, run_finetune(model, "--seq_len 64 --score_file " + kScoreFile));
+  run_finetune(model, "--prompt '" + kPrompt + "' --max_new_tokens 20 --generation_file " +
+                          gen_file);
+  std::ifstream in(gen_file);
+  ASSERT_TRUE(in.good()) << gen_file;
+  EXPECT_EQ(nlohmann::json::parse(in)["token_ids"], ref["generated"]);
+}
+
 // A folder shaped as Llama 2's, Mistral's or Mixtral's (random weights, a SentencePiece-style
 // tokenizer.json with the legacy normalizer and byte fallback; Mistral's sliding window of 12
 // positions, shorter than the 64 scored tokens and the 12 + 20 of the generation; Mixtral's
@@ -291,13 +303,7 @@ TEST_P(QwenGgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
   for (const auto& name : names) {
     EXPECT_TRUE(torch::equal(from_gguf.weights(name), from_folder.weights(name))) << name;
   }
-  expect_score_as(ref, run_finetune(gguf, "--seq_len 64 --score_file " + kScoreFile));
-  const std::string gen_file = dir.file("gen.json");
-  run_finetune(gguf, "--prompt '" + kPrompt + "' --max_new_tokens 20 --generation_file " +
-                         gen_file);
-  std::ifstream in(gen_file);
-  ASSERT_TRUE(in.good()) << gen_file;
-  EXPECT_EQ(nlohmann::json::parse(in)["token_ids"], ref["generated"]);
+  expect_scores_and_generates_as(ref, gguf, dir.file("gen.json"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, QwenGgufParity,
@@ -353,13 +359,7 @@ TEST_P(Phi3GgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
                            "model.layers.0.mlp.up_proj.weight", "lm_head.weight"}) {
     EXPECT_TRUE(torch::equal(from_gguf.weights(name), from_folder.weights(name))) << name;
   }
-  expect_score_as(ref, run_finetune(gguf, "--seq_len 64 --score_file " + kScoreFile));
-  const std::string gen_file = dir.file("gen.json");
-  run_finetune(gguf, "--prompt '" + kPrompt + "' --max_new_tokens 20 --generation_file " +
-                         gen_file);
-  std::ifstream in(gen_file);
-  ASSERT_TRUE(in.good()) << gen_file;
-  EXPECT_EQ(nlohmann::json::parse(in)["token_ids"], ref["generated"]);
+  expect_scores_and_generates_as(ref, gguf, dir.file("gen.json"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, Phi3GgufParity, ::testing::Values("phi3", "phi4_mini"));
