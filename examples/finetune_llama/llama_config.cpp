@@ -393,13 +393,16 @@ void read_gemma2(const nlohmann::json& j, const std::string& path, LlamaConfig* 
   c->query_pre_attn_scalar = positive_or("query_pre_attn_scalar", 256.0);
   DS_CHECK(c->query_pre_attn_scalar > 0, ModelFileError, path,
            ": query_pre_attn_scalar is null; expected a positive number");
-  c->attn_logit_softcapping = positive_or("attn_logit_softcapping", 50.0);
-  c->final_logit_softcapping = positive_or("final_logit_softcapping", 30.0);
+  // Gemma3TextConfig caps nothing unless told.
+  const bool gemma3 = c->gemma3();
+  c->attn_logit_softcapping = positive_or("attn_logit_softcapping", gemma3 ? 0.0 : 50.0);
+  c->final_logit_softcapping = positive_or("final_logit_softcapping", gemma3 ? 0.0 : 30.0);
   c->sliding_window = 4096;
   if (j.contains("sliding_window")) {
     c->sliding_window = j["sliding_window"].is_null() ? -1 : json_int(j, "sliding_window", path);
     DS_CHECK(c->sliding_window != 0, ModelFileError, path, ": sliding_window is 0");
   }
+  if (gemma3) return;  // its layer_types are read_gemma3_layers'
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
     const auto& types = j["layer_types"];
     bool alternating = types.is_array();
@@ -410,6 +413,52 @@ void read_gemma2(const nlohmann::json& j, const std::string& path, LlamaConfig* 
              types.dump().substr(0, 200), "; finetune_llama's 'gemma2' slides the window in the "
              "layers of even index, as Gemma2Config's default");
   }
+}
+
+// Gemma3TextConfig's layers, once num_hidden_layers is known: which slide (layer_types, else
+// every layer but each sliding_window_pattern-th, 6 by default), and the two rotations: the
+// global layers' rope_theta (1e6) and rope_scaling, the sliding layers' rope_local_base_freq
+// (1e4) unscaled; or transformers 5's rope_parameters holding one object per layer type.
+void read_gemma3_layers(const nlohmann::json& j, const std::string& path, LlamaConfig* c) {
+  DS_CHECK(!j.value("use_bidirectional_attention", false), NotSupportedError, path,
+           ": use_bidirectional_attention is true; finetune_llama's decoder is causal");
+  const int64_t n = c->num_hidden_layers;
+  c->sliding_layers.assign(static_cast<size_t>(n), false);
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const auto& types = j["layer_types"];
+    DS_CHECK(types.is_array() && static_cast<int64_t>(types.size()) == n, ModelFileError, path,
+             ": layer_types is ", types.dump().substr(0, 200), "; expected one entry for each of "
+             "the ", n, " layers");
+    for (int64_t i = 0; i < n; ++i) {
+      const auto& t = types[static_cast<size_t>(i)];
+      DS_CHECK(t == "sliding_attention" || t == "full_attention", NotSupportedError, path,
+               ": layer_types[", i, "] is ", t.dump(), "; finetune_llama reads "
+               "\"sliding_attention\" and \"full_attention\"");
+      c->sliding_layers[static_cast<size_t>(i)] = t == "sliding_attention";
+    }
+  } else {
+    const int64_t pattern = int_or(j, "sliding_window_pattern", path, 6);
+    DS_CHECK(pattern > 0, ModelFileError, path, ": sliding_window_pattern is ", pattern);
+    for (int64_t i = 0; i < n; ++i) c->sliding_layers[static_cast<size_t>(i)] = (i + 1) % pattern;
+  }
+  const bool per_type = j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+                        j["rope_parameters"].contains("full_attention");
+  if (!per_type) {
+    read_rope(j, path, 1e6, c);
+    c->rope_local_theta = j.contains("rope_local_base_freq") && !j["rope_local_base_freq"].is_null()
+                              ? j["rope_local_base_freq"].get<double>()
+                              : 1e4;
+    return;
+  }
+  const auto& rp = j["rope_parameters"];
+  read_rope({{"rope_parameters", rp["full_attention"]}}, path + " (rope_parameters.full_attention)",
+            1e6, c);
+  const auto local = rp.value("sliding_attention", nlohmann::json::object());
+  const std::string local_type = local.value("rope_type", std::string("default"));
+  DS_CHECK(local_type == "default", NotSupportedError, path,
+           ": rope_parameters.sliding_attention.rope_type is '", local_type, "'; Gemma 3's "
+           "sliding layers rotate unscaled here");
+  c->rope_local_theta = local.value("rope_theta", 1e4);
 }
 
 int64_t json_token_id(const nlohmann::json& j, const char* key) {
@@ -427,13 +476,14 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   const std::string type = j.value("model_type", std::string());
   DS_CHECK(type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" ||
                type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe" || type == "phi3" ||
-               type == "gemma" || type == "gemma2",
+               type == "gemma" || type == "gemma2" || type == "gemma3_text",
            ModelFileError, path, ": model_type is '", type, "'; finetune_llama reads 'llama', "
-           "'mistral', 'qwen2', 'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3', 'gemma' "
-           "and 'gemma2' models");
+           "'mistral', 'qwen2', 'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3', 'gemma', "
+           "'gemma2' and 'gemma3_text' models");
   const bool mixtral = type == "mixtral";
   const bool phi3 = type == "phi3";
-  const bool gemma = type == "gemma" || type == "gemma2";
+  const bool gemma3 = type == "gemma3_text";
+  const bool gemma = type == "gemma" || type == "gemma2" || gemma3;
   const bool mistral = type == "mistral" || mixtral;
   const bool qwen2 = type == "qwen2" || type == "qwen2_moe";
   const bool qwen3 = type == "qwen3" || type == "qwen3_moe";
@@ -468,8 +518,9 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
     c.bos_token_id = 2;
     c.eos_token_id = 1;
     c.pad_token_id = 0;
+    if (gemma3) c.max_position_embeddings = 131072;
     read_gemma(j, path);
-    if (type == "gemma2") read_gemma2(j, path, &c);
+    if (type == "gemma2" || gemma3) read_gemma2(j, path, &c);
   } else {
     DS_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), NotSupportedError,
              path, ": sliding_window is set on a 'llama' model; finetune_llama reads it on "
@@ -496,9 +547,14 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
            " but a '", type, "' model's head size is hidden_size / num_attention_heads (",
            c.head_dim, ")");
   c.max_position_embeddings = j.value("max_position_embeddings", c.max_position_embeddings);
-  read_rope(j, path, mixtral ? 1e6 : c.rope_theta, &c);
+  if (gemma3) {
+    read_gemma3_layers(j, path, &c);
+  } else {
+    read_rope(j, path, mixtral ? 1e6 : c.rope_theta, &c);
+  }
   // transformers' Mistral rotary embedding (4.x) reads no rope_scaling: refused, not ignored.
-  DS_CHECK(!(mistral || gemma) || c.rope_scaling.is_default(), NotSupportedError, path,
+  DS_CHECK(!(mistral || (gemma && !gemma3)) || c.rope_scaling.is_default(), NotSupportedError,
+           path,
            ": rope scaling '", c.rope_scaling.rope_type, "' is set on a '", type,
            "' model, whose rotary embedding (transformers' ",
            gemma ? "GemmaRotaryEmbedding" : "MistralRotaryEmbedding", ") has none");
@@ -581,6 +637,7 @@ nlohmann::json LlamaConfig::to_hf_json() const {
                          : model_type == "phi3"      ? "Phi3ForCausalLM"
                          : model_type == "gemma"     ? "GemmaForCausalLM"
                          : model_type == "gemma2"    ? "Gemma2ForCausalLM"
+                         : gemma3()                  ? "Gemma3ForCausalLM"
                                                      : "LlamaForCausalLM"}},
       {"model_type", model_type},
       {"vocab_size", vocab_size},
@@ -612,7 +669,7 @@ nlohmann::json LlamaConfig::to_hf_json() const {
       j["router_aux_loss_coef"] = router_aux_loss_coef;
       j["router_jitter_noise"] = 0.0;
     }
-  } else if (model_type == "qwen2" || model_type == "qwen2_moe" || qk_norm()) {
+  } else if (model_type == "qwen2" || model_type == "qwen2_moe" || (qk_norm() && !gemma3())) {
     // Qwen2Config: no head_dim (hidden_size / heads), no bias flags (q/k/v have them).
     // Qwen3Config and Qwen3MoeConfig: head_dim and attention_bias, no mlp_bias.
     if (!qk_norm()) j.erase("head_dim");
@@ -659,7 +716,7 @@ nlohmann::json LlamaConfig::to_hf_json() const {
     j["bos_token_id"] = nullptr;
     j["eos_token_id"] = nullptr;
     j["pad_token_id"] = nullptr;
-    if (gemma2()) {
+    if (gemma2() || gemma3()) {
       const auto or_null = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
       // An integer where it is one: transformers 5's Gemma2Config accepts nothing else.
       const auto whole = static_cast<int64_t>(query_pre_attn_scalar);
@@ -669,6 +726,17 @@ nlohmann::json LlamaConfig::to_hf_json() const {
       j["attn_logit_softcapping"] = or_null(attn_logit_softcapping);
       j["final_logit_softcapping"] = or_null(final_logit_softcapping);
       j["sliding_window"] = sliding_window > 0 ? nlohmann::json(sliding_window) : nlohmann::json();
+    }
+    if (gemma3()) {
+      // Gemma3TextConfig's older keys, which transformers 5 still reads: the global layers'
+      // scaling, the sliding layers' base and which layers slide.
+      j["rope_scaling"] = rope_scaling.to_hf_json();
+      j["rope_local_base_freq"] = rope_local_theta;
+      nlohmann::json types = nlohmann::json::array();
+      for (int64_t i = 0; i < num_hidden_layers; ++i) {
+        types.push_back(is_sliding_layer(i) ? "sliding_attention" : "full_attention");
+      }
+      j["layer_types"] = types;
     }
   }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;

@@ -28,7 +28,9 @@ struct LlamaConfig {
   /// (GemmaForCausalLM: embeddings scaled by sqrt(hidden_size), RMSNorm weights stored as an
   /// offset from one, a GeGLU MLP) or "gemma2" (Gemma2ForCausalLM: Gemma's, with a norm after
   /// the attention and around the MLP, the sliding window on every other layer, soft-capped
-  /// attention scores and logits).
+  /// attention scores and logits) or "gemma3_text" (Gemma3ForCausalLM: Gemma 2's norms, an
+  /// RMSNorm on each query and key head, the window on five layers of six, which rotate with a
+  /// base of their own).
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -55,6 +57,10 @@ struct LlamaConfig {
   double query_pre_attn_scalar = 0.0;
   double attn_logit_softcapping = 0.0;
   double final_logit_softcapping = 0.0;
+  // Gemma 3: which layers slide (its layer_types; empty: as sliding_window and the model type
+  // say), and the rotary base of those (0: rope_theta); rope_scaling is the other layers'.
+  std::vector<bool> sliding_layers;
+  double rope_local_theta = 0.0;
   bool attention_bias = false;  // LlamaConfig's: biases on q/k/v/o_proj
   bool mlp_bias = false;        // LlamaConfig's: biases on gate/up/down_proj
   // Mixtral: each layer's MLP is a block_sparse_moe of num_local_experts SwiGLU experts, each
@@ -87,17 +93,30 @@ struct LlamaConfig {
   bool qwen_moe() const { return model_type == "qwen2_moe" || model_type == "qwen3_moe"; }
   /// Gemma's decoder: the embeddings times sqrt(hidden_size) in the model dtype, each RMSNorm
   /// scaling by (1 + weight) in fp32, the MLP's gate through tanh-approximated GELU.
-  bool gemma() const { return model_type == "gemma" || model_type == "gemma2"; }
-  /// Gemma 2's layer: a norm after the attention (post_attention_layernorm) and around the MLP
-  /// (pre_ and post_feedforward_layernorm).
+  bool gemma() const { return model_type == "gemma" || gemma2() || gemma3(); }
   bool gemma2() const { return model_type == "gemma2"; }
-  /// The window of layer `index`'s attention (-1: none): sliding_window, or for Gemma 2 only in
-  /// the layers of even index.
+  bool gemma3() const { return model_type == "gemma3_text"; }
+  /// Gemma 2's and 3's layer: a norm after the attention (post_attention_layernorm) and around
+  /// the MLP (pre_ and post_feedforward_layernorm).
+  bool sandwich_norms() const { return gemma2() || gemma3(); }
+  /// Whether layer `index` is a sliding one: sliding_layers says, else every layer when there is
+  /// a window, Gemma 2's of even index only.
+  bool is_sliding_layer(int64_t index) const {
+    if (!sliding_layers.empty()) return sliding_layers.at(static_cast<size_t>(index));
+    return sliding_window > 0 && !(gemma2() && index % 2 == 1);
+  }
+  /// The window of layer `index`'s attention (-1: none).
   int64_t layer_sliding_window(int64_t index) const {
-    return gemma2() && index % 2 == 1 ? -1 : sliding_window;
+    return is_sliding_layer(index) ? sliding_window : -1;
+  }
+  /// Gemma 3: whether layer `index` rotates with rope_local_theta.
+  bool rotates_locally(int64_t index) const {
+    return rope_local_theta > 0 && !sliding_layers.empty() && is_sliding_layer(index);
   }
   /// Whether each query and key head goes through an RMSNorm before the rotation (Qwen3).
-  bool qk_norm() const { return model_type == "qwen3" || model_type == "qwen3_moe"; }
+  bool qk_norm() const {
+    return model_type == "qwen3" || model_type == "qwen3_moe" || gemma3();
+  }
   /// Whether layer `index`'s MLP is a sparse MoE block (Qwen3MoeDecoderLayer's rule).
   bool is_sparse_layer(int64_t index) const;
   /// The features of each head the rotary embedding turns: transformers' int(head_dim *

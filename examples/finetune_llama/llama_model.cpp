@@ -155,8 +155,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const std::string
   v_proj = register_module("v_proj", projection(cfg, prefix + "v_proj", hidden, kv_out, qkv_bias));
   o_proj = register_module("o_proj", projection(cfg, prefix + "o_proj", q_out, hidden, o_bias));
   if (cfg.qk_norm()) {
-    q_norm = register_module("q_norm", RmsNorm(head_dim_, cfg.rms_norm_eps));
-    k_norm = register_module("k_norm", RmsNorm(head_dim_, cfg.rms_norm_eps));
+    q_norm = register_module("q_norm", RmsNorm(head_dim_, cfg.rms_norm_eps, cfg.gemma()));
+    k_norm = register_module("k_norm", RmsNorm(head_dim_, cfg.rms_norm_eps, cfg.gemma()));
   }
 }
 
@@ -166,7 +166,7 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   const int64_t B = x.size(0), T = x.size(1);
   auto q = q_proj(x).view({B, T, n_head_, head_dim_});
   auto k = k_proj(x).view({B, T, n_kv_head_, head_dim_});
-  if (q_norm) {  // Qwen3: each head normalised before the rotation
+  if (q_norm) {  // Qwen3, Gemma 3: each head normalised before the rotation
     q = q_norm(q);
     k = k_norm(k);
   }
@@ -231,7 +231,7 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t ind
   post_attention_layernorm =
       register_module("post_attention_layernorm",
                       RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma()));
-  if (cfg.gemma2()) {
+  if (cfg.sandwich_norms()) {
     pre_feedforward_layernorm = register_module(
         "pre_feedforward_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, true));
     post_feedforward_layernorm = register_module(
@@ -269,7 +269,7 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
     past_k = &cache->keys.at(static_cast<size_t>(index_));
     past_v = &cache->values.at(static_cast<size_t>(index_));
   }
-  if (pre_feedforward_layernorm) {  // Gemma2DecoderLayer
+  if (pre_feedforward_layernorm) {  // Gemma2DecoderLayer, Gemma3DecoderLayer
     auto h = x + post_attention_layernorm(self_attn(input_layernorm(x), cos, sin, past_k, past_v));
     return h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
   }
@@ -295,6 +295,11 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& cfg, const LlamaWeightSource& 
   fill_parameters(*embed_tokens, "model.embed_tokens.", weights, cfg);
   fill_parameters(*norm, "model.norm.", weights, cfg);
   rope_.emplace(cfg.rope_scaling, cfg.rope_theta, cfg.rotary_dim(), cfg.max_position_embeddings);
+  // Gemma 3's sliding layers rotate with a base of their own, unscaled.
+  if (cfg.rope_local_theta > 0) {
+    rope_local_.emplace(RopeScaling{}, cfg.rope_local_theta, cfg.rotary_dim(),
+                        cfg.max_position_embeddings);
+  }
 }
 
 void LlamaModelImpl::set_activation_checkpointing(bool on) { activation_checkpointing_ = on; }
@@ -313,14 +318,20 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* ca
   DS_CHECK(start + T <= cfg_.max_position_embeddings || rope_->extends_context(), UsageError,
            "sequence of ", start + T, " tokens exceeds the model's context length "
            "(max_position_embeddings ", cfg_.max_position_embeddings, ")");
-  auto pos = torch::arange(start, start + T, torch::kLong).to(torch::kFloat);
-  auto freqs = torch::outer(pos, rope_->for_length(start + T));  // [T, hd/2]
-  auto emb = torch::cat({freqs, freqs}, -1);       // [T, hd]
-  auto cos = emb.cos(), sin = emb.sin();
-  if (rope_->attention_scaling() != 1.0) {  // yarn: transformers scales both
-    cos = cos * rope_->attention_scaling();
-    sin = sin * rope_->attention_scaling();
-  }
+  const auto pos = torch::arange(start, start + T, torch::kLong).to(torch::kFloat);
+  // cos and sin [T, hd] of the positions of ids.
+  const auto rotation = [&](RotaryFrequencies& rope) {
+    auto freqs = torch::outer(pos, rope.for_length(start + T));  // [T, hd/2]
+    auto emb = torch::cat({freqs, freqs}, -1);
+    auto cos = emb.cos(), sin = emb.sin();
+    if (rope.attention_scaling() != 1.0) {  // yarn: transformers scales both
+      cos = cos * rope.attention_scaling();
+      sin = sin * rope.attention_scaling();
+    }
+    return std::make_pair(cos, sin);
+  };
+  const auto global = rotation(*rope_);
+  const auto local = rope_local_ ? rotation(*rope_local_) : global;
   auto x = embed_tokens(ids);
   // GemmaModel: the embeddings times sqrt(hidden_size), the factor first rounded to their dtype.
   if (cfg_.gemma()) {
@@ -328,7 +339,10 @@ torch::Tensor LlamaModelImpl::forward(const torch::Tensor& ids, LlamaKvCache* ca
   }
   const bool checkpoint = activation_checkpointing_ && cache == nullptr && torch::GradMode::is_enabled();
   router_logits_.clear();
-  for (const auto& layer : units) {
+  for (size_t i = 0; i < units.size(); ++i) {
+    const auto& layer = units[i];
+    const auto& rotated = cfg_.rotates_locally(static_cast<int64_t>(i)) ? local : global;
+    const torch::Tensor cos = rotated.first, sin = rotated.second;
     const bool keeps_logits = cfg_.output_router_logits && layer->sparse_moe;
     if (checkpoint && keeps_logits) {
       // The router logits leave the checkpointed layer as its second output: those the block

@@ -75,7 +75,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         torch::Tensor* past_k, torch::Tensor* past_v);
   linear::OptimizedLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3: over each head; null otherwise
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3, Gemma 3: over each head; else null
 
  private:
   int64_t n_head_, n_kv_head_, head_dim_;
@@ -107,8 +107,8 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
                         LlamaKvCache* cache);
 
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
-  // Gemma 2: the norms before and after the MLP (its post_attention_layernorm then normalises
-  // the attention's output). Null otherwise.
+  // Gemma 2 and 3: the norms before and after the MLP (their post_attention_layernorm then
+  // normalises the attention's output). Null otherwise.
   RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
   LlamaAttention self_attn{nullptr};
   LlamaMlp mlp{nullptr};  // null in a sparse layer
@@ -149,6 +149,7 @@ class LlamaModelImpl : public torch::nn::Module {
   LlamaConfig cfg_;
   // Derived, so neither parameters nor buffers; set once the config is validated.
   std::optional<RotaryFrequencies> rope_;
+  std::optional<RotaryFrequencies> rope_local_;  // Gemma 3's sliding layers'; else none
   bool activation_checkpointing_ = false;
   std::vector<torch::Tensor> router_logits_;
 };

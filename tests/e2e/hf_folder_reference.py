@@ -10,6 +10,8 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
            tokenizer.json does;
   gemma2:  the same as a Gemma2ForCausalLM (its extra norms, window on every other layer and
            soft caps);
+  gemma3:  the same as a Gemma3ForCausalLM (q/k norms, a sliding and a global layer, each with
+           its rotation);
   mistral_nemo: a MistralForCausalLM as Mistral NeMo's: heads of 32 features on a 64-wide model
            with 4 heads (head_dim, not hidden_size / heads), no sliding window, rotary base 1e6,
            and a byte-level tokenizer on Mistral's Tekken pattern (the "tekken" one of
@@ -41,8 +43,8 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe/phi3/phi4_mini model and vocabulary are also
   written there as llama.cpp lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
-       (KIND: gemma, gemma2, llama2, mistral, mistral_nemo, mixtral, phi3, phi4_mini, qwen2,
-       qwen2_moe, qwen3, qwen3_moe)
+       (KIND: gemma, gemma2, gemma3, llama2, mistral, mistral_nemo, mixtral, phi3, phi4_mini,
+       qwen2, qwen2_moe, qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
 (scripts/setup_python_refs.sh); qwen3, qwen3_moe and phi4_mini, which transformers 4.47 lacks,
 and the GGUFs but qwen2's and phi3's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
@@ -272,7 +274,9 @@ def gemma_model(corpus, kind):
     alike, its scores scaled by query_pre_attn_scalar 24 (not the head size), its window of 32
     positions in layer 0 (the 64 scored tokens pass it, the generation stays within it), its
     q/k projections scaled up so that the scores reach the cap, its scores and logits capped
-    low enough that the caps weigh in (dropping either moves the score by 5e-4 or more)."""
+    low enough that the caps weigh in (dropping either moves the score by 5e-4 or more).
+    gemma3: a Gemma3ForCausalLM alike without caps, layer 0 sliding (rotating with base 1e4)
+    and layer 1 global (base 1e6, linear scaling by 2), its q/k norms' offsets random."""
     from tokenizers import decoders, normalizers
     tok = llama2_tokenizer(corpus)
     tok.normalizer = normalizers.Replace(" ", "\u2581")
@@ -285,6 +289,14 @@ def gemma_model(corpus, kind):
         model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
             query_pre_attn_scalar=24, sliding_window=32, attn_logit_softcapping=GEMMA2_ATTN_CAP,
             final_logit_softcapping=GEMMA2_FINAL_CAP, **sizes))
+    elif kind == "gemma3":
+        model = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(
+            query_pre_attn_scalar=24, sliding_window=32,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+            **sizes))
     else:
         model = transformers.GemmaForCausalLM(transformers.GemmaConfig(**sizes))
     with torch.no_grad():
@@ -328,7 +340,7 @@ def main():
     corpus, out = sys.argv[1:3]
     kind = sys.argv[3] if len(sys.argv) > 3 else "llama2"
     torch.manual_seed(20261206)
-    if kind in ("gemma", "gemma2"):
+    if kind in ("gemma", "gemma2", "gemma3"):
         tok, model = gemma_model(corpus, kind)
         config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
                   "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 256,

@@ -186,7 +186,8 @@ void expect_scores_and_generates_as(const nlohmann::json& ref, const std::string
 // pattern), Gemma's (embeddings scaled, RMSNorm weights as offsets from one, GeGLU, tied
 // embeddings; a SentencePiece-style tokenizer that prepends nothing) and Gemma 2's (its extra
 // norms, a window of 32 in layer 0 only, soft-capped scores and logits, its scores scaled by
-// query_pre_attn_scalar; against transformers 5), and Phi-3's (q/k/v and
+// query_pre_attn_scalar; against transformers 5) and Gemma 3's (q/k norms, a sliding layer
+// rotating with a base of its own and a global one with linear scaling), and Phi-3's (q/k/v and
 // gate/up fused in its files; longrope, its original context of 16 positions passed by the 64
 // scored tokens and crossed by the generation, whose cache transformers then recomputes with
 // the long factors; and as Phi-4-mini's, 3/4 of each head rotated, with a byte-level tokenizer
@@ -198,10 +199,10 @@ void expect_scores_and_generates_as(const nlohmann::json& ref, const std::string
 class LlamaFolderParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
-  // transformers 5: Qwen3, which 4.47 lacks, Phi-4-mini's partial rotation, which it ignores, and
-  // Gemma 2, whose 4.47 generation cache needs torch 2.
+  // transformers 5: Qwen3 and Gemma 3, which 4.47 lacks, Phi-4-mini's partial rotation, which it
+  // ignores, and Gemma 2, whose 4.47 generation cache needs torch 2.
   const bool transformers5 = GetParam().rfind("qwen3", 0) == 0 || GetParam() == "phi4_mini" ||
-                             GetParam() == "gemma2";
+                             GetParam() == "gemma2" || GetParam() == "gemma3";
   const bool byte_level = GetParam().rfind("qwen", 0) == 0 || GetParam() == "phi4_mini" ||
                           GetParam() == "mistral_nemo";
   const std::string python = transformers5 ? kPython5 : kPython;
@@ -244,13 +245,14 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
             GetParam() == "llama2"         ? "llama"
             : GetParam() == "phi4_mini"    ? "phi3"
             : GetParam() == "mistral_nemo" ? "mistral"
+            : GetParam() == "gemma3"       ? "gemma3_text"
                                            : GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
-                         ::testing::Values("llama2", "gemma", "gemma2", "mistral", "mistral_nemo",
-                                           "mixtral", "phi3", "phi4_mini", "qwen2", "qwen2_moe",
-                                           "qwen3", "qwen3_moe"));
+                         ::testing::Values("llama2", "gemma", "gemma2", "gemma3", "mistral",
+                                           "mistral_nemo", "mixtral", "phi3", "phi4_mini", "qwen2",
+                                           "qwen2_moe", "qwen3", "qwen3_moe"));
 
 // The same Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE as llama.cpp lays them out in a GGUF file
 // (Qwen3's head size as attention.key_length, its q/k norms as attn_q_norm/attn_k_norm, the MoEs'

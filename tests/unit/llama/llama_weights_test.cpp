@@ -269,11 +269,11 @@ TEST(LlamaConfig, MistralConfigJsonDefaultsAndRefusals) {
   llama["sliding_window"] = 64;
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "l/config.json"), NotSupportedError,
                     "l/config.json: sliding_window is set on a 'llama' model");
-  llama["model_type"] = "gemma3_text";
+  llama["model_type"] = "gemma3";  // the multimodal model
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "g/config.json"), ModelFileError,
-                    "model_type is 'gemma3_text'; finetune_llama reads 'llama', 'mistral', "
-                    "'qwen2', 'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3', 'gemma' and "
-                    "'gemma2' models");
+                    "model_type is 'gemma3'; finetune_llama reads 'llama', 'mistral', 'qwen2', "
+                    "'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3', 'gemma', 'gemma2' and "
+                    "'gemma3_text' models");
 }
 
 // MixtralConfig's defaults (8 experts, 2 per token, no window, rope_theta 1e6, rms 1e-5), its
@@ -976,7 +976,8 @@ TEST(LlamaConfig, Phi3ConfigJsonDefaultsLongropeAndRefusals) {
 }
 
 // GemmaConfig's defaults (8192 positions, heads of 256, tied embeddings, BOS 2, EOS 1, padding
-// 0), its activation under either name, what it cannot hold refused by name; the model's
+// 0), its activation under either name, what it cannot hold refused by name; Gemma 2's and
+// Gemma 3's keys; the model's
 // RMSNorm weights start at zero, the identity under Gemma's offset (the parity test checks the
 // forward against transformers').
 TEST(LlamaConfig, GemmaConfigJsonDefaultsAndRefusals) {
@@ -1035,6 +1036,48 @@ TEST(LlamaConfig, GemmaConfigJsonDefaultsAndRefusals) {
   j2["layer_types"] = {"full_attention", "sliding_attention"};
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(j2, "g2/config.json"), NotSupportedError,
                     "layer_types is [\"full_attention\",\"sliding_attention\"]");
+  // Gemma 3: no caps unless given, five sliding layers of six rotating with base 1e4, the
+  // others with rope_theta (1e6) and rope_scaling; transformers 5's form, one rope object per
+  // layer type, reads the same; what it cannot mean here is refused by name.
+  auto j3 = j;
+  j3["model_type"] = "gemma3_text";
+  j3["num_hidden_layers"] = 7;
+  j3["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  j3.erase("rope_theta");
+  const auto g3 = LlamaConfig::from_hf_json(j3, "g3/config.json");
+  EXPECT_TRUE(g3.gemma3() && g3.qk_norm() && g3.sandwich_norms());
+  EXPECT_EQ(g3.max_position_embeddings, 131072);
+  EXPECT_EQ(g3.attn_logit_softcapping, 0.0);
+  EXPECT_EQ(g3.final_logit_softcapping, 0.0);
+  EXPECT_EQ(g3.rope_theta, 1e6);
+  EXPECT_EQ(g3.rope_local_theta, 1e4);
+  EXPECT_EQ(g3.rope_scaling.rope_type, "linear");
+  for (int64_t i = 0; i < 7; ++i) {
+    EXPECT_EQ(g3.is_sliding_layer(i), i != 5) << i;
+    EXPECT_EQ(g3.rotates_locally(i), i != 5) << i;
+  }
+  const auto back3 = g3.to_hf_json();
+  EXPECT_EQ(back3["architectures"][0], "Gemma3ForCausalLM");
+  EXPECT_EQ(LlamaConfig::from_hf_json(back3, "again").to_hf_json(), back3);
+  auto v5 = j3;
+  v5.erase("rope_scaling");
+  v5["rope_parameters"] = {
+      {"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}};
+  EXPECT_EQ(LlamaConfig::from_hf_json(v5, "g3/config.json").to_hf_json(), back3);
+  auto bad3 = v5;
+  bad3["rope_parameters"]["sliding_attention"]["rope_type"] = "linear";
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad3, "g3/config.json"), NotSupportedError,
+                    "rope_parameters.sliding_attention.rope_type is 'linear'");
+  bad3 = j3;
+  bad3["layer_types"] = {"sliding_attention"};
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad3, "g3/config.json"), ModelFileError,
+                    "expected one entry for each of the 7 layers");
+  bad3 = j3;
+  bad3["use_bidirectional_attention"] = true;
+  EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad3, "g3/config.json"), NotSupportedError,
+                    "use_bidirectional_attention is true");
+
   // The fused loss never forms the logits Gemma 2 caps: refused by name.
   auto capped = tiny_config();
   capped.model_type = "gemma2";
