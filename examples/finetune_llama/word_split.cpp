@@ -1,6 +1,8 @@
 // tokenizer.json's pre-tokenizers recognised and written back (see word_split.h).
 #include "word_split.h"
 
+#include <utility>
+
 #include "util/check.h"
 
 namespace deepspeed::examples {
@@ -23,6 +25,14 @@ constexpr const char* kTekkenPattern =
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+// The splits that are a Split(pattern) then ByteLevel without regex, and their patterns.
+constexpr std::pair<WordSplit, const char*> kSplitPatterns[] = {
+    {WordSplit::kLlama3, kLlama3Pattern},
+    {WordSplit::kQwen2, kQwen2Pattern},
+    {WordSplit::kO200k, kO200kPattern},
+    {WordSplit::kTekken, kTekkenPattern},
+};
 
 bool is_type(const nlohmann::json& j, const char* type) {
   return j.is_object() && j.value("type", "") == type;
@@ -55,10 +65,9 @@ WordSplit word_split_from_hf_json(const nlohmann::json& pre, const std::string& 
         !first.value("invert", false) && is_byte_level(second, false) &&
         first.contains("pattern") && first["pattern"].contains("Regex")) {
       const auto pattern = first["pattern"]["Regex"].get<std::string>();
-      if (pattern == kLlama3Pattern) return WordSplit::kLlama3;
-      if (pattern == kQwen2Pattern) return WordSplit::kQwen2;
-      if (pattern == kO200kPattern) return WordSplit::kO200k;
-      if (pattern == kTekkenPattern) return WordSplit::kTekken;
+      for (const auto& [split, known] : kSplitPatterns) {
+        if (pattern == known) return split;
+      }
     }
   }
   DS_CHECK(false, NotSupportedError, path, ": pre_tokenizer is ", pre.dump().substr(0, 300),
@@ -75,25 +84,15 @@ nlohmann::json word_split_to_hf_json(WordSplit split) {
                           {"behavior", "Isolated"},
                           {"invert", false}};
   };
-  switch (split) {
-    case WordSplit::kGpt2IndividualDigits:
-      return {{"type", "Sequence"},
-              {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}},
-                                 byte_level(true)}}};
-    case WordSplit::kLlama3:
-      return {{"type", "Sequence"},
-              {"pretokenizers", {split_on(kLlama3Pattern), byte_level(false)}}};
-    case WordSplit::kQwen2:
-      return {{"type", "Sequence"},
-              {"pretokenizers", {split_on(kQwen2Pattern), byte_level(false)}}};
-    case WordSplit::kO200k:
-      return {{"type", "Sequence"},
-              {"pretokenizers", {split_on(kO200kPattern), byte_level(false)}}};
-    case WordSplit::kTekken:
-      return {{"type", "Sequence"},
-              {"pretokenizers", {split_on(kTekkenPattern), byte_level(false)}}};
-    case WordSplit::kGpt2:
-      break;
+  for (const auto& [known, pattern] : kSplitPatterns) {
+    if (split == known) {
+      return {{"type", "Sequence"}, {"pretokenizers", {split_on(pattern), byte_level(false)}}};
+    }
+  }
+  if (split == WordSplit::kGpt2IndividualDigits) {
+    return {{"type", "Sequence"},
+            {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}},
+                               byte_level(true)}}};
   }
   return byte_level(true);
 }
