@@ -5,9 +5,28 @@
 
 #include "config/expert_parallel_section.h"
 #include "deepspeed/auto_ep.h"
+#include "runtime/zero/stage3_init.h"
+#include "runtime/zero/stage3_param.h"
 #include "util/check.h"
 
 namespace deepspeed::runtime {
+namespace {
+
+// A model built under zero::Init has its experts partitioned over the data-parallel group:
+// they are gathered whole first, so that AutoEP keeps this rank's slice of the whole weights
+// (which the ZeRO-3 engine then partitions over the expert-data-parallel group).
+void make_whole(const at::Tensor& weight, const comm::Group& dp_group, const std::string& layer) {
+  auto pre = take_pre_partitioned(weight);
+  if (!pre) return;
+  DS_CHECK(pre->world == dp_group.size(), NotSupportedError, "expert_parallel (AutoEP): layer '",
+           layer, "''s experts were partitioned by zero::Init over ", pre->world, " ranks, not "
+           "over the data-parallel group of ", dp_group.size());
+  at::Tensor gathered = at::empty({pre->shard.numel() * pre->world}, pre->shard.options());
+  all_gather_shards(gathered, pre->shard, /*async=*/false, ShardGroup(dp_group));
+  storage_as_flat(weight, weight.numel()).copy_(gathered.narrow(0, 0, weight.numel()));
+}
+
+}  // namespace
 
 void configure_auto_ep(torch::nn::Module& module, const DeepSpeedConfig& config,
                        const comm::Group& dp_group, bool model_parallel) {
@@ -25,9 +44,6 @@ void configure_auto_ep(torch::nn::Module& module, const DeepSpeedConfig& config,
            s.moe_layer_pattern ? " whose name matches moe_layer_pattern \"" +
                                      *s.moe_layer_pattern + "\""
                                : std::string());
-  DS_CHECK(config.zero_optimization.stage < 3, NotSupportedError, config.source,
-           ": expert_parallel (AutoEP) with zero_optimization.stage 3 is not supported yet; "
-           "stages 0-2 are");
   DS_CHECK(!model_parallel, NotSupportedError, config.source, ": expert_parallel (AutoEP) with "
            "tensor or pipeline parallelism is not supported yet");
   const int64_t ep = s.autoep_size;
@@ -56,6 +72,9 @@ void configure_auto_ep(torch::nn::Module& module, const DeepSpeedConfig& config,
   const moe::ExpertGroups& groups =
       moe::create_expert_and_data_parallel(ep, data_before_expert, &dp_group);
   torch::NoGradGuard no_grad;
+  for (auto& [name, layer] : layers) {
+    for (const auto& w : layer->expert_parameters()) make_whole(w, dp_group, name);
+  }
   for (auto& [name, layer] : layers) {
     // Each rank keeps a slice of the whole weights: they must be the same everywhere first.
     if (dp_group.size() > 1) {

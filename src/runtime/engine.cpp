@@ -255,12 +255,18 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
     const std::string note = runtime::use_fp32_accumulating_bf16_matmul_where_needed();
     if (!note.empty()) log::info_rank0(note);
   }
+  const bool stage3 = config_.zero_optimization.stage == 3;
+  const bool model_parallel = mpu_ != nullptr || runtime::autotp_size(config_) > 1;
+  // Under ZeRO-3 AutoEP shards its experts first: zero::Init (below, on a GPU) then leaves
+  // them whole, and the stage cuts them for their expert-data-parallel group (Note [Expert
+  // partitions] in stage3_param.h).
+  if (stage3) runtime::configure_auto_ep(*module_, config_, dp_group_, model_parallel);
   if (!device_.is_cpu()) {
     runtime::set_current_device(device_);
     // ZeRO-3 partitions the parameters where they are, in host memory, before the move, as
     // zero::Init would have at construction: the device then never holds the whole model, only
     // this rank's shards and what a gather brings. (Without an optimizer the model stays whole.)
-    if (config_.zero_optimization.stage == 3 && (optimizer || config_.optimizer.present)) {
+    if (stage3 && (optimizer || config_.optimizer.present)) {
       zero::Init partitioned(config_, mpu_);
       partitioned.partition(*module_);
     }
@@ -272,10 +278,8 @@ void Engine::setup(std::unique_ptr<torch::optim::Optimizer> optimizer,
                                 mpu_ ? mpu_->get_pipe_parallel_world_size() : 1);
   // AutoEP shards its layers' experts before the broadcast, which then starts them from their
   // expert-data-parallel group's first rank.
-  runtime::configure_auto_ep(*module_, config_, dp_group_,
-                             mpu_ != nullptr || runtime::autotp_size(config_) > 1);
+  if (!stage3) runtime::configure_auto_ep(*module_, config_, dp_group_, model_parallel);
   // ZeRO-3 broadcasts while it partitions, one parameter at a time (never the whole model).
-  const bool stage3 = config_.zero_optimization.stage == 3;
   if (!stage3) broadcast_parameters();
   // The ZeRO stage re-points the optimizer's param groups, so the optimizer is built over the
   // model's parameters first and the scheduler after the stage exists.

@@ -3,11 +3,14 @@
 //    gradients of the whole layer (inputs, gate summed over the ranks, each rank's expert
 //    slice): with random routing, with every token routed to rank 0's experts (rank 1 sends and
 //    receives no row), with score_apply "pre" and sigmoid scores, and in bf16;
-//  - an engine with expert_parallel (autoep_size 2 on 2 ranks at ZeRO 0/1/2; on 4 ranks at
-//    ZeRO 2, two ranks per expert) ends with the parameters of one process that trained the
-//    whole batch with the whole layer;
+//  - an engine with expert_parallel (autoep_size 2 on 2 ranks at ZeRO 0/1/2/3; on 4 ranks at
+//    ZeRO 2 and 3, two ranks per expert, which ZeRO-3 partitions each expert over; autoep_size
+//    1 on 2 ranks at ZeRO-3, also with the optimizer and parameters offloaded) ends with the
+//    parameters of one process that trained the whole batch with the whole layer;
 //  - checkpoints: DeepSpeed's per-expert files, an exact resume, and the weights onto
-//    autoep_size 1; ds_to_universal refuses them by name;
+//    autoep_size 1; ds_to_universal refuses them by name. At ZeRO-3 the experts live in the
+//    optimizer shards (ds_autoep_layers says so, per rank), resume exactly on the same
+//    placement, and another placement or a conversion is refused by name;
 //  - bad set-ups: an error naming what is wrong.
 #include "deepspeed/auto_ep.h"
 #include "deepspeed/deepspeed.h"
@@ -19,6 +22,7 @@
 
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/universal_checkpoint.h"
+#include "deepspeed/zero3.h"
 #include "support/multi_rank.h"
 #include "support/shared_run_dir.h"
 
@@ -133,14 +137,16 @@ class NetImpl : public torch::nn::Module {
     moe::TokenChoiceOptions o;
     o.num_experts = kExperts;
     in = register_module("in", torch::nn::Linear(kHidden, kHidden));
-    block = register_module("moe", moe::TokenChoiceMoE(kHidden, kFfn, o));
+    // A ZeRO-3 unit: gathered around its forward and backward (a plain module otherwise).
+    block = register_module(
+        "moe", std::make_shared<zero::Unit<moe::TokenChoiceMoEImpl>>(kHidden, kFfn, o));
     out = register_module("out", torch::nn::Linear(kHidden, kHidden));
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor& y) {
-    return torch::mse_loss(out(block(torch::tanh(in(x)))), y);
+    return torch::mse_loss(out(block->forward(torch::tanh(in(x)))), y);
   }
   torch::nn::Linear in{nullptr}, out{nullptr};
-  moe::TokenChoiceMoE block{nullptr};
+  std::shared_ptr<zero::Unit<moe::TokenChoiceMoEImpl>> block;
 };
 TORCH_MODULE(Net);
 
@@ -162,6 +168,8 @@ json net_config(int stage, int64_t rows, int64_t autoep_size) {
          {"gradient_clipping", 0.5},
          {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.02}}}}},
          {"zero_optimization", {{"stage", stage}}}};
+  // ZeRO-3 partitions even these small parameters (the unit's are gathered for each use).
+  if (stage == 3) c["zero_optimization"]["stage3_param_persistence_threshold"] = 0;
   if (autoep_size > 0) c["expert_parallel"] = {{"enabled", true}, {"autoep_size", autoep_size}};
   return c;
 }
@@ -185,15 +193,19 @@ void save_params(Net& net, const std::string& tag) {
   }
 }
 
-void train(int world, int stage, int64_t autoep_size, const std::string& tag) {
+void train(int world, int stage, int64_t autoep_size, const std::string& tag,
+           const json& patch = json::object()) {
   run_ranks(world, [&](int rank, int) {
     Net net;
-    auto engine = initialize(net.ptr(), net_config(stage, kRows, autoep_size)).engine;
+    json config = net_config(stage, kRows, autoep_size);
+    config.merge_patch(patch);
+    auto engine = initialize(net.ptr(), config).engine;
     for (int s = 0; s < kSteps; ++s) {
       auto [x, y] = batch(s, rank, 1);
       engine->backward(engine->forward(x, y));
       engine->step();
     }
+    engine.reset();  // ZeRO-3 leaves the model whole when its engine goes
     save_params(net, tag);
   });
 }
@@ -236,11 +248,25 @@ TEST(AutoEPDist, EngineTrainsAsOneProcessWithTheWholeLayer) {
     train(2, stage, 2, tag);
     if (!in_rank_process()) expect_same_params("ref2", tag);
   }
+  train(2, 3, 2, "ep2_s3");
+  train(2, 3, 1, "ep1_s3");  // each expert partitioned over both ranks
+  // ZeRO-Offload: the shards and the optimizer in host buffers, CPU-Adam.
+  const json offload = {{"zero_optimization",
+                         {{"offload_optimizer", {{"device", "cpu"}}},
+                          {"offload_param", {{"device", "cpu"}}}}}};
+  train(2, 3, 1, "ep1_s3_offload", offload);
+  if (!in_rank_process()) {
+    expect_same_params("ref2", "ep2_s3");
+    expect_same_params("ref2", "ep1_s3");
+    expect_same_params("ref2", "ep1_s3_offload");
+  }
   train(4, 2, 2, "w4_ep2_s2");
   train(4, 1, 4, "w4_ep4_s1");
+  train(4, 3, 2, "w4_ep2_s3");  // two experts per rank, each partitioned over two ranks
   if (!in_rank_process()) {
     expect_same_params("ref4", "w4_ep2_s2");
     expect_same_params("ref4", "w4_ep4_s1");
+    expect_same_params("ref4", "w4_ep2_s3");
     // The training moved the experts (the comparison is not of untouched weights).
     std::vector<at::Tensor> trained;
     torch::load(trained, dir() + "/ref2_expert3.pt");
@@ -314,6 +340,107 @@ TEST(AutoEPDist, CheckpointsUseDeepSpeedsExpertFilesAndResumeExactly) {
   const auto model = checkpoint::ModelStates::from_ivalue(checkpoint::load(states), states);
   EXPECT_EQ(model.module.find("moe.experts.w1"), nullptr);
   EXPECT_NE(model.module.find("moe.gate.weight"), nullptr);
+  // DeepSpeed's ds_autoep_layers: the experts are in per-expert files.
+  const auto top = checkpoint::load(states).toGenericDict();
+  ASSERT_TRUE(top.contains("ds_autoep_layers"));
+  const json layers = checkpoint::json_from_ivalue(top.at("ds_autoep_layers"), states);
+  ASSERT_EQ(layers.size(), 1u) << layers.dump();
+  EXPECT_EQ(layers[0]["checkpoint_format"], "per_expert_files");
+  EXPECT_TRUE(layers[0]["checkpoint_format_version"].is_null());
+  EXPECT_EQ(layers[0]["moe_layer_id"], 0);
+  EXPECT_EQ(layers[0]["ep_size"], 2);
+  EXPECT_EQ(layers[0]["ep_rank"], 0);  // rank 0's file
+  EXPECT_EQ(layers[0]["expert_placement"]["ranks"][0]["experts"], json({0, 1}));
+}
+
+// Steps [0, 2) on `world` ranks at ZeRO-3 with autoep_size `ep`, saved as `tag`.
+void save_after_two_steps(int world, int64_t ep, const std::string& ckpt, const std::string& tag) {
+  run_ranks(world, [&](int rank, int) {
+    Net net;
+    auto engine = initialize(net.ptr(), net_config(3, kRows, ep)).engine;
+    for (int s = 0; s < 2; ++s) {
+      auto [x, y] = batch(s, rank, 1);
+      engine->backward(engine->forward(x, y));
+      engine->step();
+    }
+    engine->save_checkpoint(ckpt, tag);
+  });
+}
+
+TEST(AutoEPDist, ZeroThreeKeepsExpertsInItsShardsAndResumesOnTheSamePlacement) {
+  share_dir();
+  const std::string ckpt = dir() + "/ckpt3";
+  train(4, 3, 2, "straight3");
+  save_after_two_steps(4, 2, ckpt, "two");
+  run_ranks(4, [&](int rank, int) {
+    Net net;
+    auto engine = initialize(net.ptr(), net_config(3, kRows, 2)).engine;
+    engine->load_checkpoint(ckpt, "two");
+    auto [x, y] = batch(2, rank, 1);
+    engine->backward(engine->forward(x, y));
+    engine->step();
+    engine.reset();
+    save_params(net, "resumed3");
+  });
+  // Another placement (2 ranks: one rank per expert-parallel slot) is refused, by name.
+  run_ranks(2, [&](int, int) {
+    Net net;
+    auto engine = initialize(net.ptr(), net_config(3, kRows, 2)).engine;
+    try {
+      engine->load_checkpoint(ckpt, "two");
+      ADD_FAILURE() << "an AutoEP ZeRO-3 checkpoint of 4 ranks loaded on 2";
+    } catch (const CheckpointError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("expert_data_parallel_world_size 2, this rank has 1"),
+                std::string::npos) << what;
+      EXPECT_NE(what.find("load only with the parameter placement"), std::string::npos) << what;
+    }
+  });
+  if (in_rank_process()) return;
+  expect_same_params("straight3", "resumed3", 0.0);
+  // DeepSpeed's ZeRO-3 AutoEP layout: no per-expert files; each rank's model states describe
+  // its placement and hold no expert entry.
+  EXPECT_FALSE(std::filesystem::exists(ckpt + "/two/layer_0_expert_0_mp_rank_00_model_states.pt"));
+  for (int r = 0; r < 4; ++r) {
+    const std::string path = ckpt + "/two/" + checkpoint::zero3_model_states_file_name(r);
+    const c10::IValue raw = checkpoint::load(path);
+    const auto top = raw.toGenericDict();
+    ASSERT_TRUE(top.contains("ds_autoep_layers")) << path;
+    const json layers = checkpoint::json_from_ivalue(top.at("ds_autoep_layers"), path);
+    ASSERT_EQ(layers.size(), 1u) << layers.dump();
+    const json& l = layers[0];
+    EXPECT_EQ(l["module_path"], "moe");
+    EXPECT_EQ(l["expert_key_prefix"], "moe.experts");
+    EXPECT_EQ(l["checkpoint_format"], "zero3_partitioned");
+    EXPECT_EQ(l["checkpoint_format_version"], 1);
+    EXPECT_EQ(l["num_experts"], kExperts);
+    EXPECT_EQ(l["num_local_experts"], 2);
+    EXPECT_EQ(l["ep_size"], 2);
+    EXPECT_EQ(l["ep_group_name"], "ep_size_2");
+    // DeepSpeed's groups: expert-parallel {0, 1} and {2, 3}, expert-data-parallel {0, 2}, {1, 3}.
+    EXPECT_EQ(l["ep_rank"], r % 2) << path;
+    EXPECT_EQ(l["expert_data_parallel_rank"], r / 2) << path;
+    EXPECT_EQ(l["expert_data_parallel_world_size"], 2);
+    EXPECT_EQ(l["global_expert_start"], 2 * (r % 2));
+    EXPECT_EQ(l["global_expert_end"], 2 * (r % 2) + 2);
+    EXPECT_EQ(l["expert_placement"]["ranks"][1]["experts"], json({2, 3}));
+    EXPECT_EQ(checkpoint::json_from_ivalue(top.at("num_experts"), path), json({kExperts}));
+    const auto model = checkpoint::ModelStates::from_ivalue(raw, path);
+    EXPECT_EQ(model.module.find("moe.experts.w1"), nullptr) << path;
+    EXPECT_NE(model.module.find("moe.gate.weight"), nullptr) << path;
+  }
+  // The experts are cut for their expert-data-parallel group: converting is refused.
+  for (int tool = 0; tool < 2; ++tool) {
+    try {
+      if (tool == 0) checkpoint::ds_to_universal(ckpt + "/two", dir() + "/universal3");
+      if (tool == 1) checkpoint::consolidate_zero_checkpoint(ckpt, "two");
+      ADD_FAILURE() << "tool " << tool << " converted an AutoEP ZeRO-3 checkpoint";
+    } catch (const NotSupportedError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("ds_autoep_layers checkpoint_format \"zero3_partitioned\""),
+                std::string::npos) << what;
+    }
+  }
 }
 
 std::string error_of(const json& config) {
@@ -333,7 +460,13 @@ TEST(AutoEPDist, BadSetUpsNameWhatIsWrong) {
     EXPECT_NE(error_of(c).find("autoep_size (3) must divide the data-parallel size (2)"),
               std::string::npos) << error_of(c);
     c = net_config(3, kRows, 2);
-    EXPECT_NE(error_of(c).find("zero_optimization.stage 3"), std::string::npos) << error_of(c);
+    c["zero_optimization"]["zero_hpz_partition_size"] = 2;
+    EXPECT_NE(error_of(c).find("does not support hpZeRO secondary tensor groups"),
+              std::string::npos) << error_of(c);
+    c = net_config(3, kRows, 2);
+    c["zero_optimization"]["mics_shard_size"] = 2;
+    EXPECT_NE(error_of(c).find("with zero_optimization.mics_shard_size is not supported"),
+              std::string::npos) << error_of(c);
     c = net_config(1, kRows, 2);
     c["expert_parallel"]["moe_layer_pattern"] = "model\\.layers\\.\\d+\\.mlp";
     EXPECT_NE(error_of(c).find("no TokenChoiceMoE layer whose name matches"), std::string::npos)

@@ -164,7 +164,9 @@ TEST(FinetuneLlamaE2E, Zero3On2RanksMatchesZero0On1Rank) {
 // rank holding 2 experts of each sparse layer, the losses are those of one rank with every
 // expert; --save_hf gathers the experts back into transformers' names, and --save_dir writes
 // DeepSpeed's per-expert files (one set per MoE layer). Under ZeRO-3 without AutoEP (the
-// experts partitioned like any weight) the losses are the same too.
+// experts partitioned like any weight), and with it (each rank's experts partitioned over their
+// expert-data-parallel group of one), the losses are the same too, and so are the weights
+// --save_hf gathers.
 class FinetuneMoeE2E : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FinetuneMoeE2E, AutoEpOn2RanksMatchesOneRank) {
@@ -177,9 +179,10 @@ TEST_P(FinetuneMoeE2E, AutoEpOn2RanksMatchesOneRank) {
                                    "--steps 3 --save_hf " + dir.file("hf2") + " --save_dir " +
                                        dir.file("ckpt"));
   finetune(dir, 2, "zero3", config(3, 2), "--steps 3");
+  finetune(dir, 2, "ep2z3", config(3, 2, ep), "--steps 3 --save_hf " + dir.file("hf3"));
   const auto l0 = losses(dir.file("zero0.jsonl"));
   ASSERT_EQ(l0.size(), 3u);
-  for (const char* run : {"ep2.jsonl", "zero3.jsonl"}) {
+  for (const char* run : {"ep2.jsonl", "zero3.jsonl", "ep2z3.jsonl"}) {
     const auto l = losses(dir.file(run));
     ASSERT_EQ(l.size(), 3u) << run;
     for (size_t i = 0; i < l0.size(); ++i) {
@@ -187,17 +190,19 @@ TEST_P(FinetuneMoeE2E, AutoEpOn2RanksMatchesOneRank) {
     }
   }
   const auto w0 = checkpoint::load_safetensors(dir.file("hf0/model.safetensors"));
-  const auto w2 = checkpoint::load_safetensors(dir.file("hf2/model.safetensors"));
-  ASSERT_EQ(w0.size(), w2.size());
-  ASSERT_NE(w2.find(mixtral ? "model.layers.1.block_sparse_moe.experts.3.w2.weight"
-                            : "model.layers.1.mlp.experts.3.down_proj.weight"),
-            nullptr);
-  for (const auto& item : w0) {
-    const auto* other = w2.find(item.key());
-    ASSERT_NE(other, nullptr) << item.key();
-    const double scale = item.value().abs().max().item<double>();
-    EXPECT_LE((item.value() - *other).abs().max().item<double>(), 1e-5 * scale + 2e-2 * 3e-3)
-        << item.key();
+  for (const char* hf : {"hf2", "hf3"}) {
+    const auto w2 = checkpoint::load_safetensors(dir.file(std::string(hf) + "/model.safetensors"));
+    ASSERT_EQ(w0.size(), w2.size()) << hf;
+    ASSERT_NE(w2.find(mixtral ? "model.layers.1.block_sparse_moe.experts.3.w2.weight"
+                              : "model.layers.1.mlp.experts.3.down_proj.weight"),
+              nullptr) << hf;
+    for (const auto& item : w0) {
+      const auto* other = w2.find(item.key());
+      ASSERT_NE(other, nullptr) << hf << " " << item.key();
+      const double scale = item.value().abs().max().item<double>();
+      EXPECT_LE((item.value() - *other).abs().max().item<double>(), 1e-5 * scale + 2e-2 * 3e-3)
+          << hf << " " << item.key();
+    }
   }
   std::ifstream latest(dir.file("ckpt/latest"));
   std::string tag;

@@ -67,7 +67,7 @@ ModelStateParts read_model_states(const std::string& tag_dir, const std::string&
   Dict subset = new_dict();
   for (const char* key : {"module", "buffer_names", "param_shapes", "frozen_param_shapes",
                           "frozen_param_fragments", "shared_params", "num_experts",
-                          "dp_world_size", "ds_config"}) {
+                          "ds_autoep_layers", "dp_world_size", "ds_config"}) {
     if (r.has(key)) subset.insert(key, r.at(key));
   }
   ModelStates states = ModelStates::from_ivalue(IValue(subset), path);

@@ -11,6 +11,7 @@
 
 #include "deepspeed/errors.h"
 #include "deepspeed/moe.h"
+#include "runtime/checkpoint/autoep_layers_metadata.h"
 #include "runtime/checkpoint/moe_checkpoint.h"
 #include "runtime/checkpoint/value_access.h"
 #include "util/check.h"
@@ -50,6 +51,13 @@ std::optional<MoeExperts> MoeExperts::read(const std::string& dir, int64_t mp,
                                            const ModelStates& states, const std::string& path) {
   std::vector<int64_t> counts;
   for (const auto& [key, value] : states.client_state) {
+    DS_CHECK(key != runtime::kAutoEPLayersKey ||
+                 !runtime::has_zero3_partitioned_experts(value, path),
+             NotSupportedError, path, ": an AutoEP (expert_parallel) checkpoint written at ZeRO "
+             "stage 3 (", runtime::kAutoEPLayersKey, " checkpoint_format \"",
+             runtime::kZero3PartitionedFormat, "\"): converting it (ds_to_universal, "
+             "zero_to_fp32) is not supported yet; the engine's load_checkpoint reads it with the "
+             "placement it was saved with");
     if (key != "num_experts") continue;
     for (const IValue& n : as_sequence(value, path + ": num_experts")) counts.push_back(n.toInt());
   }

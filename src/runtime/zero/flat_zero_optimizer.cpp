@@ -15,6 +15,7 @@
 
 #include "deepspeed/optimizers.h"
 #include "deepspeed/version.h"
+#include "runtime/checkpoint/autoep_layers_metadata.h"
 #include "runtime/checkpoint/moe_checkpoint.h"
 #include "runtime/checkpoint/shared_file_writers.h"
 #include "runtime/checkpoint/value_access.h"
@@ -138,6 +139,10 @@ void FlatZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
     c10::List<int64_t> counts;
     for (int64_t n : moe_num_experts(*moe_->module)) counts.push_back(n);
     m->client_state.emplace_back("num_experts", IValue(counts));
+    // As DeepSpeed: AutoEP's layers described (their experts in per-expert files), else None.
+    const auto autoep = autoep_layers_metadata(*moe_->module, /*zero3_partitioned=*/false);
+    m->client_state.emplace_back(kAutoEPLayersKey,
+                                 autoep.empty() ? IValue() : ckpt::ivalue_from_json(autoep));
   }
   auto shapes = param_shapes(ctx);
   if (stage_ > 0 || !shapes.empty()) m->param_shapes = std::move(shapes);

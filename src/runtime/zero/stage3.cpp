@@ -9,13 +9,16 @@
 #include <set>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "deepspeed/auto_ep.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/linear.h"
+#include "deepspeed/moe.h"
 #include "deepspeed/muon.h"
 #include "deepspeed/optimizers.h"
 #include "runtime/checkpoint/shared_file_writers.h"
@@ -23,6 +26,7 @@
 #include "runtime/optim/scoped_grad_scale.h"
 #include "runtime/host_caching_allocator.h"
 #include "runtime/zero/host_offload.h"
+#include "runtime/zero/moe_param_groups.h"
 #include "runtime/precision/overflow_check.h"
 #include "runtime/zero/stage3_nvme_shards.h"
 #include "runtime/zero/stage3_optimizer_states.h"
@@ -77,6 +81,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
     if (ctx.hpz_group) gather_group_.secondary = *ctx.hpz_group;
     qgz_groups_ = ctx.qgz_groups;
+    find_expert_partition(ctx);
     // offload_optimizer "cpu": the fp32 shards and optimizer state in host memory, stepped by
     // the CPU optimizer (the config's optimizer is built as DeepSpeed's CPU variant). A
     // CPU-only build keeps them there already. "nvme": in swap files between steps as well
@@ -142,7 +147,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     // What NVMe offload swapped out is free now: give it back to the system rather than keep it
     // cached for reuse (the point was to need less memory).
     if (allocation.deferred) empty_host_cache();
-    start_reducer();
+    start_reducers();
   }
 
   ~Stage3() override {
@@ -168,11 +173,13 @@ class Stage3 final : public Stage3ZeroOptimizer {
 
   void begin_backward(bool /*boundary*/) override {
     // Matches DeepSpeed: stage 3 reduce-scatters in every micro-step's backward.
-    if (reducer_) reducer_->prepare();
+    for (auto& r : reducers_) r->prepare();
   }
 
   void end_backward(bool boundary) override {
-    if (reducer_ && reducer_->armed()) reducer_->finish();
+    for (auto& r : reducers_) {
+      if (r->armed()) r->finish();
+    }
     coordinator_->end_iteration();
     if (boundary) all_reduce_across_replicas();
   }
@@ -209,7 +216,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
 
   void zero_grad() override {
     for (auto& sg : sub_groups_) sg.grad.zero_();
-    if (reducer_) reducer_->shards_zeroed();
+    for (auto& r : reducers_) r->shards_zeroed();
     for (auto& p : params_) {
       at::Tensor handle = p.param;
       if (handle.grad().defined()) handle.mutable_grad() = at::Tensor();
@@ -217,7 +224,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   }
 
   void loss_scale_updated(bool overflow, double ratio) override {
-    if (reducer_) reducer_->loss_scale_updated(overflow, ratio);
+    for (auto& r : reducers_) r->loss_scale_updated(overflow, ratio);
   }
 
   bool local_overflow() override {
@@ -257,21 +264,36 @@ class Stage3 final : public Stage3ZeroOptimizer {
       if (p.param.grad().defined()) {
         m.grad_bytes += p.param.grad().numel() * static_cast<int64_t>(p.param.element_size());
       }
-      m.padding_elements += p.padded_numel(world_) - p.numel;
+      m.padding_elements += p.padded_numel() - p.numel;
     }
     m.optimizer_state_bytes = optimizer_state_bytes(*optimizer_);
-    m.bucket_bytes = reducer_ ? reducer_->buffer_bytes() : 0;
+    for (const auto& r : reducers_) m.bucket_bytes += r->buffer_bytes();
     optimizer_states_->report(m);
     return m;
   }
 
   ReductionStats reduction_stats() const override {
-    return reducer_ ? reducer_->stats() : ReductionStats{};
+    ReductionStats total;
+    for (const auto& r : reducers_) {
+      const ReductionStats s = r->stats();
+      total.buckets_launched += s.buckets_launched;
+      total.buckets_launched_from_hooks += s.buckets_launched_from_hooks;
+      total.reductions_issued += s.reductions_issued;
+      total.host_copies_in_backward += s.host_copies_in_backward;
+    }
+    return total;
   }
   int64_t num_buckets() const override {
-    return reducer_ ? static_cast<int64_t>(reducer_->num_buckets()) : 0;
+    int64_t n = 0;
+    for (const auto& r : reducers_) n += static_cast<int64_t>(r->num_buckets());
+    return n;
   }
-  bool backward_pending() const override { return reducer_ && reducer_->armed(); }
+  bool backward_pending() const override {
+    for (const auto& r : reducers_) {
+      if (r->armed()) return true;
+    }
+    return false;
+  }
 
   // Checkpoints: the masters are the sub-groups' fp32 flats.
   void masters_to_params() override {
@@ -350,6 +372,23 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
   }
 
+  // Note [Expert partitions]: AutoEP's sharded layers' weights (frozen ones too: they differ
+  // between expert-parallel ranks all the same) are cut for their expert-data-parallel group,
+  // and their optimizer param groups split off (DeepSpeed's engine splits them for every stage).
+  void find_expert_partition(const ZeroContext& ctx) {
+    const moe::ExpertGroups* groups = nullptr;
+    for (const auto& [name, layer] : moe::token_choice_layers(*module_)) {
+      const moe::ExpertGroups* g = layer->ep_groups();
+      if (g == nullptr) continue;
+      DS_INTERNAL_ASSERT(groups == nullptr || groups == g, "AutoEP layers of two ep_sizes");
+      groups = g;
+      for (const auto& t : layer->expert_parameters()) expert_keys_.insert(key(t));
+    }
+    if (groups == nullptr) return;
+    expert_shard_group_ = ShardGroup(groups->expert_data_parallel);
+    split_moe_param_groups(*optimizer_, ctx.expert_params);
+  }
+
   // Every distinct parameter of the model (a tied one once, under its first name).
   void collect_params() {
     for (auto& item : module_->named_parameters(/*recurse=*/true)) {
@@ -363,7 +402,9 @@ class Stage3 final : public Stage3ZeroOptimizer {
       p.param = item.value();
       p.name = item.key();
       p.numel = item.value().numel();
-      p.shard_numel = shard_numel_for(p.numel, world_);
+      p.partition = expert_keys_.count(key(item.value())) ? 1 : 0;
+      p.world = p.partition == 0 ? world_ : expert_shard_group_.size();
+      p.shard_numel = shard_numel_for(p.numel, p.world);
       // torch_autocast: a lower-precision module's shards are gathered in its dtype.
       p.gather_dtype = comm_dtype_of(comm_dtypes_, p.param, at::ScalarType::Undefined);
       params_.push_back(std::move(p));
@@ -448,6 +489,11 @@ class Stage3 final : public Stage3ZeroOptimizer {
     for (auto& p : params_) {
       if (!p.trainable) p.shard = at::zeros({p.shard_numel}, shard_options_.dtype(p.param.scalar_type()));
       auto pre = take_pre_partitioned(p.param);
+      DS_CHECK(!pre || p.partition == 0, NotSupportedError, "parameter '", p.name, "' is an "
+               "AutoEP expert weight that zero::Init partitioned over the data-parallel group; "
+               "expert_parallel with a model built under zero::Init is not supported (build it "
+               "outside zero::Init: the engine cuts each rank's experts for their "
+               "expert-data-parallel group)");
       // Own shards (offload_param "nvme") adopt zero::Init's shard as it is: no copy.
       if (!p.shard.defined()) {
         const bool adopt = pre && pre->world == world_ && pre->shard.scalar_type() == model_dtype_ &&
@@ -478,10 +524,10 @@ class Stage3 final : public Stage3ZeroOptimizer {
       at::Tensor full = storage_as_flat(p.param, p.numel);
       // Every data-parallel rank starts from its group's first rank's values (under MiCS the
       // replicas too, so the whole data-parallel group).
-      if (broadcast_group_.size() > 1) {
-        comm::broadcast(full, broadcast_group_.global_rank(0), false, broadcast_group_);
-      }
-      const int64_t begin = std::min<int64_t>(p.numel, static_cast<int64_t>(rank_) * p.shard_numel);
+      // AutoEP's experts from their expert-data-parallel group's first rank.
+      const comm::Group& from = p.partition == 0 ? broadcast_group_ : expert_shard_group_.group;
+      if (from.size() > 1) comm::broadcast(full, from.global_rank(0), false, from);
+      const int64_t begin = std::min<int64_t>(p.numel, partition_rank(p) * p.shard_numel);
       const int64_t len = std::min<int64_t>(p.shard_numel, p.numel - begin);
       if (len > 0) p.shard.narrow(0, 0, len).copy_(full.narrow(0, begin, len));
     }
@@ -498,7 +544,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
       if (p.persistent && !p.available) persistent.push_back(&p);
       if (!p.persistent && p.available) release(p);
     }
-    start_gathers(persistent, gather_group_, /*async=*/false, /*use_all_reduce=*/false);
+    start_partitioned_gathers(persistent, {gather_group_, expert_shard_group_}, /*async=*/false,
+                              /*use_all_reduce=*/false);
   }
 
   void start_coordinator(std::vector<Stage3Unit> units, const UnitDiscovery& found) {
@@ -510,7 +557,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
       Stage3Unit& u = units[k];
       u.numel = 0;
       for (size_t i : u.params) {
-        if (!params_[i].persistent) u.numel += params_[i].padded_numel(world_);
+        if (!params_[i].persistent) u.numel += params_[i].padded_numel();
       }
       if (u.numel == 0) continue;
       kept.push_back(std::move(u));
@@ -524,6 +571,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     o.max_reuse_distance_numel = z.stage3_max_reuse_distance;
     o.use_all_reduce_for_fetch = z.stage3_use_all_reduce_for_fetch_params;
     o.group = gather_group_;
+    o.expert_group = expert_shard_group_;
     o.quantize_weights = z.zero_quantized_weights;
     coordinator_ = std::make_shared<ParamCoordinator>(&params_, kept, o);
     register_coordinator(coordinator_);
@@ -612,17 +660,29 @@ class Stage3 final : public Stage3ZeroOptimizer {
     coordinator_->set_shard_store(shard_store_.get());
   }
 
-  void start_reducer() {
-    const auto& z = config_.zero_optimization;
-    std::vector<size_t> trainable;
-    std::vector<at::Tensor> grad_shards;
-    for (auto& sg : sub_groups_) {
-      for (const auto& e : sg.entries) {
-        trainable.push_back(e.param);
-        grad_shards.push_back(sg.grad.narrow(0, e.offset, e.numel));
+  // A reducer per partition (Note [Expert partitions]): the experts' over their
+  // expert-data-parallel group, still divided by the data-parallel size.
+  void start_reducers() {
+    for (int partition : {0, 1}) {
+      std::vector<size_t> trainable;
+      std::vector<at::Tensor> grad_shards;
+      for (auto& sg : sub_groups_) {
+        for (const auto& e : sg.entries) {
+          if (params_[e.param].partition != partition) continue;
+          trainable.push_back(e.param);
+          grad_shards.push_back(sg.grad.narrow(0, e.offset, e.numel));
+        }
       }
+      if (trainable.empty()) continue;
+      comm::Group group = partition == 0 ? dp_group_ : expert_shard_group_.group;
+      reducers_.push_back(start_reducer(std::move(trainable), std::move(grad_shards), group));
     }
-    if (trainable.empty()) return;
+  }
+
+  std::unique_ptr<Stage3GradReducer> start_reducer(std::vector<size_t> trainable,
+                                                   std::vector<at::Tensor> grad_shards,
+                                                   const comm::Group& group) {
+    const auto& z = config_.zero_optimization;
     Stage3ReducerOptions ro;
     ro.bucket_numel = z.reduce_bucket_numel();
     ro.overlap_comm = z.overlap_comm_enabled();
@@ -632,7 +692,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     ro.ignore_unused_parameters = z.ignore_unused_parameters;
     ro.bucket_dtype = communication_dtype_;
     ro.comm_dtypes = comm_dtypes_;
-    ro.group = dp_group_;
+    ro.group = group;
     ro.average_divisor = average_divisor_;
     ro.quantized_reduction = qgz_groups_;
     ro.loco = z.zeropp_loco_param;
@@ -650,8 +710,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
         (bf16_buckets || !reduce_scatter_on_cpu_for_tests())) {
       ro.reduce_scatter = false;
     }
-    reducer_ = std::make_unique<Stage3GradReducer>(&params_, std::move(trainable),
-                                                   std::move(grad_shards), ro);
+    return std::make_unique<Stage3GradReducer>(&params_, std::move(trainable),
+                                               std::move(grad_shards), ro);
   }
 
   const DeepSpeedConfig& config_;
@@ -665,6 +725,12 @@ class Stage3 final : public Stage3ZeroOptimizer {
   comm::Group dp_group_;        // the partition group: data-parallel, or MiCS' shard group
   comm::Group replica_group_;   // MiCS: the ranks holding this rank's shards; else this rank
   ShardGroup gather_group_;     // dp_group_, MiCS' hierarchy and hpZ's secondary group
+  // Note [Expert partitions]: AutoEP's expert-data-parallel group, and its layers' weights.
+  ShardGroup expert_shard_group_;
+  std::unordered_set<const c10::TensorImpl*> expert_keys_;
+  int64_t partition_rank(const PartitionedParam& p) const {
+    return p.partition == 0 ? rank_ : expert_shard_group_.rank();
+  }
   std::optional<NodeGroups> qgz_groups_;  // ZeRO++ qgZ (Note [Quantized reduction])
   int world_;  // partition-group size and rank
   int rank_;
@@ -683,7 +749,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
   std::vector<Stage3SubGroup> sub_groups_;
   std::shared_ptr<ParamCoordinator> coordinator_;
   SequentialInterception interception_;
-  std::unique_ptr<Stage3GradReducer> reducer_;
+  // One per partition that has trainable parameters (Note [Expert partitions]).
+  std::vector<std::unique_ptr<Stage3GradReducer>> reducers_;
   // Masters and optimizer state by offload_optimizer.device; declared late: destroyed early.
   std::unique_ptr<OptimizerStateStore> optimizer_states_;
   std::unique_ptr<NvmeShardStore> shard_store_;  // offload_param "nvme" only
@@ -691,10 +758,30 @@ class Stage3 final : public Stage3ZeroOptimizer {
 
 }  // namespace
 
+// Matches DeepSpeed's _validate_zero3_moe_compatibility: ZeRO-3 takes AutoEP's layers
+// (Note [Expert partitions]), not deepspeed::moe's.
+void check_expert_partition(const ZeroContext& context) {
+  if (context.expert_params.empty()) return;
+  const std::string& source = context.config->source;
+  DS_CHECK(moe::moe_layers(*context.module).empty(), NotSupportedError,
+           "Native DeepSpeed MoE is not supported with ZeRO Stage 3 (zero_optimization.stage 3 "
+           "with deepspeed::moe::MoE layers). Use AutoEP (expert_parallel) or choose ZeRO stage "
+           "1/2.");
+  const auto& z = context.config->zero_optimization;
+  DS_CHECK(!context.mics, NotSupportedError, source, ": expert_parallel (AutoEP) with "
+           "zero_optimization.mics_shard_size is not supported");
+  DS_CHECK(!context.hpz_group, NotSupportedError, source, ": AutoEP with ZeRO Stage 3 does not "
+           "support hpZeRO secondary tensor groups (zero_optimization.zero_hpz_partition_size ",
+           z.zero_hpz_partition_size, ")");
+  DS_CHECK(!z.zero_quantized_gradients, NotSupportedError, source, ": AutoEP with ZeRO Stage 3 "
+           "does not support zero_optimization.zero_quantized_gradients");
+  DS_CHECK(dynamic_cast<optim::Muon*>(context.optimizer) == nullptr, NotSupportedError, source,
+           ": the Muon optimizer with expert_parallel (AutoEP) at ZeRO stage 3 is not supported "
+           "yet (its Newton-Schulz gathers each matrix over the data-parallel group)");
+}
+
 std::unique_ptr<ZeroOptimizer> make_stage3(const ZeroContext& context) {
-  // Matches DeepSpeed's engine: "MoE not supported with Stage 3".
-  DS_CHECK(context.expert_params.empty(), NotSupportedError,
-           "MoE not supported with Stage 3 (zero_optimization.stage 3 with MoE layers)");
+  check_expert_partition(context);
   return std::make_unique<Stage3>(context);
 }
 

@@ -22,7 +22,8 @@ struct Stage3ParamInfo {
   std::string name;
   std::vector<int64_t> shape;
   int64_t numel = 0;        // unpartitioned
-  int64_t shard_numel = 0;  // ceil(numel / W), the elements each rank holds (padding included)
+  int64_t shard_numel = 0;  // ceil(numel / W), the elements each rank holds (padding included;
+                            // W is the expert-data-parallel size for AutoEP's experts)
   size_t sub_group = 0;     // where this rank's shard lives
   int64_t offset = 0;       // its first element in that sub-group's flat
 };
@@ -57,6 +58,14 @@ class Stage3ZeroOptimizer : public ZeroOptimizer {
   /// in that partition group.
   virtual int world_size() const = 0;
   virtual int rank() const = 0;
+  /// Whether some sub-group holds AutoEP's experts, cut for their expert-data-parallel group
+  /// (Note [Expert partitions] in stage3_param.h).
+  bool has_expert_partition() {
+    for (const auto& sg : sub_groups()) {
+      if (sg.partition != 0) return true;
+    }
+    return false;
+  }
   /// Whether this rank writes its files: all do, but under MiCS only the first replica of
   /// each shard (DeepSpeed saves the first shard group's files; the others hold copies), or
   /// with checkpoint.use_node_local_storage the first on each node.

@@ -18,6 +18,8 @@
 #include "deepspeed/comm.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/version.h"
+#include "runtime/checkpoint/autoep_layers_metadata.h"
+#include "runtime/checkpoint/moe_checkpoint.h"
 #include "runtime/checkpoint/value_access.h"
 #include "runtime/zero/repartition.h"
 #include "util/check.h"
@@ -29,6 +31,13 @@ namespace ckpt = checkpoint;
 using c10::IValue;
 using List = c10::impl::GenericList;
 using ckpt::detail::DictReader;
+
+const IValue* client_value(const ckpt::ModelStates& states, const std::string& key) {
+  for (const auto& [k, v] : states.client_state) {
+    if (k == key) return &v;
+  }
+  return nullptr;
+}
 
 // This engine's sub-groups as slots (names, shapes, shard sizes, offsets).
 std::vector<std::vector<Stage3Slot>> own_slots(Stage3ZeroOptimizer& zero) {
@@ -200,6 +209,17 @@ void Stage3ZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
   for (auto& item : states->module) {
     if (params.count(item.key())) item.value() = at::empty({0}, item.value().options());
   }
+  if (has_expert_partition()) {
+    // Matches DeepSpeed's _save_moe_checkpoint under ZeRO-3 with AutoEP: no expert entries in
+    // the module (the experts are in the optimizer shards), the MoE keys beside it.
+    states->module = without_expert_states(states->module);
+    c10::List<int64_t> counts;
+    for (int64_t n : moe_num_experts(*ctx.module)) counts.push_back(n);
+    states->client_state.emplace_back("num_experts", IValue(counts));
+    states->client_state.emplace_back(
+        kAutoEPLayersKey,
+        ckpt::ivalue_from_json(autoep_layers_metadata(*ctx.module, /*zero3_partitioned=*/true)));
+  }
   std::vector<ckpt::ShapeDict> groups(sub_groups().size());
   for (const auto& info : param_infos()) groups.at(info.sub_group).insert(info.name, info.shape);
   states->param_shapes = std::move(groups);
@@ -266,8 +286,20 @@ void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, Zero
 
   bool same = saved_world == world && shapes.size() == groups.size();
   for (size_t g = 0; same && g < groups.size(); ++g) {
-    same = same_slots(stage3_slots(shapes[g], world), slots[g]);
+    same = same_slots(stage3_slots(shapes[g], groups[g].world), slots[g]);
   }
+  // Note [Expert partitions]: expert shards are cut for an expert-data-parallel group, which
+  // the re-partitioning below knows nothing of. As in DeepSpeed, such a checkpoint loads only
+  // with the placement it was saved with.
+  const IValue* saved_experts = client_value(plan->states, kAutoEPLayersKey);
+  const bool saved_partitioned =
+      saved_experts && has_zero3_partitioned_experts(*saved_experts, plan->model_file);
+  if (saved_partitioned) check_autoep_placement(*saved_experts, *ctx.module, plan->model_file);
+  DS_CHECK(same || !(saved_partitioned || has_expert_partition()), CheckpointError, tag_dir,
+           ": AutoEP ZeRO-3 checkpoints load only with the parameter placement they were saved "
+           "with (the same data-parallel size, expert_parallel.autoep_size and "
+           "zero_optimization.sub_group_size); this one was saved on ", saved_world,
+           " ranks, this engine has ", world, " (or another sub-group layout)");
   if (same) {
     Zero3File f = has_own || rank == 0 ? first : read_optim_file(tag_dir, rank, mp_rank, bf16);
     DS_CHECK(f.partition_count == world && f.fp32_flat_groups.size() == groups.size(),
@@ -297,6 +329,15 @@ void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, Zero
 
   plan->raw_states = ckpt::load(plan->model_file);
   for (const auto& p : ctx.module->named_parameters()) plan->placeholders.insert(p.key());
+  if (saved_partitioned) {
+    // The save left the experts out of the module (they are in the shards): placeholders, as
+    // every partitioned parameter's entry is.
+    for (const auto& p : ctx.module->named_parameters()) {
+      if (is_expert_state_key(p.key()) && plan->states.module.find(p.key()) == nullptr) {
+        plan->states.module.insert(p.key(), at::empty({0}, p.value().options()));
+      }
+    }
+  }
   plan->masters_note = saved_world == world
                            ? "fp32 master shards"
                            : "fp32 master shards re-partitioned from " +

@@ -73,11 +73,11 @@ std::vector<std::shared_ptr<ParamCoordinator>> live_coordinators() {
 ParamCoordinator::ParamCoordinator(std::vector<PartitionedParam>* params,
                                    std::vector<Stage3Unit> units, CoordinatorOptions options)
     : params_(params), units_(std::move(units)), options_(options),
-      fetch_group_(options_.group), world_(options_.group.size()),
-      rank_(options_.group.rank()), prefetched_(params->size(), false) {
-  fetch_group_.quantize_weights = options_.quantize_weights;
+      groups_{options_.group, options_.expert_group}, prefetched_(params->size(), false) {
+  fetch_groups_ = groups_;
+  for (auto& g : fetch_groups_) g.quantize_weights = options_.quantize_weights;
   for (const auto& p : *params_) {
-    if (p.available && !p.persistent) stats_.live_numel += p.padded_numel(world_);
+    if (p.available && !p.persistent) stats_.live_numel += p.padded_numel();
   }
   stats_.peak_live_numel = stats_.live_numel;
 }
@@ -122,23 +122,23 @@ void ParamCoordinator::gather_all(const std::vector<size_t>& indices, bool async
     wanted.push_back(i);
     batch.push_back(&p);
     stats_.gathers += 1;
-    if (!p.persistent) stats_.live_numel += p.padded_numel(world_);
+    if (!p.persistent) stats_.live_numel += p.padded_numel();
   }
   if (batch.empty()) return;
   stats_.peak_live_numel = std::max(stats_.peak_live_numel, stats_.live_numel);
   swap_in_for_gather(wanted);
-  stats_.gather_collectives += start_gathers(batch, fetch ? fetch_group_ : options_.group, async,
-                                             options_.use_all_reduce_for_fetch);
+  stats_.gather_collectives += start_partitioned_gathers(
+      batch, fetch ? fetch_groups_ : groups_, async, options_.use_all_reduce_for_fetch);
 }
 
 void ParamCoordinator::free(size_t i) {
   PartitionedParam& p = (*params_)[i];
   if (!p.available || p.persistent) return;
-  keep_secondary(p, options_.group);  // Note [Secondary partition]
+  keep_secondary(p, groups_.at(p.partition));  // Note [Secondary partition]
   runtime::release(p);
   prefetched_[i] = false;
   stats_.releases += 1;
-  stats_.live_numel -= p.padded_numel(world_);
+  stats_.live_numel -= p.padded_numel();
 }
 
 void ParamCoordinator::advance_trace(size_t unit, bool traced) {
@@ -184,7 +184,7 @@ void ParamCoordinator::prefetch() {
       if (p.available || p.persistent || chosen[i]) continue;
       if (issued >= budget) break;
       chosen[i] = true;
-      issued += p.padded_numel(world_);
+      issued += p.padded_numel();
       // A swapped shard is read ahead; its all-gather waits for the fetch that needs it.
       if (store_ != nullptr && store_->swapped(i)) {
         read_ahead.push_back(i);
@@ -252,7 +252,7 @@ void ParamCoordinator::refresh_gathered() {
     if (!p.available) continue;
     finish_gather(p);
     p.available = false;  // the storage stays allocated; start_gather refills it in place
-    if (!p.persistent) stats_.live_numel -= p.padded_numel(world_);  // gather_all counts it again
+    if (!p.persistent) stats_.live_numel -= p.padded_numel();  // gather_all counts it again
     // Swapped shards one at a time: the swap buffers hold only a few.
     if (store_ != nullptr && store_->swapped(i)) {
       gather_now(i);

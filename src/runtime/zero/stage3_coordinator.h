@@ -46,6 +46,9 @@ struct CoordinatorOptions {
   int64_t max_reuse_distance_numel = 1000000000;
   bool use_all_reduce_for_fetch = false;
   ShardGroup group;  // the ranks the shards are gathered from (stage3_param.h)
+  /// Note [Expert partitions]: the group of the parameters cut for partition 1 (AutoEP's
+  /// expert-data-parallel group); unused without them.
+  ShardGroup expert_group;
   /// Note [Quantized gather]: the unit fetches and their prefetches gather blockwise int8.
   bool quantize_weights = false;
 };
@@ -108,9 +111,10 @@ class ParamCoordinator {
   std::vector<PartitionedParam>* params_;
   std::vector<Stage3Unit> units_;
   CoordinatorOptions options_;
-  ShardGroup fetch_group_;  // options_.group, quantized for qwZ (Note [Quantized gather])
-  int world_ = 1;
-  int rank_ = 0;
+  // By partition (Note [Expert partitions]): options_.group and expert_group, and those
+  // quantized for qwZ (Note [Quantized gather]).
+  std::vector<ShardGroup> groups_;
+  std::vector<ShardGroup> fetch_groups_;
   Mode mode_ = Mode::kRecord;
   std::vector<size_t> trace_;  // unit indices in fetch order over one iteration
   size_t cursor_ = 0;          // next trace position (kComplete)

@@ -4,10 +4,12 @@
 
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <ATen/ATen.h>
 #include <c10/util/intrusive_ptr.h>
 
+#include "deepspeed/auto_ep.h"
 #include "deepspeed/comm.h"
 #include "deepspeed/linear.h"
 #include "deepspeed/mpu.h"
@@ -113,8 +115,20 @@ void Init::partition(torch::nn::Module& module) {
   const int world = shard_group_.size();
   const int rank = shard_group_.rank();
   at::NoGradGuard no_grad;
+  // AutoEP's sharded experts stay whole: the engine cuts them for their expert-data-parallel
+  // group (Note [Expert partitions] in stage3_param.h).
+  // (A unit under construction is not in a shared_ptr yet: its descendants and itself apart.)
+  std::unordered_set<const c10::TensorImpl*> experts;
+  auto note_experts = [&](const torch::nn::Module& m) {
+    const auto* layer = dynamic_cast<const moe::TokenChoiceMoEImpl*>(&m);
+    if (layer == nullptr || layer->ep_groups() == nullptr) return;
+    for (const auto& w : layer->expert_parameters()) experts.insert(w.unsafeGetTensorImpl());
+  };
+  note_experts(module);
+  for (const auto& m : module.modules(/*include_self=*/false)) note_experts(*m);
   for (auto& p : module.parameters(/*recurse=*/true)) {
     if (p.numel() == 0 || runtime::is_pre_partitioned(p)) continue;
+    if (experts.count(p.unsafeGetTensorImpl())) continue;
     DS_CHECK(!linear::is_sharded_base_weight(p), NotSupportedError,
              "ZeRO-3 with an OptimizedLinear whose LoRAConfig.base_weight_sharding is above 1 is "
              "not supported: each rank holds a different shard of the base weight, which ZeRO-3 "

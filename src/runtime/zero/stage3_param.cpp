@@ -432,6 +432,24 @@ int64_t start_gathers(const std::vector<PartitionedParam*>& params, const ShardG
   return collectives;
 }
 
+int64_t start_partitioned_gathers(const std::vector<PartitionedParam*>& params,
+                                  const std::vector<ShardGroup>& groups, bool async,
+                                  bool use_all_reduce) {
+  std::vector<std::vector<PartitionedParam*>> by_partition(groups.size());
+  for (PartitionedParam* p : params) {
+    DS_INTERNAL_ASSERT(p->partition >= 0 && p->partition < static_cast<int>(groups.size()),
+                       "parameter '", p->name, "' is cut for partition ", p->partition);
+    by_partition[p->partition].push_back(p);
+  }
+  int64_t collectives = 0;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    if (!by_partition[k].empty()) {
+      collectives += start_gathers(by_partition[k], groups[k], async, use_all_reduce);
+    }
+  }
+  return collectives;
+}
+
 void finish_gather(PartitionedParam& p) {
   if (p.coalesced) {
     p.coalesced->finish();

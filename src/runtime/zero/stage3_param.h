@@ -92,6 +92,16 @@ void free_storage(const at::Tensor& param);
 // weights read back; loading a fragment equal to them keeps the shard as it is (a fresh
 // rounding of rounded weights could move some by a step), another fragment is quantized anew.
 
+// Note [Expert partitions]: AutoEP under ZeRO-3 (DeepSpeed's "autoep_expert" placement). Each
+// rank holds the stacked weights of its E / P experts, which its expert-data-parallel group of
+// W / P ranks (those with its expert-parallel rank) hold too: those weights are partitioned over
+// that group, not over all W ranks, and gathered and reduce-scattered over it. Their gradients
+// are still divided by W (DeepSpeed's _gradient_averaging_world_size): each expert saw the tokens
+// of every rank. Every element of every expert then lives on exactly one rank of the world, so
+// the gradient norm and the overflow vote over the data-parallel group stay exact. An expert
+// parameter's optimizer param group holds experts only (moe_param_groups.h), so its sub-groups
+// do too.
+
 /// The ranks a parameter's shards are spread over: the data-parallel group, or under MiCS this
 /// rank's shard group (stage3_groups.h). Shard r lives on group rank r.
 struct ShardGroup {
@@ -125,7 +135,11 @@ struct PartitionedParam {
   at::Tensor param;  // the model's Variable; its sizes never change
   std::string name;
   int64_t numel = 0;
-  int64_t shard_numel = 0;  // ceil(numel / W)
+  int64_t shard_numel = 0;  // ceil(numel / world)
+  /// The partition group it is cut for: 0 the data-parallel one (or MiCS' shard group), 1
+  /// AutoEP's expert-data-parallel group (Note [Expert partitions]); and that group's size.
+  int partition = 0;
+  int world = 1;
   at::Tensor shard;         // this rank's shard in the model dtype (DeepSpeed's ds_tensor)
   /// The dtype the shards travel in when gathered: torch_autocast's dtype for its
   /// lower-precision modules, else kUndefined (the shard's own).
@@ -143,7 +157,8 @@ struct PartitionedParam {
   /// Note [Quantized frozen shards]: the shard as int8 blocks; `shard` is then undefined.
   QuantizedBlocks quantized;
 
-  int64_t padded_numel(int world) const { return shard_numel * world; }
+  int64_t padded_numel(int group_size) const { return shard_numel * group_size; }
+  int64_t padded_numel() const { return shard_numel * world; }
   bool kept_quantized() const { return quantized.values.defined(); }
 };
 
@@ -166,6 +181,11 @@ void start_gather(PartitionedParam& p, const ShardGroup& group, bool async, bool
 /// shards of each dtype (Note [Coalesced gathers]). Returns the number of collectives issued.
 int64_t start_gathers(const std::vector<PartitionedParam*>& params, const ShardGroup& group,
                       bool async, bool use_all_reduce);
+/// start_gathers for parameters of either partition (Note [Expert partitions]): those of
+/// `groups[k]` gathered over it, partition 0's first. Returns the collectives issued.
+int64_t start_partitioned_gathers(const std::vector<PartitionedParam*>& params,
+                                  const std::vector<ShardGroup>& groups, bool async,
+                                  bool use_all_reduce);
 /// Waits for an in-flight gather of `p` (no-op if none): on a GPU, the current stream waits.
 void finish_gather(PartitionedParam& p);
 /// The host waits until no copy reads a host shard any more (Note [Offloaded shards to the

@@ -30,6 +30,9 @@ std::vector<Stage3SubGroup> build_sub_groups(const std::vector<std::vector<size_
       current.param_group = g;
     };
     for (size_t i : group_params[g]) {
+      if (!current.entries.empty() && current.partition != params[i].partition) close();
+      current.partition = params[i].partition;
+      current.world = params[i].world;
       current.entries.push_back(SubGroupEntry{i, current.numel, params[i].shard_numel});
       current.numel += params[i].shard_numel;
       // Matches DeepSpeed: a sub-group closes once it reaches sub_group_size elements.

@@ -35,6 +35,10 @@ struct SubGroupEntry {
 
 struct Stage3SubGroup {
   size_t param_group = 0;  // the inner optimizer's param group it belongs to
+  /// Its parameters' partition and that group's size (Note [Expert partitions] in
+  /// stage3_param.h): a sub-group never mixes partitions.
+  int partition = 0;
+  int world = 1;
   std::vector<SubGroupEntry> entries;
   int64_t numel = 0;
   at::Tensor master;      // master shard (fp32, or 16-bit): the optimizer's parameter

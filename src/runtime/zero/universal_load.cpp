@@ -236,6 +236,9 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimiz
 void read_universal_checkpoint(const ZeroCheckpointContext& ctx, Stage3ZeroOptimizer& zero,
                                ZeroLoadPlan* plan) {
   const std::string& dir = ctx.tag_dir;
+  DS_CHECK(!zero.has_expert_partition(), NotSupportedError, "load_universal: ", dir, ": "
+           "universal checkpoints into an AutoEP (expert_parallel) model at ZeRO stage 3 are "
+           "not supported yet");
   read_model_states(dir, plan);
   // The module's parameters come from the fp32 states (checked by name); buffers from the file.
   for (const auto& p : ctx.module->named_parameters()) plan->placeholders.insert(p.key());
