@@ -428,6 +428,23 @@ TEST(AutoEPDist, ZeroThreeKeepsExpertsInItsShardsAndResumesOnTheSamePlacement) {
     const auto model = checkpoint::ModelStates::from_ivalue(raw, path);
     EXPECT_EQ(model.module.find("moe.experts.w1"), nullptr) << path;
     EXPECT_NE(model.module.find("moe.gate.weight"), nullptr) << path;
+    // DeepSpeed's ds_zero_partition_groups: the dense sub-group over all 4 ranks, the experts'
+    // over the 2 ranks holding them.
+    const std::string optim =
+        ckpt + "/two/" + checkpoint::zero_optim_states_file_name(r, 0, /*bf16=*/false);
+    const auto osd = checkpoint::load(optim).toGenericDict().at("optimizer_state_dict");
+    const json groups = checkpoint::json_from_ivalue(
+        osd.toGenericDict().at("ds_zero_partition_groups"), optim);
+    ASSERT_EQ(groups.size(), 2u) << groups.dump();
+    EXPECT_EQ(groups[0]["partition_ranks"], json({0, 1, 2, 3}));
+    EXPECT_EQ(groups[0]["partition_rank"], r);
+    EXPECT_EQ(groups[0]["families"], json({"replicated"}));
+    EXPECT_EQ(groups[1]["sub_group"], 1);
+    EXPECT_EQ(groups[1]["partition_count"], 2);
+    EXPECT_EQ(groups[1]["partition_rank"], r / 2);
+    EXPECT_EQ(groups[1]["partition_ranks"], json({r % 2, r % 2 + 2}));
+    EXPECT_EQ(groups[1]["families"], json({"autoep_expert"}));
+    EXPECT_EQ(groups[1]["group_names"], json({"ep_size_2"}));
   }
   // The experts are cut for their expert-data-parallel group: converting is refused.
   for (int tool = 0; tool < 2; ++tool) {

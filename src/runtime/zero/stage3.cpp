@@ -353,6 +353,10 @@ class Stage3 final : public Stage3ZeroOptimizer {
   CoordinatorStats coordinator_stats() const override { return coordinator_->stats(); }
   int world_size() const override { return world_; }
   int rank() const override { return rank_; }
+  const comm::Group& partition_group(int partition) const override {
+    return partition == 0 ? dp_group_ : expert_shard_group_.group;
+  }
+  std::string expert_group_name() const override { return expert_group_name_; }
   bool writes_checkpoint() const override {
     // Note [Node-local checkpoint storage]: under MiCS, the first replica on each node.
     return deepspeed::checkpoint::writes_shared_files(replica_group_,
@@ -386,6 +390,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
     }
     if (groups == nullptr) return;
     expert_shard_group_ = ShardGroup(groups->expert_data_parallel);
+    expert_group_name_ = groups->name;
     split_moe_param_groups(*optimizer_, ctx.expert_params);
   }
 
@@ -728,6 +733,7 @@ class Stage3 final : public Stage3ZeroOptimizer {
   // Note [Expert partitions]: AutoEP's expert-data-parallel group, and its layers' weights.
   ShardGroup expert_shard_group_;
   std::unordered_set<const c10::TensorImpl*> expert_keys_;
+  std::string expert_group_name_;
   int64_t partition_rank(const PartitionedParam& p) const {
     return p.partition == 0 ? rank_ : expert_shard_group_.rank();
   }

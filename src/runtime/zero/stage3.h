@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "deepspeed/comm.h"
 #include "runtime/zero/stage3_coordinator.h"
 #include "runtime/zero/stage3_sub_group.h"
 #include "runtime/zero/zero_checkpoint.h"
@@ -66,6 +67,10 @@ class Stage3ZeroOptimizer : public ZeroOptimizer {
     }
     return false;
   }
+  /// The group the sub-groups of `partition` are cut for (0: the partition group above, 1:
+  /// AutoEP's expert-data-parallel group), and the latter's name ("ep_size_<P>"; empty without).
+  virtual const comm::Group& partition_group(int partition) const = 0;
+  virtual std::string expert_group_name() const = 0;
   /// Whether this rank writes its files: all do, but under MiCS only the first replica of
   /// each shard (DeepSpeed saves the first shard group's files; the others hold copies), or
   /// with checkpoint.use_node_local_storage the first on each node.

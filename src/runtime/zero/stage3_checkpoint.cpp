@@ -67,7 +67,30 @@ struct Zero3File {
   IValue inner;  // the inner optimizer's state dict
   ckpt::LossScalerState loss_scaler;
   int64_t partition_count = 0;
+  IValue partition_groups;  // DeepSpeed's ds_zero_partition_groups (AutoEP), else None
 };
+
+// DeepSpeed's ds_zero_partition_groups, written when some sub-group holds AutoEP's experts
+// (Note [Expert partitions]): per sub-group, the group it is cut for, this rank's place in it
+// and which kind of parameters it holds. DeepSpeed loads such a checkpoint only where its own
+// metadata is the same.
+nlohmann::json partition_groups_metadata(Stage3ZeroOptimizer& zero) {
+  nlohmann::json out = nlohmann::json::array();
+  const auto& groups = zero.sub_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const comm::Group& g = zero.partition_group(groups[i].partition);
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int r = 0; r < g.size(); ++r) ranks.push_back(g.global_rank(r));
+    const bool expert = groups[i].partition != 0;
+    out.push_back({{"sub_group", i},
+                   {"partition_count", g.size()},
+                   {"partition_rank", g.rank()},
+                   {"partition_ranks", ranks},
+                   {"families", {expert ? "autoep_expert" : "replicated"}},
+                   {"group_names", {expert ? zero.expert_group_name() : "replicated"}}});
+  }
+  return out;
+}
 
 Zero3File read_optim_file(const std::string& tag_dir, int rank, int mp_rank, bool bf16) {
   Zero3File f;
@@ -83,6 +106,9 @@ Zero3File read_optim_file(const std::string& tag_dir, int rank, int mp_rank, boo
   f.fp32_flat_groups =
       ckpt::detail::as_flat_tensors(osd.at("fp32_flat_groups"), osd.where("fp32_flat_groups"));
   f.inner = osd.at("optimizer_state_dict");
+  if (osd.has_value("ds_zero_partition_groups")) {
+    f.partition_groups = osd.at("ds_zero_partition_groups");
+  }
   if (osd.has_value("loss_scaler")) {
     f.loss_scaler = ckpt::LossScalerState::from_ivalue(osd.at("loss_scaler"), osd.where("loss_scaler"));
   }
@@ -246,6 +272,10 @@ std::optional<std::pair<std::string, IValue>> Stage3ZeroOptimizer::optimizer_sta
   osd.insert("dynamic_loss_scale", scaler.dynamic);
   osd.insert("overflow", false);
   osd.insert("partition_count", static_cast<int64_t>(world_size()));
+  if (has_expert_partition()) {
+    osd.insert("ds_zero_partition_groups",
+               ckpt::ivalue_from_json(partition_groups_metadata(*this)));
+  }
   osd.insert("optimizer_state_dict", optim::optimizer_state_dict(*ctx.optimizer));
   List flats(c10::AnyType::get());
   for (auto& sg : sub_groups()) flats.push_back(sg.master);
@@ -302,6 +332,15 @@ void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, Zero
            " ranks, this engine has ", world, " (or another sub-group layout)");
   if (same) {
     Zero3File f = has_own || rank == 0 ? first : read_optim_file(tag_dir, rank, mp_rank, bf16);
+    if (!f.partition_groups.isNone()) {
+      // As DeepSpeed's _rigid_load_state_dict: the saved sub-groups' placement must be ours.
+      const auto saved = ckpt::json_from_ivalue(f.partition_groups,
+                                                f.path + ": ds_zero_partition_groups");
+      const auto own = partition_groups_metadata(*this);
+      DS_CHECK(saved == own, CheckpointError, f.path, ": AutoEP ZeRO-3 checkpoints can only be "
+               "loaded with the same parameter placement topology: ds_zero_partition_groups is ",
+               saved.dump(), ", this rank's is ", own.dump());
+    }
     DS_CHECK(f.partition_count == world && f.fp32_flat_groups.size() == groups.size(),
              CheckpointError, f.path, ": partition_count ", f.partition_count, " and ",
              f.fp32_flat_groups.size(), " fp32 flat groups; this engine expects ", world, " and ",
