@@ -112,15 +112,52 @@ void read_phi3_gguf(const GgufFile& f, const std::string& p, LlamaConfig* c) {
   }
 }
 
+// llama.cpp's Gemma, Gemma 2 and Gemma 3 (its converter's GemmaModel, Gemma2Model and
+// Gemma3Model, and its loader's hyper-parameters). Gemma 2's soft caps and window, and Gemma 3's
+// window and final cap, are metadata; what the file does not hold is llama.cpp's rule: Gemma 2
+// slides on the layers of even index, with a window of 4096 and caps of 50 and 30 unless the
+// file says otherwise; Gemma 3 slides (when it has a window) on five layers of each six, the
+// sixth global, rotating the sliding ones with base 10000 unscaled; both scale the attention
+// scores by head_size^-1/2, or by (hidden / heads)^-1/2 for the 27B models (46 and 62 layers),
+// which is their query_pre_attn_scalar. Gemma 3's rotary base and scaling in the file are its
+// global layers'. (The RMSNorm weights, stored plus one, are the weights reader's.)
+void read_gemma_gguf(const GgufFile& f, const std::string& arch, const std::string& p,
+                     LlamaConfig* c) {
+  if (arch == "gemma") return;
+  const bool large = c->num_hidden_layers == (arch == "gemma2" ? 46 : 62);
+  c->query_pre_attn_scalar = large ? static_cast<double>(c->hidden_size / c->num_attention_heads)
+                                   : static_cast<double>(c->head_dim);
+  const std::string window_key = p + "attention.sliding_window";
+  if (arch == "gemma2") {
+    c->sliding_window = f.has(window_key) ? f.get_int(window_key) : 4096;
+    c->attn_logit_softcapping = f.has(p + "attn_logit_softcapping")
+                                    ? f.get_float(p + "attn_logit_softcapping")
+                                    : 50.0;
+    c->final_logit_softcapping = f.has(p + "final_logit_softcapping")
+                                     ? f.get_float(p + "final_logit_softcapping")
+                                     : 30.0;
+    return;
+  }
+  if (f.has(p + "final_logit_softcapping")) {
+    c->final_logit_softcapping = f.get_float(p + "final_logit_softcapping");
+  }
+  const int64_t window = f.has(window_key) ? f.get_int(window_key) : 0;
+  if (window <= 0) return;  // every layer global
+  c->sliding_window = window;
+  c->rope_local_theta = 10000.0;
+  for (int64_t i = 0; i < c->num_hidden_layers; ++i) c->sliding_layers.push_back(i % 6 < 5);
+}
+
 }  // namespace
 
 LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
+  const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
   DS_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen2moe" ||
-               arch == "qwen3moe" || arch == "phi3",
+               arch == "qwen3moe" || arch == "phi3" || gemma,
            ModelFileError, "GGUF file ", f.path(), ": general.architecture is '", arch,
            "'; finetune_llama reads 'llama' (with experts: Mixtral), 'qwen2', 'qwen3', "
-           "'qwen2moe', 'qwen3moe' and 'phi3' models");
+           "'qwen2moe', 'qwen3moe', 'phi3', 'gemma', 'gemma2' and 'gemma3' models");
   const std::string p = arch + ".";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe";
   const bool has_experts = f.has(p + "expert_count") && f.get_int(p + "expert_count") != 0;
@@ -132,10 +169,14 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   LlamaConfig c;
   c.model_type = arch == "qwen3moe"   ? "qwen3_moe"
                  : arch == "qwen2moe" ? "qwen2_moe"
+                 : arch == "gemma3"   ? "gemma3_text"
                  : mixtral            ? "mixtral"
                                       : arch;
   const bool phi3 = arch == "phi3";
-  if (arch != "llama" && !phi3) c.max_position_embeddings = 32768;  // the Qwen configs' default
+  if (arch != "llama" && !phi3 && !gemma) {
+    c.max_position_embeddings = 32768;  // the Qwen configs' default
+  }
+  if (gemma) c.max_position_embeddings = arch == "gemma3" ? 131072 : 8192;  // their configs'
   if (qwen_moe || mixtral) {
     // Every layer sparse, as llama.cpp runs them. It renormalises the k scores of Mixtral (which
     // always does) and of qwen3moe (transformers' GGUF loader sets norm_topk_prob for it), not
@@ -190,6 +231,7 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   if (f.has(p + "rope.freq_base")) c.rope_theta = f.get_float(p + "rope.freq_base");
   if (!phi3) c.rope_scaling = gguf_rope_scaling(f, p, c);
   c.rms_norm_eps = f.get_float(p + "attention.layer_norm_rms_epsilon");
+  if (gemma) read_gemma_gguf(f, arch, p, &c);
 
   const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
   DS_CHECK(embd != nullptr, ModelFileError, "GGUF file ", f.path(),

@@ -132,7 +132,11 @@ struct LlamaConfig {
   /// From a GGUF file's metadata (general.architecture "llama" — a Mixtral when it has
   /// .expert_count —, "qwen2", "qwen3", "qwen2moe", "qwen3moe" or "phi3", whose
   /// .rope.scaling.original_context_length, .rope.scaling.attn_factor,
-  /// .attention.sliding_window and rope_factors_short/long.weight tensors are read too;
+  /// .attention.sliding_window and rope_factors_short/long.weight tensors are read too, or
+  /// "gemma", "gemma2" (.attn_logit_softcapping, .final_logit_softcapping,
+  /// .attention.sliding_window) or "gemma3" (.final_logit_softcapping,
+  /// .attention.sliding_window), with llama.cpp's rules for what those files do not say: see
+  /// read_gemma_gguf in the .cpp;
   /// {arch}.block_count, .embedding_length, .feed_forward_length, .attention.key_length,
   /// .expert_count, .expert_used_count, .expert_feed_forward_length,
   /// .expert_shared_feed_forward_length,

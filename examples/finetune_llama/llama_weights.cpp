@@ -52,6 +52,14 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"mlp.gate_up_proj.weight", "ffn_up.weight"},
 };
 
+// Gemma 2's and Gemma 3's four norms per layer, which llama.cpp names apart from a Llama's
+// (post_attention_layernorm is theirs after the attention; the MLP's input norm is ffn_norm).
+const std::pair<const char*, const char*> kSandwichNormNames[] = {
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+};
+
 // One expert's projection in llama.cpp's layout: the experts of a layer stacked in one tensor
 // ("model.layers.3.mlp.experts.5.up_proj.weight" -> "blk.3.ffn_up_exps.weight", expert 5;
 // Mixtral's "block_sparse_moe.experts.5.w3.weight" alike, w1 the gate and w2 the down
@@ -168,10 +176,13 @@ LlamaCheckpoint open_gguf(const std::string& path) {
       if (slice->expert + 1 == stack->second.size(0)) *stack = {};
       return w;
     }
-    at::Tensor w = file->load_tensor(gguf_tensor_name(hf_name), at::kFloat);
+    at::Tensor w = file->load_tensor(gguf_tensor_name(hf_name, cfg.model_type), at::kFloat);
     const auto ends = [&](const char* s) {
       return hf_name.size() >= std::strlen(s) && hf_name.compare(hf_name.size() - std::strlen(s), std::string::npos, s) == 0;
     };
+    // llama.cpp's converter stores a Gemma's RMSNorm weights plus one (its norm multiplies by
+    // the weight; transformers' by one plus it).
+    if (cfg.gemma() && ends("norm.weight")) return w - 1.0;
     // llama.cpp keeps Qwen2-MoE's shared-expert gate [1, hidden] as a vector.
     if (ends("mlp.shared_expert_gate.weight") && w.dim() == 1) return w.unsqueeze(0);
     // llama.cpp permutes a "llama" model's (and so a Mixtral's) q/k rows to its rotary layout;
@@ -239,13 +250,18 @@ LlamaCheckpoint open_hf_folder(const std::string& dir) {
 
 }  // namespace
 
-std::string gguf_tensor_name(const std::string& hf_name) {
+std::string gguf_tensor_name(const std::string& hf_name, const std::string& model_type) {
   if (hf_name == "model.embed_tokens.weight") return "token_embd.weight";
   if (hf_name == "model.norm.weight") return "output_norm.weight";
   if (hf_name == "lm_head.weight") return "output.weight";
   static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
   std::smatch m;
   if (std::regex_match(hf_name, m, layer)) {
+    if (model_type == "gemma2" || model_type == "gemma3_text") {
+      for (const auto& [hf, gguf] : kSandwichNormNames) {
+        if (m[2] == hf) return "blk." + m[1].str() + "." + gguf;
+      }
+    }
     for (const auto& [hf, gguf] : kLayerNames) {
       if (m[2] == hf) return "blk." + m[1].str() + "." + gguf;
     }

@@ -29,8 +29,9 @@ struct LlamaCheckpoint {
 LlamaCheckpoint open_llama_checkpoint(const std::string& path);
 
 /// The GGUF name of a Hugging Face parameter name ("model.layers.3.mlp.up_proj.weight" ->
-/// "blk.3.ffn_up.weight"). Throws ModelFileError for a name with no GGUF counterpart.
-std::string gguf_tensor_name(const std::string& hf_name);
+/// "blk.3.ffn_up.weight"; Gemma 2's and Gemma 3's norms by `model_type`). Throws
+/// ModelFileError for a name with no GGUF counterpart.
+std::string gguf_tensor_name(const std::string& hf_name, const std::string& model_type = "");
 
 /// Undoes llama.cpp's converter permutation of q_proj / k_proj rows (it interleaves the two
 /// halves of each head for its RoPE kernel): [out, in] with `n_head` heads -> Hugging Face order.

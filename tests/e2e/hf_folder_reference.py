@@ -40,8 +40,8 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
            token, norm_topk_prob true, layer 1 dense (mlp_only_layers), router and experts
            scaled up as Mixtral's, the load-balancing loss as Mixtral's (with GGUF: width 768,
            no dense layer, no load-balancing loss, as a GGUF file has none of these).
-  With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe/phi3/phi4_mini model and vocabulary are also
-  written there as llama.cpp lays out such a GGUF (f32 tensors).
+  With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe/phi3/phi4_mini/gemma/gemma2/gemma3 model and
+  vocabulary are also written there as llama.cpp lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
        (KIND: gemma, gemma2, gemma3, llama2, mistral, mistral_nemo, mixtral, phi3, phi4_mini,
        qwen2, qwen2_moe, qwen3, qwen3_moe)
@@ -152,6 +152,71 @@ PHI3_GGUF = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_no
              "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
 
 
+def add_sentencepiece_vocab(w, tokens):
+    """The llama2 vocabulary as convert_hf_to_gguf.py's _set_vocab_sentencepiece writes one:
+    scores and no merges, each piece scored below those learnt before it (so that merging by
+    score merges in the trained order), <unk> <s> </s> then the 256 byte pieces."""
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores([0.0 if i < 3 + 256 else -float(i) for i in range(len(tokens))])
+    w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259))
+    w.add_unk_token_id(0)
+
+
+def write_gemma_gguf(folder, kind, tok, path):
+    """The saved Gemma, Gemma 2 or Gemma 3 folder as convert_hf_to_gguf.py's GemmaModel,
+    Gemma2Model and Gemma3Model write it: every RMSNorm weight plus one, no lm_head (tied), the
+    head size as key_length and value_length, gguf's own tensor names; Gemma 2's soft caps and
+    window; Gemma 3's window and its global layers' rotary base and linear scaling; the
+    SentencePiece vocabulary without the space prefix."""
+    import gguf
+    from gguf import GGUFWriter
+    from safetensors.torch import load_file
+    with open(os.path.join(folder, "config.json")) as f:
+        c = json.load(f)
+    arch = getattr(gguf.MODEL_ARCH, kind.upper())  # gguf 0.10 has no GEMMA3
+    w = GGUFWriter(path, gguf.MODEL_ARCH_NAMES[arch])
+    w.add_name(kind + "-test")
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(c["hidden_size"])
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(c["num_attention_heads"])
+    w.add_head_count_kv(c["num_key_value_heads"])
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    w.add_key_length(c["head_dim"])
+    w.add_value_length(c["head_dim"])
+    if kind == "gemma2":
+        w.add_attn_logit_softcapping(c["attn_logit_softcapping"])
+        w.add_final_logit_softcapping(c["final_logit_softcapping"])
+        w.add_sliding_window(c["sliding_window"])
+    if kind == "gemma3":
+        full = c["rope_parameters"]["full_attention"]
+        w.add_rope_freq_base(full["rope_theta"])
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(full["factor"])
+        w.add_sliding_window(c["sliding_window"])
+    add_sentencepiece_vocab(w, [t for t, _ in sorted(tok.get_vocab().items(),
+                                                      key=lambda kv: kv[1])])
+    w.add_add_space_prefix(False)
+    w.add_bos_token_id(c["bos_token_id"])
+    w.add_eos_token_id(c["eos_token_id"])
+    w.add_pad_token_id(c["pad_token_id"])
+    names = gguf.get_tensor_name_map(arch, c["num_hidden_layers"])
+    for name, t in sorted(load_file(os.path.join(folder, "model.safetensors")).items()):
+        if name == "lm_head.weight":
+            continue
+        if name.endswith("norm.weight"):
+            t = t + 1
+        w.add_tensor(names.get_name(name, try_suffixes=(".weight",)),
+                     t.float().contiguous().numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def write_phi3_gguf(folder, tok, path, byte_level):
     """The saved Phi-3 folder as convert_hf_to_gguf.py's Phi3MiniModel writes it: qkv_proj and
     gate_up_proj kept fused (attn_qkv, ffn_up), the rotated features of a head as
@@ -198,12 +263,7 @@ def write_phi3_gguf(folder, tok, path, byte_level):
         w.add_token_types([3 if t == "<|endoftext|>" else 1 for t in tokens])
         w.add_add_bos_token(False)
     else:
-        w.add_tokenizer_model("llama")
-        w.add_tokenizer_pre("default")
-        w.add_token_list(tokens)
-        w.add_token_scores([0.0 if i < 3 + 256 else -float(i) for i in range(len(tokens))])
-        w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (len(tokens) - 259))
-        w.add_unk_token_id(0)
+        add_sentencepiece_vocab(w, tokens)
     w.add_bos_token_id(c["bos_token_id"])
     w.add_eos_token_id(c["eos_token_id"])
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight":
@@ -266,7 +326,7 @@ def phi3_model(sizes, partial, original):
 GEMMA2_ATTN_CAP, GEMMA2_FINAL_CAP = 1.0, 0.5
 
 
-def gemma_model(corpus, kind):
+def gemma_model(corpus, kind, gguf=False):
     """A GemmaForCausalLM (heads of 32 features on a 64-wide model with 4 heads, tied
     embeddings, the RMSNorms' offsets random: transformers starts them at zero, the identity)
     with the llama2 vocabulary tokenized as Gemma's tokenizer.json does: spaces replaced by
@@ -276,7 +336,9 @@ def gemma_model(corpus, kind):
     q/k projections scaled up so that the scores reach the cap, its scores and logits capped
     low enough that the caps weigh in (dropping either moves the score by 5e-4 or more).
     gemma3: a Gemma3ForCausalLM alike without caps, layer 0 sliding (rotating with base 1e4)
-    and layer 1 global (base 1e6, linear scaling by 2), its q/k norms' offsets random."""
+    and layer 1 global (base 1e6, linear scaling by 2), its q/k norms' offsets random.
+    With GGUF, as llama.cpp runs them: Gemma 2 and 3 scale the scores by the head size
+    (query_pre_attn_scalar 32), Gemma 3 has six layers, the last global."""
     from tokenizers import decoders, normalizers
     tok = llama2_tokenizer(corpus)
     tok.normalizer = normalizers.Replace(" ", "\u2581")
@@ -285,14 +347,18 @@ def gemma_model(corpus, kind):
     sizes = dict(SIZES, tie_word_embeddings=True, head_dim=32, vocab_size=tok.get_vocab_size(),
                  bos_token_id=1, eos_token_id=2, pad_token_id=0,
                  hidden_activation="gelu_pytorch_tanh")
+    scalar = 32 if gguf else 24
     if kind == "gemma2":
         model = transformers.Gemma2ForCausalLM(transformers.Gemma2Config(
-            query_pre_attn_scalar=24, sliding_window=32, attn_logit_softcapping=GEMMA2_ATTN_CAP,
+            query_pre_attn_scalar=scalar, sliding_window=32, attn_logit_softcapping=GEMMA2_ATTN_CAP,
             final_logit_softcapping=GEMMA2_FINAL_CAP, **sizes))
     elif kind == "gemma3":
+        if gguf:
+            sizes["num_hidden_layers"] = 6
         model = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(
-            query_pre_attn_scalar=24, sliding_window=32,
-            layer_types=["sliding_attention", "full_attention"],
+            query_pre_attn_scalar=scalar, sliding_window=32,
+            layer_types=["sliding_attention"] * (sizes["num_hidden_layers"] - 1) +
+            ["full_attention"],
             rope_parameters={
                 "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
@@ -341,7 +407,7 @@ def main():
     kind = sys.argv[3] if len(sys.argv) > 3 else "llama2"
     torch.manual_seed(20261206)
     if kind in ("gemma", "gemma2", "gemma3"):
-        tok, model = gemma_model(corpus, kind)
+        tok, model = gemma_model(corpus, kind, gguf=len(sys.argv) > 4)
         config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
                   "eos_token": "</s>", "unk_token": "<unk>", "model_max_length": 256,
                   "clean_up_tokenization_spaces": False}
@@ -411,7 +477,9 @@ def main():
     tok.save(os.path.join(out, "tokenizer.json"))
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump(config, f)
-    if len(sys.argv) > 4 and kind in ("phi3", "phi4_mini"):
+    if len(sys.argv) > 4 and kind in ("gemma", "gemma2", "gemma3"):
+        write_gemma_gguf(out, kind, tok, sys.argv[4])
+    elif len(sys.argv) > 4 and kind in ("phi3", "phi4_mini"):
         write_phi3_gguf(out, tok, sys.argv[4], byte_level=kind == "phi4_mini")
     elif len(sys.argv) > 4:
         write_gguf(out, kind, tok, sys.argv[4])

@@ -366,5 +366,49 @@ TEST_P(Phi3GgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, Phi3GgufParity, ::testing::Values("phi3", "phi4_mini"));
 
+// The Gemma, Gemma 2 and Gemma 3 of LlamaFolderParity as llama.cpp's converter writes their
+// GGUFs (every RMSNorm weight plus one, no lm_head, Gemma 2's caps and window, Gemma 3's window
+// and global rotation as metadata; the SentencePiece vocabulary with no space prefix), shaped as
+// llama.cpp runs such files (Gemma 2 and 3 scaling the scores by the head size; Gemma 3 with six
+// layers, the last global, the others rotating with base 10000). transformers' GGUF loader
+// reads none of the caps or of Gemma 3's rotation, so the reference is transformers on the
+// folder: the GGUF tokenizes, scores and generates as that, and loads to the folder's config and
+// weights (the norms within fp32's rounding of the offset).
+class GemmaGgufParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GemmaGgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
+  const std::string python = GetParam() == "gemma" ? kPython : kPython5;
+  ASSERT_TRUE(std::filesystem::exists(python)) << python;
+  TempDir dir("gemma_gguf");
+  const std::string folder = dir.file("folder"), gguf = dir.file("gemma.gguf");
+  const auto made = run_command(python + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
+                                " '" + folder + "' " + GetParam() + " '" + gguf + "' 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto ref = run_reference(folder, dir.file("ref.json"), python);
+  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(gguf));
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
+  }
+  const auto from_gguf = open_llama_checkpoint(gguf);
+  const auto from_folder = open_llama_checkpoint(folder);
+  EXPECT_NEAR(from_gguf.config.rms_norm_eps, from_folder.config.rms_norm_eps, 1e-12);
+  auto gguf_config = from_gguf.config.to_hf_json(), folder_config = from_folder.config.to_hf_json();
+  gguf_config.erase("rms_norm_eps");
+  folder_config.erase("rms_norm_eps");
+  EXPECT_EQ(gguf_config, folder_config);
+  LlamaForCausalLM a(from_gguf.config, from_gguf.weights);
+  LlamaForCausalLM b(from_folder.config, from_folder.weights);
+  const auto bp = b->named_parameters();
+  for (const auto& item : a->named_parameters()) {
+    const bool norm = item.key().find("norm.weight") != std::string::npos;
+    EXPECT_TRUE(norm ? torch::allclose(item.value(), bp[item.key()], 0, 2e-7)
+                     : torch::equal(item.value(), bp[item.key()]))
+        << item.key();
+  }
+  expect_scores_and_generates_as(ref, gguf, dir.file("gen.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, GemmaGgufParity, ::testing::Values("gemma", "gemma2", "gemma3"));
+
 }  // namespace
 }  // namespace deepspeed::examples

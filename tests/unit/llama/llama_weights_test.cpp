@@ -1267,6 +1267,150 @@ TEST(LlamaWeights, Phi3GgufLoadsFusedOrApartWithLongropeAndPartialRotation) {
   refused(bad, "metadata 'phi3.rope.dimension_count' is 6; expected 1..the head size (4)", false);
 }
 
+// A Gemma 2 or Gemma 3 as llama.cpp's converter writes it: its metadata (the caps and window
+// only when given), the tensors under gguf's names for the model type, every RMSNorm weight
+// plus one, no output.weight (tied).
+struct GemmaGguf {
+  std::string arch = "gemma2";
+  bool caps = true;
+  int64_t window = 8;  // 0: no key
+  int64_t layers = 0;  // metadata only, with this many layers
+};
+
+void write_gemma_gguf(LlamaForCausalLMImpl* model, const LlamaConfig& c, const std::string& path,
+                      const GemmaGguf& o) {
+  GgufTestWriter w;
+  const std::string p = o.arch + ".";
+  const int64_t layers = model ? c.num_hidden_layers : o.layers;
+  w.kv_str("general.architecture", o.arch);
+  w.kv_u32(p + "block_count", static_cast<uint32_t>(layers));
+  w.kv_u32(p + "context_length", static_cast<uint32_t>(c.max_position_embeddings));
+  w.kv_u32(p + "embedding_length", static_cast<uint32_t>(c.hidden_size));
+  w.kv_u32(p + "feed_forward_length", static_cast<uint32_t>(c.intermediate_size));
+  w.kv_u32(p + "attention.head_count", static_cast<uint32_t>(c.num_attention_heads));
+  w.kv_u32(p + "attention.head_count_kv", static_cast<uint32_t>(c.num_key_value_heads));
+  w.kv_u32(p + "attention.key_length", static_cast<uint32_t>(c.head_dim));
+  w.kv_u32(p + "attention.value_length", static_cast<uint32_t>(c.head_dim));
+  w.kv_f32(p + "rope.freq_base", static_cast<float>(c.rope_theta));
+  w.kv_f32(p + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  if (o.caps) {
+    if (o.arch == "gemma2") {
+      w.kv_f32(p + "attn_logit_softcapping", static_cast<float>(c.attn_logit_softcapping));
+    }
+    w.kv_f32(p + "final_logit_softcapping", static_cast<float>(c.final_logit_softcapping));
+  }
+  if (o.window > 0) w.kv_u32(p + "attention.sliding_window", static_cast<uint32_t>(o.window));
+  w.kv_u32(p + "vocab_size", static_cast<uint32_t>(c.vocab_size));
+  w.kv_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_token_id));
+  w.kv_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_token_id));
+  w.kv_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(c.pad_token_id));
+  const auto add = [&](const std::string& name, const torch::Tensor& t) {
+    std::vector<uint64_t> ne(t.sizes().rbegin(), t.sizes().rend());
+    w.tensor(name, ne, 0, f32_bytes(t.contiguous()));
+  };
+  if (model == nullptr) {
+    add("token_embd.weight", torch::zeros({c.vocab_size, c.hidden_size}));
+  } else {
+    for (const auto& item : model->named_parameters()) {
+      const std::string& name = item.key();
+      const bool norm = name.size() > 11 && name.compare(name.size() - 11, 11, "norm.weight") == 0;
+      torch::Tensor t = item.value().detach();
+      add(gguf_tensor_name(name, c.model_type), norm ? t + 1.0 : t);
+    }
+  }
+  w.write(path);
+}
+
+LlamaConfig gemma2_config() {
+  auto j = tiny_config().to_hf_json();
+  j["model_type"] = "gemma2";
+  j["head_dim"] = 4;
+  j["query_pre_attn_scalar"] = 4;  // llama.cpp's: the head size
+  j["sliding_window"] = 8;
+  j["attn_logit_softcapping"] = 2.5;
+  j["final_logit_softcapping"] = 7.5;
+  j["rms_norm_eps"] = 1.0 / 1024;  // an f32 in the file: one it holds exactly
+  return LlamaConfig::from_hf_json(j, "gemma2/config.json");
+}
+
+TEST(LlamaWeights, GemmaGgufTakesTheNormOffsetOffAndLlamaCppsRules) {
+  TempDir dir;
+  const LlamaConfig c = gemma2_config();
+  torch::manual_seed(23);
+  LlamaForCausalLM ref(c);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : ref->parameters()) p.normal_(0.0, 0.5);
+  }
+  write_gemma_gguf(ref.get(), c, dir.file("gemma2.gguf"), GemmaGguf());
+  const auto ck = open_llama_checkpoint(dir.file("gemma2.gguf"));
+  EXPECT_EQ(ck.config.to_hf_json(), c.to_hf_json());
+  LlamaForCausalLM loaded(ck.config, ck.weights);
+  for (const auto& item : ref->named_parameters()) {
+    // A norm's weight went through + 1 and - 1 in fp32.
+    EXPECT_TRUE(torch::allclose(item.value(), loaded->named_parameters()[item.key()], 0, 2e-7))
+        << item.key();
+  }
+  EXPECT_NE(ref->named_parameters().find("model.layers.1.post_feedforward_layernorm.weight"),
+            nullptr);
+  EXPECT_EQ(gguf_tensor_name("model.layers.1.pre_feedforward_layernorm.weight", "gemma2"),
+            "blk.1.ffn_norm.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.1.post_attention_layernorm.weight", "gemma3_text"),
+            "blk.1.post_attention_norm.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.1.post_attention_layernorm.weight", "gemma"),
+            "blk.1.ffn_norm.weight");
+
+  const auto config_of = [&](const GemmaGguf& o) {
+    write_gemma_gguf(nullptr, c, dir.file("meta.gguf"), o);
+    return LlamaConfig::from_gguf(GgufFile::open(dir.file("meta.gguf")));
+  };
+  // Gemma 2 without the keys: llama.cpp's window of 4096 and caps of 50 and 30.
+  GemmaGguf bare;
+  bare.caps = false;
+  bare.window = 0;
+  bare.layers = 2;
+  auto g = config_of(bare);
+  EXPECT_EQ(g.sliding_window, 4096);
+  EXPECT_EQ(g.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(g.final_logit_softcapping, 30.0);
+  EXPECT_EQ(g.query_pre_attn_scalar, 4.0);
+  EXPECT_TRUE(g.is_sliding_layer(0));
+  EXPECT_FALSE(g.is_sliding_layer(1));
+  // The 27B's 46 layers scale by hidden / heads.
+  bare.layers = 46;
+  EXPECT_EQ(config_of(bare).query_pre_attn_scalar, 16.0 / 4);
+  auto wide = c;
+  wide.head_dim = 8;  // wider heads than hidden / heads, as Gemma 2 27B's (128 vs 144)
+  write_gemma_gguf(nullptr, wide, dir.file("wide.gguf"), bare);
+  EXPECT_EQ(LlamaConfig::from_gguf(GgufFile::open(dir.file("wide.gguf"))).query_pre_attn_scalar,
+            4.0);
+  bare.layers = 2;
+  write_gemma_gguf(nullptr, wide, dir.file("wide.gguf"), bare);
+  EXPECT_EQ(LlamaConfig::from_gguf(GgufFile::open(dir.file("wide.gguf"))).query_pre_attn_scalar,
+            8.0);
+  // Gemma 3: five sliding layers of each six, rotating with base 10000; without a window every
+  // layer is global.
+  GemmaGguf g3;
+  g3.arch = "gemma3";
+  g3.caps = false;
+  g3.layers = 7;
+  g = config_of(g3);
+  EXPECT_TRUE(g.gemma3());
+  EXPECT_EQ(g.sliding_layers, std::vector<bool>({true, true, true, true, true, false, true}));
+  EXPECT_EQ(g.sliding_window, 8);
+  EXPECT_EQ(g.rope_local_theta, 10000.0);
+  EXPECT_EQ(g.final_logit_softcapping, 0.0);
+  EXPECT_EQ(g.attn_logit_softcapping, 0.0);
+  EXPECT_TRUE(g.rotates_locally(0));
+  EXPECT_FALSE(g.rotates_locally(5));
+  g3.window = 0;
+  g = config_of(g3);
+  EXPECT_TRUE(g.sliding_layers.empty());
+  EXPECT_FALSE(g.is_sliding_layer(0));
+  g3.layers = 62;
+  EXPECT_EQ(config_of(g3).query_pre_attn_scalar, 16.0 / 4);
+}
+
 // Generating past longrope's original context: the step that crosses it runs the whole
 // sequence again with the long factors, as transformers' Phi-3 does, so every token is the
 // argmax of a full forward; the cache kept from the short factors would give others.
