@@ -397,11 +397,9 @@ torch::Tensor LlamaForCausalLMImpl::logits(const torch::Tensor& ids, LlamaKvCach
 torch::Tensor LlamaForCausalLMImpl::forward(const torch::Tensor& ids, const torch::Tensor& targets) {
   torch::Tensor loss;
   if (lm_loss_ == LmLoss::kFused) {
-    // The fused loss never forms the logits, so it cannot cap them.
-    DS_CHECK(cfg_.final_logit_softcapping == 0, NotSupportedError, "the fused linear "
-             "cross-entropy loss with final_logit_softcapping (", cfg_.final_logit_softcapping,
-             "): Gemma 2's logits are capped before the loss; use the plain or chunked loss");
-    loss = linear_cross_entropy(model->forward(ids), output_weight(), targets);
+    LinearCrossEntropyOptions fused;
+    fused.logit_softcap = cfg_.final_logit_softcapping;  // Gemma 2's, on each block of logits
+    loss = linear_cross_entropy(model->forward(ids), output_weight(), targets, fused);
   } else if (lm_loss_ == LmLoss::kChunked) {
     auto lg = output_logits(model->forward(ids));
     loss = chunked_cross_entropy(lg.view({-1, lg.size(-1)}), targets.reshape({-1}));

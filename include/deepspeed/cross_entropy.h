@@ -62,14 +62,18 @@ struct LinearCrossEntropyOptions {
   /// Tokens per forward block (backward takes vocabulary blocks of as many logits). By default
   /// a block of fp32 logits is about as large as `hidden`, and at least 2^22 elements.
   std::optional<int64_t> chunk_size;
+  /// Gemma 2's final_logit_softcapping: above 0, the logits are cap * tanh(logits / cap),
+  /// taken in hidden's dtype as the unfused head takes them, before the softmax.
+  double logit_softcap = 0.0;
 };
 
-/// cross_entropy((hidden @ weight.T + bias).float(), target) for hidden [..., dim], weight
+/// cross_entropy((hidden @ weight.T + bias).float(), target) (its logits soft-capped with
+/// logit_softcap) for hidden [..., dim], weight
 /// [vocab rows, dim] and int64 target [...], without the [tokens, vocab] logits. The product is
 /// taken in hidden's dtype, as the unfused head computes it, and the softmax in fp32. Returns
 /// fp32: per-token losses in target's shape for kNone, else a scalar; the same on every rank of
 /// tp_group. UsageError naming the argument for mismatched shapes or dtypes, out-of-range targets,
-/// or a chunk_size < 1.
+/// a chunk_size < 1 or a negative logit_softcap.
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
                                 const at::Tensor& target,
                                 const LinearCrossEntropyOptions& options = {});

@@ -9,6 +9,10 @@
 // block's share of the hidden gradient, summed in fp32 (a 16-bit running sum would drop late
 // blocks' small contributions, and the result would depend on the block size).
 //
+// With a soft cap (Gemma 2's final_logit_softcapping) each block's logits are
+// cap * tanh(z / cap), taken in hidden's dtype as the unfused head takes them; backward's
+// gradient of the loss by z is then the gradient by the capped logits times 1 - tanh^2.
+//
 // Over a vocabulary-parallel head each rank does this for its rows. The log-sum-exp and the
 // target logit of each token are combined over the group after the loop (three all-reduces of
 // one float per token); in backward, each rank's share of the hidden gradient is summed over
@@ -37,10 +41,16 @@ constexpr int64_t kMinBlockElements = int64_t{1} << 22;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// fp32 logits of `hidden` against rows of the head; columns from `real_cols` on are padding.
+// fp32 logits of `hidden` against rows of the head, soft-capped when `cap` > 0 (then `tanh`,
+// if given, receives tanh(z / cap) in fp32); columns from `real_cols` on are padding.
 at::Tensor logits_block(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& bias,
-                        int64_t real_cols) {
+                        int64_t real_cols, double cap, at::Tensor* tanh = nullptr) {
   at::Tensor lg = bias.defined() ? at::addmm(bias, hidden, weight.t()) : at::mm(hidden, weight.t());
+  if (cap > 0) {
+    at::Tensor t = lg.div_(cap).tanh_();
+    if (tanh != nullptr) *tanh = t.to(at::kFloat);
+    lg = t.mul(cap);
+  }
   lg = lg.to(at::kFloat);
   if (real_cols < lg.size(1)) {
     lg.slice(1, real_cols).fill_(-std::numeric_limits<float>::infinity());
@@ -64,7 +74,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
                             const at::Tensor& weight, const c10::optional<at::Tensor>& bias_arg,
                             const at::Tensor& local_target, const at::Tensor& mine,
                             const at::Tensor& ignored, int64_t real_rows, int64_t chunk,
-                            comm::Group group) {
+                            double cap, comm::Group group) {
     // Optional: LibTorch 1.x refuses an undefined tensor as an argument.
     const at::Tensor bias = bias_arg.value_or(at::Tensor());
     const int64_t tokens = hidden.size(0);
@@ -72,7 +82,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     at::Tensor lse = at::empty({tokens}, f32), picked = at::zeros({tokens}, f32);
     for (int64_t begin = 0; begin < tokens; begin += chunk) {  // Note [Fused LM head]
       const int64_t end = std::min(tokens, begin + chunk);
-      at::Tensor lg = logits_block(hidden.slice(0, begin, end), weight, bias, real_rows);
+      at::Tensor lg = logits_block(hidden.slice(0, begin, end), weight, bias, real_rows, cap);
       picked.slice(0, begin, end)
           .copy_(lg.gather(1, local_target.slice(0, begin, end).unsqueeze(1)).squeeze(1));
       lse.slice(0, begin, end).copy_(log_sum_exp_(lg));
@@ -89,6 +99,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     ctx->save_for_backward({hidden, weight, bias, local_target, mine, ignored, lse});
     ctx->saved_data["real_rows"] = real_rows;
     ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["cap"] = cap;
     comm::save_group(ctx, group);
     return (lse - picked).masked_fill_(ignored, 0.0);
   }
@@ -103,6 +114,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
                      &lse = saved[6];
     const int64_t real_rows = ctx->saved_data["real_rows"].toInt();
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
+    const double cap = ctx->saved_data["cap"].toDouble();
     const comm::Group& group = comm::saved_group(ctx);
     const int64_t tokens = hidden.size(0), rows = weight.size(0);
     const at::Tensor scale = grads[0].to(at::kFloat).masked_fill(ignored, 0.0).unsqueeze(1);
@@ -120,12 +132,14 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
       const at::Tensor w = weight.slice(0, begin, end);
       const at::Tensor b = bias.defined() ? bias.slice(0, begin, end) : at::Tensor();
       const int64_t real = std::clamp<int64_t>(real_rows - begin, 0, end - begin);
-      at::Tensor p = logits_block(hidden, w, b, real).sub_(lse.unsqueeze(1)).exp_();
+      at::Tensor tanh;
+      at::Tensor p = logits_block(hidden, w, b, real, cap, &tanh).sub_(lse.unsqueeze(1)).exp_();
       const at::Tensor here =
           mine.logical_and(local_target.ge(begin)).logical_and(local_target.lt(end));
       p.scatter_add_(1, (local_target - begin).clamp(0, end - begin - 1).unsqueeze(1),
                      here.to(at::kFloat).neg().unsqueeze(1));
       p.mul_(scale);
+      if (cap > 0) p.mul_(tanh.square().neg_().add_(1.0));  // through the cap
       const at::Tensor g = p.to(hidden.scalar_type());
       if (need_weight) {
         at::Tensor rows_grad = grad_weight.slice(0, begin, end);
@@ -151,7 +165,7 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
       grad_hidden = grad_hidden_acc.to(hidden.scalar_type());
     }
     return {grad_hidden, grad_weight, grad_bias, at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor()};
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -181,6 +195,8 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
            bias.defined() ? bias.scalar_type() : weight.scalar_type());
   DS_CHECK(!options.chunk_size || *options.chunk_size >= 1, UsageError, who,
            ": chunk_size must be at least 1, got ", *options.chunk_size);
+  DS_CHECK(options.logit_softcap >= 0, UsageError, who, ": logit_softcap must be 0 (none) or "
+           "positive, got ", options.logit_softcap);
   comm::Group group = options.tp_group.value_or(comm::Group());
   DS_CHECK(!group.valid() || group.is_member(), UsageError, who, ": this rank is not in ",
            group.describe());
@@ -222,7 +238,7 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
   }
   const at::Tensor losses = LinearCrossEntropyFunction::apply(
       h, w, b.defined() ? c10::optional<at::Tensor>(b) : c10::nullopt, local_target, mine,
-      ignored, real_rows, chunk, group);
+      ignored, real_rows, chunk, options.logit_softcap, group);
   autocast_off.reset();
   const at::Tensor reduced =
       nn::reduce_token_losses(losses, ignored.logical_not(), options.reduction);

@@ -1078,20 +1078,47 @@ TEST(LlamaConfig, GemmaConfigJsonDefaultsAndRefusals) {
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(bad3, "g3/config.json"), NotSupportedError,
                     "use_bidirectional_attention is true");
 
-  // The fused loss never forms the logits Gemma 2 caps: refused by name.
+  // Gemma 2's capped logits under each form of the loss: the fused one caps each block of
+  // logits as the head does, so the loss and every gradient are the same. A cap of 0.5 on
+  // logits of order one weighs in (the uncapped loss is far off).
   auto capped = tiny_config();
   capped.model_type = "gemma2";
-  capped.final_logit_softcapping = 30.0;
+  capped.final_logit_softcapping = 0.5;
   torch::manual_seed(2);
   LlamaForCausalLM capped_model(capped);
-  capped_model->set_lm_loss(LmLoss::kFused);
-  const auto ids = torch::randint(capped.vocab_size, {1, 6});
-  EXPECT_THROW_WITH(capped_model->forward(ids, ids), NotSupportedError,
-                    "the fused linear cross-entropy loss with final_logit_softcapping (30)");
-  capped_model->set_lm_loss(LmLoss::kChunked);
-  const auto chunked = capped_model->forward(ids, ids);
+  {
+    torch::NoGradGuard no_grad;
+    capped_model->model->embed_tokens->weight.normal_(0.0, 1.0);
+  }
+  const auto ids = torch::randint(capped.vocab_size, {2, 6});
+  const auto step = [&](LmLoss form) {
+    capped_model->set_lm_loss(form);
+    capped_model->zero_grad();
+    const auto loss = capped_model->forward(ids, ids);
+    loss.backward();
+    std::vector<torch::Tensor> out{loss.detach()};
+    for (const auto& p : capped_model->parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  const auto plain = step(LmLoss::kCrossEntropy);
+  for (const LmLoss form : {LmLoss::kFused, LmLoss::kChunked}) {
+    const auto other = step(form);
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(other[i], plain[i], 1e-5, 1e-6))
+          << "form " << static_cast<int>(form) << " tensor " << i << ": "
+          << (other[i] - plain[i]).abs().max().item<double>();
+    }
+  }
   capped_model->set_lm_loss(LmLoss::kCrossEntropy);
-  EXPECT_NEAR(chunked.item<double>(), capped_model->forward(ids, ids).item<double>(), 1e-5);
+  const double with_cap = plain[0].item<double>();
+  capped.final_logit_softcapping = 0.0;
+  torch::manual_seed(2);
+  LlamaForCausalLM uncapped(capped);
+  {
+    torch::NoGradGuard no_grad;
+    uncapped->model->embed_tokens->weight.normal_(0.0, 1.0);
+  }
+  EXPECT_GT(std::abs(uncapped->forward(ids, ids).item<double>() - with_cap), 0.1);
 
   auto small = tiny_config();
   small.model_type = "gemma";

@@ -206,6 +206,51 @@ TEST(LinearCrossEntropy, EqualsTheHeadThenCrossEntropy) {
   }
 }
 
+// Gemma 2's final_logit_softcapping: the head's logits capped as transformers caps them (in
+// their dtype: divided, tanh, multiplied), then the loss; the fused loss caps each block alike.
+TEST(LinearCrossEntropy, SoftCapEqualsTheCappedHead) {
+  const double cap = 0.75;  // logits of order 2 here: the cap weighs in
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    for (bool with_bias : {false, true}) {
+      torch::manual_seed(8);
+      const at::Tensor h0 = torch::randn({11, 16}).to(dtype);
+      const at::Tensor w0 = (torch::randn({29, 16}) / 2).to(dtype);
+      const at::Tensor b0 = torch::randn({29}).to(dtype);
+      const at::Tensor target = targets_with_ignored(11, 29);
+      const std::string what = std::string(c10::toString(dtype)) + (with_bias ? " bias" : "");
+      at::Tensor h = h0.clone().requires_grad_(), w = w0.clone().requires_grad_(),
+                 b = b0.clone().requires_grad_();
+      at::Tensor hr = h0.clone().requires_grad_(), wr = w0.clone().requires_grad_(),
+                 br = b0.clone().requires_grad_();
+      LinearCrossEntropyOptions o;
+      o.chunk_size = 4;
+      o.logit_softcap = cap;
+      if (with_bias) o.bias = b;
+      const at::Tensor got = linear_cross_entropy(h, w, target, o);
+      const at::Tensor logits = F::linear(hr, wr, with_bias ? br : at::Tensor());
+      const at::Tensor want =
+          reference_loss(torch::tanh(logits / cap) * cap, target, LossReduction::kMean);
+      const bool fp32 = dtype == torch::kFloat;
+      expect_close(got, want, what + " loss", fp32 ? 1e-5 : 1e-6);
+      const at::Tensor uncapped = reference_loss(logits, target, LossReduction::kMean);
+      EXPECT_GT((uncapped - want).abs().item<double>(), 0.1) << what;
+      got.backward();
+      want.backward();
+      const double tol = fp32 ? 1e-5 : 2e-2;
+      expect_close(h.grad(), hr.grad(), what + " hidden gradient", tol);
+      expect_close(w.grad(), wr.grad(), what + " weight gradient", tol);
+      if (with_bias) expect_close(b.grad(), br.grad(), what + " bias gradient", tol);
+    }
+  }
+  LinearCrossEntropyOptions negative;
+  negative.logit_softcap = -1.0;
+  EXPECT_NE(usage_error([&] {
+              linear_cross_entropy(torch::randn({2, 4}), torch::randn({5, 4}),
+                                   torch::tensor({0, 1}, torch::kLong), negative);
+            }).find("logit_softcap must be 0 (none) or positive, got -1"),
+            std::string::npos);
+}
+
 TEST(LinearCrossEntropy, PaddedRowsStayOutOfTheSoftmax) {
   torch::manual_seed(6);
   const at::Tensor h0 = torch::randn({7, 8});
