@@ -34,6 +34,13 @@ struct TokenChoiceOptions {
   std::string score_apply = "post";    // "post": scale each expert's output; "pre": its input
   bool route_norm = true;              // divide the k scores by their sum (+1e-20)
   double route_scale = 1.0;            // then multiply them by this
+  /// Group-limited routing (DeepSeek's, DeepSpeed's node-limited routing): the experts in
+  /// num_expert_groups groups of consecutive ones, each group scored by its best score ("max",
+  /// DeepSeek-V2) or the sum of its two best ("top2_sum", DeepSeek-V3), and a token's k experts
+  /// chosen within its num_limited_groups best groups only. 0: every expert is a candidate.
+  int64_t num_expert_groups = 0;
+  int64_t num_limited_groups = 0;
+  std::string group_score_func = "top2_sum";
 };
 
 /// The experts' weights, stacked as DeepSpeed's GroupedExperts keeps them:

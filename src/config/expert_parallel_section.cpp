@@ -124,15 +124,11 @@ ExpertParallelSection read_expert_parallel_section(ConfigReader& top,
       s.route_scale = r.get_double("routed_scaling_factor", 1.0);  // DeepSpeed: it wins
     }
   }
-  const auto groups = r.get_opt_int("num_expert_groups", 1);
-  const auto limited = r.get_opt_int("num_limited_groups", 1);
-  if (groups && limited && *limited > *groups) {
-    r.fail("num_limited_groups", "(" + std::to_string(*limited) + ") must be <= "
-           "num_expert_groups (" + std::to_string(*groups) + ")");
-  }
-  if (groups || limited) {
-    unimplemented->emplace_back("expert_parallel.num_expert_groups / num_limited_groups "
-                                "(DeepSeek's group-limited routing)");
+  s.num_expert_groups = r.get_opt_int("num_expert_groups", 1);
+  s.num_limited_groups = r.get_opt_int("num_limited_groups", 1);
+  if (s.num_expert_groups && s.num_limited_groups && *s.num_limited_groups > *s.num_expert_groups) {
+    r.fail("num_limited_groups", "(" + std::to_string(*s.num_limited_groups) + ") must be <= "
+           "num_expert_groups (" + std::to_string(*s.num_expert_groups) + ")");
   }
   const auto activation = r.get_opt_string("expert_activation");
   if (activation && *activation != "swiglu") {

@@ -25,6 +25,9 @@ struct ExpertParallelSection {
   std::string score_apply = "auto";    // auto | pre | post
   std::optional<bool> route_norm;
   double route_scale = 1.0;            // routed_scaling_factor, when a number, wins
+  // Group-limited routing (moe::TokenChoiceOptions); unset: the layer's own.
+  std::optional<int64_t> num_expert_groups;
+  std::optional<int64_t> num_limited_groups;
 };
 
 /// The preset names DeepSpeed 0.19.8 knows (auto_ep_presets/registry.py).

@@ -4,6 +4,8 @@
 // [j * L, (j + 1) * L) travel to expert-parallel rank j (Note [Variable all-to-all]).
 #include <torch/autograd.h>
 
+#include <limits>
+
 #include <ATen/ATen.h>
 
 #include "deepspeed/auto_ep.h"
@@ -63,6 +65,39 @@ std::vector<int64_t> to_vector(const at::Tensor& t) {
   return std::vector<int64_t>(p, p + c.numel());
 }
 
+void check_group_routing(const TokenChoiceOptions& o) {
+  const int64_t groups = o.num_expert_groups, limited = o.num_limited_groups;
+  DS_CHECK(groups >= 1 && o.num_experts % groups == 0, UsageError, "TokenChoiceMoE: "
+           "num_expert_groups (", groups, ") must divide num_experts (", o.num_experts, ")");
+  DS_CHECK(limited >= 1 && limited <= groups, UsageError, "TokenChoiceMoE: num_limited_groups (",
+           limited, ") must be in 1..num_expert_groups (", groups, ")");
+  const int64_t per_group = o.num_experts / groups;
+  DS_CHECK(o.group_score_func == "max" || o.group_score_func == "top2_sum", UsageError,
+           "TokenChoiceMoE: group_score_func is '", o.group_score_func,
+           "'; expected max or top2_sum");
+  DS_CHECK(o.group_score_func != "top2_sum" || per_group >= 2, UsageError, "TokenChoiceMoE: "
+           "group_score_func top2_sum needs at least 2 experts per group, got ", per_group);
+  // Fewer candidates than choices would pick experts of the groups left out.
+  DS_CHECK(o.top_k <= limited * per_group, UsageError, "TokenChoiceMoE: top_k (", o.top_k,
+           ") exceeds the ", limited * per_group, " experts of num_limited_groups (", limited,
+           ") groups of ", per_group);
+}
+
+// The scores with every expert outside a token's num_limited_groups best groups at -inf
+// (DeepSpeed's _get_node_limited_routing_scores); the k experts are chosen among the others.
+// The weights are the unmasked scores of those chosen.
+at::Tensor group_limited(const at::Tensor& scores, const TokenChoiceOptions& o) {
+  const int64_t groups = o.num_expert_groups, per_group = o.num_experts / groups;
+  const at::Tensor grouped = scores.view({-1, groups, per_group});
+  const at::Tensor group_scores = o.group_score_func == "max"
+                                      ? std::get<0>(grouped.max(-1))
+                                      : std::get<0>(grouped.topk(2, -1)).sum(-1);
+  const at::Tensor best = std::get<1>(group_scores.topk(o.num_limited_groups, -1));
+  const at::Tensor left_out = at::ones_like(group_scores, at::kBool).scatter_(1, best, false);
+  return grouped.masked_fill(left_out.unsqueeze(-1), -std::numeric_limits<float>::infinity())
+      .view({-1, o.num_experts});
+}
+
 }  // namespace
 
 TokenChoiceMoEImpl::TokenChoiceMoEImpl(int64_t hidden, int64_t ffn, TokenChoiceOptions options)
@@ -75,6 +110,7 @@ TokenChoiceMoEImpl::TokenChoiceMoEImpl(int64_t hidden, int64_t ffn, TokenChoiceO
            "TokenChoiceMoE: score_func is '", o.score_func, "'; expected softmax or sigmoid");
   DS_CHECK(o.score_apply == "post" || o.score_apply == "pre", UsageError,
            "TokenChoiceMoE: score_apply is '", o.score_apply, "'; expected post or pre");
+  if (o.num_expert_groups > 0 || o.num_limited_groups > 0) check_group_routing(o);
   gate = register_module(
       "gate", torch::nn::Linear(torch::nn::LinearOptions(hidden, o.num_experts).bias(false)));
   experts = register_module("experts", GroupedExperts(o.num_experts, hidden, ffn));
@@ -111,7 +147,8 @@ at::Tensor TokenChoiceMoEImpl::forward(const at::Tensor& x) {
   router_logits_ = keep_router_logits_ ? logits : at::Tensor();
   const at::Tensor scores =
       o.score_func == "softmax" ? at::softmax(logits, 1) : at::sigmoid(logits);
-  const at::Tensor chosen = std::get<1>(scores.topk(k, 1));  // [T, k]
+  const at::Tensor candidates = o.num_expert_groups > 0 ? group_limited(scores, o) : scores;
+  const at::Tensor chosen = std::get<1>(candidates.topk(k, 1));  // [T, k]
   at::Tensor weight = scores.gather(1, chosen);
   if (o.route_norm) weight = weight / (weight.sum(-1, /*keepdim=*/true) + 1e-20);
   if (o.route_scale != 1.0) weight = weight * o.route_scale;

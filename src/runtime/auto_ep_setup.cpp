@@ -26,6 +26,32 @@ void make_whole(const at::Tensor& weight, const comm::Group& dp_group, const std
   storage_as_flat(weight, weight.numel()).copy_(gathered.narrow(0, 0, weight.numel()));
 }
 
+// DeepSpeed's group-limited routing keys, checked per layer as its validate_autoep_post_detection
+// does; DeepSeek-V2's preset scores a group by its best expert, the others by their two best.
+void configure_group_routing(const config_detail::ExpertParallelSection& s,
+                             const std::string& name, const std::string& source,
+                             moe::TokenChoiceOptions* o) {
+  if (!s.num_expert_groups && !s.num_limited_groups) return;
+  DS_CHECK(s.num_expert_groups, ConfigError, source, ": expert_parallel.num_limited_groups "
+           "requires num_expert_groups to be set in layer '", name, "'");
+  const int64_t groups = *s.num_expert_groups, e = o->num_experts;
+  DS_CHECK(e % groups == 0, ConfigError, source, ": expert_parallel.num_expert_groups (", groups,
+           ") must divide num_experts (", e, ") in layer '", name, "'");
+  DS_CHECK(s.num_limited_groups, ConfigError, source, ": expert_parallel.num_limited_groups must "
+           "be set when num_expert_groups is set in layer '", name, "'");
+  o->num_expert_groups = groups;
+  o->num_limited_groups = *s.num_limited_groups;
+  if (s.preset_model == std::optional<std::string>("deepseek_v2")) o->group_score_func = "max";
+  const int64_t per_group = e / groups, candidates = o->num_limited_groups * per_group;
+  DS_CHECK(o->group_score_func != "top2_sum" || per_group >= 2, ConfigError, source,
+           ": expert_parallel.num_expert_groups (", groups, ") leaves ", per_group,
+           " expert per group in layer '", name, "'; scoring a group by its two best experts "
+           "needs at least 2");
+  DS_CHECK(o->top_k <= candidates, ConfigError, source, ": top_k (", o->top_k, ") exceeds the ",
+           candidates, " experts of expert_parallel.num_limited_groups (",
+           o->num_limited_groups, ") groups in layer '", name, "'");
+}
+
 }  // namespace
 
 void configure_auto_ep(torch::nn::Module& module, const DeepSpeedConfig& config,
@@ -66,6 +92,7 @@ void configure_auto_ep(torch::nn::Module& module, const DeepSpeedConfig& config,
     if (s.score_apply != "auto") o.score_apply = s.score_apply;
     if (s.route_norm) o.route_norm = *s.route_norm;
     if (s.route_scale != 1.0) o.route_scale = s.route_scale;
+    configure_group_routing(s, name, config.source, &o);
   }
   const bool data_before_expert =
       config.raw.is_object() && config.raw.value("use_data_before_expert_parallelism", false);

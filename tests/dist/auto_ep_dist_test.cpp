@@ -11,6 +11,7 @@
 //    autoep_size 1; ds_to_universal refuses them by name. At ZeRO-3 the experts live in the
 //    optimizer shards (ds_autoep_layers says so, per rank), resume exactly on the same
 //    placement, and another placement or a conversion is refused by name;
+//  - DeepSeek's group-limited routing from the section trains as one process routing alike;
 //  - bad set-ups: an error naming what is wrong.
 #include "deepspeed/auto_ep.h"
 #include "deepspeed/deepspeed.h"
@@ -210,10 +211,12 @@ void train(int world, int stage, int64_t autoep_size, const std::string& tag,
   });
 }
 
-void train_reference(int world, const std::string& tag) {
+void train_reference(int world, const std::string& tag, const json& patch = json::object()) {
   run_ranks(1, [&](int, int) {
     Net net;
-    auto engine = initialize(net.ptr(), net_config(0, kRows * world, 0)).engine;
+    json config = net_config(0, kRows * world, 0);
+    config.merge_patch(patch);
+    auto engine = initialize(net.ptr(), config).engine;
     for (int s = 0; s < kSteps; ++s) {
       auto [x, y] = batch(s, 0, world);
       engine->backward(engine->forward(x, y));
@@ -273,6 +276,28 @@ TEST(AutoEPDist, EngineTrainsAsOneProcessWithTheWholeLayer) {
     Net fresh;
     EXPECT_FALSE(torch::allclose(trained[0], fresh->block->experts->w1[3], 1e-4, 1e-4));
   }
+}
+
+// DeepSeek's group-limited routing from the section: two groups of two experts, each token's two
+// experts within its best group. One process routes the same way over the whole layer
+// (autoep_size 1); without the limit the parameters differ.
+TEST(AutoEPDist, GroupLimitedRoutingTrainsAsOneProcess) {
+  share_dir();
+  const json groups = {{"expert_parallel", {{"num_expert_groups", 2}, {"num_limited_groups", 1}}}};
+  json whole = groups;
+  whole["expert_parallel"]["enabled"] = true;
+  whole["expert_parallel"]["autoep_size"] = 1;
+  train_reference(2, "ref_groups", whole);
+  train_reference(2, "ref_plain");
+  train(2, 2, 2, "ep2_groups", groups);
+  train(2, 3, 2, "ep2_groups_s3", groups);
+  if (in_rank_process()) return;
+  expect_same_params("ref_groups", "ep2_groups");
+  expect_same_params("ref_groups", "ep2_groups_s3");
+  std::vector<at::Tensor> a, b;
+  torch::load(a, dir() + "/ref_groups_expert0.pt");
+  torch::load(b, dir() + "/ref_plain_expert0.pt");
+  EXPECT_FALSE(torch::allclose(a[0], b[0], 1e-5, 1e-5));
 }
 
 TEST(AutoEPDist, CheckpointsUseDeepSpeedsExpertFilesAndResumeExactly) {
@@ -488,6 +513,22 @@ TEST(AutoEPDist, BadSetUpsNameWhatIsWrong) {
     c["expert_parallel"]["moe_layer_pattern"] = "model\\.layers\\.\\d+\\.mlp";
     EXPECT_NE(error_of(c).find("no TokenChoiceMoE layer whose name matches"), std::string::npos)
         << error_of(c);
+    c = net_config(1, kRows, 2);
+    c["expert_parallel"]["num_limited_groups"] = 1;
+    EXPECT_NE(error_of(c).find("num_limited_groups requires num_expert_groups to be set in "
+                               "layer 'moe'"),
+              std::string::npos) << error_of(c);
+    c["expert_parallel"]["num_expert_groups"] = 4;  // one expert per group: no two best
+    EXPECT_NE(error_of(c).find("leaves 1 expert per group in layer 'moe'"), std::string::npos)
+        << error_of(c);
+    c["expert_parallel"]["num_expert_groups"] = 3;
+    EXPECT_NE(error_of(c).find("num_expert_groups (3) must divide num_experts (4) in layer"),
+              std::string::npos) << error_of(c);
+    c["expert_parallel"]["num_expert_groups"] = 2;
+    c["expert_parallel"]["top_k"] = 3;
+    EXPECT_NE(error_of(c).find("top_k (3) exceeds the 2 experts of "
+                               "expert_parallel.num_limited_groups (1) groups in layer 'moe'"),
+              std::string::npos) << error_of(c);
     c = net_config(1, kRows, 2);
     c["expert_parallel"]["top_k"] = 5;
     EXPECT_NE(error_of(c).find("top_k=5 exceeds num_experts=4 in layer 'moe'"), std::string::npos)

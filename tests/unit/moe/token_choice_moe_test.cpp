@@ -1,15 +1,41 @@
 // TokenChoiceMoE (deepspeed/auto_ep.h) against a per-token loop written from transformers'
 // MixtralSparseMoeBlock and DeepSpeed's TokenChoiceTopKRouter: softmax or sigmoid scores in fp32,
 // the top-k experts, their scores normalised and scaled, each chosen expert's SwiGLU weighted
-// after ("post") or before ("pre") it runs. Outputs and every gradient agree.
+// after ("post") or before ("pre") it runs, and group-limited routing (DeepSeek's: the experts
+// of a token's best groups only, groups scored by their best expert or their two best). Outputs
+// and every gradient agree.
 #include "deepspeed/auto_ep.h"
 #include "deepspeed/errors.h"
+
+#include <algorithm>
+#include <limits>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 namespace deepspeed {
 namespace {
+
+// Token t's candidate scores: those of the experts in its num_limited_groups best groups, the
+// others -inf, written as a loop over the groups.
+at::Tensor candidates(const at::Tensor& s, const moe::TokenChoiceOptions& o) {
+  if (o.num_expert_groups == 0) return s;
+  const int64_t per = o.num_experts / o.num_expert_groups;
+  std::vector<std::pair<float, int64_t>> groups;
+  for (int64_t g = 0; g < o.num_expert_groups; ++g) {
+    std::vector<float> v;
+    for (int64_t e = g * per; e < (g + 1) * per; ++e) v.push_back(s[e].item<float>());
+    std::sort(v.rbegin(), v.rend());
+    groups.emplace_back(o.group_score_func == "max" ? v[0] : v[0] + v[1], g);
+  }
+  std::sort(groups.rbegin(), groups.rend());
+  at::Tensor c = s.clone();
+  for (size_t i = static_cast<size_t>(o.num_limited_groups); i < groups.size(); ++i) {
+    c.slice(0, groups[i].second * per, (groups[i].second + 1) * per)
+        .fill_(-std::numeric_limits<float>::infinity());
+  }
+  return c;
+}
 
 at::Tensor reference(moe::TokenChoiceMoEImpl& m, const at::Tensor& x) {
   const auto& o = m.options();
@@ -19,7 +45,8 @@ at::Tensor reference(moe::TokenChoiceMoEImpl& m, const at::Tensor& x) {
     const at::Tensor xt = flat[t];
     const at::Tensor logits = at::matmul(m.gate->weight, xt).to(at::kFloat);
     const at::Tensor s = o.score_func == "softmax" ? logits.softmax(0) : logits.sigmoid();
-    auto [top, idx] = s.topk(o.top_k);
+    const at::Tensor idx = std::get<1>(candidates(s, o).topk(o.top_k));
+    at::Tensor top = s.index_select(0, idx);
     if (o.route_norm) top = top / (top.sum() + 1e-20);
     top = top * o.route_scale;
     at::Tensor y = at::zeros_like(xt);
@@ -80,6 +107,68 @@ TEST(TokenChoiceMoE, EqualsThePerTokenLoopOfMixtralsBlock) {
   expect_matches(o, at::kFloat, 1e-5);
   o.top_k = 2;
   expect_matches(o, at::kBFloat16, 3e-2);
+}
+
+TEST(TokenChoiceMoE, GroupLimitedRoutingChoosesWithinTheBestGroups) {
+  moe::TokenChoiceOptions o;
+  o.num_experts = 8;
+  o.top_k = 2;
+  o.score_func = "sigmoid";
+  o.num_expert_groups = 4;
+  o.num_limited_groups = 2;  // DeepSeek-V3's form: groups by their two best experts
+  expect_matches(o, at::kFloat, 1e-5);
+  o.group_score_func = "max";  // DeepSeek-V2's
+  o.num_limited_groups = 1;
+  o.score_func = "softmax";
+  expect_matches(o, at::kFloat, 1e-5);
+  o.top_k = 3;
+  o.num_expert_groups = 2;
+  expect_matches(o, at::kFloat, 1e-5);
+  // The limit weighs in: every token's two experts in one group of two is not what plain top-2
+  // chooses for these tokens.
+  const auto counts = [](const moe::TokenChoiceOptions& opts) {
+    torch::manual_seed(3);
+    moe::TokenChoiceMoE m(6, 10, opts);
+    torch::manual_seed(4);
+    m->forward(torch::randn({2, 5, 6}));
+    return m->tokens_per_expert().clone();
+  };
+  moe::TokenChoiceOptions one_group = o;
+  one_group.top_k = 2;
+  one_group.num_expert_groups = 4;
+  one_group.num_limited_groups = 1;
+  moe::TokenChoiceOptions plain = one_group;
+  plain.num_expert_groups = plain.num_limited_groups = 0;
+  EXPECT_FALSE(torch::equal(counts(one_group), counts(plain)));
+  // Within one group of two each token takes both: the counts of a group's experts are equal.
+  const at::Tensor c = counts(one_group).view({4, 2});
+  EXPECT_TRUE(torch::equal(c.select(1, 0), c.select(1, 1))) << c;
+
+  const auto refused = [&](moe::TokenChoiceOptions bad, const std::string& needle) {
+    try {
+      moe::TokenChoiceMoE(6, 10, bad);
+      ADD_FAILURE() << "accepted: " << needle;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto bad = one_group;
+  bad.num_expert_groups = 3;
+  refused(bad, "num_expert_groups (3) must divide num_experts (8)");
+  bad = one_group;
+  bad.num_limited_groups = 5;
+  refused(bad, "num_limited_groups (5) must be in 1..num_expert_groups (4)");
+  bad = one_group;
+  bad.top_k = 3;
+  refused(bad, "top_k (3) exceeds the 2 experts of num_limited_groups (1) groups of 2");
+  bad = one_group;
+  bad.group_score_func = "top2_sum";
+  bad.num_expert_groups = 8;
+  bad.top_k = 1;
+  refused(bad, "top2_sum needs at least 2 experts per group, got 1");
+  bad = one_group;
+  bad.group_score_func = "mean";
+  refused(bad, "group_score_func is 'mean'");
 }
 
 TEST(TokenChoiceMoE, RefusesBadOptionsAndWholeLayersHaveNoGroups) {
