@@ -46,8 +46,27 @@ json entry(int64_t layer_id, const std::string& path, const moe::TokenChoiceMoEI
           {"global_expert_end", layer.first_expert() + local}};
 }
 
+// The entries as JSON, each without DeepSpeed's affine_maps, whose dicts are keyed by rank
+// numbers (JSON has string keys only) and which nothing here reads.
 json as_json(const c10::IValue& value, const std::string& where) {
-  return checkpoint::json_from_ivalue(value, where + ": " + kAutoEPLayersKey);
+  const std::string what = where + ": " + kAutoEPLayersKey;
+  if (!value.isList()) return checkpoint::json_from_ivalue(value, what);
+  json out = json::array();
+  for (const c10::IValue& entry : value.toListRef()) {
+    if (!entry.isGenericDict()) {
+      out.push_back(checkpoint::json_from_ivalue(entry, what));
+      continue;
+    }
+    json e = json::object();
+    for (const auto& item : entry.toGenericDict()) {
+      if (!item.key().isString()) continue;
+      const std::string key = item.key().toStringRef();
+      if (key == "affine_maps") continue;
+      e[key] = checkpoint::json_from_ivalue(item.value(), what + "." + key);
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 }  // namespace

@@ -49,10 +49,14 @@ std::vector<std::vector<Stage3Slot>> own_slots(Stage3ZeroOptimizer& zero) {
   return slots;
 }
 
-bool same_slots(const std::vector<Stage3Slot>& a, const std::vector<Stage3Slot>& b) {
+// `names`: the parameters' names must agree too. Without load_module_strict they need not:
+// DeepSpeed itself restores the shards by position, whatever its module calls them (its AutoEP
+// layer names the gate moe.router.gate where a C++ TokenChoiceMoE says moe.gate).
+bool same_slots(const std::vector<Stage3Slot>& a, const std::vector<Stage3Slot>& b,
+                bool names = true) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].name != b[i].name || a[i].shape != b[i].shape ||
+    if ((names && a[i].name != b[i].name) || a[i].shape != b[i].shape ||
         a[i].shard_numel != b[i].shard_numel || a[i].offset != b[i].offset) {
       return false;
     }
@@ -316,7 +320,8 @@ void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, Zero
 
   bool same = saved_world == world && shapes.size() == groups.size();
   for (size_t g = 0; same && g < groups.size(); ++g) {
-    same = same_slots(stage3_slots(shapes[g], groups[g].world), slots[g]);
+    same = same_slots(stage3_slots(shapes[g], groups[g].world), slots[g],
+                      ctx.load_module_strict);
   }
   // Note [Expert partitions]: expert shards are cut for an expert-data-parallel group, which
   // the re-partitioning below knows nothing of. As in DeepSpeed, such a checkpoint loads only

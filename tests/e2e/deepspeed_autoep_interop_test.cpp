@@ -1,0 +1,221 @@
+// AutoEP at ZeRO-3 against Python DeepSpeed 0.19.8 (.venv-deepspeed-torch2), through
+// tests/e2e/deepspeed_autoep_interop.py: 4 Gloo ranks, autoep_size 2, so that each rank holds 2
+// of the 4 experts and each expert is partitioned over 2 ranks. The model is auto_ep_dist_test's
+// (Linear, a TokenChoiceMoE routing to 2 of 4 SwiGLU experts, Linear); DeepSpeed's AutoEP finds
+// its Python twin's block by the section's patterns. The same initial weights and batches on both
+// sides.
+// - Trained side by side, steps 0 and 1 take the same losses.
+// - DeepSpeed resumes our checkpoint of step 2 (the experts in the ZeRO-3 optimizer shards,
+//   ds_autoep_layers, ds_zero_partition_groups): its step 2 takes the loss and ends at the
+//   parameters of our own step 2.
+// - We resume DeepSpeed's checkpoint of step 2 alike (its gate is named moe.router.gate there:
+//   the module names are not checked, load_module_strict false, as on its side).
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "deepspeed/auto_ep.h"
+#include "deepspeed/deepspeed.h"
+#include "deepspeed/zero3.h"
+#include "support/multi_rank.h"
+#include "support/run_command.h"
+#include "support/shared_run_dir.h"
+#include "support/test_port.h"
+
+namespace deepspeed {
+namespace {
+
+using nlohmann::json;
+using testing::in_rank_process;
+using testing::run_ranks;
+
+constexpr int kRanks = 4;
+constexpr int64_t kHidden = 8, kFfn = 12, kExperts = 4, kRows = 6;
+
+class NetImpl : public torch::nn::Module {
+ public:
+  NetImpl() {
+    torch::manual_seed(11);
+    moe::TokenChoiceOptions o;
+    o.num_experts = kExperts;
+    in = register_module("in", torch::nn::Linear(kHidden, kHidden));
+    block = register_module(
+        "moe", std::make_shared<zero::Unit<moe::TokenChoiceMoEImpl>>(kHidden, kFfn, o));
+    out = register_module("out", torch::nn::Linear(kHidden, kHidden));
+  }
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& y) {
+    return torch::mse_loss(out(block->forward(torch::tanh(in(x)))), y);
+  }
+  torch::nn::Linear in{nullptr}, out{nullptr};
+  std::shared_ptr<zero::Unit<moe::TokenChoiceMoEImpl>> block;
+};
+TORCH_MODULE(Net);
+
+json config() {
+  return {{"train_micro_batch_size_per_gpu", kRows},
+          {"gradient_accumulation_steps", 1},
+          {"gradient_clipping", 0.5},
+          {"optimizer", {{"type", "Adam"}, {"params", {{"lr", 0.02}, {"torch_adam", true}}}}},
+          {"zero_optimization", {{"stage", 3}, {"stage3_param_persistence_threshold", 0}}},
+          // DeepSpeed finds a custom block by these; ours by type (and warns about them).
+          {"expert_parallel",
+           {{"enabled", true}, {"autoep_size", 2}, {"moe_layer_pattern", "moe"},
+            {"router_pattern", "gate"}, {"expert_pattern", "experts"}, {"expert_w1", "w1"},
+            {"expert_w2", "w2"}, {"expert_w3", "w3"}, {"top_k", 2}, {"score_func", "softmax"},
+            {"route_norm", true}, {"score_apply", "post"}}}};
+}
+
+json as_list(const at::Tensor& t) {
+  const at::Tensor c = t.detach().to(at::kDouble).contiguous().reshape({-1});
+  return std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+}
+
+at::Tensor from_list(const json& j, at::IntArrayRef shape) {
+  return at::tensor(j.get<std::vector<double>>(), at::kDouble).view(shape);
+}
+
+// Step s's batch of rank r.
+std::pair<at::Tensor, at::Tensor> batch(int s, int r) {
+  torch::manual_seed(1000 + 10 * s + r);
+  at::Tensor x = torch::randn({kRows, kHidden});
+  return {x, torch::randn({kRows, kHidden})};
+}
+
+// What a side writes after step 2: its losses, the dense parameters and its experts by id.
+void write_result(Net& net, const std::map<int, double>& losses, const std::string& path) {
+  json out{{"losses", json::object()}, {"dense", json::object()}, {"experts", json::object()}};
+  for (const auto& [s, l] : losses) out["losses"][std::to_string(s)] = l;
+  for (const auto& p : net->named_parameters()) {
+    if (p.key().find(".experts.") == std::string::npos) out["dense"][p.key()] = as_list(p.value());
+  }
+  const auto& b = net->block;
+  for (int64_t i = 0; i < b->num_local_experts(); ++i) {
+    json w = json::array();
+    for (const auto& p : b->expert_parameters()) w.push_back(as_list(p[i]));
+    out["experts"][std::to_string(b->first_expert() + i)] = w;
+  }
+  std::ofstream(path) << out.dump();
+}
+
+// Every rank's result of `a` against `b`'s: the losses of the steps both ran, the parameters.
+void expect_same(const std::string& dir, const std::string& a, const std::string& b) {
+  Net shapes;
+  for (int r = 0; r < kRanks; ++r) {
+    const json x = json::parse(std::ifstream(dir + "/" + a + "_" + std::to_string(r) + ".json"));
+    const json y = json::parse(std::ifstream(dir + "/" + b + "_" + std::to_string(r) + ".json"));
+    const std::string what = a + " vs " + b + ", rank " + std::to_string(r);
+    int common = 0;
+    for (const auto& [s, loss] : x["losses"].items()) {
+      if (!y["losses"].contains(s)) continue;
+      ++common;
+      EXPECT_NEAR(loss.get<double>(), y["losses"][s].get<double>(),
+                  1e-6 * std::abs(loss.get<double>()))
+          << what << ", step " << s;
+    }
+    EXPECT_GE(common, 1) << what;
+    for (const auto& p : shapes->named_parameters()) {
+      if (p.key().find(".experts.") != std::string::npos) continue;
+      const at::Tensor u = from_list(x["dense"].at(p.key()), p.value().sizes());
+      const at::Tensor v = from_list(y["dense"].at(p.key()), p.value().sizes());
+      EXPECT_TRUE(torch::allclose(u, v, 1e-5, 1e-6))
+          << what << ", " << p.key() << ": " << (u - v).abs().max().item<double>();
+    }
+    ASSERT_EQ(x["experts"].size(), 2u) << what;
+    for (const auto& [id, weights] : x["experts"].items()) {
+      ASSERT_TRUE(y["experts"].contains(id)) << what << ", expert " << id;
+      for (size_t w = 0; w < 3; ++w) {
+        const auto list = [](const json& j) { return j.get<std::vector<double>>(); };
+        const at::Tensor u = at::tensor(list(weights[w]), at::kDouble);
+        const at::Tensor v = at::tensor(list(y["experts"][id][w]), at::kDouble);
+        EXPECT_TRUE(torch::allclose(u, v, 1e-5, 1e-6))
+            << what << ", expert " << id << " w" << w + 1 << ": "
+            << (u - v).abs().max().item<double>();
+      }
+    }
+  }
+}
+
+testing::CommandResult run_deepspeed(const std::string& mode, const std::string& dir) {
+  testing::ReservedPort port;
+  return testing::run_command(std::string("OMP_NUM_THREADS=1 ") + DS_DEEPSPEED_PYTHON +
+                              " -m torch.distributed.run --nproc_per_node " +
+                              std::to_string(kRanks) + " --master_port " +
+                              std::to_string(port.port()) + " " + DS_INTEROP_SCRIPT + " " + mode +
+                              " " + dir);
+}
+
+TEST(DeepSpeedAutoEPInterop, Zero3CheckpointsResumeBothWays) {
+  const std::string dir = testing::new_shared_run_dir("DS_AUTOEP_INTEROP_DIR");
+  ::setenv("DS_CHECKPOINT_PYTHON_OBJECTS", "1", 1);  // DeepSpeed's LossScaler, for its resume
+  if (!in_rank_process()) {
+    Net initial;
+    json params = json::object();
+    for (const auto& p : initial->named_parameters()) params[p.key()] = as_list(p.value());
+    const auto rows = [](const at::Tensor& t) {
+      json out = json::array();
+      for (int64_t i = 0; i < t.size(0); ++i) out.push_back(as_list(t[i]));
+      return out;
+    };
+    json batches = json::array();
+    for (int s = 0; s < 3; ++s) {
+      json ranks = json::array();
+      for (int r = 0; r < kRanks; ++r) {
+        auto [x, y] = batch(s, r);
+        ranks.push_back(json::array({rows(x), rows(y)}));
+      }
+      batches.push_back(ranks);
+    }
+    std::ofstream(dir + "/case.json")
+        << json{{"config", config()}, {"initial", params}, {"batches", batches}}.dump();
+  }
+  // Ours: steps 0 and 1, the checkpoint, step 2.
+  run_ranks(kRanks, [&](int rank, int) {
+    Net net;
+    auto engine = initialize(net.ptr(), config()).engine;
+    std::map<int, double> losses;
+    for (int s = 0; s < 3; ++s) {
+      if (s == 2) engine->save_checkpoint(dir + "/ours", "two");
+      auto [x, y] = batch(s, rank);
+      at::Tensor loss = engine->forward(x, y);
+      losses[s] = loss.item<double>();
+      engine->backward(loss);
+      engine->step();
+    }
+    engine.reset();  // the model whole again
+    write_result(net, losses, dir + "/ours_" + std::to_string(rank) + ".json");
+  });
+  if (!in_rank_process()) {
+    const auto trained = run_deepspeed("train", dir);
+    ASSERT_EQ(trained.exit_code, 0) << trained.out << trained.err;
+    const auto resumed = run_deepspeed("resume", dir);
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  }
+  // Ours from DeepSpeed's checkpoint: step 2.
+  run_ranks(kRanks, [&](int rank, int) {
+    Net net;
+    auto engine = initialize(net.ptr(), config()).engine;
+    LoadCheckpointOptions o;
+    o.load_module_strict = false;
+    engine->load_checkpoint(dir + "/deepspeed", "two", o);
+    auto [x, y] = batch(2, rank);
+    at::Tensor loss = engine->forward(x, y);
+    const double l = loss.item<double>();
+    engine->backward(loss);
+    engine->step();
+    engine.reset();
+    write_result(net, {{2, l}}, dir + "/ours_resumed_" + std::to_string(rank) + ".json");
+  });
+  if (in_rank_process()) return;
+  expect_same(dir, "ours", "train");            // steps 0-2 side by side
+  expect_same(dir, "resume", "ours");           // DeepSpeed from our checkpoint
+  expect_same(dir, "ours_resumed", "train");    // ours from DeepSpeed's
+}
+
+}  // namespace
+}  // namespace deepspeed
