@@ -5,7 +5,8 @@
 //    receives no row), with score_apply "pre" and sigmoid scores, and in bf16;
 //  - an engine with expert_parallel (autoep_size 2 on 2 ranks at ZeRO 0/1/2/3; on 4 ranks at
 //    ZeRO 2 and 3, two ranks per expert, which ZeRO-3 partitions each expert over; autoep_size
-//    1 on 2 ranks at ZeRO-3, also with the optimizer and parameters offloaded) ends with the
+//    1 on 2 ranks at ZeRO-3, also with the optimizer and parameters offloaded to host memory
+//    and to NVMe swap files) ends with the
 //    parameters of one process that trained the whole batch with the whole layer;
 //  - checkpoints: DeepSpeed's per-expert files, an exact resume, and the weights onto
 //    autoep_size 1; ds_to_universal refuses them by name. At ZeRO-3 the experts live in the
@@ -206,7 +207,7 @@ void train(int world, int stage, int64_t autoep_size, const std::string& tag,
       engine->backward(engine->forward(x, y));
       engine->step();
     }
-    engine.reset();  // ZeRO-3 leaves the model whole when its engine goes
+    zero::GatheredParameters whole(*net);  // ZeRO-3's partitions, gathered
     save_params(net, tag);
   });
 }
@@ -258,10 +259,17 @@ TEST(AutoEPDist, EngineTrainsAsOneProcessWithTheWholeLayer) {
                          {{"offload_optimizer", {{"device", "cpu"}}},
                           {"offload_param", {{"device", "cpu"}}}}}};
   train(2, 3, 1, "ep1_s3_offload", offload);
+  // ZeRO-Infinity: the shards and the optimizer state in swap files, read back for each use.
+  const json nvme = {{"zero_optimization",
+                      {{"offload_optimizer", {{"device", "nvme"}, {"nvme_path", dir()}}},
+                       {"offload_param",
+                        {{"device", "nvme"}, {"nvme_path", dir()}, {"max_in_cpu", 0}}}}}};
+  train(2, 3, 1, "ep1_s3_nvme", nvme);
   if (!in_rank_process()) {
     expect_same_params("ref2", "ep2_s3");
     expect_same_params("ref2", "ep1_s3");
     expect_same_params("ref2", "ep1_s3_offload");
+    expect_same_params("ref2", "ep1_s3_nvme");
   }
   train(4, 2, 2, "w4_ep2_s2");
   train(4, 1, 4, "w4_ep4_s1");
