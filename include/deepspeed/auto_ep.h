@@ -41,6 +41,10 @@ struct TokenChoiceOptions {
   int64_t num_expert_groups = 0;
   int64_t num_limited_groups = 0;
   std::string group_score_func = "top2_sum";
+  /// DeepSeek-V3's e_score_correction_bias (its "noaux_tc" routing): a [num_experts] buffer,
+  /// registered on the gate as transformers' DeepseekV3TopkRouter has it, added to the scores
+  /// that choose the experts (and their groups) but not to the weights.
+  bool score_correction_bias = false;
 };
 
 /// The experts' weights, stacked as DeepSpeed's GroupedExperts keeps them:
@@ -89,6 +93,8 @@ class TokenChoiceMoEImpl : public torch::nn::Module {
 
   torch::nn::Linear gate{nullptr};  // [num_experts, hidden], no bias
   GroupedExperts experts{nullptr};
+  /// gate.e_score_correction_bias with TokenChoiceOptions::score_correction_bias, else undefined.
+  at::Tensor score_correction_bias;
 
  private:
   TokenChoiceOptions options_;

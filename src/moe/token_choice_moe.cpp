@@ -113,6 +113,10 @@ TokenChoiceMoEImpl::TokenChoiceMoEImpl(int64_t hidden, int64_t ffn, TokenChoiceO
   if (o.num_expert_groups > 0 || o.num_limited_groups > 0) check_group_routing(o);
   gate = register_module(
       "gate", torch::nn::Linear(torch::nn::LinearOptions(hidden, o.num_experts).bias(false)));
+  if (o.score_correction_bias) {
+    score_correction_bias =
+        gate->register_buffer("e_score_correction_bias", torch::zeros({o.num_experts}));
+  }
   experts = register_module("experts", GroupedExperts(o.num_experts, hidden, ffn));
 }
 
@@ -147,7 +151,12 @@ at::Tensor TokenChoiceMoEImpl::forward(const at::Tensor& x) {
   router_logits_ = keep_router_logits_ ? logits : at::Tensor();
   const at::Tensor scores =
       o.score_func == "softmax" ? at::softmax(logits, 1) : at::sigmoid(logits);
-  const at::Tensor candidates = o.num_expert_groups > 0 ? group_limited(scores, o) : scores;
+  // DeepSeek-V3's correction bias steers the choice only (in fp32, as DeepSpeed adds it).
+  const at::Tensor for_choice = score_correction_bias.defined()
+                                    ? scores + score_correction_bias.to(at::kFloat)
+                                    : scores;
+  const at::Tensor candidates =
+      o.num_expert_groups > 0 ? group_limited(for_choice, o) : for_choice;
   const at::Tensor chosen = std::get<1>(candidates.topk(k, 1));  // [T, k]
   at::Tensor weight = scores.gather(1, chosen);
   if (o.route_norm) weight = weight / (weight.sum(-1, /*keepdim=*/true) + 1e-20);

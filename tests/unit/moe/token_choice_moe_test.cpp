@@ -45,7 +45,9 @@ at::Tensor reference(moe::TokenChoiceMoEImpl& m, const at::Tensor& x) {
     const at::Tensor xt = flat[t];
     const at::Tensor logits = at::matmul(m.gate->weight, xt).to(at::kFloat);
     const at::Tensor s = o.score_func == "softmax" ? logits.softmax(0) : logits.sigmoid();
-    const at::Tensor idx = std::get<1>(candidates(s, o).topk(o.top_k));
+    const at::Tensor bias =
+        m.score_correction_bias.defined() ? m.score_correction_bias : at::zeros_like(s);
+    const at::Tensor idx = std::get<1>(candidates(s + bias, o).topk(o.top_k));
     at::Tensor top = s.index_select(0, idx);
     if (o.route_norm) top = top / (top.sum() + 1e-20);
     top = top * o.route_scale;
@@ -67,6 +69,10 @@ at::Tensor reference(moe::TokenChoiceMoEImpl& m, const at::Tensor& x) {
 void expect_matches(const moe::TokenChoiceOptions& o, at::ScalarType dtype, double tol) {
   torch::manual_seed(3);
   moe::TokenChoiceMoE m(6, 10, o);
+  if (o.score_correction_bias) {
+    torch::NoGradGuard no_grad;
+    m->score_correction_bias.copy_(torch::randn({o.num_experts}) * 0.3);
+  }
   m->to(dtype);
   at::Tensor x = torch::randn({2, 5, 6}).to(dtype).requires_grad_(true);
   at::Tensor probe = torch::randn({2, 5, 6}).to(dtype);
@@ -124,6 +130,15 @@ TEST(TokenChoiceMoE, GroupLimitedRoutingChoosesWithinTheBestGroups) {
   o.top_k = 3;
   o.num_expert_groups = 2;
   expect_matches(o, at::kFloat, 1e-5);
+  // DeepSeek-V3's correction bias, in the choice of groups and experts, not in the weights.
+  o.score_correction_bias = true;
+  o.score_func = "sigmoid";
+  o.group_score_func = "top2_sum";
+  o.num_expert_groups = 4;
+  o.num_limited_groups = 2;
+  o.top_k = 2;
+  expect_matches(o, at::kFloat, 1e-5);
+  o.score_correction_bias = false;
   // The limit weighs in: every token's two experts in one group of two is not what plain top-2
   // chooses for these tokens.
   const auto counts = [](const moe::TokenChoiceOptions& opts) {
@@ -181,6 +196,17 @@ TEST(TokenChoiceMoE, RefusesBadOptionsAndWholeLayersHaveNoGroups) {
   EXPECT_THROW(moe::TokenChoiceMoE(6, 10, o), UsageError);
   o.score_func = "softmax";
   moe::TokenChoiceMoE m(6, 10, o);
+  EXPECT_FALSE(m->score_correction_bias.defined());
+  o.score_correction_bias = true;
+  moe::TokenChoiceMoE biased(6, 10, o);
+  EXPECT_TRUE(biased->named_buffers().contains("gate.e_score_correction_bias"));
+  // It steers the choice: a large bias on expert 3 puts every token there.
+  {
+    torch::NoGradGuard no_grad;
+    biased->score_correction_bias[3] = 100.0;
+  }
+  biased->forward(torch::randn({5, 6}));
+  EXPECT_EQ(biased->tokens_per_expert()[3].item<int64_t>(), 5);
   EXPECT_EQ(m->ep_groups(), nullptr);
   EXPECT_EQ(m->num_local_experts(), 4);
   EXPECT_EQ(m->experts->w1.sizes(), (std::vector<int64_t>{4, 10, 6}));
