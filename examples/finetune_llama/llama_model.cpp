@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "deepspeed/checkpointing.h"
+#include "decoder_ops.h"
 #include "gguf_file.h"
 #include "util/check.h"
 
@@ -19,33 +20,6 @@ namespace {
 
 torch::nn::Linear linear(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
-}
-
-// A decoder projection: with LoRA adapters when cfg.lora targets `name` (DeepSpeed's rule: the
-// name contains one of target_mods), a plain Linear otherwise.
-linear::OptimizedLinear projection(const LlamaConfig& cfg, const std::string& name, int64_t in,
-                                   int64_t out, bool bias) {
-  std::optional<linear::LoRAConfig> lora;
-  if (cfg.lora) {
-    for (const auto& t : cfg.lora->target_mods) {
-      if (name.find(t) != std::string::npos) lora = cfg.lora;
-    }
-  }
-  return linear::OptimizedLinear(in, out, bias, lora, std::nullopt, at::kFloat);
-}
-
-torch::Tensor rotate_half(const torch::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
-}
-
-// The rotary embedding of x [..., head_dim] by cos/sin [T, rotary_dim]: a partial rotation
-// (Phi-4-mini's) turns the first rotary_dim features of each head and passes the rest.
-torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const int64_t rotary = cos.size(-1);
-  if (rotary == x.size(-1)) return x * cos + rotate_half(x) * sin;
-  const auto turned = x.slice(-1, 0, rotary);
-  return torch::cat({turned * cos + rotate_half(turned) * sin, x.slice(-1, rotary)}, -1);
 }
 
 // Copies the pretrained value of each parameter of `module` (named prefix + local name) from
@@ -150,10 +124,13 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& cfg, const std::string
   const int64_t hidden = cfg.hidden_size;
   const int64_t q_out = n_head_ * head_dim_, kv_out = n_kv_head_ * head_dim_;
   const bool qkv_bias = cfg.qkv_bias(), o_bias = cfg.attention_bias;
-  q_proj = register_module("q_proj", projection(cfg, prefix + "q_proj", hidden, q_out, qkv_bias));
-  k_proj = register_module("k_proj", projection(cfg, prefix + "k_proj", hidden, kv_out, qkv_bias));
-  v_proj = register_module("v_proj", projection(cfg, prefix + "v_proj", hidden, kv_out, qkv_bias));
-  o_proj = register_module("o_proj", projection(cfg, prefix + "o_proj", q_out, hidden, o_bias));
+  const auto proj = [&](const char* name, int64_t in, int64_t out, bool bias) {
+    return register_module(name, decoder_projection(cfg, prefix + name, in, out, bias));
+  };
+  q_proj = proj("q_proj", hidden, q_out, qkv_bias);
+  k_proj = proj("k_proj", hidden, kv_out, qkv_bias);
+  v_proj = proj("v_proj", hidden, kv_out, qkv_bias);
+  o_proj = proj("o_proj", q_out, hidden, o_bias);
   if (cfg.qk_norm()) {
     q_norm = register_module("q_norm", RmsNorm(head_dim_, cfg.rms_norm_eps, cfg.gemma()));
     k_norm = register_module("k_norm", RmsNorm(head_dim_, cfg.rms_norm_eps, cfg.gemma()));
@@ -176,10 +153,8 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
   const auto c = cos.to(x.scalar_type()), s = sin.to(x.scalar_type());
   q = rotate(q, c, s);
   k = rotate(k, c, s);
-  int64_t past = 0;
   if (past_k != nullptr) {
     if (past_k->defined()) {
-      past = past_k->size(2);
       k = torch::cat({*past_k, k}, 2);
       v = torch::cat({*past_v, v}, 2);
     }
@@ -191,29 +166,20 @@ torch::Tensor LlamaAttentionImpl::forward(const torch::Tensor& x, const torch::T
     k = k.unsqueeze(2).expand({B, n_kv_head_, rep, S, head_dim_}).reshape({B, n_head_, S, head_dim_});
     v = v.unsqueeze(2).expand({B, n_kv_head_, rep, S, head_dim_}).reshape({B, n_head_, S, head_dim_});
   }
-  auto att = torch::matmul(q, k.transpose(2, 3)) * scaling_;
-  if (softcap_ > 0) att = torch::tanh(att / softcap_) * softcap_;  // Gemma 2, before the mask
-  // Query i (absolute position past + i) sees keys 0 .. past + i; with a sliding window W only
-  // keys past + i - W + 1 .. past + i, as transformers' Mistral masks them.
-  auto hidden = torch::ones({T, S}, torch::kBool).triu(past + 1);
-  if (sliding_window_ > 0 && past + T > sliding_window_) {
-    hidden = hidden | torch::ones({T, S}, torch::kBool).tril(past - sliding_window_);
-  }
-  att = att.masked_fill(hidden, -std::numeric_limits<float>::infinity());
-  att = torch::softmax(att.to(torch::kFloat), -1).to(q.scalar_type());
-  auto y = torch::matmul(att, v).transpose(1, 2).reshape({B, T, n_head_ * head_dim_});
-  return o_proj(y);
+  const auto y = causal_attention(q, k, v, scaling_, sliding_window_, softcap_);
+  return o_proj(y.transpose(1, 2).reshape({B, T, n_head_ * head_dim_}));
 }
 
 LlamaMlpImpl::LlamaMlpImpl(const LlamaConfig& cfg, const std::string& prefix, int64_t width)
     : gelu_tanh_(cfg.gemma()) {
   const int64_t hidden = cfg.hidden_size, inner = width > 0 ? width : cfg.intermediate_size;
   const bool bias = cfg.mlp_bias;
-  gate_proj =
-      register_module("gate_proj", projection(cfg, prefix + "gate_proj", hidden, inner, bias));
-  up_proj = register_module("up_proj", projection(cfg, prefix + "up_proj", hidden, inner, bias));
-  down_proj =
-      register_module("down_proj", projection(cfg, prefix + "down_proj", inner, hidden, bias));
+  const auto proj = [&](const char* name, int64_t in, int64_t out) {
+    return register_module(name, decoder_projection(cfg, prefix + name, in, out, bias));
+  };
+  gate_proj = proj("gate_proj", hidden, inner);
+  up_proj = proj("up_proj", hidden, inner);
+  down_proj = proj("down_proj", inner, hidden);
 }
 
 torch::Tensor LlamaMlpImpl::forward(const torch::Tensor& x) {
