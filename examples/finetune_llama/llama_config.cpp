@@ -3,10 +3,24 @@
 
 #include <cmath>
 
+#include "config_json.h"
+#include "deepseek_config.h"
 #include "gguf_file.h"
 #include "util/check.h"
 
 namespace deepspeed::examples {
+
+int64_t json_int(const nlohmann::json& j, const char* key, const std::string& path) {
+  DS_CHECK(j.contains(key), ModelFileError, path, ": '", key, "' is missing");
+  DS_CHECK(j.at(key).is_number_integer(), ModelFileError, path, ": '", key, "' is ",
+           j.at(key).type_name(), "; expected an integer");
+  return j.at(key).get<int64_t>();
+}
+
+int64_t int_or(const nlohmann::json& j, const char* key, const std::string& path,
+               int64_t fallback) {
+  return j.contains(key) && !j.at(key).is_null() ? json_int(j, key, path) : fallback;
+}
 
 namespace {
 
@@ -253,13 +267,6 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
 
 namespace {
 
-int64_t json_int(const nlohmann::json& j, const char* key, const std::string& path) {
-  DS_CHECK(j.contains(key), ModelFileError, path, ": '", key, "' is missing");
-  DS_CHECK(j.at(key).is_number_integer(), ModelFileError, path, ": '", key, "' is ",
-           j.at(key).type_name(), "; expected an integer");
-  return j.at(key).get<int64_t>();
-}
-
 // The router's load-balancing loss (output_router_logits, weighted router_aux_loss_coef); its
 // training-time jitter is refused rather than ignored: the sparse blocks here have none.
 void read_router(const nlohmann::json& j, const std::string& path, const char* experts_key,
@@ -277,11 +284,6 @@ void read_router(const nlohmann::json& j, const std::string& path, const char* e
   DS_CHECK(j.value("router_jitter_noise", 0.0) == 0.0, NotSupportedError, path,
            ": router_jitter_noise is ", j.value("router_jitter_noise", 0.0),
            "; finetune_llama's routers have no jitter");
-}
-
-int64_t int_or(const nlohmann::json& j, const char* key, const std::string& path,
-               int64_t fallback) {
-  return j.contains(key) && !j.at(key).is_null() ? json_int(j, key, path) : fallback;
 }
 
 // MixtralConfig's expert keys.
@@ -518,10 +520,11 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   const std::string type = j.value("model_type", std::string());
   DS_CHECK(type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" ||
                type == "qwen3" || type == "qwen3_moe" || type == "qwen2_moe" || type == "phi3" ||
-               type == "gemma" || type == "gemma2" || type == "gemma3_text",
+               type == "gemma" || type == "gemma2" || type == "gemma3_text" ||
+               type == "deepseek_v2" || type == "deepseek_v3",
            ModelFileError, path, ": model_type is '", type, "'; finetune_llama reads 'llama', "
            "'mistral', 'qwen2', 'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3', 'gemma', "
-           "'gemma2' and 'gemma3_text' models");
+           "'gemma2', 'gemma3_text', 'deepseek_v2' and 'deepseek_v3' models");
   const bool mixtral = type == "mixtral";
   const bool phi3 = type == "phi3";
   const bool gemma3 = type == "gemma3_text";
@@ -529,6 +532,7 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
   const bool mistral = type == "mistral" || mixtral;
   const bool qwen2 = type == "qwen2" || type == "qwen2_moe";
   const bool qwen3 = type == "qwen3" || type == "qwen3_moe";
+  const bool deepseek = type == "deepseek_v2" || type == "deepseek_v3";
   LlamaConfig c;
   c.model_type = type;
   if (mistral) {
@@ -563,6 +567,16 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
     if (gemma3) c.max_position_embeddings = 131072;
     read_gemma(j, path);
     if (type == "gemma2" || gemma3) read_gemma2(j, path, &c);
+  } else if (deepseek) {
+    // DeepseekV3Config's defaults where they differ from LlamaConfig's (V2's are Llama's).
+    if (type == "deepseek_v3") {
+      c.max_position_embeddings = 4096;
+      c.bos_token_id = 0;
+      c.eos_token_id = 1;
+    } else {
+      c.bos_token_id = 1;
+      c.eos_token_id = 2;
+    }
   } else {
     DS_CHECK(!j.contains("sliding_window") || j["sliding_window"].is_null(), NotSupportedError,
              path, ": sliding_window is set on a 'llama' model; finetune_llama reads it on "
@@ -589,6 +603,7 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
            " but a '", type, "' model's head size is hidden_size / num_attention_heads (",
            c.head_dim, ")");
   c.max_position_embeddings = j.value("max_position_embeddings", c.max_position_embeddings);
+  if (deepseek) read_deepseek(j, path, &c);  // its head size is qk_rope_head_dim
   if (gemma3) {
     read_gemma3_layers(j, path, &c);
   } else {
@@ -626,7 +641,7 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
     if (!qwen3) c.mlp_bias = j.value("mlp_bias", false);
   }
   // Mistral's, Phi-3's and Gemma's configs default their token ids; Llama's and Qwen's have none.
-  const bool token_defaults = mistral || phi3 || gemma;
+  const bool token_defaults = mistral || phi3 || gemma || deepseek;
   if (!token_defaults || j.contains("bos_token_id")) {
     c.bos_token_id = json_token_id(j, "bos_token_id");
   }
@@ -642,6 +657,7 @@ LlamaConfig LlamaConfig::from_hf_json(const nlohmann::json& j, const std::string
 
 bool LlamaConfig::is_sparse_layer(int64_t index) const {
   if (num_local_experts == 0) return false;
+  if (deepseek()) return index >= first_k_dense_replace;
   if (!qwen_moe()) return true;  // Mixtral: every layer
   for (int64_t dense : mlp_only_layers) {
     if (dense == index) return false;
@@ -780,6 +796,12 @@ nlohmann::json LlamaConfig::to_hf_json() const {
       }
       j["layer_types"] = types;
     }
+  }
+  if (deepseek()) {
+    write_deepseek(*this, &j);
+    // Null where there is none: DeepseekV3Config would default them.
+    j["bos_token_id"] = nullptr;
+    j["eos_token_id"] = nullptr;
   }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_id >= 0) j["eos_token_id"] = eos_token_id;

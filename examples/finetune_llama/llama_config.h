@@ -30,7 +30,8 @@ struct LlamaConfig {
   /// the attention and around the MLP, the sliding window on every other layer, soft-capped
   /// attention scores and logits) or "gemma3_text" (Gemma3ForCausalLM: Gemma 2's norms, an
   /// RMSNorm on each query and key head, the window on five layers of six, which rotate with a
-  /// base of their own).
+  /// base of their own) or "deepseek_v2" / "deepseek_v3" (DeepseekV2ForCausalLM,
+  /// DeepseekV3ForCausalLM: multi-head latent attention, sparse blocks with shared experts).
   std::string model_type = "llama";
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -79,6 +80,28 @@ struct LlamaConfig {
   // load-balancing loss over the sparse layers' router logits.
   bool output_router_logits = false;
   double router_aux_loss_coef = 0.001;
+  // DeepSeek-V2 and V3: multi-head latent attention (mla_attention.h). Queries through a
+  // q_lora_rank bottleneck (0: one q_proj), keys and values expanded from a kv_lora_rank latent;
+  // each head's query and key hold qk_nope_head_dim unrotated features, then qk_rope_head_dim
+  // rotated ones (head_dim, what the rotary embedding spans), its value v_head_dim.
+  // rope_interleave: the rotated features come in adjacent pairs (DeepSeek-V3's default, always
+  // in V2) rather than in halves.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  bool rope_interleave = true;
+  // DeepSeek's MoE: layers from first_k_dense_replace on are sparse; n_shared_experts experts of
+  // moe_intermediate_size each every token goes through (one ungated MLP,
+  // shared_expert_intermediate_size wide); the routed weights times routed_scaling_factor.
+  // V2's topk_method: "greedy", or "group_limited_greedy" over n_group groups, topk_group kept
+  // (V3 always limits its groups so, scoring each by its two best and with a bias).
+  int64_t n_shared_experts = 0;
+  int64_t first_k_dense_replace = 0;
+  double routed_scaling_factor = 1.0;
+  std::string topk_method = "greedy";
+  int64_t n_group = 0;
+  int64_t topk_group = 0;
   /// Not part of config.json: the fine-tuning's LoRA adapters (deepspeed::linear) on the decoder
   /// projections whose names contain one of lora->target_mods; none by default.
   std::optional<linear::LoRAConfig> lora;
@@ -117,6 +140,11 @@ struct LlamaConfig {
   bool qk_norm() const {
     return model_type == "qwen3" || model_type == "qwen3_moe" || gemma3();
   }
+  /// DeepSeek-V2 and V3: multi-head latent attention, DeepSeek's MoE blocks.
+  bool deepseek() const { return model_type == "deepseek_v2" || model_type == "deepseek_v3"; }
+  /// Whether the experts' projections are named gate_proj/up_proj/down_proj (Mixtral's w1/w3/w2)
+  /// and the sparse block `mlp` (Mixtral's `block_sparse_moe`).
+  bool experts_named_as_mlp() const { return qwen_moe() || deepseek(); }
   /// Whether layer `index`'s MLP is a sparse MoE block (Qwen3MoeDecoderLayer's rule).
   bool is_sparse_layer(int64_t index) const;
   /// The features of each head the rotary embedding turns: transformers' int(head_dim *
@@ -124,6 +152,8 @@ struct LlamaConfig {
   int64_t rotary_dim() const {
     return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
   }
+  /// DeepSeek: the features of each head's query and key.
+  int64_t qk_head_dim() const { return qk_nope_head_dim + head_dim; }
   /// The SwiGLU width of each expert.
   int64_t expert_intermediate_size() const {
     return moe_intermediate_size > 0 ? moe_intermediate_size : intermediate_size;

@@ -13,6 +13,7 @@
 #include "deepspeed/checkpointing.h"
 #include "decoder_ops.h"
 #include "gguf_file.h"
+#include "mla_attention.h"
 #include "util/check.h"
 
 namespace deepspeed::examples {
@@ -20,6 +21,23 @@ namespace {
 
 torch::nn::Linear linear(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+// DeepseekV2TopkRouter's and DeepseekV3TopkRouter's routing: V2 softmax, its k weights as they
+// are, optionally within the topk_group best of n_group groups each scored by its best expert;
+// V3 sigmoid, groups scored by their two best, a score correction bias, renormalised with
+// norm_topk_prob. Both scale the weights by routed_scaling_factor.
+void set_deepseek_routing(const LlamaConfig& cfg, moe::TokenChoiceOptions* o) {
+  const bool v3 = cfg.model_type == "deepseek_v3";
+  o->score_func = v3 ? "sigmoid" : "softmax";
+  o->route_norm = v3 && cfg.norm_topk_prob;
+  o->route_scale = cfg.routed_scaling_factor;
+  o->score_correction_bias = v3;
+  if (v3 || cfg.topk_method == "group_limited_greedy") {
+    o->num_expert_groups = cfg.n_group;
+    o->num_limited_groups = cfg.topk_group;
+    o->group_score_func = v3 ? "top2_sum" : "max";
+  }
 }
 
 // Copies the pretrained value of each parameter of `module` (named prefix + local name) from
@@ -76,6 +94,19 @@ void fill_parameters(torch::nn::Module& module, const std::string& prefix,
       p.normal_(0.0, 0.02);
     }
   }
+  // DeepSeek-V3's router bias is a buffer, zero unless the file gives it.
+  for (auto& item : module.named_buffers()) {
+    const std::string name = prefix + item.key();
+    if (name.find("e_score_correction_bias") == std::string::npos) continue;
+    if (!weights) {
+      item.value().zero_();
+      continue;
+    }
+    const torch::Tensor b = weights(name);
+    DS_CHECK(b.sizes() == item.value().sizes(), ModelFileError, "tensor '", name, "' has shape ",
+             b.sizes(), "; the model config expects ", item.value().sizes());
+    item.value().copy_(b);
+  }
 }
 
 }  // namespace
@@ -83,7 +114,7 @@ void fill_parameters(torch::nn::Module& module, const std::string& prefix,
 std::string hf_expert_name(const LlamaConfig& cfg, const std::string& stacked, int64_t expert) {
   const auto dot = stacked.rfind('.');
   std::string w = stacked.substr(dot + 1);
-  if (cfg.qwen_moe()) {
+  if (cfg.experts_named_as_mlp()) {
     w = w == "w1" ? "gate_proj" : w == "w2" ? "down_proj" : w == "w3" ? "up_proj" : w;
   }
   return stacked.substr(0, dot) + "." + std::to_string(expert) + "." + w + ".weight";
@@ -193,7 +224,12 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t ind
   const std::string prefix = "model.layers." + std::to_string(index) + ".";
   input_layernorm = register_module("input_layernorm",
                                     RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma()));
-  self_attn = register_module("self_attn", LlamaAttention(cfg, prefix + "self_attn.", index));
+  if (cfg.deepseek()) {
+    latent_attn = register_module(
+        "self_attn", std::make_shared<MultiLatentAttentionImpl>(cfg, prefix + "self_attn."));
+  } else {
+    self_attn = register_module("self_attn", LlamaAttention(cfg, prefix + "self_attn.", index));
+  }
   post_attention_layernorm =
       register_module("post_attention_layernorm",
                       RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.gemma()));
@@ -210,11 +246,16 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& cfg, int64_t ind
     o.num_experts = cfg.num_local_experts;
     o.top_k = cfg.num_experts_per_tok;
     o.route_norm = cfg.norm_topk_prob;
+    if (cfg.deepseek()) set_deepseek_routing(cfg, &o);
     sparse_moe = register_module(
-        cfg.qwen_moe() ? "mlp" : "block_sparse_moe",
+        cfg.experts_named_as_mlp() ? "mlp" : "block_sparse_moe",
         moe::TokenChoiceMoE(cfg.hidden_size, cfg.expert_intermediate_size(), o));
     sparse_moe->set_keep_router_logits(cfg.output_router_logits);
-    if (cfg.shared_expert_intermediate_size > 0) {
+    if (cfg.deepseek() && cfg.shared_expert_intermediate_size > 0) {
+      shared_expert = sparse_moe->register_module(
+          "shared_experts",
+          LlamaMlp(cfg, prefix + "mlp.shared_experts.", cfg.shared_expert_intermediate_size));
+    } else if (cfg.shared_expert_intermediate_size > 0) {
       shared_expert = sparse_moe->register_module(
           "shared_expert",
           LlamaMlp(cfg, prefix + "mlp.shared_expert.", cfg.shared_expert_intermediate_size));
@@ -239,12 +280,16 @@ torch::Tensor LlamaDecoderLayerImpl::forward(const torch::Tensor& x, const torch
     auto h = x + post_attention_layernorm(self_attn(input_layernorm(x), cos, sin, past_k, past_v));
     return h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
   }
-  auto h = x + self_attn(input_layernorm(x), cos, sin, past_k, past_v);
+  const auto attended = input_layernorm(x);
+  auto h = x + (latent_attn ? latent_attn->forward(attended, cos, sin, past_k, past_v)
+                            : self_attn(attended, cos, sin, past_k, past_v));
   const auto normed = post_attention_layernorm(h);
   if (!sparse_moe) return h + mlp(normed);
   auto out = sparse_moe(normed);
-  if (shared_expert) {  // Qwen2MoeSparseMoeBlock's tail
+  if (shared_expert_gate) {  // Qwen2MoeSparseMoeBlock's tail
     out = out + torch::sigmoid(shared_expert_gate(normed)) * shared_expert(normed);
+  } else if (shared_expert) {  // DeepseekV3MoE's
+    out = out + shared_expert(normed);
   }
   return h + out;
 }

@@ -42,7 +42,9 @@ std::string hf_expert_name(const LlamaConfig& cfg, const std::string& stacked, i
 at::Tensor router_load_balancing_loss(const std::vector<at::Tensor>& router_logits,
                                       int64_t num_experts, int64_t top_k);
 
-/// Keys and values of the positions seen so far, per layer: [B, kv_heads, T_past, head_dim].
+/// Keys and values of the positions seen so far, per layer: [B, kv_heads, T_past, head_dim]
+/// (DeepSeek: the latents [B, 1, T_past, kv_lora_rank] and rotated shared keys
+/// [B, 1, T_past, qk_rope_head_dim]).
 struct LlamaKvCache {
   std::vector<torch::Tensor> keys, values;
   int64_t length() const { return keys.empty() || !keys[0].defined() ? 0 : keys[0].size(2); }
@@ -98,6 +100,8 @@ class LlamaMlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LlamaMlp);
 
+class MultiLatentAttentionImpl;
+
 class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   /// Fills its weights from `weights` (names "model.layers.<index>.…") or, when empty, with
@@ -110,14 +114,18 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
   // Gemma 2 and 3: the norms before and after the MLP (their post_attention_layernorm then
   // normalises the attention's output). Null otherwise.
   RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
-  LlamaAttention self_attn{nullptr};
+  LlamaAttention self_attn{nullptr};  // null in a DeepSeek
+  // DeepSeek's multi-head latent attention, registered as "self_attn"; null otherwise.
+  std::shared_ptr<MultiLatentAttentionImpl> latent_attn;
   LlamaMlp mlp{nullptr};  // null in a sparse layer
   // A sparse layer's MLP, registered under transformers' name: "block_sparse_moe" (Mixtral) or
   // "mlp" (Qwen2-MoE, Qwen3-MoE). Null in a dense layer.
   moe::TokenChoiceMoE sparse_moe{nullptr};
   // Qwen2-MoE's shared expert and its gate, registered inside sparse_moe so that their names are
   // transformers' ("mlp.shared_expert.gate_proj.weight", "mlp.shared_expert_gate.weight"), and
-  // applied here: TokenChoiceMoE's forward knows only the routed experts. Null otherwise.
+  // applied here: TokenChoiceMoE's forward knows only the routed experts. DeepSeek's shared
+  // experts, one MLP as wide as all of them ("mlp.shared_experts."), have no gate. Null
+  // otherwise.
   LlamaMlp shared_expert{nullptr};
   torch::nn::Linear shared_expert_gate{nullptr};
 

@@ -347,6 +347,11 @@ void save_hf_weights(LlamaForCausalLMImpl& model, const std::string& dir, bool w
     }
     put(item.key(), item.value().detach().to(at::kFloat));
   }
+  // DeepSeek-V3's router bias, a buffer transformers loads from the file.
+  for (const auto& item : model.named_buffers()) {
+    if (item.key().find("e_score_correction_bias") == std::string::npos) continue;
+    tensors.insert(item.key(), item.value().detach().to(at::kFloat).contiguous());
+  }
   for (const auto& [name, parts] : fused) {
     std::vector<at::Tensor> rows;
     for (const auto& part : parts) rows.push_back(part.second);

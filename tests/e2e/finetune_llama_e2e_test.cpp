@@ -33,7 +33,9 @@ const std::string kGguf = std::string(DS_SOURCE_DIR) + "/data/SmolLM2-135M-Instr
 // `moe` "mixtral": a Mixtral of 4 experts per layer, 2 per token; "qwen3_moe": a Qwen3-MoE of 4
 // experts of width 32 (2 per token, not renormalised) in layer 1, layer 0 dense
 // (mlp_only_layers), heads of 16 (head_dim: the projections are 64 wide) with q/k norms;
-// "qwen2_moe": the same experts with Qwen2's attention (q/k/v biases) and a shared expert.
+// "qwen2_moe": the same experts with Qwen2's attention (q/k/v biases) and a shared expert;
+// "deepseek_v3": latent attention, layer 0 dense, layer 1 with 4 experts in 2 groups (2 per
+// token within the best group) and a shared expert.
 void write_tiny_model(const std::string& dir, const std::string& moe = "",
                       bool router_loss = false) {
   const auto tokenizer = LlamaTokenizer::from_gguf(GgufFile::open(kGguf));
@@ -59,6 +61,21 @@ void write_tiny_model(const std::string& dir, const std::string& moe = "",
   }
   if (moe == "qwen3_moe") c.head_dim = 16;
   if (moe == "qwen2_moe") c.shared_expert_intermediate_size = 48;
+  if (moe == "deepseek_v3") {
+    c.num_key_value_heads = 4;
+    c.q_lora_rank = 16;
+    c.kv_lora_rank = 16;
+    c.qk_nope_head_dim = 8;
+    c.v_head_dim = 8;
+    c.moe_intermediate_size = 32;
+    c.n_shared_experts = 1;
+    c.shared_expert_intermediate_size = 32;
+    c.first_k_dense_replace = 1;
+    c.topk_method = "noaux_tc";
+    c.n_group = 2;
+    c.topk_group = 1;
+    c.routed_scaling_factor = 2.5;
+  }
   c.output_router_logits = router_loss;
   c.router_aux_loss_coef = 0.5;  // weighs in the loss
   c.bos_token_id = tokenizer.bos_token_id();
@@ -158,8 +175,8 @@ TEST(FinetuneLlamaE2E, Zero3On2RanksMatchesZero0On1Rank) {
   EXPECT_EQ(row.at("rss_bytes"), row.at("memory_bytes").at("rss")) << first;
 }
 
-// A Mixtral (4 experts per layer), a Qwen3-MoE and a Qwen2-MoE (4 experts in the one sparse
-// layer; Qwen2-MoE's shared expert replicated like any dense weight) with
+// A Mixtral (4 experts per layer), a Qwen3-MoE, a Qwen2-MoE and a DeepSeek-V3 (4 experts in the
+// one sparse layer; the shared experts replicated like any dense weight) with
 // DeepSpeed 0.19.8's AutoEP: on 2 ranks with expert_parallel.autoep_size 2 under ZeRO-2, each
 // rank holding 2 experts of each sparse layer, the losses are those of one rank with every
 // expert; --save_hf gathers the experts back into transformers' names, and --save_dir writes
@@ -222,7 +239,7 @@ TEST_P(FinetuneMoeE2E, AutoEpOn2RanksMatchesOneRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, FinetuneMoeE2E,
-                         ::testing::Values("mixtral", "qwen3_moe", "qwen2_moe"));
+                         ::testing::Values("mixtral", "qwen3_moe", "qwen2_moe", "deepseek_v3"));
 
 // The router's load-balancing loss under gradient checkpointing, with AutoEP on 2 ranks: the
 // recomputed sparse layers (their all-to-alls run again in backward) give the router logits

@@ -34,6 +34,9 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   qwen2_moe: the same as a Qwen2MoeForCausalLM (qwen2_moe_model; with GGUF: Qwen2MoeConfig's
            widths, 1408 and 5632, no dense layer, no load-balancing loss, as transformers' GGUF
            loader takes them);
+  deepseek_v2, deepseek_v3: a DeepseekV2ForCausalLM / DeepseekV3ForCausalLM (deepseek_model:
+           latent attention, yarn, a dense and a sparse layer with shared experts and
+           group-limited routing) with the llama2 tokenizer;
   qwen3:   a Qwen3ForCausalLM (head_dim 128 with 4 heads of a 64-wide model, the q/k norms'
            weights random: transformers would start them at one) with Qwen2's tokenizer;
   qwen3_moe: the same as a Qwen3MoeForCausalLM: 4 experts of width 48 per sparse layer, 2 per
@@ -43,11 +46,11 @@ or Qwen3-MoE's, for finetune_llama's parity tests, saved by save_pretrained:
   With GGUF, a qwen2/qwen2_moe/qwen3/qwen3_moe/phi3/phi4_mini/gemma/gemma2/gemma3 model and
   vocabulary are also written there as llama.cpp lays out such a GGUF (f32 tensors).
 Usage: hf_folder_reference.py CORPUS OUT [KIND [GGUF]]
-       (KIND: gemma, gemma2, gemma3, llama2, mistral, mistral_nemo, mixtral, phi3, phi4_mini,
-       qwen2, qwen2_moe, qwen3, qwen3_moe)
+       (KIND: deepseek_v2, deepseek_v3, gemma, gemma2, gemma3, llama2, mistral, mistral_nemo,
+       mixtral, phi3, phi4_mini, qwen2, qwen2_moe, qwen3, qwen3_moe)
 Produced with transformers 4.47.1, tokenizers 0.21, gguf 0.10.0, torch 1.13
-(scripts/setup_python_refs.sh); qwen3, qwen3_moe and phi4_mini, which transformers 4.47 lacks,
-and the GGUFs but qwen2's and phi3's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
+(scripts/setup_python_refs.sh); qwen3, qwen3_moe, phi4_mini and the DeepSeeks, which
+transformers 4.47 lacks, and the GGUFs but qwen2's and phi3's with transformers 5.15.1, gguf 0.19.0 and torch 2.11
 (scripts/setup_deepspeed_peer.sh --torch2).
 """
 import json
@@ -402,6 +405,44 @@ def qwen2_moe_model(sizes, gguf):
     return model
 
 
+def deepseek_model(kind, sizes):
+    """A DeepSeek-V2 or V3 (transformers >= 5): multi-head latent attention (V3 with a query
+    bottleneck of rank 24, V2 as V2-Lite without), a key/value latent of rank 16, heads of 16
+    unrotated and 8 rotated query/key features and 16 value features, yarn scaling (factor 4
+    of an original context of 64; mscale 1 and mscale_all_dim 0.8, so that both the rotation
+    and the softmax scale move), layer 0 dense and layer 1 sparse:
+    8 experts of width 32 in 4 groups, 2 per token within the 2 best groups (V2 by
+    group_limited_greedy, V3 by its two best and a random score correction bias), shared
+    experts, the weights scaled by routed_scaling_factor; router and experts scaled up as
+    Mixtral's, the attention's input projections so that its scores weigh in (dropping yarn's
+    softmax scale or the pairing of the rotated features moves the score by 1e-3 or more)."""
+    common = dict(sizes, q_lora_rank=24 if kind == "deepseek_v3" else None, kv_lora_rank=16,
+                  qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8,
+                  moe_intermediate_size=32, num_experts_per_tok=2, n_group=4, topk_group=2,
+                  first_k_dense_replace=1, num_key_value_heads=sizes["num_attention_heads"],
+                  rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                   "original_max_position_embeddings": 64, "beta_fast": 32,
+                                   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8})
+    if kind == "deepseek_v3":
+        model = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(
+            n_shared_experts=1, routed_scaling_factor=2.5, **common))
+    else:
+        model = transformers.DeepseekV2ForCausalLM(transformers.DeepseekV2Config(
+            n_shared_experts=2, routed_scaling_factor=1.5, topk_method="group_limited_greedy",
+            **common))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "self_attn" in name and "proj" in name and "o_proj" not in name:
+                p.normal_(0.0, 0.3)
+        block = model.model.layers[1].mlp
+        block.gate.weight.normal_(0.0, 0.2)
+        if kind == "deepseek_v3":
+            block.gate.e_score_correction_bias.uniform_(-0.1, 0.1)
+        for p in block.experts.parameters():
+            p.normal_(0.0, 0.15)
+    return model
+
+
 def main():
     corpus, out = sys.argv[1:3]
     kind = sys.argv[3] if len(sys.argv) > 3 else "llama2"
@@ -467,6 +508,8 @@ def main():
                         p.normal_(0.0, 0.15)
         elif kind == "phi3":
             model = phi3_model(sizes, partial=1.0, original=16)
+        elif kind in ("deepseek_v2", "deepseek_v3"):
+            model = deepseek_model(kind, sizes)
         else:
             model = LlamaForCausalLM(LlamaConfig(**sizes))
         config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>",

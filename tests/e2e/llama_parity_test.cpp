@@ -3,7 +3,7 @@
 // --score_file loss (1e-4 relative), 20 greedy tokens with the KV cache (identical), and the
 // --save_hf folder (loads in transformers to the same logits; our loader reads it back
 // bit-identically). Then the same on small random Llama 2, Mistral, Mixtral, Qwen2, Qwen2-MoE,
-// Qwen3 and Qwen3-MoE folders, and Qwen2, Qwen3 and Qwen3-MoE GGUFs (hf_folder_reference.py).
+// Qwen3, Qwen3-MoE, DeepSeek-V2 and DeepSeek-V3 folders, and Qwen2, Qwen3 and Qwen3-MoE GGUFs (hf_folder_reference.py).
 // The model file and the Python environments come from the CTest fixtures llama_model_file,
 // llama_python_refs and deepspeed_peer_torch2 (scripts/fetch_smollm2.sh,
 // scripts/setup_python_refs.sh, scripts/setup_deepspeed_peer.sh --torch2).
@@ -192,17 +192,21 @@ void expect_scores_and_generates_as(const nlohmann::json& ref, const std::string
 // scored tokens and crossed by the generation, whose cache transformers then recomputes with
 // the long factors; and as Phi-4-mini's, 3/4 of each head rotated, with a byte-level tokenizer
 // on GPT-4o's pattern, against transformers 5, whose generation stays within the original
-// context of 48):
+// context of 48), and DeepSeek-V2's and V3's (multi-head latent attention, V3's through a query
+// bottleneck, yarn moving both the rotation and the softmax scale, a dense and a sparse layer
+// with shared experts and group-limited routing, V3's by sigmoid with a score correction bias;
+// against transformers 5):
 // finetune_llama tokenizes, scores and greedily generates as transformers does, decodes the
 // generation to transformers' text, and its --save_hf folder loads in transformers to the same
 // ids and generation.
 class LlamaFolderParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
-  // transformers 5: Qwen3 and Gemma 3, which 4.47 lacks, Phi-4-mini's partial rotation, which it
+  // transformers 5: Qwen3, Gemma 3 and the DeepSeeks, which 4.47 lacks, Phi-4-mini's partial rotation, which it
   // ignores, and Gemma 2, whose 4.47 generation cache needs torch 2.
   const bool transformers5 = GetParam().rfind("qwen3", 0) == 0 || GetParam() == "phi4_mini" ||
-                             GetParam() == "gemma2" || GetParam() == "gemma3";
+                             GetParam() == "gemma2" || GetParam() == "gemma3" ||
+                             GetParam().rfind("deepseek", 0) == 0;
   const bool byte_level = GetParam().rfind("qwen", 0) == 0 || GetParam() == "phi4_mini" ||
                           GetParam() == "mistral_nemo";
   const std::string python = transformers5 ? kPython5 : kPython;
@@ -250,9 +254,10 @@ TEST_P(LlamaFolderParity, ScoresGeneratesAndSavesAsTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, LlamaFolderParity,
-                         ::testing::Values("llama2", "gemma", "gemma2", "gemma3", "mistral",
-                                           "mistral_nemo", "mixtral", "phi3", "phi4_mini", "qwen2",
-                                           "qwen2_moe", "qwen3", "qwen3_moe"));
+                         ::testing::Values("llama2", "deepseek_v2", "deepseek_v3", "gemma",
+                                           "gemma2", "gemma3", "mistral", "mistral_nemo",
+                                           "mixtral", "phi3", "phi4_mini", "qwen2", "qwen2_moe",
+                                           "qwen3", "qwen3_moe"));
 
 // The same Qwen2, Qwen2-MoE, Qwen3 and Qwen3-MoE as llama.cpp lays them out in a GGUF file
 // (Qwen3's head size as attention.key_length, its q/k norms as attn_q_norm/attn_k_norm, the MoEs'

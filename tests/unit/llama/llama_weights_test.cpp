@@ -272,8 +272,8 @@ TEST(LlamaConfig, MistralConfigJsonDefaultsAndRefusals) {
   llama["model_type"] = "gemma3";  // the multimodal model
   EXPECT_THROW_WITH(LlamaConfig::from_hf_json(llama, "g/config.json"), ModelFileError,
                     "model_type is 'gemma3'; finetune_llama reads 'llama', 'mistral', 'qwen2', "
-                    "'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3', 'gemma', 'gemma2' and "
-                    "'gemma3_text' models");
+                    "'qwen2_moe', 'mixtral', 'qwen3', 'qwen3_moe', 'phi3', 'gemma', 'gemma2', "
+                    "'gemma3_text', 'deepseek_v2' and 'deepseek_v3' models");
 }
 
 // MixtralConfig's defaults (8 experts, 2 per token, no window, rope_theta 1e6, rms 1e-5), its
