@@ -25,6 +25,7 @@
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/universal_checkpoint.h"
 #include "deepspeed/zero3.h"
+#include "support/auto_ep_net.h"
 #include "support/multi_rank.h"
 #include "support/shared_run_dir.h"
 
@@ -35,7 +36,8 @@ using nlohmann::json;
 using testing::in_rank_process;
 using testing::run_ranks;
 
-constexpr int64_t kHidden = 8, kFfn = 12, kExperts = 4, kRows = 6, kSteps = 3;
+constexpr int64_t kHidden = testing::kAutoEpHidden, kFfn = testing::kAutoEpFfn,
+                  kExperts = testing::kAutoEpExperts, kRows = 6, kSteps = 3;
 
 std::string& dir() {
   static std::string d;
@@ -131,26 +133,7 @@ TEST(AutoEPDist, ShardedLayerEqualsTheWholeLayer) {
   }
 }
 
-// A small model around one TokenChoiceMoE, trained by the engine on `world` ranks.
-class NetImpl : public torch::nn::Module {
- public:
-  NetImpl() {
-    torch::manual_seed(11);
-    moe::TokenChoiceOptions o;
-    o.num_experts = kExperts;
-    in = register_module("in", torch::nn::Linear(kHidden, kHidden));
-    // A ZeRO-3 unit: gathered around its forward and backward (a plain module otherwise).
-    block = register_module(
-        "moe", std::make_shared<zero::Unit<moe::TokenChoiceMoEImpl>>(kHidden, kFfn, o));
-    out = register_module("out", torch::nn::Linear(kHidden, kHidden));
-  }
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& y) {
-    return torch::mse_loss(out(block->forward(torch::tanh(in(x)))), y);
-  }
-  torch::nn::Linear in{nullptr}, out{nullptr};
-  std::shared_ptr<zero::Unit<moe::TokenChoiceMoEImpl>> block;
-};
-TORCH_MODULE(Net);
+using Net = testing::AutoEpNet;
 
 // The batches of ranks [first, first + count) at `step`: a rank trains on its own, one process
 // on every rank's, concatenated.

@@ -23,6 +23,7 @@
 #include "deepspeed/auto_ep.h"
 #include "deepspeed/deepspeed.h"
 #include "deepspeed/zero3.h"
+#include "support/auto_ep_net.h"
 #include "support/multi_rank.h"
 #include "support/run_command.h"
 #include "support/shared_run_dir.h"
@@ -36,26 +37,10 @@ using testing::in_rank_process;
 using testing::run_ranks;
 
 constexpr int kRanks = 4;
-constexpr int64_t kHidden = 8, kFfn = 12, kExperts = 4, kRows = 6;
+constexpr int64_t kHidden = testing::kAutoEpHidden, kExperts = testing::kAutoEpExperts,
+                  kRows = 6;
 
-class NetImpl : public torch::nn::Module {
- public:
-  NetImpl() {
-    torch::manual_seed(11);
-    moe::TokenChoiceOptions o;
-    o.num_experts = kExperts;
-    in = register_module("in", torch::nn::Linear(kHidden, kHidden));
-    block = register_module(
-        "moe", std::make_shared<zero::Unit<moe::TokenChoiceMoEImpl>>(kHidden, kFfn, o));
-    out = register_module("out", torch::nn::Linear(kHidden, kHidden));
-  }
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& y) {
-    return torch::mse_loss(out(block->forward(torch::tanh(in(x)))), y);
-  }
-  torch::nn::Linear in{nullptr}, out{nullptr};
-  std::shared_ptr<zero::Unit<moe::TokenChoiceMoEImpl>> block;
-};
-TORCH_MODULE(Net);
+using Net = testing::AutoEpNet;
 
 json config() {
   return {{"train_micro_batch_size_per_gpu", kRows},
