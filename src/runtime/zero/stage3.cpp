@@ -679,8 +679,8 @@ class Stage3 final : public Stage3ZeroOptimizer {
         }
       }
       if (trainable.empty()) continue;
-      comm::Group group = partition == 0 ? dp_group_ : expert_shard_group_.group;
-      reducers_.push_back(start_reducer(std::move(trainable), std::move(grad_shards), group));
+      reducers_.push_back(
+          start_reducer(std::move(trainable), std::move(grad_shards), partition_group(partition)));
     }
   }
 
