@@ -9,7 +9,8 @@
 //    and to NVMe swap files) ends with the
 //    parameters of one process that trained the whole batch with the whole layer;
 //  - checkpoints: DeepSpeed's per-expert files, an exact resume, and the weights onto
-//    autoep_size 1; ds_to_universal refuses them by name. At ZeRO-3 the experts live in the
+//    autoep_size 1; universal checkpoints (ds_to_universal) resume on another placement. At
+//    ZeRO-3 the experts live in the
 //    optimizer shards (ds_autoep_layers says so, per rank), resume exactly on the same
 //    placement, and another placement or a conversion is refused by name;
 //  - DeepSeek's group-limited routing from the section trains as one process routing alike;
@@ -344,14 +345,6 @@ TEST(AutoEPDist, CheckpointsUseDeepSpeedsExpertFilesAndResumeExactly) {
     torch::load(onto, dir() + "/onto_ep1_expert" + id + ".pt");
     EXPECT_TRUE(torch::equal(onto[0], *saved.find("moe.experts.w1." + id)));
   }
-  // Converting them is not supported yet, and says so.
-  try {
-    checkpoint::ds_to_universal(ckpt + "/two", dir() + "/universal");
-    ADD_FAILURE() << "ds_to_universal converted an AutoEP checkpoint";
-  } catch (const NotSupportedError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("is an AutoEP (expert_parallel) expert"), std::string::npos) << what;
-  }
   const std::string states = ckpt + "/two/mp_rank_00_model_states.pt";
   const auto model = checkpoint::ModelStates::from_ivalue(checkpoint::load(states), states);
   EXPECT_EQ(model.module.find("moe.experts.w1"), nullptr);
@@ -367,6 +360,94 @@ TEST(AutoEPDist, CheckpointsUseDeepSpeedsExpertFilesAndResumeExactly) {
   EXPECT_EQ(layers[0]["ep_size"], 2);
   EXPECT_EQ(layers[0]["ep_rank"], 0);  // rank 0's file
   EXPECT_EQ(layers[0]["expert_placement"]["ranks"][0]["experts"], json({0, 1}));
+  // DeepSpeed's universal_checkpoint_info, which its ds_to_universal requires of AutoEP models.
+  ASSERT_TRUE(top.contains("universal_checkpoint_info"));
+  const json info = checkpoint::json_from_ivalue(top.at("universal_checkpoint_info"), states);
+  EXPECT_EQ(info["expert_parameter_patterns"], json({".*\\.experts\\.w[123]$"}));
+  EXPECT_EQ(info["ds_autoep_layers"], layers);
+}
+
+// Steps [0, 2) on 2 ranks with autoep_size 2 at ZeRO `stage`, saved as `tag` under `ckpt`.
+void save_two_flat_steps(int stage, const std::string& ckpt, const std::string& tag) {
+  run_ranks(2, [&](int rank, int) {
+    Net net;
+    auto engine = initialize(net.ptr(), net_config(stage, kRows, 2)).engine;
+    for (int s = 0; s < 2; ++s) {
+      auto [x, y] = batch(s, rank, 1);
+      engine->backward(engine->forward(x, y));
+      engine->step();
+    }
+    engine->save_checkpoint(ckpt, tag);
+  });
+}
+
+// Loads the universal checkpoint `universal` (<dir>/<tag>) on `world` ranks at ZeRO `stage` with
+// autoep_size `ep` (0: none), and takes step 2 on the 2-rank run's rows, split evenly over the
+// ranks; the parameters are saved as `tag`.
+void resume_universal(const std::string& universal, int world, int stage, int64_t ep,
+                      const std::string& tag) {
+  run_ranks(world, [&](int rank, int) {
+    Net net;
+    const int64_t rows = 2 * kRows / world;
+    json config = net_config(stage, rows, ep);
+    config["checkpoint"] = {{"load_universal", true}};
+    auto engine = initialize(net.ptr(), config).engine;
+    const std::filesystem::path folder(universal);
+    engine->load_checkpoint(folder.parent_path().string(), folder.filename().string());
+    auto [x, y] = batch(2, 0, 2);
+    const int64_t first = rank * rows;
+    engine->backward(engine->forward(x.narrow(0, first, rows), y.narrow(0, first, rows)));
+    engine->step();
+    zero::GatheredParameters whole(*net);
+    save_params(net, tag);
+  });
+}
+
+// ds_to_universal joins each expert-parallel rank's rows of the stacked experts (and their Adam
+// states) into one tensor of every expert, marked as DeepSpeed marks them (zero_to_fp32 joins the
+// weights alike), and a load takes its own rows: from 2 ranks with autoep_size 2 (ZeRO-0 and
+// ZeRO-2) onto one process without AutoEP, onto 4 ranks with autoep_size 2 (each expert over 2
+// ranks) and 4; the next step is the uninterrupted run's.
+TEST(AutoEPDist, UniversalCheckpointsResumeOnAnyPlacement) {
+  share_dir();
+  train_reference(2, "ref2_universal");
+  for (int stage : {0, 2}) {
+    const std::string s = "s" + std::to_string(stage);
+    const std::string ckpt = dir() + "/ckpt_flat_" + s, universal = dir() + "/uni_" + s + "/u";
+    save_two_flat_steps(stage, ckpt, "two");
+    if (!in_rank_process()) {
+      std::filesystem::create_directories(dir() + "/uni_" + s);
+      const auto conversion = checkpoint::ds_to_universal(ckpt + "/two", universal);
+      EXPECT_EQ(conversion.dp_degree, 2);
+      // Every expert, stacked: the expert files' weights, marked for DeepSpeed's loader.
+      const std::string f = universal + "/zero/moe.experts.w2/fp32.pt";
+      const auto d = checkpoint::load(f).toGenericDict();
+      EXPECT_TRUE(d.at("is_expert_param").toBool()) << f;
+      EXPECT_EQ(d.at("ep_num_experts").toInt(), kExperts);
+      EXPECT_EQ(d.at("cat_dim").toInt(), 0);
+      const at::Tensor w2 = d.at("param").toTensor();
+      ASSERT_EQ(w2.sizes(), (std::vector<int64_t>{kExperts, kHidden, kFfn}));
+      for (int64_t e = 0; e < kExperts; ++e) {
+        const std::string file = ckpt + "/two/layer_0_expert_" + std::to_string(e) +
+                                 "_mp_rank_00_model_states.pt";
+        const auto saved = checkpoint::tensors_from_ivalue(checkpoint::load(file), file);
+        EXPECT_TRUE(torch::equal(w2[e], *saved.find("moe.experts.w2." + std::to_string(e))));
+      }
+      EXPECT_EQ(checkpoint::load_universal_state(universal, "moe.experts.w1", "exp_avg").size(0),
+                kExperts);
+      // zero_to_fp32 joins them alike.
+      const auto fp32 = checkpoint::consolidate_zero_checkpoint(ckpt, "two");
+      ASSERT_NE(fp32.find("moe.experts.w2"), nullptr);
+      EXPECT_TRUE(torch::equal(*fp32.find("moe.experts.w2"), w2));
+    }
+    resume_universal(universal, 1, 1, 0, "uni1_" + s);
+    resume_universal(universal, 4, 2, 2, "uni4ep2_" + s);
+    if (stage == 2) resume_universal(universal, 4, 1, 4, "uni4ep4_" + s);
+    if (in_rank_process()) continue;
+    expect_same_params("ref2_universal", "uni1_" + s);
+    expect_same_params("ref2_universal", "uni4ep2_" + s);
+    if (stage == 2) expect_same_params("ref2_universal", "uni4ep4_" + s);
+  }
 }
 
 // Steps [0, 2) on `world` ranks at ZeRO-3 with autoep_size `ep`, saved as `tag`.

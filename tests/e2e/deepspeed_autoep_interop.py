@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """DeepSpeed's side of deepspeed_autoep_interop_test (DeepSpeed 0.19.8, whose AutoEP trains at
-ZeRO-3). Reads WORK_DIR/case.json: the ds_config, the model's initial parameters (by name, whole)
+ZeRO 0-3; the case's config says which). Reads WORK_DIR/case.json: the ds_config, the model's initial parameters (by name, whole)
 and each step's batch of every rank. Run on the case's ranks (torch.distributed.run), it builds
 tests/dist/auto_ep_dist_test.cpp's model:
 

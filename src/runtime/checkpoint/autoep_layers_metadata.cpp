@@ -46,9 +46,9 @@ json entry(int64_t layer_id, const std::string& path, const moe::TokenChoiceMoEI
           {"global_expert_end", layer.first_expert() + local}};
 }
 
-// The entries as JSON, each without DeepSpeed's affine_maps, whose dicts are keyed by rank
-// numbers (JSON has string keys only) and which nothing here reads.
-json as_json(const c10::IValue& value, const std::string& where) {
+}  // namespace
+
+json autoep_layers_json(const c10::IValue& value, const std::string& where) {
   const std::string what = where + ": " + kAutoEPLayersKey;
   if (!value.isList()) return checkpoint::json_from_ivalue(value, what);
   json out = json::array();
@@ -69,8 +69,6 @@ json as_json(const c10::IValue& value, const std::string& where) {
   return out;
 }
 
-}  // namespace
-
 json autoep_layers_metadata(torch::nn::Module& module, bool zero3_partitioned) {
   json out = json::array();
   int64_t layer_id = 0;  // DeepSpeed's moe_layer_id counts its MoE layers too
@@ -85,10 +83,18 @@ json autoep_layers_metadata(torch::nn::Module& module, bool zero3_partitioned) {
   return out;
 }
 
+c10::IValue autoep_universal_checkpoint_info(const json& layers) {
+  // As DeepSpeed's _save_moe_checkpoint builds it for AutoEP (version 0.4, its current one).
+  const json info = {{"universal_checkpoint_version", 0.4},
+                     {"expert_parameter_patterns", json::array({".*\\.experts\\.w[123]$"})},
+                     {kAutoEPLayersKey, layers}};
+  return checkpoint::ivalue_from_json(info);
+}
+
 bool has_zero3_partitioned_experts(const c10::IValue& ds_autoep_layers,
                                    const std::string& where) {
   if (ds_autoep_layers.isNone()) return false;
-  const json layers = as_json(ds_autoep_layers, where);
+  const json layers = autoep_layers_json(ds_autoep_layers, where);
   if (!layers.is_array()) return false;
   for (const auto& e : layers) {
     if (e.is_object() && e.value("checkpoint_format", "") == kZero3PartitionedFormat) return true;
@@ -98,7 +104,7 @@ bool has_zero3_partitioned_experts(const c10::IValue& ds_autoep_layers,
 
 void check_autoep_placement(const c10::IValue& ds_autoep_layers, torch::nn::Module& module,
                             const std::string& file) {
-  const json saved = as_json(ds_autoep_layers, file);
+  const json saved = autoep_layers_json(ds_autoep_layers, file);
   DS_CHECK(saved.is_array(), CheckpointError, file, ": ", kAutoEPLayersKey, " is not a list");
   std::map<std::string, json> own;
   for (auto& e : autoep_layers_metadata(module, /*zero3_partitioned=*/true)) {

@@ -11,8 +11,8 @@
 // cut for the expert-data-parallel group: Note [Expert partitions] in stage3_param.h). The
 // partitioned form loads only with the placement it was written with, as in DeepSpeed.
 //
-// Not written: DeepSpeed's affine_maps (its universal checkpoints of AutoEP models, which are
-// not supported here).
+// Not written: DeepSpeed's affine_maps (a general placement descriptor; the contiguous
+// placement here needs none: its universal checkpoints slice each rank's experts by ep rank).
 #pragma once
 
 #include <string>
@@ -28,6 +28,17 @@ inline constexpr const char* kZero3PartitionedFormat = "zero3_partitioned";
 
 /// This rank's entries for `module`'s sharded AutoEP layers (an empty array without any).
 nlohmann::json autoep_layers_metadata(torch::nn::Module& module, bool zero3_partitioned);
+
+/// DeepSpeed's universal_checkpoint_info for a model with AutoEP layers (`layers`, as
+/// autoep_layers_metadata gives them): the version, the stacked experts' name pattern
+/// (".*\.experts\.w[123]$") and the layers again. DeepSpeed's ds_to_universal requires it.
+inline constexpr const char* kUniversalInfoKey = "universal_checkpoint_info";
+c10::IValue autoep_universal_checkpoint_info(const nlohmann::json& layers);
+
+/// A checkpoint's ds_autoep_layers value as JSON, each entry without DeepSpeed's affine_maps,
+/// whose dicts are keyed by rank numbers (JSON has string keys only) and which nothing here
+/// reads; `where` names the file in errors.
+nlohmann::json autoep_layers_json(const c10::IValue& value, const std::string& where);
 
 /// Whether a checkpoint's ds_autoep_layers value (None, or DeepSpeed's list) has an entry in
 /// the zero3_partitioned format.

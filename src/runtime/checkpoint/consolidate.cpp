@@ -4,7 +4,8 @@
 // group's flat buffer without its tail padding; param_shapes cuts it. Stage 3: each parameter
 // is split into ceil(numel/W) elements per rank at the same offset of every rank's flat buffer.
 // MoE (beyond DeepSpeed's script): an expert group's partitions are those of each
-// expert-parallel rank's expert-data-parallel group, and its experts are named by global id.
+// expert-parallel rank's expert-data-parallel group, and its experts are named by global id
+// (AutoEP's stacked weights: every expert-parallel rank's rows joined, every expert).
 // Model-parallel and ZeRO-0 checkpoints (beyond the script too) go through ds_to_universal's
 // reader (universal_source.h).
 #include <sys/stat.h>
@@ -167,6 +168,8 @@ void merge_stage12(TensorDict& out, const ModelStateParts& model,
   DS_CHECK(groups == model.param_shapes.size(), CheckpointError, ranks[0].path, " has ", groups,
            " fp32 param groups but ", model.path, " lists param_shapes for ",
            model.param_shapes.size());
+  // AutoEP's stacked weights: each expert-parallel rank's rows, joined below.
+  std::map<std::string, std::map<int64_t, at::Tensor>> stacked;
   for (size_t g = 0; g < groups; ++g) {
     const auto& counts = ranks[0].partition_count;
     const int64_t count = g < counts.size() ? counts[g] : world_size;
@@ -195,7 +198,12 @@ void merge_stage12(TensorDict& out, const ModelStateParts& model,
                  " elements");
         const std::string name =
             model.moe ? model.moe->global_name(item.key(), holders[0]) : item.key();
-        put(out, name, full.narrow(0, offset, n).view(item.value()));
+        const at::Tensor value = full.narrow(0, offset, n).view(item.value());
+        if (model.moe && model.moe->is_stacked(name)) {
+          stacked[name].emplace(model.moe->stacked_ep_rank(name, holders[0]), value);
+        } else {
+          put(out, name, value);
+        }
         offset += n;
       }
       // Padding only reaches the next multiple of 2*W: more left over means a layout mismatch.
@@ -205,11 +213,23 @@ void merge_stage12(TensorDict& out, const ModelStateParts& model,
                "model-states file");
     }
   }
+  for (const auto& [name, rows] : stacked) {
+    DS_CHECK(static_cast<int64_t>(rows.size()) == model.moe->stacked_ep_size(name),
+             CheckpointError, model.path, ": AutoEP weight ", name, " has rows from ",
+             rows.size(), " of its ", model.moe->stacked_ep_size(name),
+             " expert-parallel ranks");
+    std::vector<at::Tensor> parts;
+    for (const auto& [ep_rank, t] : rows) parts.push_back(t);
+    put(out, name, at::cat(parts));
+  }
   // MoE: what the optimizer does not hold of the experts (frozen parameters, buffers) comes
-  // whole from the expert files, by global id.
+  // whole from the expert files, by global id (AutoEP's stacked, every expert).
   if (model.moe) {
     for (const auto& item : model.moe->weights()) {
       if (!out.contains(item.key())) out.insert(item.key(), item.value().to(at::kFloat));
+    }
+    for (const auto& name : model.moe->stacked_names()) {
+      if (!out.contains(name)) out.insert(name, model.moe->stacked_whole(name).to(at::kFloat));
     }
   }
 }

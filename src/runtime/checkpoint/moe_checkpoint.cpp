@@ -197,9 +197,7 @@ void add_expert_states(torch::nn::Module& module, const std::string& tag_dir, in
 std::map<std::string, std::string> expert_global_names(torch::nn::Module& module) {
   std::map<std::string, std::string> out;
   for (const auto& [name, layer, token_choice] : expert_layers(module)) {
-    DS_CHECK(!token_choice, NotSupportedError, "universal checkpoint: AutoEP's layer '", name,
-             "' stacks its experts in one tensor per weight; universal checkpoints of AutoEP "
-             "models are not supported yet (load the DeepSpeed checkpoint itself)");
+    if (token_choice) continue;  // AutoEP's stacked weights keep their names
     for (int64_t i = 0; i < layer->num_local_experts(); ++i) {
       const int64_t id = layer->global_expert_id(i);
       for (auto& [local_key, global_key] : expert_keys(name, *layer, i, id)) {

@@ -41,7 +41,7 @@ void add_expert_states(torch::nn::Module& module, const std::string& tag_dir, in
 
 /// This rank's expert entries: key with the local expert id -> key with the global id (the
 /// names of the expert files and of a universal checkpoint's parameter folders). Empty
-/// without MoE layers.
+/// without MoE layers; AutoEP's stacked weights, named alike on every rank, are not listed.
 std::map<std::string, std::string> expert_global_names(torch::nn::Module& module);
 
 /// Per MoE layer (named_modules order), its num_experts: the model states' 'num_experts' list,

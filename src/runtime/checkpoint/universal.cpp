@@ -92,6 +92,7 @@ UniversalSource read_zero012_source(const std::string& dir, int64_t m, const IVa
   DS_CHECK(!files.empty(), CheckpointError, dir, ": no '*_", suffix,
            "' files for model-parallel rank ", m, " (a ZeRO 1/2 checkpoint has one per rank)");
   std::vector<ZeroOptimizerStates> ranks;
+  detail::MoeExperts::StackedPieces stacked;  // AutoEP's weights, by expert-parallel rank
   for (const auto& f : files) {
     const IValue raw = load(f);
     ZeroOptimizerStates z = ZeroOptimizerFile::from_ivalue(raw, f).optimizer_state_dict;
@@ -162,20 +163,37 @@ UniversalSource read_zero012_source(const std::string& dir, int64_t m, const IVa
       }
       for (const auto& item : shapes[g]) {
         const std::string name = moe ? moe->global_name(item.key(), holders[0]) : item.key();
+        if (moe && moe->is_stacked(name)) {  // one expert-parallel rank's rows
+          const int64_t ep_rank = moe->stacked_ep_rank(name, holders[0]);
+          if (!stacked.count(name)) out.order.push_back(name);
+          for (auto& [key, params] : group) {
+            stacked[name][key].emplace(ep_rank, params.at(item.key()));
+          }
+          if (step) out.step[name] = *step;
+          continue;
+        }
         out.order.push_back(name);
         for (auto& [key, params] : group) out.states[key][name] = params.at(item.key());
         if (step) out.step[name] = *step;
       }
     }
   }
+  if (moe) moe->join_stacked(stacked, dir, &out);
   detail::add_frozen_from_module(states, &out);
   return out;
 }
 
+// `experts`: AutoEP's stacked weight of that many experts (DeepSpeed's marks, by which its
+// load takes each expert-parallel rank's rows), else 0.
 void save_param_state(const std::string& folder, const std::string& key, const at::Tensor& t,
-                      const TensorParallelSplit* split) {
+                      const TensorParallelSplit* split, int64_t experts = 0) {
   Dict d = new_dict();
   d.insert("param", t.contiguous());
+  if (experts > 0) {
+    d.insert("cat_dim", int64_t{0});
+    d.insert("is_expert_param", true);
+    d.insert("ep_num_experts", experts);
+  }
   if (split) {
     d.insert("cat_dim", static_cast<int64_t>(split->partition_dim));
     if (split->partition_stride > 1) {
@@ -524,10 +542,12 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
     const UniversalSource& holder = ckpt.ranks[static_cast<size_t>(ckpt.stage_of(name) * ckpt.tp)];
     const std::string folder = zero_dir + "/" + name;
     create_directories(folder);
+    const auto stacked = holder.stacked_experts.find(name);
+    const int64_t experts = stacked == holder.stacked_experts.end() ? 0 : stacked->second;
     for (const auto& item : holder.states) {
       // Frozen parameters have fp32 only.
       if (const auto full = ckpt.full(name, item.first)) {
-        save_param_state(folder, item.first, *full, split);
+        save_param_state(folder, item.first, *full, split, experts);
       }
     }
     // Matches DeepSpeed: step.pt holds the bare count, which its loader installs as the

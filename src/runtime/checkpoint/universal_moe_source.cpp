@@ -6,6 +6,7 @@
 #include "runtime/checkpoint/universal_source.h"
 
 #include <algorithm>
+#include <set>
 
 #include <ATen/ATen.h>
 
@@ -50,6 +51,7 @@ std::string expert_name(const ExpertName& e) {
 std::optional<MoeExperts> MoeExperts::read(const std::string& dir, int64_t mp,
                                            const ModelStates& states, const std::string& path) {
   std::vector<int64_t> counts;
+  std::map<int64_t, nlohmann::json> autoep;  // AutoEP's layers by moe_layer_id
   for (const auto& [key, value] : states.client_state) {
     DS_CHECK(key != runtime::kAutoEPLayersKey ||
                  !runtime::has_zero3_partitioned_experts(value, path),
@@ -58,6 +60,15 @@ std::optional<MoeExperts> MoeExperts::read(const std::string& dir, int64_t mp,
              runtime::kZero3PartitionedFormat, "\"): converting it (ds_to_universal, "
              "zero_to_fp32) is not supported yet; the engine's load_checkpoint reads it with the "
              "placement it was saved with");
+    if (key == runtime::kAutoEPLayersKey && !value.isNone()) {
+      for (const auto& e : runtime::autoep_layers_json(value, path)) {
+        DS_CHECK(e.is_object() && e.contains("moe_layer_id") && e.contains("expert_key_prefix") &&
+                     e.contains("num_experts") && e.contains("ep_size"),
+                 CheckpointError, path, ": an entry of ", runtime::kAutoEPLayersKey,
+                 " lacks moe_layer_id, expert_key_prefix, num_experts or ep_size");
+        autoep[e["moe_layer_id"].get<int64_t>()] = e;
+      }
+    }
     if (key != "num_experts") continue;
     for (const IValue& n : as_sequence(value, path + ": num_experts")) counts.push_back(n.toInt());
   }
@@ -68,17 +79,22 @@ std::optional<MoeExperts> MoeExperts::read(const std::string& dir, int64_t mp,
                             states.ds_config.value("use_data_before_expert_parallelism", false);
   // Layer L's files hold its experts by global id, under the layer's own key prefix.
   for (size_t l = 0; l < counts.size(); ++l) {
+    if (const auto a = autoep.find(static_cast<int64_t>(l)); a != autoep.end()) {
+      out.read_stacked_layer(dir, mp, static_cast<int>(l), a->second, path);
+      continue;
+    }
     std::string layer;
     for (int64_t e = 0; e < counts[l]; ++e) {
       const std::string file = dir + "/" + runtime::expert_file_name(static_cast<int>(l), e,
                                                                       static_cast<int>(mp));
       for (const auto& item : tensors_from_ivalue(load(file), file)) {
         const auto name = parse_expert_name(item.key());
-        // AutoEP's entries ("<layer>.experts.w1.<id>") slice a stacked weight.
-        DS_CHECK(name || item.key().find(".experts.w") == std::string::npos, NotSupportedError,
-                 file, ": entry '", item.key(), "' is an AutoEP (expert_parallel) expert; "
-                 "converting AutoEP checkpoints (ds_to_universal, zero_to_fp32) is not supported "
-                 "yet: the engine's load_checkpoint reads them");
+        // AutoEP's entries ("<layer>.experts.w1.<id>") slice a stacked weight, which only
+        // ds_autoep_layers describes (read_stacked_layer).
+        DS_CHECK(name || item.key().find(".experts.w") == std::string::npos, CheckpointError,
+                 file, ": entry '", item.key(), "' is an AutoEP (expert_parallel) expert, but "
+                 "the model states' ", runtime::kAutoEPLayersKey, " has no entry for MoE layer ",
+                 l, ", so its stacked weights cannot be joined");
         DS_CHECK(name && name->id == e, CheckpointError, file, ": entry '", item.key(),
                  "' is not one of expert ", e, "'s");
         DS_CHECK(e == 0 || name->layer == layer, CheckpointError, file, ": entry '", item.key(),
@@ -154,6 +170,7 @@ std::string MoeExperts::global_name(const std::string& name, int rank) const {
 
 TensorDict MoeExperts::local_weights(int rank) const {
   TensorDict out;
+  for (const auto& [name, layer] : stacked_) out.insert(name, stacked_local(name, rank));
   for (const auto& item : weights_) {
     auto e = parse_expert_name(item.key());
     const Layer& layer = layers_.at(e->layer);
@@ -167,6 +184,91 @@ TensorDict MoeExperts::local_weights(int rank) const {
   return out;
 }
 
+void MoeExperts::read_stacked_layer(const std::string& dir, int64_t mp, int layer_id,
+                                    const nlohmann::json& entry, const std::string& path) {
+  const std::string prefix = entry["expert_key_prefix"].get<std::string>();
+  Layer layer;
+  layer.num_experts = entry["num_experts"].get<int64_t>();
+  layer.ep_size = entry["ep_size"].get<int64_t>();
+  DS_CHECK(layer.num_experts > 0 && layer.ep_size > 0 && layer.num_experts % layer.ep_size == 0 &&
+               world_ % layer.ep_size == 0,
+           CheckpointError, path, ": AutoEP layer '", prefix, "' has ", layer.num_experts,
+           " experts over ep_size ", layer.ep_size, " on ", world_, " ranks");
+  const std::set<std::string> weights = {prefix + ".w1", prefix + ".w2", prefix + ".w3"};
+  for (const auto& w : weights) stacked_[w] = layer;
+  // Each expert's file holds "<prefix>.w1.<id>", ... (DeepSpeed's AutoEP entries).
+  for (int64_t e = 0; e < layer.num_experts; ++e) {
+    const std::string file = dir + "/" + runtime::expert_file_name(layer_id, e,
+                                                                    static_cast<int>(mp));
+    for (const auto& item : tensors_from_ivalue(load(file), file)) {
+      const std::string& key = item.key();
+      const size_t dot = key.rfind('.');
+      DS_CHECK(dot != std::string::npos && weights.count(key.substr(0, dot)) &&
+                   key.substr(dot + 1) == std::to_string(e),
+               CheckpointError, file, ": entry '", key, "' is not one of AutoEP layer '", prefix,
+               "''s weights of expert ", e);
+      stacked_weights_.insert(key, item.value());
+    }
+  }
+}
+
+int64_t MoeExperts::stacked_ep_rank(const std::string& name, int rank) const {
+  return ep_rank_of(rank, stacked_.at(name).ep_size);
+}
+
+int64_t MoeExperts::stacked_ep_size(const std::string& name) const {
+  return stacked_.at(name).ep_size;
+}
+
+std::vector<std::string> MoeExperts::stacked_names() const {
+  std::vector<std::string> out;
+  for (const auto& item : stacked_) out.push_back(item.first);
+  return out;
+}
+
+at::Tensor MoeExperts::stacked_whole(const std::string& name) const {
+  return stacked_rows(name, 0, stacked_.at(name).num_experts);
+}
+
+at::Tensor MoeExperts::stacked_local(const std::string& name, int rank) const {
+  const Layer& layer = stacked_.at(name);
+  const int64_t n = layer.num_experts / layer.ep_size;
+  return stacked_rows(name, ep_rank_of(rank, layer.ep_size) * n, n);
+}
+
+at::Tensor MoeExperts::stacked_rows(const std::string& name, int64_t first, int64_t count) const {
+  std::vector<at::Tensor> rows;
+  for (int64_t e = first; e < first + count; ++e) {
+    const std::string key = name + "." + std::to_string(e);
+    const at::Tensor* t = stacked_weights_.find(key);
+    DS_CHECK(t != nullptr, CheckpointError, "ds_to_universal: no expert file holds '", key, "'");
+    rows.push_back(*t);
+  }
+  return at::stack(rows);
+}
+
+void MoeExperts::join_stacked(const StackedPieces& pieces, const std::string& where,
+                              UniversalSource* out) const {
+  for (const auto& [name, by_key] : pieces) {
+    const Layer& layer = stacked_.at(name);
+    for (const auto& [key, by_rank] : by_key) {
+      DS_CHECK(static_cast<int64_t>(by_rank.size()) == layer.ep_size, CheckpointError, where,
+               ": AutoEP weight ", name, " has '", key, "' state from ", by_rank.size(),
+               " of its ", layer.ep_size, " expert-parallel ranks");
+      std::vector<at::Tensor> flats;
+      std::vector<int64_t> shape = by_rank.begin()->second.shape;
+      for (const auto& [ep_rank, piece] : by_rank) flats.push_back(piece.flat.reshape(-1));
+      shape.at(0) = layer.num_experts;
+      at::Tensor whole = at::cat(flats);
+      DS_CHECK(whole.numel() == c10::multiply_integers(shape), CheckpointError, where,
+               ": AutoEP weight ", name, "'s pieces do not make ", layer.num_experts,
+               " experts of ", at::IntArrayRef(shape).slice(1));
+      out->states[key][name] = runtime::SavedParam{whole, shape};
+    }
+    out->stacked_experts[name] = layer.num_experts;
+  }
+}
+
 std::vector<std::vector<int>> MoeExperts::holders(int64_t count) const {
   DS_CHECK(count > 0 && world_ % count == 0, CheckpointError, "ds_to_universal: an expert group "
            "partitioned over ", count, " ranks does not divide the ", world_, " data-parallel "
@@ -176,6 +278,14 @@ std::vector<std::vector<int>> MoeExperts::holders(int64_t count) const {
 
 void MoeExperts::add_frozen(UniversalSource* out) const {
   auto& fp32 = out->states["fp32"];
+  for (const auto& [name, layer] : stacked_) {  // AutoEP weights no optimizer holds: whole
+    if (fp32.count(name)) continue;
+    const at::Tensor t = stacked_whole(name);
+    fp32[name] = runtime::SavedParam{t.to(at::kFloat).reshape(-1), t.sizes().vec()};
+    out->order.push_back(name);
+    out->frozen.emplace(name, t.scalar_type());
+    out->stacked_experts[name] = layer.num_experts;
+  }
   for (const auto& item : weights_) {
     const auto e = parse_expert_name(item.key());
     const std::string buffer = e->layer + "|" + e->rest;
@@ -217,6 +327,7 @@ UniversalSource read_zero0_moe_source(const std::string& dir, int64_t mp_rank,
   Dict model = model_states.toGenericDict().copy();
   model.insert_or_assign("optimizer", IValue());
   out.model_states = model;  // the module without the experts, as the source's
+  MoeExperts::StackedPieces stacked;
   for (int i = 0; i < files; ++i) {
     const std::string file =
         dir + "/" + runtime::expert_optimizer_file_name(i, static_cast<int>(mp_rank));
@@ -232,6 +343,17 @@ UniversalSource read_zero0_moe_source(const std::string& dir, int64_t mp_rank,
     UniversalSource part = read_zero0_source(mine, file);
     if (i == 0) out.optimizer_state = part.optimizer_state;
     for (const auto& name : part.order) {
+      if (moe.is_stacked(name)) {  // AutoEP: this file's rows, joined below
+        const int64_t ep_rank = moe.stacked_ep_rank(name, writer);
+        if (!stacked.count(name)) out.order.push_back(name);
+        for (auto& [key, params] : part.states) {
+          const auto p = params.find(name);
+          if (p != params.end()) stacked[name][key].emplace(ep_rank, p->second);
+        }
+        const auto s = part.step.find(name);
+        if (s != part.step.end()) out.step[name] = s->second;
+        continue;
+      }
       if (i > 0 && !moe.is_expert(name)) continue;  // the dense ones come from the first
       const std::string global = moe.global_name(name, writer);
       // A layer of a smaller ep_size has its experts in several files: the first is kept.
@@ -245,6 +367,7 @@ UniversalSource read_zero0_moe_source(const std::string& dir, int64_t mp_rank,
       out.order.push_back(global);
     }
   }
+  moe.join_stacked(stacked, dir, &out);
   return out;
 }
 

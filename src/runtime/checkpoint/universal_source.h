@@ -13,6 +13,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <nlohmann/json.hpp>
 
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/universal_checkpoint.h"
@@ -37,6 +38,10 @@ struct UniversalSource {
   /// Files the output folder carries as they are (ZeRO-3: every rank's model states, which
   /// DeepSpeed's ZeRO-3 universal load reads).
   std::vector<std::string> copy_files;
+  /// AutoEP's stacked expert weights ("<layer>.experts.w1"), whole over the expert-parallel
+  /// ranks, with their layer's number of experts: DeepSpeed marks their states
+  /// is_expert_param / ep_num_experts, and a load takes its ranks' rows.
+  std::map<std::string, int64_t> stacked_experts;
 };
 
 /// Every model-parallel rank of a ZeRO 0-3 tag folder (tensor-parallel ranks, pipeline stages or
@@ -80,6 +85,11 @@ UniversalSource read_zero0_source(const c10::IValue& model_states, const std::st
 /// each data-parallel rank's optimizer states name its experts by local id; the universal
 /// checkpoint names them by global id, as the expert files do, so that it loads onto any
 /// ep_size. Beyond DeepSpeed's tool, which skips native MoE experts.
+///
+/// AutoEP's layers (ds_autoep_layers, per_expert_files) stack a rank's experts in one tensor
+/// per weight under one name on every rank ("<prefix>.w1", rows [ep_rank * n, (ep_rank + 1) *
+/// n) of the whole): their states join along dim 0 in expert-parallel order, as DeepSpeed's
+/// tool consolidates them.
 class MoeExperts {
  public:
   /// nullopt without MoE (no num_experts in `states`, read from `path`). Reads every expert
@@ -106,18 +116,42 @@ class MoeExperts {
   /// Every expert entry (parameters and buffers) by global key, as the expert files hold it.
   const TensorDict& weights() const { return weights_; }
 
+  /// AutoEP: whether `name` is a stacked expert weight ("<prefix>.w1/w2/w3").
+  bool is_stacked(const std::string& name) const { return stacked_.count(name) > 0; }
+  /// AutoEP: the expert-parallel rank whose rows data-parallel rank `rank` holds of stacked
+  /// weight `name`, and the layer's ep_size.
+  int64_t stacked_ep_rank(const std::string& name, int rank) const;
+  int64_t stacked_ep_size(const std::string& name) const;
+  /// AutoEP: every stacked weight's name, and one whole from the expert files (every expert).
+  std::vector<std::string> stacked_names() const;
+  at::Tensor stacked_whole(const std::string& name) const;
+  /// AutoEP: joins each stacked weight's per-expert-parallel-rank pieces (`pieces[name][key]`
+  /// by ep rank) into `out`'s states, whole; `where` names the checkpoint in errors.
+  using StackedPieces =
+      std::map<std::string, std::map<std::string, std::map<int64_t, runtime::SavedParam>>>;
+  void join_stacked(const StackedPieces& pieces, const std::string& where,
+                    UniversalSource* out) const;
+
  private:
   struct Layer {
     int64_t num_experts = 0;
     int64_t ep_size = 0;  // 0: no trainable expert parameter tells it
   };
   int64_t ep_rank_of(int rank, int64_t ep_size) const;
+  void read_stacked_layer(const std::string& dir, int64_t mp, int layer_id,
+                          const nlohmann::json& entry, const std::string& path);
+  // A rank's rows of stacked weight `name` from the expert files (a frozen one, or ZeRO-0's
+  // module, which has none); experts [first, first + count) of it.
+  at::Tensor stacked_local(const std::string& name, int rank) const;
+  at::Tensor stacked_rows(const std::string& name, int64_t first, int64_t count) const;
 
   int world_ = 1;
   bool data_before_expert_ = false;  // use_data_before_expert_parallelism
   std::map<std::string, Layer> layers_;  // by the MoE layer's key prefix ("moe.")
   TensorDict weights_;                   // every expert entry by global key
   std::vector<std::string> buffers_;     // expert buffers, as "<prefix>|<rest>"
+  std::map<std::string, Layer> stacked_;  // AutoEP: by stacked weight name ("<prefix>.w1")
+  TensorDict stacked_weights_;            // AutoEP: "<prefix>.w1.<global id>" from the files
 };
 
 /// The data-parallel ranks whose partitions of param group `g` (partitioned over `count` of

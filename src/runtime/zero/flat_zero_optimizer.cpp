@@ -143,6 +143,9 @@ void FlatZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
     const auto autoep = autoep_layers_metadata(*moe_->module, /*zero3_partitioned=*/false);
     m->client_state.emplace_back(kAutoEPLayersKey,
                                  autoep.empty() ? IValue() : ckpt::ivalue_from_json(autoep));
+    if (!autoep.empty()) {
+      m->client_state.emplace_back(kUniversalInfoKey, autoep_universal_checkpoint_info(autoep));
+    }
   }
   auto shapes = param_shapes(ctx);
   if (stage_ > 0 || !shapes.empty()) m->param_shapes = std::move(shapes);

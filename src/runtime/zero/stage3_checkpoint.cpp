@@ -246,9 +246,9 @@ void Stage3ZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
     c10::List<int64_t> counts;
     for (int64_t n : moe_num_experts(*ctx.module)) counts.push_back(n);
     states->client_state.emplace_back("num_experts", IValue(counts));
-    states->client_state.emplace_back(
-        kAutoEPLayersKey,
-        ckpt::ivalue_from_json(autoep_layers_metadata(*ctx.module, /*zero3_partitioned=*/true)));
+    const auto autoep = autoep_layers_metadata(*ctx.module, /*zero3_partitioned=*/true);
+    states->client_state.emplace_back(kAutoEPLayersKey, ckpt::ivalue_from_json(autoep));
+    states->client_state.emplace_back(kUniversalInfoKey, autoep_universal_checkpoint_info(autoep));
   }
   std::vector<ckpt::ShapeDict> groups(sub_groups().size());
   for (const auto& info : param_infos()) groups.at(info.sub_group).insert(info.name, info.shape);

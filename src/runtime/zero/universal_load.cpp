@@ -13,6 +13,7 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include "deepspeed/auto_ep.h"
 #include "deepspeed/optimizers.h"
 #include "deepspeed/tensor_parallel.h"
 #include "deepspeed/universal_checkpoint.h"
@@ -48,6 +49,18 @@ class UniversalReader {
         tp_size_(tp_size),
         folders_(expert_global_names(*ctx.module)) {
     for (const auto& p : ctx.module->named_parameters()) params_.emplace(p.key(), p.value());
+    for (const auto& [name, layer] : moe::token_choice_layers(*ctx.module)) {
+      const std::string dot = name.empty() ? "" : name + ".";
+      for (const char* w : {"w1", "w2", "w3"}) {
+        stacked_[dot + "experts." + w] = {layer->first_expert(), layer->num_experts()};
+      }
+      // DeepSpeed's AutoEPMoELayer names the gate router.gate: its universal checkpoints hold
+      // "<layer>.router.gate.weight" where ours hold "<layer>.gate.weight".
+      const std::string gate = dot + "gate.weight", theirs = dot + "router.gate.weight";
+      if (!exists(dir_ + "/zero/" + gate) && exists(dir_ + "/zero/" + theirs)) {
+        folders_.emplace(gate, theirs);
+      }
+    }
   }
 
   /// The folder of parameter `name` under zero/.
@@ -60,8 +73,18 @@ class UniversalReader {
   at::Tensor local(const std::string& name, const std::string& key) {
     const at::Tensor& live = params_.at(name);
     bool vocab = false;
-    const at::Tensor full = ckpt::load_universal_state(dir_, folder(name), key, &vocab);
+    at::Tensor full = ckpt::load_universal_state(dir_, folder(name), key, &vocab);
     if (key == "step") return full;  // a count, the same for every piece
+    if (const auto s = stacked_.find(name); s != stacked_.end()) {
+      // AutoEP: every expert in the file, this rank's rows [first, first + local) in the model
+      // (DeepSpeed's load_hp_checkpoint_state slices its ep rank's alike).
+      const auto [first, experts] = s->second;
+      DS_CHECK(full.dim() == live.dim() && full.size(0) == experts, CheckpointError,
+               "universal checkpoint ", dir_, ": AutoEP weight ", name, " has shape ",
+               full.sizes(), "; the model's layer has ", experts, " experts of ",
+               live.sizes().slice(1));
+      full = full.narrow(0, first, live.size(0));
+    }
     if (!tensor_parallel::is_tensor_parallel(live)) {
       return ckpt::universal_slice(as_shape(full, live.sizes()), live.sizes(), nullptr, tp_rank_,
                                    tp_size_, name);
@@ -96,6 +119,8 @@ class UniversalReader {
   int tp_rank_, tp_size_;
   std::map<std::string, at::Tensor> params_;
   std::map<std::string, std::string> folders_;  // local expert name -> global one
+  // AutoEP's stacked weights: the rank's first expert and the layer's number of experts.
+  std::map<std::string, std::pair<int64_t, int64_t>> stacked_;
   bool global_step_read_ = false;
   std::optional<at::Tensor> global_step_;
 };
