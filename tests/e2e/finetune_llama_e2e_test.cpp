@@ -180,7 +180,7 @@ TEST(FinetuneLlamaE2E, Zero3On2RanksMatchesZero0On1Rank) {
 // DeepSpeed 0.19.8's AutoEP: on 2 ranks with expert_parallel.autoep_size 2 under ZeRO-2, each
 // rank holding 2 experts of each sparse layer, the losses are those of one rank with every
 // expert; --save_hf gathers the experts back into transformers' names, and --save_dir writes
-// DeepSpeed's per-expert files (one set per MoE layer). Under ZeRO-3 without AutoEP (the
+// DeepSpeed's per-expert files (one set per MoE layer), which resume. Under ZeRO-3 without AutoEP (the
 // experts partitioned like any weight), and with it (each rank's experts partitioned over their
 // expert-data-parallel group of one), the losses are the same too, and so are the weights
 // --save_hf gathers.
@@ -195,6 +195,11 @@ TEST_P(FinetuneMoeE2E, AutoEpOn2RanksMatchesOneRank) {
   const std::string out = finetune(dir, 2, "ep2", config(2, 2, ep),
                                    "--steps 3 --save_hf " + dir.file("hf2") + " --save_dir " +
                                        dir.file("ckpt"));
+  // The checkpoint resumes (its module keeps the shared experts and the router: DeepSpeed
+  // leaves out only the stacked experts, which the expert files hold).
+  const std::string resumed = finetune(dir, 2, "ep2_resumed", config(2, 2, ep),
+                                       "--steps 1 --load_dir " + dir.file("ckpt"));
+  EXPECT_NE(resumed.find("finetune_llama: loaded"), std::string::npos) << resumed;
   finetune(dir, 2, "zero3", config(3, 2), "--steps 3");
   finetune(dir, 2, "ep2z3", config(3, 2, ep), "--steps 3 --save_hf " + dir.file("hf3"));
   const auto l0 = losses(dir.file("zero0.jsonl"));

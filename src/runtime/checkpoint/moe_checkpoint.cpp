@@ -93,15 +93,35 @@ std::string expert_optimizer_file_name(int ep_rank, int mp_rank) {
          "_optim_states.pt";
 }
 
-bool is_expert_state_key(const std::string& key) {
-  return key.find("expert") != std::string::npos &&
-         key.find("moe.gate.wg.weight") == std::string::npos;
+std::set<std::string> expert_state_keys(torch::nn::Module& module,
+                                        const std::vector<std::string>& keys) {
+  std::set<std::string> out;
+  const auto starts = [](const std::string& key, const std::string& prefix) {
+    return key.compare(0, prefix.size(), prefix) == 0;
+  };
+  for (const auto& [name, layer, token_choice] : expert_layers(module)) {
+    const std::string prefix = name.empty() ? "" : name + ".";
+    for (const auto& key : keys) {
+      if (!starts(key, prefix)) continue;
+      const std::string rest = key.substr(prefix.size());
+      if (token_choice ? rest == "experts.w1" || rest == "experts.w2" || rest == "experts.w3"
+                       : key.find("expert") != std::string::npos &&
+                             key.find("moe.gate.wg.weight") == std::string::npos) {
+        out.insert(key);
+      }
+    }
+  }
+  return out;
 }
 
-ckpt::TensorDict without_expert_states(const ckpt::TensorDict& module_state) {
+ckpt::TensorDict without_expert_states(torch::nn::Module& module,
+                                       const ckpt::TensorDict& module_state) {
+  std::vector<std::string> keys;
+  for (const auto& item : module_state) keys.push_back(item.key());
+  const std::set<std::string> experts = expert_state_keys(module, keys);
   ckpt::TensorDict out;
   for (const auto& item : module_state) {
-    if (!is_expert_state_key(item.key())) out.insert(item.key(), item.value());
+    if (!experts.count(item.key())) out.insert(item.key(), item.value());
   }
   return out;
 }

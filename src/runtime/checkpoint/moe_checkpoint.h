@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,10 +25,14 @@ std::string expert_file_name(int moe_layer_id, int64_t global_expert_id, int mp_
 /// expp_rank_<ep>_mp_rank_<mp:02d>_optim_states.pt
 std::string expert_optimizer_file_name(int ep_rank, int mp_rank = 0);
 
-/// DeepSpeed's rule for what the model-states file leaves out: keys containing "expert" other
-/// than the gate's "moe.gate.wg.weight".
-bool is_expert_state_key(const std::string& key);
-checkpoint::TensorDict without_expert_states(const checkpoint::TensorDict& module_state);
+/// DeepSpeed 0.19.8's rule (_get_non_moe_state_dict) for what the model-states file leaves out
+/// of `module`'s state: within each MoE layer, the keys containing "expert" other than its
+/// gate's ("moe.gate.wg.weight"); of each AutoEP layer only its stacked experts
+/// ("<layer>.experts.w1/w2/w3": its router and shared experts stay). Those of `keys`.
+std::set<std::string> expert_state_keys(torch::nn::Module& module,
+                                        const std::vector<std::string>& keys);
+checkpoint::TensorDict without_expert_states(torch::nn::Module& module,
+                                             const checkpoint::TensorDict& module_state);
 
 /// Writes this rank's experts (on expert-data-parallel rank 0 only, or with `node_local` on the
 /// first of each node), keys renamed from local to global expert ids.

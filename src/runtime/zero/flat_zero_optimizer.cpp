@@ -131,7 +131,7 @@ void FlatZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
   // MoE: the experts go to files of their own (optimizer_states_file); at stage 0 the
   // optimizer too, in the expp_rank file, as every expert-parallel rank's differs.
   if (moe_) {
-    m->module = without_expert_states(m->module);
+    m->module = without_expert_states(*moe_->module, m->module);
     // At stage 0 DeepSpeed also leaves rank 0's optimizer state in the model states
     // (_common_checkpoint_state); its MoE loader reads the expp_rank files.
     if (stage_ == 0) m->optimizer = stage0_optimizer_state(ctx);

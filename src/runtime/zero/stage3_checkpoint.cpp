@@ -242,7 +242,7 @@ void Stage3ZeroOptimizer::add_model_states(const ZeroCheckpointContext& ctx,
   if (has_expert_partition()) {
     // Matches DeepSpeed's _save_moe_checkpoint under ZeRO-3 with AutoEP: no expert entries in
     // the module (the experts are in the optimizer shards), the MoE keys beside it.
-    states->module = without_expert_states(states->module);
+    states->module = without_expert_states(*ctx.module, states->module);
     c10::List<int64_t> counts;
     for (int64_t n : moe_num_experts(*ctx.module)) counts.push_back(n);
     states->client_state.emplace_back("num_experts", IValue(counts));
@@ -376,8 +376,11 @@ void Stage3ZeroOptimizer::read_checkpoint(const ZeroCheckpointContext& ctx, Zero
   if (saved_partitioned) {
     // The save left the experts out of the module (they are in the shards): placeholders, as
     // every partitioned parameter's entry is.
+    std::vector<std::string> names;
+    for (const auto& p : ctx.module->named_parameters()) names.push_back(p.key());
+    const std::set<std::string> experts = expert_state_keys(*ctx.module, names);
     for (const auto& p : ctx.module->named_parameters()) {
-      if (is_expert_state_key(p.key()) && plan->states.module.find(p.key()) == nullptr) {
+      if (experts.count(p.key()) && plan->states.module.find(p.key()) == nullptr) {
         plan->states.module.insert(p.key(), at::empty({0}, p.value().options()));
       }
     }
