@@ -21,6 +21,7 @@
 
 #include "deepspeed/checkpoint.h"
 #include "deepspeed/universal_checkpoint.h"
+#include "runtime/checkpoint/autoep_layers_metadata.h"
 #include "runtime/checkpoint/universal_source.h"
 #include "runtime/checkpoint/value_access.h"
 #include "runtime/zero/bf16_optimizer_layout.h"
@@ -274,14 +275,30 @@ void merge_stage3(TensorDict& out, const std::vector<ModelStateParts>& models,
            " of the ", per_rank, " elements of each rank's partition");
 }
 
+// Whether a ZeRO-3 tag folder holds AutoEP experts (cut for their expert-data-parallel groups,
+// which ds_to_universal's reader joins).
+bool zero3_autoep(const std::string& tag_dir) {
+  const std::string path = tag_dir + "/" + zero3_model_states_file_name(0, 0);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  const ModelStates states = ModelStates::from_ivalue(load(path), path);
+  for (const auto& [key, value] : states.client_state) {
+    if (key != runtime::kAutoEPLayersKey) continue;
+    return runtime::has_zero3_partitioned_experts(value, path);
+  }
+  return false;
+}
+
 // Model-parallel rank files or ZeRO-0's (its optimizer is in the model states; MoE ZeRO-0 has
-// only expp_rank_<e> optimizer files): none of ZeRO 1-3's per-rank optimizer files.
+// only expp_rank_<e> optimizer files), or ZeRO-3 with AutoEP: none of ZeRO 1-3's plain per-rank
+// optimizer files.
 bool read_through_model_parallel_sources(const std::string& tag_dir,
                                          const std::vector<std::string>& optim_files) {
   if (count_model_parallel_files(tag_dir) > 1) return true;
   struct stat st {};
   const std::string zero3_second = tag_dir + "/" + zero3_model_states_file_name(0, 1);
   if (::stat(zero3_second.c_str(), &st) == 0) return true;
+  if (zero3_autoep(tag_dir)) return true;
   return std::none_of(optim_files.begin(), optim_files.end(), [](const std::string& f) {
     const std::string name = f.substr(f.rfind('/') + 1);
     return name.rfind("zero_pp_rank_", 0) == 0 || name.rfind("bf16_zero_pp_rank_", 0) == 0;

@@ -462,9 +462,10 @@ ModelParallelCheckpoint read_model_parallel_checkpoint(const std::string& tag_di
                           tag_dir, path, out.tp > 1 ? static_cast<int>(m % out.tp) : -1);
     const ModelStates states = ModelStates::from_ivalue(raw, path);
     const auto moe = MoeExperts::read(tag_dir, m, states, path);
-    DS_CHECK(!moe || !out.zero3, NotSupportedError, path, ": an MoE checkpoint with ZeRO "
-             "stage 3: the experts of ZeRO 0-2 models are read (MoE training refuses ZeRO-3)");
-    out.ranks.push_back(out.zero3 ? read_zero3_source(tag_dir, m)
+    DS_CHECK(!moe || !out.zero3 || !moe->has_native_layers(), NotSupportedError, path,
+             ": an MoE checkpoint with ZeRO stage 3: the experts of ZeRO 0-2 models and AutoEP's "
+             "are read (MoE training refuses ZeRO-3)");
+    out.ranks.push_back(out.zero3 ? read_zero3_source(tag_dir, m, moe ? &*moe : nullptr)
                                   : read_zero012_source(tag_dir, m, raw, states,
                                                         moe ? &*moe : nullptr));
     if (moe) moe->add_frozen(&out.ranks.back());

@@ -53,13 +53,6 @@ std::optional<MoeExperts> MoeExperts::read(const std::string& dir, int64_t mp,
   std::vector<int64_t> counts;
   std::map<int64_t, nlohmann::json> autoep;  // AutoEP's layers by moe_layer_id
   for (const auto& [key, value] : states.client_state) {
-    DS_CHECK(key != runtime::kAutoEPLayersKey ||
-                 !runtime::has_zero3_partitioned_experts(value, path),
-             NotSupportedError, path, ": an AutoEP (expert_parallel) checkpoint written at ZeRO "
-             "stage 3 (", runtime::kAutoEPLayersKey, " checkpoint_format \"",
-             runtime::kZero3PartitionedFormat, "\"): converting it (ds_to_universal, "
-             "zero_to_fp32) is not supported yet; the engine's load_checkpoint reads it with the "
-             "placement it was saved with");
     if (key == runtime::kAutoEPLayersKey && !value.isNone()) {
       for (const auto& e : runtime::autoep_layers_json(value, path)) {
         DS_CHECK(e.is_object() && e.contains("moe_layer_id") && e.contains("expert_key_prefix") &&
@@ -187,6 +180,8 @@ TensorDict MoeExperts::local_weights(int rank) const {
 void MoeExperts::read_stacked_layer(const std::string& dir, int64_t mp, int layer_id,
                                     const nlohmann::json& entry, const std::string& path) {
   const std::string prefix = entry["expert_key_prefix"].get<std::string>();
+  // ZeRO-3's experts are in the optimizer shards, with no expert files.
+  const bool files = entry.value("checkpoint_format", "") != runtime::kZero3PartitionedFormat;
   Layer layer;
   layer.num_experts = entry["num_experts"].get<int64_t>();
   layer.ep_size = entry["ep_size"].get<int64_t>();
@@ -197,7 +192,7 @@ void MoeExperts::read_stacked_layer(const std::string& dir, int64_t mp, int laye
   const std::set<std::string> weights = {prefix + ".w1", prefix + ".w2", prefix + ".w3"};
   for (const auto& w : weights) stacked_[w] = layer;
   // Each expert's file holds "<prefix>.w1.<id>", ... (DeepSpeed's AutoEP entries).
-  for (int64_t e = 0; e < layer.num_experts; ++e) {
+  for (int64_t e = 0; files && e < layer.num_experts; ++e) {
     const std::string file = dir + "/" + runtime::expert_file_name(layer_id, e,
                                                                     static_cast<int>(mp));
     for (const auto& item : tensors_from_ivalue(load(file), file)) {

@@ -21,6 +21,8 @@
 
 namespace deepspeed::checkpoint::detail {
 
+class MoeExperts;
+
 struct UniversalSource {
   /// "fp32", "exp_avg", ... -> parameter -> its elements. Frozen parameters have "fp32" only.
   std::map<std::string, runtime::SavedParams> states;
@@ -71,8 +73,11 @@ struct ModelParallelCheckpoint {
 ModelParallelCheckpoint read_model_parallel_checkpoint(const std::string& tag_dir);
 
 /// A ZeRO-3 tag folder's model-parallel rank `mp_rank`: zero_pp_rank_<r>_mp_rank_XX files of
-/// every data-parallel rank. Throws CheckpointError naming the missing or inconsistent file.
-UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank);
+/// every data-parallel rank. `moe`: AutoEP's layers, whose expert sub-groups are partitioned over
+/// each expert-parallel rank's expert-data-parallel group. Throws CheckpointError naming the
+/// missing or inconsistent file.
+UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank,
+                                  const MoeExperts* moe = nullptr);
 
 /// A ZeRO-0 tag folder's model-parallel rank `mp_rank`: its mp_rank_XX_model_states.pt
 /// (`model_states`, read from `path`), whose 'optimizer' holds the whole optimizer: the
@@ -116,6 +121,8 @@ class MoeExperts {
   /// Every expert entry (parameters and buffers) by global key, as the expert files hold it.
   const TensorDict& weights() const { return weights_; }
 
+  /// Whether the checkpoint has MoE layers of its own (not AutoEP's).
+  bool has_native_layers() const { return !layers_.empty(); }
   /// AutoEP: whether `name` is a stacked expert weight ("<prefix>.w1/w2/w3").
   bool is_stacked(const std::string& name) const { return stacked_.count(name) > 0; }
   /// AutoEP: the expert-parallel rank whose rows data-parallel rank `rank` holds of stacked

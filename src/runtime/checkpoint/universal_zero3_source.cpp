@@ -2,6 +2,8 @@
 // rank holds, per sub-group, one flat of ceil(numel / W) elements of each of its parameters
 // (fp32_flat_groups) and the inner optimizer's state over that flat; a parameter is its W
 // shards joined in rank order with the last one's padding dropped (zero_to_fp32's stage-3 walk).
+// AutoEP's expert sub-groups are cut for each expert-parallel rank's expert-data-parallel group
+// instead: each such group's shards make that rank's rows, which join into every expert.
 // Frozen parameters come from each rank's frozen_param_fragments the same way.
 #include "runtime/checkpoint/universal_source.h"
 
@@ -9,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -75,7 +78,8 @@ void fill_module(Dict module, const runtime::SavedParams& fp32,
 
 }  // namespace
 
-UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank) {
+UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank,
+                                  const MoeExperts* moe) {
   const int mp = static_cast<int>(mp_rank);
   const std::string model0_path = tag_dir + "/" + zero3_model_states_file_name(0, mp);
   const IValue raw0 = load(model0_path);
@@ -105,38 +109,65 @@ UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank) {
   UniversalSource out;
   // Matches DeepSpeed: rank 0's optimizer_state_dict less its fp32 shards.
   out.optimizer_state = global_optimizer_state(ranks[0].raw, {"fp32_flat_groups"}, ranks[0].path);
+  MoeExperts::StackedPieces stacked;  // AutoEP's weights, by expert-parallel rank
   for (size_t k = 0; k < shapes.size(); ++k) {
-    const auto slots = runtime::stage3_slots(shapes[k], world);
-    for (const auto& s : slots) out.order.push_back(s.name);
-    std::vector<at::Tensor> masters;
-    for (const auto& r : ranks) masters.push_back(r.flats[k]);
-    runtime::split_stage3_flats(masters, slots, ranks[0].path, &out.states["fp32"]);
-
-    // The inner optimizer's parameter k is sub-group k: its per-element states have the
-    // flat's layout, its step is every parameter's step.
-    const IValue key(static_cast<int64_t>(k));
-    std::map<std::string, std::vector<at::Tensor>> per_element;
-    for (const auto& r : ranks) {
-      const Dict state = r.inner.at("state").toGenericDict();
-      if (!state.contains(key)) continue;  // saved before the first step
-      for (const auto& e : state.at(key).toGenericDict()) {
-        const std::string name = e.key().toStringRef();
-        const IValue& v = e.value();
-        if (name != "step" && v.isTensor() && v.toTensor().numel() == r.flats[k].numel()) {
-          per_element[name].push_back(v.toTensor().reshape(-1));
-        } else if (name == "step" && &r == &ranks[0]) {
-          const at::Tensor step =
-              as_step_tensor(v, r.path + ": state[" + std::to_string(k) + "]");
-          for (const auto& s : slots) out.step[s.name] = step;
+    // AutoEP's expert sub-groups (Note [Expert partitions]) are cut for each expert-parallel
+    // rank's expert-data-parallel group: one set of holders per expert-parallel rank.
+    const bool experts = moe != nullptr && !shapes[k].is_empty() &&
+                         moe->is_stacked(shapes[k].begin()->key());
+    std::vector<std::vector<int>> all_holders;
+    if (experts) {
+      all_holders = moe->holders(world / moe->stacked_ep_size(shapes[k].begin()->key()));
+    } else {
+      all_holders.emplace_back();
+      for (int r = 0; r < static_cast<int>(world); ++r) all_holders.back().push_back(r);
+    }
+    for (const auto& holders : all_holders) {
+      const auto slots = runtime::stage3_slots(shapes[k], static_cast<int64_t>(holders.size()));
+      std::map<std::string, runtime::SavedParams> group;  // by state
+      std::optional<at::Tensor> step;
+      std::vector<at::Tensor> masters;
+      for (int h : holders) masters.push_back(ranks[static_cast<size_t>(h)].flats[k]);
+      runtime::split_stage3_flats(masters, slots, ranks[0].path, &group["fp32"]);
+      // The inner optimizer's parameter k is sub-group k: its per-element states have the
+      // flat's layout, its step is every parameter's step.
+      const IValue key(static_cast<int64_t>(k));
+      std::map<std::string, std::vector<at::Tensor>> per_element;
+      for (int h : holders) {
+        const Zero3Rank& r = ranks[static_cast<size_t>(h)];
+        const Dict state = r.inner.at("state").toGenericDict();
+        if (!state.contains(key)) continue;  // saved before the first step
+        for (const auto& e : state.at(key).toGenericDict()) {
+          const std::string name = e.key().toStringRef();
+          const IValue& v = e.value();
+          if (name != "step" && v.isTensor() && v.toTensor().numel() == r.flats[k].numel()) {
+            per_element[name].push_back(v.toTensor().reshape(-1));
+          } else if (name == "step" && !step) {
+            step = as_step_tensor(v, r.path + ": state[" + std::to_string(k) + "]");
+          }
         }
       }
-    }
-    for (auto& [name, pieces] : per_element) {
-      DS_CHECK(pieces.size() == ranks.size(), CheckpointError, tag_dir, ": optimizer state '",
-               name, "' of sub-group ", k, " is missing on some data-parallel ranks");
-      runtime::split_stage3_flats(pieces, slots, ranks[0].path, &out.states[name]);
+      for (auto& [name, pieces] : per_element) {
+        DS_CHECK(pieces.size() == holders.size(), CheckpointError, tag_dir, ": optimizer state '",
+                 name, "' of sub-group ", k, " is missing on some data-parallel ranks");
+        runtime::split_stage3_flats(pieces, slots, ranks[0].path, &group[name]);
+      }
+      for (const auto& s : slots) {
+        if (experts) {
+          const int64_t ep_rank = moe->stacked_ep_rank(s.name, holders.front());
+          if (!stacked.count(s.name)) out.order.push_back(s.name);
+          for (auto& [state, params] : group) {
+            stacked[s.name][state].emplace(ep_rank, params.at(s.name));
+          }
+        } else {
+          out.order.push_back(s.name);
+          for (auto& [state, params] : group) out.states[state][s.name] = params.at(s.name);
+        }
+        if (step) out.step[s.name] = *step;
+      }
     }
   }
+  if (moe) moe->join_stacked(stacked, tag_dir, &out);
 
   for (int64_t r = 0; r < world; ++r) {
     const std::string path = tag_dir + "/" + zero3_model_states_file_name(static_cast<int>(r), mp);
@@ -152,6 +183,9 @@ UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank) {
       models.push_back(ModelStates::from_ivalue(load(path), path));
     }
     for (const auto& item : *states0.frozen_param_shapes) {
+      DS_CHECK(moe == nullptr || !moe->is_stacked(item.key()), NotSupportedError, model0_path,
+               ": AutoEP's experts '", item.key(), "' are frozen: their fragments are cut for "
+               "the expert-data-parallel groups, which this conversion does not join");
       std::vector<at::Tensor> pieces;
       at::ScalarType saved_dtype = at::kFloat;
       for (int64_t r = 0; r < world; ++r) {

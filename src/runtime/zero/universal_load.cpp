@@ -69,9 +69,15 @@ class UniversalReader {
     return f == folders_.end() ? name : f->second;
   }
 
-  /// Parameter `name`'s `key` state, this rank's piece, in the live parameter's shape.
-  at::Tensor local(const std::string& name, const std::string& key) {
+  /// AutoEP: whether `name` is a stacked expert weight of the model.
+  bool is_stacked(const std::string& name) const { return stacked_.count(name) > 0; }
+
+  /// Parameter `name`'s `key` state, this rank's piece, in the live parameter's shape (or
+  /// `shape`, where the live one is a ZeRO-3 placeholder).
+  at::Tensor local(const std::string& name, const std::string& key,
+                   std::optional<at::IntArrayRef> shape = std::nullopt) {
     const at::Tensor& live = params_.at(name);
+    const at::IntArrayRef sizes = shape ? *shape : live.sizes();
     bool vocab = false;
     at::Tensor full = ckpt::load_universal_state(dir_, folder(name), key, &vocab);
     if (key == "step") return full;  // a count, the same for every piece
@@ -79,11 +85,12 @@ class UniversalReader {
       // AutoEP: every expert in the file, this rank's rows [first, first + local) in the model
       // (DeepSpeed's load_hp_checkpoint_state slices its ep rank's alike).
       const auto [first, experts] = s->second;
-      DS_CHECK(full.dim() == live.dim() && full.size(0) == experts, CheckpointError,
-               "universal checkpoint ", dir_, ": AutoEP weight ", name, " has shape ",
-               full.sizes(), "; the model's layer has ", experts, " experts of ",
-               live.sizes().slice(1));
-      full = full.narrow(0, first, live.size(0));
+      DS_CHECK(full.dim() == static_cast<int64_t>(sizes.size()) && full.size(0) == experts,
+               CheckpointError, "universal checkpoint ", dir_, ": AutoEP weight ", name,
+               " has shape ", full.sizes(), "; the model's layer has ", experts, " experts of ",
+               sizes.slice(1));
+      full = full.narrow(0, first, sizes[0]);
+      if (shape) return full;
     }
     if (!tensor_parallel::is_tensor_parallel(live)) {
       return ckpt::universal_slice(as_shape(full, live.sizes()), live.sizes(), nullptr, tp_rank_,
@@ -261,26 +268,37 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, FlatZeroOptimiz
 void read_universal_checkpoint(const ZeroCheckpointContext& ctx, Stage3ZeroOptimizer& zero,
                                ZeroLoadPlan* plan) {
   const std::string& dir = ctx.tag_dir;
-  DS_CHECK(!zero.has_expert_partition(), NotSupportedError, "load_universal: ", dir, ": "
-           "universal checkpoints into an AutoEP (expert_parallel) model at ZeRO stage 3 are "
-           "not supported yet");
   read_model_states(dir, plan);
   // The module's parameters come from the fp32 states (checked by name); buffers from the file.
   for (const auto& p : ctx.module->named_parameters()) plan->placeholders.insert(p.key());
   if (ctx.want_optimizer) plan->load_optimizer = true;
+  UniversalReader reader(ctx, 0, 1);  // for the step counts, the state names, AutoEP's rows
+  // An AutoEP checkpoint's module holds no experts (DeepSpeed's layout): their universal
+  // folders stand for them.
+  for (const auto& p : ctx.module->named_parameters()) {
+    if (reader.is_stacked(p.key()) && !plan->states.module.contains(p.key())) {
+      plan->states.module.insert(p.key(), at::empty({0}, p.value().options()));
+    }
+  }
   ctx.check_model_states(plan);
 
-  // A parameter's full state, checked against the model's shape.
+  // A parameter's full state (AutoEP's experts: this rank's rows), checked against the model's
+  // shape.
   auto full = [&](const std::string& name, const std::string& key, const ckpt::Shape& shape) {
-    const at::Tensor t = as_shape(ckpt::load_universal_state(dir, name, key), shape);
+    const at::Tensor t = reader.is_stacked(name)
+                             ? reader.local(name, key, shape)
+                             : as_shape(ckpt::load_universal_state(dir, name, key), shape);
     DS_CHECK(t.sizes().equals(shape), CheckpointError, "universal checkpoint ", dir,
              ": parameter ", name, " has shape ", t.sizes(), ", the model's is ",
              at::IntArrayRef(shape));
     return SavedParam{t.reshape({-1}).to(at::kFloat), shape};
   };
-  UniversalReader reader(ctx, 0, 1);  // for the step counts and the state names
-  const int rank = zero.rank();
   auto& groups = zero.sub_groups();
+  // A sub-group's shards are cut for its partition group (AutoEP's experts: the
+  // expert-data-parallel group, Note [Expert partitions]); this rank's place in it.
+  const auto rank_in = [&](const Stage3SubGroup& g) {
+    return zero.partition_group(g.partition).rank();
+  };
   std::vector<std::vector<Stage3Slot>> slots(groups.size());
   for (const auto& info : zero.param_infos()) {
     slots.at(info.sub_group).push_back(
@@ -290,6 +308,7 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, Stage3ZeroOptim
   for (size_t g = 0; g < groups.size(); ++g) {  // one sub-group's full tensors at a time
     SavedParams masters;
     for (const auto& s : slots[g]) masters[s.name] = full(s.name, "fp32", s.shape);
+    const int rank = rank_in(groups[g]);
     plan->masters.push_back(
         assemble_stage3_flat(slots[g], groups[g].numel, rank, masters, at::kFloat, dir));
     if (!plan->load_optimizer || slots[g].empty()) continue;
@@ -309,8 +328,12 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, Stage3ZeroOptim
   }
   // Frozen parameters: this rank's ceil(numel / W) elements of each.
   const int64_t world = zero.world_size();
+  const int rank = zero.rank();
   for (const auto& info : zero.frozen_param_infos()) {
     const std::string& name = info.name;
+    DS_CHECK(!reader.is_stacked(name), NotSupportedError, "load_universal: ", dir, ": AutoEP's "
+             "experts '", name, "' are frozen in a ZeRO-3 model, whose frozen shards are not "
+             "cut for the expert-data-parallel group here");
     const int64_t shard = info.shard_numel;
     const at::Tensor t = ckpt::load_universal_state(dir, name, "fp32").reshape({-1});
     DS_CHECK((t.numel() + world - 1) / world == shard, CheckpointError,
