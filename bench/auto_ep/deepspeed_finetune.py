@@ -9,7 +9,6 @@ torch.distributed.run (.venv-deepspeed-torch2).
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 
@@ -21,6 +20,9 @@ import deepspeed  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from finetune_metrics import write_step  # noqa: E402  (bench/common)
 
 
 def main():
@@ -62,19 +64,7 @@ def main():
         engine.backward(loss)
         engine.step()
         secs = time.perf_counter() - t0
-        stats = torch.tensor([loss.item() / world,
-                              resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0],
-                             dtype=torch.float64)
-        peaks = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
-        dist.all_gather(peaks, stats)
-        if out:
-            row = {"step": step, "loss": sum(p[0].item() for p in peaks),
-                   "tokens_per_s": world * micro * args.seq_len / secs, "step_time_s": secs,
-                   "peak_rss_bytes": [int(p[1].item()) for p in peaks]}
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            print(f"step {step} | loss {row['loss']:.4f} | tokens/s {row['tokens_per_s']:.0f}",
-                  flush=True)
+        write_step(out, step, loss.item(), secs, world * micro * args.seq_len)
 
 
 if __name__ == "__main__":

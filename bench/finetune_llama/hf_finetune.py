@@ -11,7 +11,7 @@ zeros, scaled by --lora_alpha / R), everything else frozen, DDP over the adapter
 import argparse
 import json
 import os
-import resource
+import sys
 import time
 
 import torch
@@ -20,6 +20,10 @@ import transformers.generation.utils as generation_utils
 
 generation_utils.is_fsdp_managed_module = lambda module: False  # see tests/e2e/llama_reference.py
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
+from finetune_metrics import write_step  # noqa: E402  (bench/common)
 
 
 class LoraLinear(torch.nn.Module):
@@ -94,17 +98,7 @@ def main():
         optim.step()
         optim.zero_grad(set_to_none=True)
         secs = time.perf_counter() - t0
-        stats = torch.tensor([loss.item() / world, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0],
-                             dtype=torch.float64)
-        peaks = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
-        dist.all_gather(peaks, stats)
-        if out:
-            row = {"step": step, "loss": sum(p[0].item() for p in peaks),
-                   "tokens_per_s": world * micro * args.seq_len / secs, "step_time_s": secs,
-                   "peak_rss_bytes": [int(p[1].item()) for p in peaks]}
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            print(f"step {step} | loss {row['loss']:.4f} | tokens/s {row['tokens_per_s']:.0f}", flush=True)
+        write_step(out, step, loss.item(), secs, world * micro * args.seq_len)
     dist.destroy_process_group()
 
 
