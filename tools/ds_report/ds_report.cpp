@@ -20,6 +20,7 @@
 
 #include "deepspeed/version.h"
 #include "ops/cpu_adam/cpu_adam.h"
+#include "runtime/openblas_core.h"
 #include "torch_build_info.h"
 
 namespace {
@@ -99,7 +100,16 @@ int report(int argc, char** argv) {
   CLI::App app{"deepspeed-cpp environment report (DeepSpeed's ds_report)", "ds_report"};
   app.add_flag("--hide_operator_status", hide_operator_status, "Suppress the op report");
   app.add_flag("--hide_errors_and_warnings", hide_errors_and_warnings, "Suppress the warnings");
+  bool openblas_core_only = false;
+  app.add_flag("--openblas_core", openblas_core_only,
+               "Print only the OpenBLAS kernels this library runs here (empty without OpenBLAS); "
+               "the benches pin their Python peers to them");
   CLI11_PARSE(app, argc, argv);
+  const deepspeed::runtime::OpenBlasCore& blas_core = deepspeed::runtime::openblas_core();
+  if (openblas_core_only) {
+    std::printf("%s\n", blas_core.selected.c_str());
+    return 0;
+  }
 
   const TorchBuildInfo torch_build = deepspeed::report::parse_show_config(at::show_config());
   const ops::SimdLevel best_simd = ops::detect_simd_level();
@@ -140,6 +150,9 @@ int report(int argc, char** argv) {
   row("torch distributed backends", "gloo [YES], nccl " + yes_no(setting_on(torch_build, "USE_NCCL")) + ", mpi " +
                                         yes_no(setting_on(torch_build, "USE_MPI")));
   row("torch BLAS", torch_build.setting("BLAS_INFO"));
+  if (!blas_core.selected.empty()) {
+    row("OpenBLAS kernels", blas_core.selected + " (" + blas_core.note + ")");
+  }
   row("torch CPU capability", torch_build.cpu_capability.empty() ? "unknown" : torch_build.cpu_capability);
   const bool cuda = torch::cuda::is_available();
   row("GPUs visible", std::to_string(cuda ? torch::cuda::device_count() : 0) + " (CUDA available: " +
