@@ -37,7 +37,7 @@ bash scripts/setup_deepspeed_peer.sh --torch2 "$DS_VENV" >/dev/null ||
 PY=$DS_VENV/bin/python
 
 # Pinned environment (bench/README.md): one thread per rank on the 2 ranks.
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo DS_ACCELERATOR=cpu
 out=${OUT_DIR:-$(mktemp -d /tmp/auto_ep_bench.XXXXXX)}
 mkdir -p "$out"

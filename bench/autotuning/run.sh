@@ -32,7 +32,7 @@ for bin in "$launcher" "$ours"; do
   [ -x "$bin" ] || die "$bin not found; build it first with scripts/build.sh"
 done
 
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 export DS_MEMORY_BUDGET_BYTES=$((BUDGET_MB << 20)) DS_AUTOTUNING_EXPERIMENT_TIMEOUT_S=${DS_AUTOTUNING_EXPERIMENT_TIMEOUT_S:-300}
 out=${OUT_DIR:-$(mktemp -d /tmp/autotuning.XXXXXX)}

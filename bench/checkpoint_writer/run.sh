@@ -34,7 +34,7 @@ out=$(mktemp -d /tmp/checkpoint_writer.XXXXXX)
 trap 'rm -rf "$ckpt"' EXIT
 # Pinned environment (bench/README.md): one thread for training, so the second core is free for
 # a background writer on both sides.
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 fs=$(df -T "$ckpt" | awk 'NR==2 {print $2}')
 echo "INFO checkpoint_writer: stage=$STAGE hidden=$HIDDEN layers=$LAYERS batch=$BATCH" \

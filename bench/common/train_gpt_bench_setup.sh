@@ -23,7 +23,7 @@ if [ "$DS_VENV" != none ]; then
   bash scripts/setup_deepspeed_peer.sh ${peer_setup_flags:-} "$DS_VENV" >/dev/null ||
     die "scripts/setup_deepspeed_peer.sh failed"
 fi
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo DS_ACCELERATOR=cpu
 out=${OUT_DIR:-$(mktemp -d "/tmp/$tmp_prefix.XXXXXX")}
 mkdir -p "$out"

@@ -45,7 +45,8 @@ fi
 # Pinned environment (shared reference cpu-baselines.md §2). OMP_NUM_THREADS stays unset so that
 # torch shows its own default; the benchmarks set their thread counts explicitly (THREADS for
 # ours, the fused loop and the triad; default, 1 and THREADS for torch).
-unset OPENBLAS_CORETYPE OMP_NUM_THREADS
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
+unset OMP_NUM_THREADS
 export OPENBLAS_NUM_THREADS=1
 
 out=${OUT_DIR:-$(mktemp -d /tmp/cpu_adam_bench.XXXXXX)}

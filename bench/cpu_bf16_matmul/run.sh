@@ -38,7 +38,8 @@ done
 ((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
 
 # Pinned environment (bench/README.md): one thread per rank, Gloo on loopback.
-unset OPENBLAS_CORETYPE DS_CPU_BF16_MATMUL DS_TEST_CPU_BF16_GEMM_WITHOUT_ONEDNN
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
+unset DS_CPU_BF16_MATMUL DS_TEST_CPU_BF16_GEMM_WITHOUT_ONEDNN
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 out=${OUT_DIR:-$(mktemp -d /tmp/cpu_bf16_matmul.XXXXXX)}
 mkdir -p "$out/bin"

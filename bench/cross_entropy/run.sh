@@ -34,7 +34,7 @@ if [ "$DS_VENV" != none ] && [ ! -x "$DS_VENV/bin/python" ]; then
 fi
 # Pinned environment (bench/README.md): auto-detected OpenBLAS kernels; two threads whose idle
 # pool does not spin against the other's.
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE DS_ACCELERATOR=cpu
 out=$(mktemp -d /tmp/cross_entropy_bench.XXXXXX)
 echo "INFO cross_entropy bench: N=$N D=$D V=$V dtypes=($DTYPES) rounds=$ROUNDS iters=$ITERS" \

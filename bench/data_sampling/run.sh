@@ -20,7 +20,7 @@ die() { echo "data_sampling bench: $*" >&2; exit 1; }
 [ -x "$ours" ] || die "$ours not found; build it first (scripts/build.sh)"
 bash scripts/setup_deepspeed_peer.sh "$DS_VENV" >/dev/null ||
   die "scripts/setup_deepspeed_peer.sh failed"
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo DS_ACCELERATOR=cpu
 out=${OUT_DIR:-$(mktemp -d /tmp/data_sampling_bench.XXXXXX)}
 mkdir -p "$out"

@@ -30,7 +30,7 @@ bash scripts/fetch_smollm2.sh >/dev/null
 bash scripts/setup_python_refs.sh >/dev/null
 ((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
 
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 out=${OUT_DIR:-$(mktemp -d /tmp/finetune_llama_bench.XXXXXX)}
 mkdir -p "$out"

@@ -16,7 +16,7 @@ for bin in build/bin/deepspeed build/bin/finetune_llama; do
   [ -x "$bin" ] || die "$bin not found; build it first (scripts/build.sh)"
 done
 bash scripts/fetch_smollm2.sh >/dev/null || die "scripts/fetch_smollm2.sh failed"
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo DS_ACCELERATOR=cpu
 out=${OUT_DIR:-$(mktemp -d /tmp/hybrid_engine_bench.XXXXXX)}
 mkdir -p "$out"

@@ -29,7 +29,7 @@ for bin in "$launcher" "$ours"; do [ -x "$bin" ] || die "$bin not found; build i
 [ -f "$corpus" ] || die "$corpus not found; fetch it with scripts/fetch_corpus.sh"
 ((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
 # Pinned environment (bench/README.md).
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 out=${OUT_DIR:-$(mktemp -d /tmp/moe_bench.XXXXXX)}
 mkdir -p "$out"

@@ -36,7 +36,7 @@ case "$VOCAB" in
   *) echo "onebit bench: VOCAB must be mask, compact or full (got $VOCAB)" >&2; exit 1 ;;
 esac
 model_flags=("$@")
-unset OPENBLAS_CORETYPE  # see bench/README.md's pinned environment
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OPENBLAS_NUM_THREADS=1
 [ ${#model_flags[@]} -gt 0 ] || model_flags=(--n_layer 2 --n_head 2 --n_embd 64)
 launcher=build/bin/deepspeed

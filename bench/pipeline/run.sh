@@ -32,7 +32,7 @@ if [ "$DS_VENV" != none ]; then
     die "scripts/setup_deepspeed_peer.sh failed"
 fi
 # Pinned environment (bench/README.md).
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 out=${OUT_DIR:-$(mktemp -d /tmp/pipeline_bench.XXXXXX)}
 mkdir -p "$out"

@@ -38,7 +38,7 @@ if [ "$DS_VENV" != none ]; then
 fi
 # Pinned environment (bench/README.md): auto-detected OpenBLAS kernels; two threads whose idle
 # pool does not spin against the other's.
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=PASSIVE DS_ACCELERATOR=cpu
 out=$(mktemp -d /tmp/token_choice_moe_bench.XXXXXX)
 echo "INFO token_choice_moe bench: T=$T H=$H F=$F E=$E K=$K dtypes=($DTYPES) rounds=$ROUNDS" \

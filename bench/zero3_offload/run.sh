@@ -38,7 +38,7 @@ done
 command -v prlimit >/dev/null || die "prlimit (util-linux) not found"
 
 # Pinned environment (bench/README.md): one thread per rank, Gloo on loopback.
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 out=$(mktemp -d /tmp/zero3_offload_bench.XXXXXX)
 swap="$NVME_DIR/ds_bench_swap.$$"

@@ -60,7 +60,7 @@ fi
 
 # Pinned environment (bench/README.md): auto-detected OpenBLAS kernels, one thread per rank for
 # both pools, Gloo on loopback.
-unset OPENBLAS_CORETYPE
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 
 out=${OUT_DIR:-$(mktemp -d /tmp/zero_stages.XXXXXX)}
