@@ -13,7 +13,10 @@ w1/w2/w3) and replaces with its AutoEPMoELayer (the gate then named moe.router.g
 
   train    from the initial parameters, steps 0 and 1, save_checkpoint(WORK_DIR/deepspeed, "two"),
            step 2;
-  resume   load_checkpoint(WORK_DIR/ours, "two") (deepspeed-cpp's), step 2.
+  resume   load_checkpoint(WORK_DIR/ours, "two") (deepspeed-cpp's), step 2;
+  universal with checkpoint.load_universal and autoep_size 4, load_checkpoint of
+           WORK_DIR/ours_cpp_universal, "u" (deepspeed-cpp's ds_to_universal of its ZeRO-2
+           checkpoint), step 2.
 
 Each rank writes WORK_DIR/<mode>_<rank>.json: the losses of the steps it ran and, after the last,
 the dense parameters gathered (our names) and its experts by global id.
@@ -80,8 +83,12 @@ def main():
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(torch.tensor(case["initial"][name]).view(p.shape))
+    config = case["config"]
+    if mode == "universal":  # our ds_to_universal's folder, onto one expert per rank
+        config = dict(config, checkpoint={"load_universal": True},
+                      expert_parallel=dict(config["expert_parallel"], autoep_size=4))
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                           config=case["config"])
+                                           config=config)
     layer = engine.module.moe
 
     def step(s):
@@ -96,6 +103,9 @@ def main():
         for s in (0, 1):
             losses[s] = step(s)
         engine.save_checkpoint(os.path.join(work, "deepspeed"), tag="two")
+    elif mode == "universal":
+        engine.load_checkpoint(os.path.join(work, "ours_cpp_universal"), tag="u",
+                               load_module_strict=False)
     else:
         engine.load_checkpoint(os.path.join(work, "ours"), tag="two", load_module_strict=False)
     losses[2] = step(2)

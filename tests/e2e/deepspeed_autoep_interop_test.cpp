@@ -11,7 +11,8 @@
 // - We resume DeepSpeed's checkpoint of step 2 alike (its gate is named moe.router.gate there:
 //   the module names are not checked, load_module_strict false, as on its side).
 // And at ZeRO-2, universal checkpoints DeepSpeed's ds_to_universal makes of ours and of its own
-// load here onto another placement (autoep_size 4).
+// load here onto another placement (autoep_size 4), and DeepSpeed loads ours (our
+// ds_to_universal of our checkpoint) onto that placement.
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -24,6 +25,7 @@
 
 #include "deepspeed/auto_ep.h"
 #include "deepspeed/deepspeed.h"
+#include "deepspeed/universal_checkpoint.h"
 #include "deepspeed/zero3.h"
 #include "support/auto_ep_net.h"
 #include "support/multi_rank.h"
@@ -220,7 +222,9 @@ TEST(DeepSpeedAutoEPInterop, Zero3CheckpointsResumeBothWays) {
 // checkpoint (its universal_checkpoint_info and per-expert files) and its own, and we load both
 // onto autoep_size 4 (one expert per rank, another placement than either saved): step 2 from
 // ours ends where our uninterrupted run ends, from DeepSpeed's where its run ends (its gate is
-// router.gate in its universal folders).
+// router.gate in its universal folders). DeepSpeed loads our ds_to_universal's folder of our
+// checkpoint onto autoep_size 4 alike: its step 2 ends where ours does (the folder carries the
+// gate under DeepSpeed's name too).
 TEST(DeepSpeedAutoEPInterop, Zero2UniversalCheckpointsOfBothLoadOnAnotherPlacement) {
   const std::string dir = testing::new_shared_run_dir("DS_AUTOEP_UNIVERSAL_DIR");
   ::setenv("DS_CHECKPOINT_PYTHON_OBJECTS", "1", 1);  // the fragment addresses DeepSpeed reads
@@ -236,6 +240,9 @@ TEST(DeepSpeedAutoEPInterop, Zero2UniversalCheckpointsOfBothLoadOnAnotherPlaceme
           "/two --output_folder " + dir + "/" + side + "_universal/u 2>&1");
       ASSERT_EQ(converted.exit_code, 0) << side << ": " << converted.out;
     }
+    checkpoint::ds_to_universal(dir + "/ours/two", dir + "/ours_cpp_universal/u");
+    const auto loaded = run_deepspeed("universal", dir);
+    ASSERT_EQ(loaded.exit_code, 0) << loaded.out << loaded.err;
   }
   for (const std::string side : {"ours", "deepspeed"}) {
     run_ranks(kRanks, [&](int rank, int) {
@@ -257,6 +264,7 @@ TEST(DeepSpeedAutoEPInterop, Zero2UniversalCheckpointsOfBothLoadOnAnotherPlaceme
   expect_same(dir, "ours", "train");  // side by side at ZeRO-2
   expect_same(dir, "ours_universal", "ours");
   expect_same(dir, "deepspeed_universal", "train");
+  expect_same(dir, "universal", "ours");  // DeepSpeed from our universal folder
 }
 
 }  // namespace

@@ -527,6 +527,31 @@ std::optional<at::Tensor> ModelParallelCheckpoint::full(const std::string& name,
 
 }  // namespace detail
 
+namespace {
+
+// DeepSpeed's AutoEPMoELayer names an AutoEP layer's gate "<layer>.router.gate.weight" where our
+// TokenChoiceMoE (and the Hugging Face blocks it stands for) says "<layer>.gate.weight". A load in
+// DeepSpeed looks for its own name under zero/, so the gate of a layer with stacked experts gets
+// that folder too (the same small files); ours reads "gate.weight" first. Nothing when the source
+// already uses DeepSpeed's names.
+std::optional<std::string> deepspeed_autoep_router_name(const std::string& name,
+                                                        const UniversalSource& holder,
+                                                        const std::set<std::string>& names) {
+  static const std::string kGate = "gate.weight";
+  if (name.size() < kGate.size() ||
+      name.compare(name.size() - kGate.size(), kGate.size(), kGate) != 0) {
+    return std::nullopt;
+  }
+  const std::string prefix = name.substr(0, name.size() - kGate.size());
+  if (!prefix.empty() && prefix.back() != '.') return std::nullopt;  // e.g. "up_gate.weight"
+  if (holder.stacked_experts.count(prefix + "experts.w1") == 0) return std::nullopt;
+  const std::string theirs = prefix + "router." + kGate;
+  if (names.count(theirs) > 0) return std::nullopt;
+  return theirs;
+}
+
+}  // namespace
+
 UniversalConversion ds_to_universal(const std::string& input_tag_dir,
                                     const std::string& output_dir, bool write_latest) {
   const detail::ModelParallelCheckpoint ckpt = detail::read_model_parallel_checkpoint(
@@ -537,24 +562,31 @@ UniversalConversion ds_to_universal(const std::string& input_tag_dir,
   result.tp_degree = ckpt.tp;
   result.pp_degree = ckpt.pp;
   result.dp_degree = ckpt.dp;
+  const std::set<std::string> names(ckpt.names.begin(), ckpt.names.end());
   for (const auto& name : ckpt.names) {
     const auto it = ckpt.splits.find(name);
     const TensorParallelSplit* split = it == ckpt.splits.end() ? nullptr : &it->second;
     const UniversalSource& holder = ckpt.ranks[static_cast<size_t>(ckpt.stage_of(name) * ckpt.tp)];
-    const std::string folder = zero_dir + "/" + name;
-    create_directories(folder);
     const auto stacked = holder.stacked_experts.find(name);
     const int64_t experts = stacked == holder.stacked_experts.end() ? 0 : stacked->second;
-    for (const auto& item : holder.states) {
-      // Frozen parameters have fp32 only.
-      if (const auto full = ckpt.full(name, item.first)) {
-        save_param_state(folder, item.first, *full, split, experts);
-      }
+    std::vector<std::string> folders = {name};
+    if (const auto alias = deepspeed_autoep_router_name(name, holder, names)) {
+      folders.push_back(*alias);
     }
-    // Matches DeepSpeed: step.pt holds the bare count, which its loader installs as the
-    // optimizer's step as it is. Frozen parameters have none.
-    const auto s = holder.step.find(name);
-    if (s != holder.step.end()) save(s->second, folder + "/step.pt");
+    for (const auto& folder_name : folders) {
+      const std::string folder = zero_dir + "/" + folder_name;
+      create_directories(folder);
+      for (const auto& item : holder.states) {
+        // Frozen parameters have fp32 only.
+        if (const auto full = ckpt.full(name, item.first)) {
+          save_param_state(folder, item.first, *full, split, experts);
+        }
+      }
+      // Matches DeepSpeed: step.pt holds the bare count, which its loader installs as the
+      // optimizer's step as it is. Frozen parameters have none.
+      const auto s = holder.step.find(name);
+      if (s != holder.step.end()) save(s->second, folder + "/step.pt");
+    }
     ++result.parameters;
   }
   Dict opt = ckpt.ranks[0].optimizer_state.toGenericDict();
