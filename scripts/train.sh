@@ -7,7 +7,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install_deps.sh"
 "$root/scripts/build.sh"
 "$root/scripts/fetch_corpus.sh" "$root/data/austen.txt"
-# CPU speed settings (bench/README.md): auto-detected OpenBLAS kernels, one thread per rank.
+# CPU speed settings (bench/README.md): OpenBLAS's kernels for this CPU (not the machines' forced
+# Haswell; where OpenBLAS falls back to generic ones, the library selects the CPU's: docs/env.md),
+# one thread per rank.
 unset OPENBLAS_CORETYPE
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 build=${DS_BUILD_DIR:-$root/build}
