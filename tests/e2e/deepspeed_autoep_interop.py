@@ -34,6 +34,7 @@ import torch  # noqa: E402
 import deepspeed  # noqa: E402
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+from peer_exit import leave  # noqa: E402
 
 HIDDEN, FFN, EXPERTS = 8, 12, 4
 
@@ -120,7 +121,9 @@ def main():
             experts[str(layer.ep_rank * layer.num_local_experts + i)] = [
                 w[i].detach().flatten().tolist() for w in weights]
     out = {"losses": {str(s): v for s, v in losses.items()}, "dense": dense, "experts": experts}
-    json.dump(out, open(os.path.join(work, f"{mode}_{rank}.json"), "w"))
+    with open(os.path.join(work, f"{mode}_{rank}.json"), "w") as f:
+        json.dump(out, f)
+    leave()
 
 
 if __name__ == "__main__":

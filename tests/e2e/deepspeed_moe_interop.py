@@ -49,6 +49,9 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+from peer_exit import leave  # noqa: E402
+
 WORLD = 2
 EP_SIZE = 2
 NUM_EXPERTS = 4
@@ -701,16 +704,14 @@ def _spawned(local_rank, args, port):
                       LOCAL_RANK=str(local_rank),
                       WORLD_SIZE=str(WORLD),
                       LOCAL_WORLD_SIZE=str(WORLD))
-    rc = run_rank(args)
-    if rc:
-        sys.exit(rc)
+    leave(run_rank(args))
 
 
 def main():
     args = parse_args()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        sys.exit(run_rank(args))
+        leave(run_rank(args))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

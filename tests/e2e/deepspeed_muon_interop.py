@@ -23,6 +23,7 @@ import torch  # noqa: E402
 import deepspeed  # noqa: E402
 
 sys.dont_write_bytecode = True  # leave no __pycache__ in the source tree
+from peer_exit import leave  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench",
                                 "common"))
 from deepspeed_muon_cpu import pin_muon  # noqa: E402
@@ -74,7 +75,9 @@ def main():
                             for name, p in engine.module.named_parameters()})
         if hasattr(engine, "destroy"):
             engine.destroy()
-    json.dump({"params": results}, open(f"{work}/deepspeed.json", "w"))
+    with open(f"{work}/deepspeed.json", "w") as f:
+        json.dump({"params": results}, f)
+    leave()
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ import torch.multiprocessing as mp  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "gpu"))
 from gpt_model import GptModel  # noqa: E402
+from peer_exit import leave  # noqa: E402
 
 
 def parse_args():
@@ -162,8 +163,7 @@ def load_in_deepspeed(rank, args, universal_dir, port):
               f"{loss.item():.4f}", flush=True)
     for p in problems[:20]:
         print(p, flush=True)
-    if problems:
-        sys.exit(1)
+    leave(1 if problems else 0)
 
 
 def main():
