@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Measures how steady this machine's compute speed is, with nothing of ours running.
 
-    speed_probe.py [--seconds 60] [--interval 0.7] [--procs N (the core count)]
+    source bench/common/pin_openblas_core.sh   # the kernels the benches run (bench/README.md)
+    /usr/bin/python3 bench/common/speed_probe.py [--seconds 60] [--interval 0.7] [--procs N]
 Starts N single-threaded processes that each repeat a small training-like piece of work (a
 [256, 768] x [768, 768] matmul and an element-wise pass over 4 MiB) and count the repetitions per
 interval. Prints one `PROBE` line a process with its rates, then
@@ -46,6 +47,9 @@ def main():
     args = parser.parse_args()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # Without the pin, an OpenBLAS older than the CPU runs its SSE3 kernels (4x slower here).
+    print(f"INFO OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '<unset>')} "
+          f"procs={args.procs}")
     queue = multiprocessing.get_context("spawn").Queue()
     workers = [multiprocessing.get_context("spawn").Process(
         target=probe, args=(args.seconds, args.interval, queue)) for _ in range(args.procs)]
