@@ -24,6 +24,7 @@ die() { echo "compression bench: $*" >&2; exit 1; }
 [ -x "$ours" ] || die "$ours not found; build it first (scripts/build.sh)"
 bash scripts/setup_deepspeed_peer.sh "$DS_VENV" >/dev/null ||
   die "scripts/setup_deepspeed_peer.sh failed"
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=$THREADS DS_ACCELERATOR=cpu
 out=$(mktemp -d /tmp/compression_bench.XXXXXX)
 echo "INFO compression bench: rounds=$ROUNDS steps=$STEPS D=$D L=$L tokens=$TOKENS" \

@@ -20,6 +20,7 @@ die() { echo "dynamic_batching bench: $*" >&2; exit 1; }
 [ -x "$ours" ] || die "$ours not found; build it first (scripts/build.sh)"
 bash scripts/setup_deepspeed_peer.sh --torch2 "$DS_VENV" >/dev/null ||
   die "scripts/setup_deepspeed_peer.sh --torch2 failed"
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu
 out=$(mktemp -d /tmp/dynamic_batching_bench.XXXXXX)
 echo "INFO dynamic_batching bench: rounds=$ROUNDS N=$N T=$T" \

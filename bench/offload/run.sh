@@ -34,7 +34,9 @@ done
 [ -f "$corpus" ] || die "$corpus not found; fetch it with scripts/fetch_corpus.sh"
 ((STEPS > SKIP)) || die "STEPS ($STEPS) must exceed SKIP ($SKIP)"
 
-# Pinned environment (bench/README.md): one thread per rank, Gloo on loopback.
+# Pinned environment (bench/README.md): OpenBLAS's kernels, one thread per rank, Gloo on
+# loopback.
+source bench/common/pin_openblas_core.sh
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 GLOO_SOCKET_IFNAME=lo
 out=$(mktemp -d /tmp/offload_bench.XXXXXX)
 echo "INFO offload bench: rounds=$ROUNDS steps=$STEPS skip=$SKIP config=$DS_CONFIG out=$out"

@@ -23,6 +23,7 @@ die() { echo "sparse attention bench: $*" >&2; exit 1; }
 [ -x "$ours" ] || die "$ours not found; build it first (scripts/build.sh)"
 /usr/bin/python3 -c 'import torch' 2>/dev/null ||
   die "python3-torch is missing (apt-get install python3-torch)"
+source bench/common/pin_openblas_core.sh  # bench/README.md's pinned environment
 export OMP_NUM_THREADS=$THREADS
 out=$(mktemp -d /tmp/sparse_attention_bench.XXXXXX)
 echo "INFO sparse attention bench: rounds=$ROUNDS iters=$ITERS lengths=($LENGTHS) H=$H D=$D" \
