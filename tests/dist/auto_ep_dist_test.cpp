@@ -12,7 +12,7 @@
 //    autoep_size 1. At ZeRO-3 the experts live in the optimizer shards (ds_autoep_layers says
 //    so, per rank), resume exactly on the same placement, and another placement is refused by
 //    name. Universal checkpoints (ds_to_universal) of ZeRO-0, -2 and -3 resume on another
-//    placement;
+//    placement, at ZeRO-3 with frozen experts too;
 //  - DeepSeek's group-limited routing from the section trains as one process routing alike;
 //  - bad set-ups: an error naming what is wrong.
 #include "deepspeed/auto_ep.h"
@@ -136,6 +136,20 @@ TEST(AutoEPDist, ShardedLayerEqualsTheWholeLayer) {
 
 using Net = testing::AutoEpNet;
 
+// Set by a test whose runs keep the experts' w2 frozen (no gradient, no optimizer state).
+bool frozen_w2 = false;
+struct FrozenW2 {
+  FrozenW2() { frozen_w2 = true; }
+  ~FrozenW2() { frozen_w2 = false; }
+};
+
+// The seeded net of every run; its experts' w2 frozen while a FrozenW2 lives.
+Net new_net() {
+  Net net;
+  if (frozen_w2) net->block->named_parameters()["experts.w2"].requires_grad_(false);
+  return net;
+}
+
 // The batches of ranks [first, first + count) at `step`: a rank trains on its own, one process
 // on every rank's, concatenated.
 std::pair<at::Tensor, at::Tensor> batch(int step, int first, int count) {
@@ -182,7 +196,7 @@ void save_params(Net& net, const std::string& tag) {
 void train(int world, int stage, int64_t autoep_size, const std::string& tag,
            const json& patch = json::object()) {
   run_ranks(world, [&](int rank, int) {
-    Net net;
+    Net net = new_net();
     json config = net_config(stage, kRows, autoep_size);
     config.merge_patch(patch);
     auto engine = initialize(net.ptr(), config).engine;
@@ -198,7 +212,7 @@ void train(int world, int stage, int64_t autoep_size, const std::string& tag,
 
 void train_reference(int world, const std::string& tag, const json& patch = json::object()) {
   run_ranks(1, [&](int, int) {
-    Net net;
+    Net net = new_net();
     json config = net_config(0, kRows * world, 0);
     config.merge_patch(patch);
     auto engine = initialize(net.ptr(), config).engine;
@@ -387,7 +401,7 @@ void save_two_flat_steps(int stage, const std::string& ckpt, const std::string& 
 void resume_universal(const std::string& universal, int source_world, int world, int stage,
                       int64_t ep, const std::string& tag) {
   run_ranks(world, [&](int rank, int) {
-    Net net;
+    Net net = new_net();
     const int64_t rows = source_world * kRows / world;
     json config = net_config(stage, rows, ep);
     config["checkpoint"] = {{"load_universal", true}};
@@ -453,7 +467,7 @@ TEST(AutoEPDist, UniversalCheckpointsResumeOnAnyPlacement) {
 // Steps [0, 2) on `world` ranks at ZeRO-3 with autoep_size `ep`, saved as `tag`.
 void save_after_two_steps(int world, int64_t ep, const std::string& ckpt, const std::string& tag) {
   run_ranks(world, [&](int rank, int) {
-    Net net;
+    Net net = new_net();
     auto engine = initialize(net.ptr(), net_config(3, kRows, ep)).engine;
     for (int s = 0; s < 2; ++s) {
       auto [x, y] = batch(s, rank, 1);
@@ -571,6 +585,37 @@ TEST(AutoEPDist, ZeroThreeUniversalCheckpointsResumeOnAnyPlacement) {
   expect_same_params("straight3u", "uni3_w2ep2");
   expect_same_params("straight3u", "uni3_w2ep1");
   expect_same_params("straight3u", "uni3_w1");
+}
+
+// Frozen experts (w2, without gradients) at ZeRO-3 are partitioned over their
+// expert-data-parallel group as the trainable ones: ds_to_universal joins them into every expert
+// unchanged (zero_to_fp32 alike), and a load cuts them again on 2 ranks with autoep_size 2 and 1
+// and takes them whole on one process at ZeRO-2; the next step is the uninterrupted run's.
+TEST(AutoEPDist, ZeroThreeUniversalCheckpointsKeepFrozenExperts) {
+  share_dir();
+  FrozenW2 frozen;
+  const std::string ckpt = dir() + "/ckpt3f", universal = dir() + "/uni3f/u";
+  train(4, 3, 2, "straight3f");
+  save_after_two_steps(4, 2, ckpt, "two");
+  if (!in_rank_process()) {
+    std::filesystem::create_directories(dir() + "/uni3f");
+    EXPECT_EQ(checkpoint::ds_to_universal(ckpt + "/two", universal).dp_degree, 4);
+    const at::Tensor w2 = checkpoint::load_universal_state(universal, "moe.experts.w2", "fp32");
+    const at::Tensor initial = Net()->block->named_parameters()["experts.w2"];
+    EXPECT_TRUE(torch::equal(w2, initial)) << (w2 - initial).abs().max();
+    EXPECT_FALSE(std::filesystem::exists(universal + "/zero/moe.experts.w2/exp_avg.pt"));
+    EXPECT_TRUE(std::filesystem::exists(universal + "/zero/moe.experts.w1/exp_avg.pt"));
+    const auto fp32 = checkpoint::consolidate_zero_checkpoint(ckpt, "two");
+    ASSERT_NE(fp32.find("moe.experts.w2"), nullptr);
+    EXPECT_TRUE(torch::equal(*fp32.find("moe.experts.w2"), w2));
+  }
+  resume_universal(universal, 4, 2, 3, 2, "uni3f_w2ep2");
+  resume_universal(universal, 4, 2, 3, 1, "uni3f_w2ep1");
+  resume_universal(universal, 4, 1, 2, 0, "uni3f_w1");
+  if (in_rank_process()) return;
+  expect_same_params("straight3f", "uni3f_w2ep2");
+  expect_same_params("straight3f", "uni3f_w2ep1");
+  expect_same_params("straight3f", "uni3f_w1");
 }
 
 std::string error_of(const json& config) {

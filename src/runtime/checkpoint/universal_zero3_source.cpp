@@ -4,7 +4,8 @@
 // shards joined in rank order with the last one's padding dropped (zero_to_fp32's stage-3 walk).
 // AutoEP's expert sub-groups are cut for each expert-parallel rank's expert-data-parallel group
 // instead: each such group's shards make that rank's rows, which join into every expert.
-// Frozen parameters come from each rank's frozen_param_fragments the same way.
+// Frozen parameters come from each rank's frozen_param_fragments the same way (AutoEP's frozen
+// experts from each expert-data-parallel group's fragments, as their trainable ones).
 #include "runtime/checkpoint/universal_source.h"
 
 #include <sys/stat.h>
@@ -182,31 +183,46 @@ UniversalSource read_zero3_source(const std::string& tag_dir, int64_t mp_rank,
       const std::string& path = out.copy_files[static_cast<size_t>(r)];
       models.push_back(ModelStates::from_ivalue(load(path), path));
     }
+    MoeExperts::StackedPieces frozen_stacked;  // AutoEP's frozen experts, by ep rank
     for (const auto& item : *states0.frozen_param_shapes) {
-      DS_CHECK(moe == nullptr || !moe->is_stacked(item.key()), NotSupportedError, model0_path,
-               ": AutoEP's experts '", item.key(), "' are frozen: their fragments are cut for "
-               "the expert-data-parallel groups, which this conversion does not join");
-      std::vector<at::Tensor> pieces;
-      at::ScalarType saved_dtype = at::kFloat;
-      for (int64_t r = 0; r < world; ++r) {
-        const auto& m = models[static_cast<size_t>(r)];
-        const at::Tensor* t = m.frozen_param_fragments ? m.frozen_param_fragments->find(item.key())
-                                                       : nullptr;
-        DS_CHECK(t != nullptr, CheckpointError, tag_dir, "/",
-                 zero3_model_states_file_name(static_cast<int>(r), mp),
-                 ": no fragment of frozen parameter '", item.key(),
-                 "' (part 'frozen_param_fragments')");
-        pieces.push_back(t->reshape(-1).to(at::kFloat));
-        saved_dtype = t->scalar_type();
+      const std::string& name = item.key();
+      const bool experts = moe != nullptr && moe->is_stacked(name);
+      // An expert weight's shape is its expert-parallel rank's rows (Note [Expert partitions]).
+      std::vector<std::vector<int>> all_holders;
+      if (experts) {
+        all_holders = moe->holders(world / moe->stacked_ep_size(name));
+      } else {
+        all_holders.emplace_back();
+        for (int r = 0; r < static_cast<int>(world); ++r) all_holders.back().push_back(r);
       }
-      const at::Tensor full = at::cat(pieces);
-      const int64_t n = c10::multiply_integers(item.value());
-      DS_CHECK(full.numel() >= n, CheckpointError, model0_path, ": frozen parameter '",
-               item.key(), "' has ", full.numel(), " elements over ", world, " ranks, needs ", n);
-      out.states["fp32"][item.key()] = runtime::SavedParam{full.narrow(0, 0, n), item.value()};
-      out.order.push_back(item.key());
-      out.frozen.emplace(item.key(), saved_dtype);
+      at::ScalarType saved_dtype = at::kFloat;
+      for (const auto& holders : all_holders) {
+        std::vector<at::Tensor> pieces;
+        for (int r : holders) {
+          const auto& m = models[static_cast<size_t>(r)];
+          const at::Tensor* t =
+              m.frozen_param_fragments ? m.frozen_param_fragments->find(name) : nullptr;
+          DS_CHECK(t != nullptr, CheckpointError, tag_dir, "/",
+                   zero3_model_states_file_name(r, mp), ": no fragment of frozen parameter '",
+                   name, "' (part 'frozen_param_fragments')");
+          pieces.push_back(t->reshape(-1).to(at::kFloat));
+          saved_dtype = t->scalar_type();
+        }
+        const at::Tensor full = at::cat(pieces);
+        const int64_t n = c10::multiply_integers(item.value());
+        DS_CHECK(full.numel() >= n, CheckpointError, model0_path, ": frozen parameter '", name,
+                 "' has ", full.numel(), " elements over ", holders.size(), " ranks, needs ", n);
+        const runtime::SavedParam param{full.narrow(0, 0, n), item.value()};
+        if (experts) {
+          frozen_stacked[name]["fp32"].emplace(moe->stacked_ep_rank(name, holders.front()), param);
+        } else {
+          out.states["fp32"][name] = param;
+        }
+      }
+      out.order.push_back(name);
+      out.frozen.emplace(name, saved_dtype);
     }
+    if (!frozen_stacked.empty()) moe->join_stacked(frozen_stacked, tag_dir, &out);
   }
 
   Dict model_states = raw0.toGenericDict().copy();

@@ -326,16 +326,17 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, Stage3ZeroOptim
     }
     state.insert(static_cast<int64_t>(g), s);
   }
-  // Frozen parameters: this rank's ceil(numel / W) elements of each.
-  const int64_t world = zero.world_size();
-  const int rank = zero.rank();
+  // Frozen parameters: this rank's ceil(numel / W) elements of each (AutoEP's experts: of its
+  // expert-parallel rank's rows, W its expert-data-parallel group, Note [Expert partitions]).
   for (const auto& info : zero.frozen_param_infos()) {
     const std::string& name = info.name;
-    DS_CHECK(!reader.is_stacked(name), NotSupportedError, "load_universal: ", dir, ": AutoEP's "
-             "experts '", name, "' are frozen in a ZeRO-3 model, whose frozen shards are not "
-             "cut for the expert-data-parallel group here");
+    const bool experts = reader.is_stacked(name);
+    const comm::Group& group = zero.partition_group(experts ? 1 : 0);
+    const int64_t world = experts ? group.size() : zero.world_size();
+    const int rank = experts ? group.rank() : zero.rank();
     const int64_t shard = info.shard_numel;
-    const at::Tensor t = ckpt::load_universal_state(dir, name, "fp32").reshape({-1});
+    const at::Tensor t = experts ? full(name, "fp32", info.shape).flat
+                                 : ckpt::load_universal_state(dir, name, "fp32").reshape({-1});
     DS_CHECK((t.numel() + world - 1) / world == shard, CheckpointError,
              "universal checkpoint ", dir, ": frozen parameter ", name, " has ", t.numel(),
              " elements; this rank's shard of ", shard, " is not 1/", world, " of them");
@@ -352,7 +353,8 @@ void read_universal_checkpoint(const ZeroCheckpointContext& ctx, Stage3ZeroOptim
     read_loss_scaler(dir, plan);
   }
   plan->masters_note = "fp32 master shards from the universal checkpoint (data-parallel rank " +
-                       std::to_string(rank) + " of " + std::to_string(world) + ")";
+                       std::to_string(zero.rank()) + " of " +
+                       std::to_string(zero.world_size()) + ")";
 }
 
 }  // namespace deepspeed::runtime
