@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-# Regenerates unicode_class_tables.inc: the code-point ranges of \p{L}, \p{N} and \s, and of the
-# letter cases below, exactly as the PyPI `regex` module (the engine GPT-2's published encoder ran
-# its pattern on) defines them.
+# Regenerates unicode_class_tables.inc: the code-point ranges of \p{L}, \p{N} and \s, of the
+# letter cases, punctuation, symbols and marks below, exactly as the PyPI `regex` module (the
+# engine GPT-2's published encoder ran its pattern on) defines them.
 # Run: pip install regex && python3 gen_unicode_tables.py > unicode_class_tables.inc
 # The output is committed, so building needs neither Python nor `regex`.
 import sys
@@ -51,4 +51,8 @@ emit("kSpaceRanges", ranges(r"\s"))
 emit("kUpperRanges", ranges(r"[\p{Lu}\p{Lt}]"))
 emit("kLowerRanges", ranges(r"\p{Ll}"))
 emit("kCaselessRanges", ranges(r"[\p{Lm}\p{Lo}\p{M}]"))
+# DeepSeek-V3's pattern: \p{P} and \p{S} (its symbol runs) and \p{M} (marks join letters).
+emit("kPunctuationRanges", ranges(r"\p{P}"))
+emit("kSymbolRanges", ranges(r"\p{S}"))
+emit("kMarkRanges", ranges(r"\p{M}"))
 sys.stdout.flush()

@@ -1,5 +1,6 @@
-// Range tables for \p{L}, \p{N}, \s and the letter cases, and their lookup; ASCII goes through a
-// 128-entry table (the letter cases through a comparison) so the common case is one load. See
+// Range tables for \p{L}, \p{N}, \s, the letter cases, \p{P}, \p{S} and \p{M}, and their
+// lookup; ASCII goes through a 128-entry table (the letter cases, punctuation and symbols through
+// comparisons) so the common case is one load. See
 // gen_unicode_tables.py for where the ranges come from.
 #include "unicode_classes.h"
 
@@ -50,6 +51,20 @@ LetterCase letter_case_slow(char32_t cp) {
 }
 
 }  // namespace
+
+bool is_punctuation_or_symbol(char32_t cp) {
+  // ASCII: every printable character but the space, the digits and the letters.
+  if (cp < 128) {
+    return cp > 32 && cp < 127 && !(cp >= '0' && cp <= '9') &&
+           !((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
+  }
+  return cp != kInvalidCodePoint &&
+         (in_ranges(kPunctuationRanges, cp) || in_ranges(kSymbolRanges, cp));
+}
+
+bool is_mark(char32_t cp) {
+  return cp >= 128 && cp != kInvalidCodePoint && in_ranges(kMarkRanges, cp);
+}
 
 LetterCase letter_case(char32_t cp) {
   if (cp < 128) {

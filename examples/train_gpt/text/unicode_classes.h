@@ -1,5 +1,5 @@
 // Code-point classes used by GPT-2's pre-tokenizer (\p{L}, \p{N}, \s), the letter cases of
-// GPT-4o's, and a lenient UTF-8 decoder. Owns classification only; the splitting rules live in
+// GPT-4o's, punctuation, symbols and marks for DeepSeek-V3's, and a lenient UTF-8 decoder. Owns classification only; the splitting rules live in
 // pretokenizer.h.
 #pragma once
 
@@ -27,6 +27,11 @@ inline bool in_upper_class(LetterCase c) {
 inline bool in_lower_class(LetterCase c) {
   return c == LetterCase::kLower || c == LetterCase::kCaseless;
 }
+
+// Whether a code point is in \p{P} or \p{S} (punctuation or symbol), and in \p{M} (a mark), as
+// DeepSeek-V3's pattern groups them. Both false for kInvalidCodePoint.
+bool is_punctuation_or_symbol(char32_t cp);
+bool is_mark(char32_t cp);
 
 // Stand-in code point for a byte that does not start a valid UTF-8 sequence. It classifies as
 // kOther, so malformed input is still split deterministically and round-trips byte for byte.
