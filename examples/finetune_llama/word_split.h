@@ -21,6 +21,8 @@ enum class WordSplit {
   kQwen2,                 // the same pattern with single digits
   kO200k,                 // Split(GPT-4o's pattern) then ByteLevel without regex: Phi-4-mini
   kTekken,                // the same pattern without contractions, single digits: Mistral NeMo
+  kDeepSeekV3,            // Split(numbers), Split(kana and ideographs), Split(its pattern), then
+                          // ByteLevel without regex: DeepSeek-V3
 };
 
 /// From tokenizer.json's `pre_tokenizer`. Throws NotSupportedError naming `path` and showing the
@@ -54,6 +56,9 @@ void for_each_word(WordSplit split, std::string_view text, F&& word) {
       return;
     case WordSplit::kTekken:
       split_with(text, [](std::string_view t, size_t p) { return o200k_word_end(t, p, 1, false); });
+      return;
+    case WordSplit::kDeepSeekV3:
+      split_with(text, [](std::string_view t, size_t p) { return deepseek_v3_word_end(t, p); });
       return;
     case WordSplit::kGpt2IndividualDigits: {
       // Every number code point is a word of its own; GPT-2's pattern splits the text between.

@@ -1,12 +1,13 @@
 // LlamaTokenizer against Hugging Face tokenizers on the pre-tokenizers of real models (SmolLM's
 // individual digits, Llama 3's split pattern with ignore_merges and a Sequence post-processor,
 // Qwen2's NFC normalizer and pattern, GPT-4o's (Phi-4-mini's) and Mistral NeMo's letter-case
-// patterns; SentencePiece-style ones further down):
+// patterns, DeepSeek-V3's three Splits; SentencePiece-style ones further down):
 // tokenizer_pretokenizers_reference.py trains a small BPE with each, saves its tokenizer.json,
 // pre-tokenizes and encodes the texts; we load the same file and must split every text into the
 // same words (BPE alone would hide most splitting errors) and give the same ids. The texts
 // are a few by hand and 400 random strings over letters, digits of several scripts, every kind of
-// whitespace and line break, contractions in both cases and symbols. The Python environment comes
+// whitespace and line break, contractions in both cases and symbols, then 200 more that add kana,
+// punctuation and symbols beyond ASCII, marks, and control and format characters. The Python environment comes
 // from the CTest fixture llama_python_refs.
 #include <filesystem>
 #include <fstream>
@@ -57,6 +58,23 @@ std::vector<std::string> texts() {
     for (int k = 0; k < n; ++k) s += pieces[rng() % pieces.size()];
     t.push_back(s);
   }
+  // DeepSeek-V3's classes: hiragana and katakana with their voicing mark (a symbol), middle dot
+  // (punctuation) and length mark (a letter), an ideograph beyond its range (U+9FA6), a euro
+  // sign, a copyright sign, guillemets, an em dash, a control character, a zero-width joiner,
+  // marks alone and after a space, ASCII symbols before letters, long numbers.
+  std::vector<std::string> more = pieces;
+  for (const char* p : {"\xE3\x81\x82", "\xE3\x82\x9B", "\xE3\x83\xBB", "\xE3\x83\xBC",
+                        "\xE3\x82\xA0", "\xE9\xBE\xA6", "\xE2\x82\xAC", "\xC2\xA9",
+                        "\xC2\xAB", "\xE2\x80\x94", "\x01", "\xE2\x80\x8D", " \xCC\x81",
+                        ".com", "__init", "#x", "1234567", "\xE3\x82\xAB\xE3\x82\xBF"}) {
+    more.push_back(p);
+  }
+  for (int i = 0; i < 200; ++i) {
+    std::string s;
+    const int n = 1 + static_cast<int>(rng() % 20);
+    for (int k = 0; k < n; ++k) s += more[rng() % more.size()];
+    t.push_back(s);
+  }
   return t;
 }
 
@@ -79,7 +97,8 @@ TEST(LlamaTokenizerParity, PreTokenizersOfRealModelsEncodeAsHuggingFaceTokenizer
   const auto r = run_command(kPython + " " + DS_TOKENIZER_REFERENCE_PY + " " + kCorpus + " '" +
                              dir.file("texts.json") + "' '" + dir.path() + "' 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (const std::string name : {"llama3", "smollm", "qwen2", "o200k", "tekken"}) {
+  for (const std::string name :
+       {"llama3", "smollm", "qwen2", "o200k", "tekken", "deepseek_v3"}) {
     SCOPED_TRACE(name);
     const std::string json_path = dir.file(name + "/tokenizer.json");
     const auto tok = LlamaTokenizer::from_hf_json(json_path);

@@ -13,6 +13,8 @@ Each case trains a small byte-level BPE on the corpus with a real model's pre-to
   o200k:  GPT-4o's Split regex (Phi-4's and Phi-4-mini's tokenizer.json) then ByteLevel
           without regex; no template.
   tekken: Mistral NeMo's (the same without contractions, with single digits).
+  deepseek_v3: DeepSeek-V3's Sequence of three isolating Splits (numbers in groups of three,
+          runs of kana and CJK ideographs, then its pattern) and ByteLevel without regex.
 and writes OUT/<case>/tokenizer.json, OUT/<case>/ids.json (the ids of each text of TEXTS.json)
 and OUT/<case>/words.json (where the pre-tokenizer ends each word of each text, in code points).
 Usage: tokenizer_pretokenizers_reference.py CORPUS TEXTS.json OUT
@@ -37,6 +39,13 @@ O200K_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{L
                  r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 TEKKEN_PATTERN = O200K_PATTERN.replace(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?", "").replace(
     r"\p{N}{1,3}", r"\p{N}")
+# DeepSeek-V3's three Split patterns, as its tokenizer.json holds them.
+DEEPSEEK_V3_PATTERNS = [
+    r"\p{N}{1,3}",
+    "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+    r"""[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|"""
+    r""" ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+]
 # Whole words added to llama3's vocabulary without merges: BPE alone would split them.
 WHOLE_WORDS = ["Ġpossession", "Ġuniversally", "Ġacknowledged", "ĠElizabeth"]
 
@@ -102,12 +111,22 @@ def tekken(corpus):
     return split_then_byte_level(corpus, TEKKEN_PATTERN, ["<unk>", "<s>", "</s>"])
 
 
+def deepseek_v3(corpus):
+    splits = [pre_tokenizers.Split(Regex(p), behavior="isolated", invert=False)
+              for p in DEEPSEEK_V3_PATTERNS]
+    tok = train(corpus, pre_tokenizers.Sequence(
+        splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+        ["<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"])
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
 def main():
     corpus, texts_path, out = sys.argv[1:4]
     with open(texts_path, encoding="utf-8") as f:
         texts = json.load(f)
     for name, make in (("llama3", llama3), ("smollm", smollm), ("qwen2", qwen2),
-                       ("o200k", o200k), ("tekken", tekken)):
+                       ("o200k", o200k), ("tekken", tekken), ("deepseek_v3", deepseek_v3)):
         tok = make(corpus)
         os.makedirs(os.path.join(out, name), exist_ok=True)
         tok.save(os.path.join(out, name, "tokenizer.json"))

@@ -16,9 +16,11 @@ inline char ascii_lower(char c) {
   return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
 }
 
-// (?i:'s|'t|'re|'ve|'m|'ll|'d) at pos: its end, or pos.
+// (?i:'s|'t|'re|'ve|'m|'ll|'d) at pos: its end, or pos. Oniguruma matches case-insensitively by
+// Unicode case folding, under which U+017F (long s) is an s as well.
 inline size_t contraction_end(std::string_view text, size_t pos) {
   if (pos >= text.size() || text[pos] != '\'' || pos + 1 >= text.size()) return pos;
+  if (text.compare(pos + 1, 2, "\xC5\xBF") == 0) return pos + 3;
   const char a = ascii_lower(text[pos + 1]);
   if (a == 's' || a == 't' || a == 'm' || a == 'd') return pos + 2;
   if (pos + 2 < text.size()) {

@@ -39,4 +39,13 @@ size_t llama3_word_end(std::string_view text, size_t pos, int max_digits = 3);
 size_t o200k_word_end(std::string_view text, size_t pos, int max_digits = 3,
                       bool contractions = true);
 
+// The same for DeepSeek-V3's pre-tokenizer (its tokenizer.json's three Splits in sequence,
+// deepseek_v3_pretokenizer.cpp): numbers in groups of at most three (\p{N}{1,3}), then runs of
+// kana and CJK ideographs ([一-龥぀-ゟ゠-ヿ]+), then within each piece those left
+//   [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|
+//    ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// An ASCII symbol keeps the ASCII letters after it, marks join letters, and a stretch that no
+// alternative matches (control or format characters) is a word of its own.
+size_t deepseek_v3_word_end(std::string_view text, size_t pos);
+
 }  // namespace deepspeed::examples
