@@ -5,6 +5,7 @@
 
 #include "config_json.h"
 #include "deepseek_config.h"
+#include "deepseek_gguf.h"
 #include "gguf_file.h"
 #include "util/check.h"
 
@@ -167,15 +168,17 @@ void read_gemma_gguf(const GgufFile& f, const std::string& arch, const std::stri
 LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   const std::string arch = f.get_string("general.architecture");
   const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
+  const bool deepseek = arch == "deepseek2";
   DS_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "qwen2moe" ||
-               arch == "qwen3moe" || arch == "phi3" || gemma,
+               arch == "qwen3moe" || arch == "phi3" || gemma || deepseek,
            ModelFileError, "GGUF file ", f.path(), ": general.architecture is '", arch,
            "'; finetune_llama reads 'llama' (with experts: Mixtral), 'qwen2', 'qwen3', "
-           "'qwen2moe', 'qwen3moe', 'phi3', 'gemma', 'gemma2' and 'gemma3' models");
+           "'qwen2moe', 'qwen3moe', 'phi3', 'gemma', 'gemma2', 'gemma3' and 'deepseek2' "
+           "models");
   const std::string p = arch + ".";
   const bool qwen_moe = arch == "qwen2moe" || arch == "qwen3moe";
   const bool has_experts = f.has(p + "expert_count") && f.get_int(p + "expert_count") != 0;
-  DS_CHECK(arch == "llama" || qwen_moe || !has_experts, NotSupportedError, "GGUF file ",
+  DS_CHECK(arch == "llama" || qwen_moe || deepseek || !has_experts, NotSupportedError, "GGUF file ",
            f.path(), ": ", p, "expert_count is ", f.get_int(p + "expert_count"),
            "; a '", arch, "' model has no experts here");
   // llama.cpp stores Mixtral as architecture 'llama' with experts.
@@ -224,17 +227,19 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   c.num_key_value_heads = f.has(p + "attention.head_count_kv")
                               ? f.get_int(p + "attention.head_count_kv")
                               : c.num_attention_heads;
+  // DeepSeek's latent attention has head sizes of its own (deepseek_gguf.cpp).
+  if (deepseek) read_deepseek_gguf(f, p, &c);
   // Qwen3's heads are wider than embedding_length / head_count (llama.cpp's key_length).
-  c.head_dim = f.has(p + "attention.key_length")
+  if (!deepseek) c.head_dim = f.has(p + "attention.key_length")
                    ? f.get_int(p + "attention.key_length")
                    : (c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
-  DS_CHECK(!f.has(p + "attention.value_length") ||
+  DS_CHECK(deepseek || !f.has(p + "attention.value_length") ||
                f.get_int(p + "attention.value_length") == c.head_dim,
            NotSupportedError, "GGUF file ", f.path(), ": metadata '", p,
            "attention.value_length' differs from the key head size ", c.head_dim);
   if (phi3) {
     read_phi3_gguf(f, p, &c);
-  } else if (f.has(p + "rope.dimension_count")) {
+  } else if (!deepseek && f.has(p + "rope.dimension_count")) {
     const int64_t rope_dim = f.get_int(p + "rope.dimension_count");
     DS_CHECK(rope_dim == c.head_dim, ModelFileError, "GGUF file ", f.path(), ": metadata '", p,
              "rope.dimension_count' is ", rope_dim, " but the head size (attention.key_length, "
@@ -243,7 +248,7 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
   }
   if (f.has(p + "context_length")) c.max_position_embeddings = f.get_int(p + "context_length");
   if (f.has(p + "rope.freq_base")) c.rope_theta = f.get_float(p + "rope.freq_base");
-  if (!phi3) c.rope_scaling = gguf_rope_scaling(f, p, c);
+  if (!phi3 && !deepseek) c.rope_scaling = gguf_rope_scaling(f, p, c);
   c.rms_norm_eps = f.get_float(p + "attention.layer_norm_rms_epsilon");
   if (gemma) read_gemma_gguf(f, arch, p, &c);
 

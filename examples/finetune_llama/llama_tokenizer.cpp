@@ -323,20 +323,15 @@ LlamaTokenizer LlamaTokenizer::qwen2_from_gguf(const GgufFile& f,
   return t;
 }
 
-// Phi-4-mini's byte-level vocabulary as llama.cpp reads it (transformers' GGUF loader reads any
-// 'phi3' vocabulary as SentencePiece): GPT-4o's split pattern (tokenizer.ggml.pre "gpt-4o", or
-// "llama4", which llama.cpp splits the same), no normalizer, the control and user-defined tokens
-// special, BOS prepended only with tokenizer.ggml.add_bos_token (its tokenizer.json adds none).
-LlamaTokenizer LlamaTokenizer::o200k_from_gguf(const GgufFile& f,
-                                               const std::vector<std::string>& tokens,
-                                               const MergeList& merges) {
+// A byte-level vocabulary as llama.cpp reads it, for the models transformers' GGUF loader reads
+// otherwise or not at all: `split`, no normalizer, the control and user-defined tokens special,
+// BOS prepended only with tokenizer.ggml.add_bos_token.
+LlamaTokenizer LlamaTokenizer::llama_cpp_byte_level(const GgufFile& f,
+                                                    const std::vector<std::string>& tokens,
+                                                    const MergeList& merges, WordSplit split) {
   const std::string source = "GGUF file " + f.path();
-  const std::string pre = f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "";
-  DS_CHECK(pre == "gpt-4o" || pre == "llama4", NotSupportedError, source,
-           ": tokenizer.ggml.pre is '", pre, "' on a 'phi3' model with a byte-level vocabulary; "
-           "finetune_llama reads Phi-4-mini's 'gpt-4o' (GPT-4o's split pattern)");
   LlamaTokenizer t;
-  t.split_ = WordSplit::kO200k;
+  t.split_ = split;
   const GgufTokenIds ids = gguf_token_ids(f, tokens.size(), source);
   t.bos_id_ = ids.bos;
   t.eos_id_ = ids.eos;
@@ -390,8 +385,23 @@ LlamaTokenizer LlamaTokenizer::from_gguf(const GgufFile& f) {
   if (arch == "qwen2" || arch == "qwen3" || arch == "qwen2moe" || arch == "qwen3moe") {
     return qwen2_from_gguf(f, tokens, merges);
   }
-  // Phi-4-mini's; Phi-3's and Phi-3.5's are SentencePiece BPE ("llama").
-  if (arch == "phi3" && model == "gpt2") return o200k_from_gguf(f, tokens, merges);
+  const std::string pre = f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "";
+  // Phi-4-mini's (transformers' GGUF loader reads any 'phi3' vocabulary as SentencePiece):
+  // GPT-4o's split pattern ("llama4" is split the same); Phi-3's and Phi-3.5's are SentencePiece
+  // BPE ("llama"). Its tokenizer.json adds no BOS.
+  if (arch == "phi3" && model == "gpt2") {
+    DS_CHECK(pre == "gpt-4o" || pre == "llama4", NotSupportedError, source,
+             ": tokenizer.ggml.pre is '", pre, "' on a 'phi3' model with a byte-level "
+             "vocabulary; finetune_llama reads Phi-4-mini's 'gpt-4o' (GPT-4o's split pattern)");
+    return llama_cpp_byte_level(f, tokens, merges, WordSplit::kO200k);
+  }
+  // DeepSeek-V3's (transformers reads no DeepSeek GGUF): its three splits.
+  if (arch == "deepseek2" && model == "gpt2") {
+    DS_CHECK(pre == "deepseek-v3", NotSupportedError, source, ": tokenizer.ggml.pre is '", pre,
+             "' on a 'deepseek2' model; finetune_llama reads DeepSeek-V3's 'deepseek-v3' split "
+             "(not DeepSeek-V2's 'deepseek-llm' yet)");
+    return llama_cpp_byte_level(f, tokens, merges, WordSplit::kDeepSeekV3);
+  }
   // transformers' GGUF loader builds its BPE with fuse_unk and byte_fallback.
   t.fuse_unk_ = true;
   t.byte_fallback_ = true;

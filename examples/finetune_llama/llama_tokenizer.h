@@ -72,8 +72,9 @@ class LlamaTokenizer {
   using MergeList = std::vector<std::pair<std::string, std::string>>;
   static LlamaTokenizer qwen2_from_gguf(const GgufFile& f, const std::vector<std::string>& tokens,
                                         const MergeList& merges);
-  static LlamaTokenizer o200k_from_gguf(const GgufFile& f, const std::vector<std::string>& tokens,
-                                        const MergeList& merges);
+  static LlamaTokenizer llama_cpp_byte_level(const GgufFile& f,
+                                             const std::vector<std::string>& tokens,
+                                             const MergeList& merges, WordSplit split);
   void build(const std::vector<std::string>& tokens, const MergeList& merges,
              const std::vector<int64_t>& special_ids, const std::string& source);
   void encode_word(std::string_view word, std::vector<int64_t>* out) const;

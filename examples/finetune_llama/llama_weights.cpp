@@ -52,6 +52,24 @@ const std::pair<const char*, const char*> kLayerNames[] = {
     {"mlp.gate_up_proj.weight", "ffn_up.weight"},
 };
 
+// DeepSeek's latent attention, shared experts and router bias (llama.cpp's "deepseek2" names;
+// kv_b_proj may instead be split in two, see deepseek_kv_b).
+const std::pair<const char*, const char*> kDeepSeekNames[] = {
+    {"self_attn.q_a_proj.weight", "attn_q_a.weight"},
+    {"self_attn.q_a_proj.bias", "attn_q_a.bias"},
+    {"self_attn.q_a_layernorm.weight", "attn_q_a_norm.weight"},
+    {"self_attn.q_b_proj.weight", "attn_q_b.weight"},
+    {"self_attn.kv_a_proj_with_mqa.weight", "attn_kv_a_mqa.weight"},
+    {"self_attn.kv_a_proj_with_mqa.bias", "attn_kv_a_mqa.bias"},
+    {"self_attn.kv_a_layernorm.weight", "attn_kv_a_norm.weight"},
+    {"self_attn.kv_b_proj.weight", "attn_kv_b.weight"},
+    {"self_attn.o_proj.bias", "attn_output.bias"},
+    {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
+    {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+    {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+};
+
 // Gemma 2's and Gemma 3's four norms per layer, which llama.cpp names apart from a Llama's
 // (post_attention_layernorm is theirs after the attention; the MLP's input norm is ffn_norm).
 const std::pair<const char*, const char*> kSandwichNormNames[] = {
@@ -148,6 +166,29 @@ LlamaWeightSource phi3_unfused(LlamaWeightSource file, const LlamaConfig& c,
   };
 }
 
+// llama.cpp's converter now stores DeepSeek's kv_b_proj [heads * (nope + v), rank] as two
+// tensors for its absorbed attention: attn_k_b, each head's key rows transposed [heads, rank,
+// nope], and attn_v_b, its value rows [heads, v, rank]; joined back here. nullopt where the file
+// holds attn_kv_b whole (the converters before).
+std::optional<at::Tensor> deepseek_kv_b(const GgufFile& file, const LlamaConfig& cfg,
+                                        const std::string& hf_name) {
+  static const std::regex kv_b(R"(model\.layers\.(\d+)\.self_attn\.kv_b_proj\.weight)");
+  std::smatch m;
+  if (!cfg.deepseek() || !std::regex_match(hf_name, m, kv_b)) return std::nullopt;
+  const std::string blk = "blk." + m[1].str() + ".";
+  if (file.find_tensor(blk + "attn_kv_b.weight") != nullptr) return std::nullopt;
+  const at::Tensor k = file.load_tensor(blk + "attn_k_b.weight", at::kFloat);
+  const at::Tensor v = file.load_tensor(blk + "attn_v_b.weight", at::kFloat);
+  const int64_t heads = cfg.num_attention_heads, rank = cfg.kv_lora_rank;
+  DS_CHECK(k.sizes() == at::IntArrayRef({heads, rank, cfg.qk_nope_head_dim}) &&
+               v.sizes() == at::IntArrayRef({heads, cfg.v_head_dim, rank}),
+           ModelFileError, "GGUF file ", file.path(), ": tensors '", blk, "attn_k_b.weight' ",
+           k.sizes(), " and '", blk, "attn_v_b.weight' ", v.sizes(), " are not [", heads, ", ",
+           rank, ", ", cfg.qk_nope_head_dim, "] and [", heads, ", ", cfg.v_head_dim, ", ", rank,
+           "]");
+  return at::cat({k.transpose(1, 2), v}, 1).reshape({-1, rank}).contiguous();
+}
+
 LlamaCheckpoint open_gguf(const std::string& path) {
   auto file = std::make_shared<GgufFile>(GgufFile::open(path));
   LlamaCheckpoint ck;
@@ -176,6 +217,7 @@ LlamaCheckpoint open_gguf(const std::string& path) {
       if (slice->expert + 1 == stack->second.size(0)) *stack = {};
       return w;
     }
+    if (auto kv_b = deepseek_kv_b(*file, cfg, hf_name)) return *kv_b;
     at::Tensor w = file->load_tensor(gguf_tensor_name(hf_name, cfg.model_type), at::kFloat);
     const auto ends = [&](const char* s) {
       return hf_name.size() >= std::strlen(s) && hf_name.compare(hf_name.size() - std::strlen(s), std::string::npos, s) == 0;
@@ -257,6 +299,11 @@ std::string gguf_tensor_name(const std::string& hf_name, const std::string& mode
   static const std::regex layer(R"(model\.layers\.(\d+)\.(.+))");
   std::smatch m;
   if (std::regex_match(hf_name, m, layer)) {
+    if (model_type == "deepseek_v2" || model_type == "deepseek_v3") {
+      for (const auto& [hf, gguf] : kDeepSeekNames) {
+        if (m[2] == hf) return "blk." + m[1].str() + "." + gguf;
+      }
+    }
     if (model_type == "gemma2" || model_type == "gemma3_text") {
       for (const auto& [hf, gguf] : kSandwichNormNames) {
         if (m[2] == hf) return "blk." + m[1].str() + "." + gguf;

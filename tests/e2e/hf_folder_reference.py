@@ -220,6 +220,91 @@ def write_gemma_gguf(folder, kind, tok, path):
     w.close()
 
 
+def write_deepseek_gguf(folder, kind, tok, path):
+    """The saved DeepSeek-V2 or V3 folder as convert_hf_to_gguf.py's DeepseekV2Model writes both
+    (architecture deepseek2): the latent attention as one key/value head of kv_lora_rank +
+    qk_rope_head_dim features with the per-head sizes as key_length_mla and value_length_mla,
+    kv_b_proj split into attn_k_b (each head's key rows, transposed) and attn_v_b (its value
+    rows), each layer's experts stacked, the router's scoring as expert_gating_func, the score
+    correction bias as exp_probs_b, yarn as its factor, original context, betas and
+    yarn_log_multiplier 0.1 mscale_all_dim; the SentencePiece vocabulary."""
+    import gguf
+    import torch
+    from gguf import GGUFWriter
+    from safetensors.torch import load_file
+    with open(os.path.join(folder, "config.json")) as f:
+        c = json.load(f)
+    rope = c["rope_parameters"]
+    r, nope, rot, v = (c["kv_lora_rank"], c["qk_nope_head_dim"], c["qk_rope_head_dim"],
+                       c["v_head_dim"])
+    w = GGUFWriter(path, "deepseek2")
+    w.add_name(kind + "-test")
+    w.add_context_length(c["max_position_embeddings"])
+    w.add_embedding_length(c["hidden_size"])
+    w.add_block_count(c["num_hidden_layers"])
+    w.add_feed_forward_length(c["intermediate_size"])
+    w.add_head_count(c["num_attention_heads"])
+    w.add_head_count_kv(1)
+    w.add_rope_freq_base(rope["rope_theta"])
+    w.add_layer_norm_rms_eps(c["rms_norm_eps"])
+    w.add_expert_used_count(c["num_experts_per_tok"])
+    w.add_expert_group_count(c["n_group"])
+    w.add_expert_group_used_count(c["topk_group"])
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID if kind == "deepseek_v3"
+                             else gguf.ExpertGatingFuncType.SOFTMAX)
+    w.add_leading_dense_block_count(c["first_k_dense_replace"])
+    w.add_vocab_size(c["vocab_size"])
+    if c.get("q_lora_rank"):
+        w.add_q_lora_rank(c["q_lora_rank"])
+    w.add_kv_lora_rank(r)
+    w.add_key_length(r + rot)
+    w.add_value_length(r)
+    w.add_key_length_mla(nope + rot)
+    w.add_value_length_mla(v)
+    w.add_expert_feed_forward_length(c["moe_intermediate_size"])
+    w.add_expert_count(c["n_routed_experts"])
+    w.add_expert_shared_count(c["n_shared_experts"])
+    w.add_expert_weights_scale(c["routed_scaling_factor"])
+    if c.get("norm_topk_prob"):
+        w.add_expert_weights_norm(True)
+    w.add_rope_dimension_count(rot)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(rope["factor"])
+    w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+    w.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+    w.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+    w.add_rope_scaling_yarn_log_mul(0.1 * rope["mscale_all_dim"])
+    add_sentencepiece_vocab(w, [t for t, _ in sorted(tok.get_vocab().items(),
+                                                      key=lambda kv: kv[1])])
+    w.add_bos_token_id(c["bos_token_id"])
+    w.add_eos_token_id(c["eos_token_id"])
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.DEEPSEEK2, c["num_hidden_layers"])
+    tensors = load_file(os.path.join(folder, "model.safetensors"))
+    experts = {}
+    for name, t in sorted(tensors.items()):
+        t = t.float()
+        layer = name.split(".")[2] if name.startswith("model.layers.") else None
+        if ".mlp.experts." in name:  # stacked below
+            experts.setdefault((layer, name.split(".")[-2]), {})[int(name.split(".")[5])] = t
+            continue
+        if name.endswith("kv_b_proj.weight"):
+            kv_b = t.view(c["num_attention_heads"], nope + v, r)
+            k_b, v_b = torch.split(kv_b, [nope, v], dim=1)
+            w.add_tensor(f"blk.{layer}.attn_k_b.weight", k_b.transpose(1, 2).contiguous().numpy())
+            w.add_tensor(f"blk.{layer}.attn_v_b.weight", v_b.contiguous().numpy())
+            continue
+        gguf_name = (f"blk.{layer}.exp_probs_b.bias" if name.endswith("e_score_correction_bias")
+                     else names.get_name(name, try_suffixes=(".weight", ".bias")))
+        w.add_tensor(gguf_name, t.contiguous().numpy())
+    for (layer, proj), by_id in sorted(experts.items()):
+        stacked = torch.stack([by_id[e] for e in sorted(by_id)])
+        w.add_tensor(f"blk.{layer}.ffn_{proj.split('_')[0]}_exps.weight", stacked.numpy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def write_phi3_gguf(folder, tok, path, byte_level):
     """The saved Phi-3 folder as convert_hf_to_gguf.py's Phi3MiniModel writes it: qkv_proj and
     gate_up_proj kept fused (attn_qkv, ffn_up), the rotated features of a head as
@@ -405,7 +490,7 @@ def qwen2_moe_model(sizes, gguf):
     return model
 
 
-def deepseek_model(kind, sizes):
+def deepseek_model(kind, sizes, gguf=False):
     """A DeepSeek-V2 or V3 (transformers >= 5): multi-head latent attention (V3 with a query
     bottleneck of rank 24, V2 as V2-Lite without), a key/value latent of rank 16, heads of 16
     unrotated and 8 rotated query/key features and 16 value features, yarn scaling (factor 4
@@ -415,14 +500,17 @@ def deepseek_model(kind, sizes):
     group_limited_greedy, V3 by its two best and a random score correction bias), shared
     experts, the weights scaled by routed_scaling_factor; router and experts scaled up as
     Mixtral's, the attention's input projections so that its scores weigh in (dropping yarn's
-    softmax scale or the pairing of the rotated features moves the score by 1e-3 or more)."""
+    softmax scale or the pairing of the rotated features moves the score by 1e-3 or more).
+    With GGUF, mscale is mscale_all_dim, as DeepSeek's own configs set it and as a GGUF file
+    (yarn_log_multiplier only) can say it."""
     common = dict(sizes, q_lora_rank=24 if kind == "deepseek_v3" else None, kv_lora_rank=16,
                   qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8,
                   moe_intermediate_size=32, num_experts_per_tok=2, n_group=4, topk_group=2,
                   first_k_dense_replace=1, num_key_value_heads=sizes["num_attention_heads"],
                   rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                    "original_max_position_embeddings": 64, "beta_fast": 32,
-                                   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.8})
+                                   "beta_slow": 1, "mscale": 0.8 if gguf else 1.0,
+                                   "mscale_all_dim": 0.8})
     if kind == "deepseek_v3":
         model = transformers.DeepseekV3ForCausalLM(transformers.DeepseekV3Config(
             n_shared_experts=1, routed_scaling_factor=2.5, **common))
@@ -509,7 +597,7 @@ def main():
         elif kind == "phi3":
             model = phi3_model(sizes, partial=1.0, original=16)
         elif kind in ("deepseek_v2", "deepseek_v3"):
-            model = deepseek_model(kind, sizes)
+            model = deepseek_model(kind, sizes, gguf=len(sys.argv) > 4)
         else:
             model = LlamaForCausalLM(LlamaConfig(**sizes))
         config = {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>",
@@ -522,6 +610,8 @@ def main():
         json.dump(config, f)
     if len(sys.argv) > 4 and kind in ("gemma", "gemma2", "gemma3"):
         write_gemma_gguf(out, kind, tok, sys.argv[4])
+    elif len(sys.argv) > 4 and kind in ("deepseek_v2", "deepseek_v3"):
+        write_deepseek_gguf(out, kind, tok, sys.argv[4])
     elif len(sys.argv) > 4 and kind in ("phi3", "phi4_mini"):
         write_phi3_gguf(out, tok, sys.argv[4], byte_level=kind == "phi4_mini")
     elif len(sys.argv) > 4:

@@ -371,6 +371,64 @@ TEST_P(Phi3GgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, Phi3GgufParity, ::testing::Values("phi3", "phi4_mini"));
 
+// The DeepSeek-V2 and V3 of LlamaFolderParity (mscale set to mscale_all_dim, as DeepSeek's own
+// configs and a GGUF file have it) as llama.cpp's converter writes them: architecture deepseek2,
+// one key/value head of the latent's width, kv_b_proj split into attn_k_b and attn_v_b, stacked
+// experts, the router's scoring and group limits, exp_probs_b, yarn as factor, betas and
+// yarn_log_multiplier; the SentencePiece vocabulary. transformers reads no DeepSeek GGUF, so the
+// reference is transformers on the folder: the GGUF tokenizes, scores and generates as that and
+// loads to its config (yarn's mscale within f32's rounding) and weights.
+class DeepSeekGgufParity : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeepSeekGgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
+  ASSERT_TRUE(std::filesystem::exists(kPython5)) << kPython5;
+  TempDir dir("deepseek_gguf");
+  const std::string folder = dir.file("folder"), gguf = dir.file("deepseek.gguf");
+  const auto made = run_command(kPython5 + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
+                                " '" + folder + "' " + GetParam() + " '" + gguf + "' 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  const auto ref = run_reference(folder, dir.file("ref.json"), kPython5);
+  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(gguf));
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
+  }
+  const auto from_gguf = open_llama_checkpoint(gguf);
+  const auto from_folder = open_llama_checkpoint(folder);
+  EXPECT_EQ(from_gguf.config.model_type, GetParam());
+  EXPECT_NEAR(from_gguf.config.rms_norm_eps, from_folder.config.rms_norm_eps, 1e-12);
+  const auto& gguf_rope = from_gguf.config.rope_scaling;
+  const auto& folder_rope = from_folder.config.rope_scaling;
+  EXPECT_EQ(gguf_rope.rope_type, "yarn");
+  EXPECT_NEAR(gguf_rope.mscale.value_or(0), folder_rope.mscale.value_or(1), 1e-6);
+  EXPECT_NEAR(gguf_rope.mscale_all_dim.value_or(0), folder_rope.mscale_all_dim.value_or(1), 1e-6);
+  auto gguf_config = from_gguf.config.to_hf_json(), folder_config = from_folder.config.to_hf_json();
+  for (auto* c : {&gguf_config, &folder_config}) {
+    c->erase("rms_norm_eps");
+    for (const char* key : {"rope_scaling", "rope_parameters"}) {
+      if (c->contains(key) && (*c)[key].is_object()) {
+        (*c)[key].erase("mscale");
+        (*c)[key].erase("mscale_all_dim");
+      }
+    }
+  }
+  EXPECT_EQ(gguf_config, folder_config);
+  LlamaForCausalLM a(from_gguf.config, from_gguf.weights);
+  LlamaForCausalLM b(from_folder.config, from_folder.weights);
+  const auto bp = b->named_parameters();
+  for (const auto& item : a->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), bp[item.key()])) << item.key();
+  }
+  const auto bb = b->named_buffers();
+  for (const auto& item : a->named_buffers()) {
+    if (item.key().find("e_score_correction_bias") == std::string::npos) continue;
+    EXPECT_TRUE(torch::equal(item.value(), bb[item.key()])) << item.key();
+  }
+  expect_scores_and_generates_as(ref, gguf, dir.file("gen.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, DeepSeekGgufParity,
+                         ::testing::Values("deepseek_v2", "deepseek_v3"));
+
 // The Gemma, Gemma 2 and Gemma 3 of LlamaFolderParity as llama.cpp's converter writes their
 // GGUFs (every RMSNorm weight plus one, no lm_head, Gemma 2's caps and window, Gemma 3's window
 // and global rotation as metadata; the SentencePiece vocabulary with no space prefix), shaped as

@@ -14,7 +14,9 @@ Each case trains a small byte-level BPE on the corpus with a real model's pre-to
           without regex; no template.
   tekken: Mistral NeMo's (the same without contractions, with single digits).
   deepseek_v3: DeepSeek-V3's Sequence of three isolating Splits (numbers in groups of three,
-          runs of kana and CJK ideographs, then its pattern) and ByteLevel without regex.
+          runs of kana and CJK ideographs, then its pattern) and ByteLevel without regex; also
+          written as llama.cpp's converter writes a DeepSeek-V3 vocabulary (OUT/deepseek_v3/
+          tokenizer.gguf: architecture deepseek2, model gpt2, pre "deepseek-v3").
 and writes OUT/<case>/tokenizer.json, OUT/<case>/ids.json (the ids of each text of TEXTS.json)
 and OUT/<case>/words.json (where the pre-tokenizer ends each word of each text, in code points).
 Usage: tokenizer_pretokenizers_reference.py CORPUS TEXTS.json OUT
@@ -121,6 +123,27 @@ def deepseek_v3(corpus):
     return tok
 
 
+def write_gguf_vocab(tok, path):
+    """The vocabulary as convert_hf_to_gguf.py's _set_vocab_gpt2 writes DeepSeek-V3's: tokens by
+    id, the merges, the special tokens as control tokens, no BOS added."""
+    from gguf import GGUFWriter
+    j = json.loads(tok.to_str())
+    vocab = j["model"]["vocab"]
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    specials = {a["id"] for a in j["added_tokens"]}
+    w = GGUFWriter(path, "deepseek2")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("deepseek-v3")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if i in specials else 1 for i in range(len(tokens))])
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]])
+    w.add_add_bos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main():
     corpus, texts_path, out = sys.argv[1:4]
     with open(texts_path, encoding="utf-8") as f:
@@ -132,6 +155,8 @@ def main():
         tok.save(os.path.join(out, name, "tokenizer.json"))
         with open(os.path.join(out, name, "ids.json"), "w") as f:
             json.dump([tok.encode(t).ids for t in texts], f)
+        if name == "deepseek_v3":
+            write_gguf_vocab(tok, os.path.join(out, name, "tokenizer.gguf"))
         with open(os.path.join(out, name, "words.json"), "w") as f:
             json.dump([[end for _, (_, end) in tok.pre_tokenizer.pre_tokenize_str(t)]
                        for t in texts], f)
