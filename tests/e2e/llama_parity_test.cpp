@@ -316,6 +316,30 @@ TEST_P(QwenGgufParity, ScoresAndGeneratesAsTransformersGgufLoader) {
 INSTANTIATE_TEST_SUITE_P(Kinds, QwenGgufParity,
                          ::testing::Values("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"));
 
+// A test folder of `kind` and the GGUF that llama.cpp's converter would write from it (both made
+// by hf_folder_reference.py under `python`), with transformers' reference on the folder; the
+// GGUF's tokenizer encodes kTexts as transformers does.
+struct GgufCase {
+  std::string folder, gguf;
+  nlohmann::json ref;
+};
+
+void make_gguf_case(const TempDir& dir, const std::string& kind, const std::string& python,
+                    GgufCase* c) {
+  ASSERT_TRUE(std::filesystem::exists(python)) << python;
+  c->folder = dir.file("folder");
+  c->gguf = dir.file(kind + ".gguf");
+  const auto made = run_command(python + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
+                                " '" + c->folder + "' " + kind + " '" + c->gguf + "' 2>&1");
+  ASSERT_EQ(made.exit_code, 0) << made.out;
+  c->ref = run_reference(c->folder, dir.file("ref.json"), python);
+  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(c->gguf));
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    EXPECT_EQ(tok.encode(kTexts[i]), c->ref["tokens"][i].get<std::vector<int64_t>>())
+        << kTexts[i];
+  }
+}
+
 // The Phi-3 and Phi-4-mini of LlamaFolderParity as llama.cpp's converter writes their GGUFs
 // (q/k/v and gate/up fused as attn_qkv and ffn_up, longrope's factors as tensors, the original
 // context as metadata, Phi-4-mini's rotated features as rope.dimension_count; Phi-3's
@@ -327,18 +351,12 @@ INSTANTIATE_TEST_SUITE_P(Kinds, QwenGgufParity,
 class Phi3GgufParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Phi3GgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
-  const std::string python = GetParam() == "phi4_mini" ? kPython5 : kPython;
-  ASSERT_TRUE(std::filesystem::exists(python)) << python;
   TempDir dir("phi3_gguf");
-  const std::string folder = dir.file("folder"), gguf = dir.file("phi3.gguf");
-  const auto made = run_command(python + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
-                                " '" + folder + "' " + GetParam() + " '" + gguf + "' 2>&1");
-  ASSERT_EQ(made.exit_code, 0) << made.out;
-  const auto ref = run_reference(folder, dir.file("ref.json"), python);
-  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(gguf));
-  for (size_t i = 0; i < kTexts.size(); ++i) {
-    EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
-  }
+  GgufCase c;
+  ASSERT_NO_FATAL_FAILURE(
+      make_gguf_case(dir, GetParam(), GetParam() == "phi4_mini" ? kPython5 : kPython, &c));
+  const std::string &folder = c.folder, &gguf = c.gguf;
+  const nlohmann::json& ref = c.ref;
   const auto from_gguf = open_llama_checkpoint(gguf);
   const auto from_folder = open_llama_checkpoint(folder);
   EXPECT_EQ(from_gguf.config.model_type, "phi3");
@@ -381,17 +399,11 @@ INSTANTIATE_TEST_SUITE_P(Kinds, Phi3GgufParity, ::testing::Values("phi3", "phi4_
 class DeepSeekGgufParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeepSeekGgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
-  ASSERT_TRUE(std::filesystem::exists(kPython5)) << kPython5;
   TempDir dir("deepseek_gguf");
-  const std::string folder = dir.file("folder"), gguf = dir.file("deepseek.gguf");
-  const auto made = run_command(kPython5 + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
-                                " '" + folder + "' " + GetParam() + " '" + gguf + "' 2>&1");
-  ASSERT_EQ(made.exit_code, 0) << made.out;
-  const auto ref = run_reference(folder, dir.file("ref.json"), kPython5);
-  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(gguf));
-  for (size_t i = 0; i < kTexts.size(); ++i) {
-    EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
-  }
+  GgufCase c;
+  ASSERT_NO_FATAL_FAILURE(make_gguf_case(dir, GetParam(), kPython5, &c));
+  const std::string &folder = c.folder, &gguf = c.gguf;
+  const nlohmann::json& ref = c.ref;
   const auto from_gguf = open_llama_checkpoint(gguf);
   const auto from_folder = open_llama_checkpoint(folder);
   EXPECT_EQ(from_gguf.config.model_type, GetParam());
@@ -440,18 +452,12 @@ INSTANTIATE_TEST_SUITE_P(Kinds, DeepSeekGgufParity,
 class GemmaGgufParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GemmaGgufParity, ScoresAndGeneratesAsTransformersOnItsFolder) {
-  const std::string python = GetParam() == "gemma" ? kPython : kPython5;
-  ASSERT_TRUE(std::filesystem::exists(python)) << python;
   TempDir dir("gemma_gguf");
-  const std::string folder = dir.file("folder"), gguf = dir.file("gemma.gguf");
-  const auto made = run_command(python + " " + DS_HF_FOLDER_REFERENCE_PY + " " + kScoreFile +
-                                " '" + folder + "' " + GetParam() + " '" + gguf + "' 2>&1");
-  ASSERT_EQ(made.exit_code, 0) << made.out;
-  const auto ref = run_reference(folder, dir.file("ref.json"), python);
-  const auto tok = LlamaTokenizer::from_gguf(GgufFile::open(gguf));
-  for (size_t i = 0; i < kTexts.size(); ++i) {
-    EXPECT_EQ(tok.encode(kTexts[i]), ref["tokens"][i].get<std::vector<int64_t>>()) << kTexts[i];
-  }
+  GgufCase c;
+  ASSERT_NO_FATAL_FAILURE(
+      make_gguf_case(dir, GetParam(), GetParam() == "gemma" ? kPython : kPython5, &c));
+  const std::string &folder = c.folder, &gguf = c.gguf;
+  const nlohmann::json& ref = c.ref;
   const auto from_gguf = open_llama_checkpoint(gguf);
   const auto from_folder = open_llama_checkpoint(folder);
   EXPECT_NEAR(from_gguf.config.rms_norm_eps, from_folder.config.rms_norm_eps, 1e-12);
