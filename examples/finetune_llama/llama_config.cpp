@@ -229,10 +229,12 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
                               : c.num_attention_heads;
   // DeepSeek's latent attention has head sizes of its own (deepseek_gguf.cpp).
   if (deepseek) read_deepseek_gguf(f, p, &c);
-  // Qwen3's heads are wider than embedding_length / head_count (llama.cpp's key_length).
-  if (!deepseek) c.head_dim = f.has(p + "attention.key_length")
-                   ? f.get_int(p + "attention.key_length")
-                   : (c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  if (!deepseek) {
+    // Qwen3's heads are wider than embedding_length / head_count (llama.cpp's key_length).
+    c.head_dim = f.has(p + "attention.key_length")
+                     ? f.get_int(p + "attention.key_length")
+                     : (c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+  }
   DS_CHECK(deepseek || !f.has(p + "attention.value_length") ||
                f.get_int(p + "attention.value_length") == c.head_dim,
            NotSupportedError, "GGUF file ", f.path(), ": metadata '", p,
